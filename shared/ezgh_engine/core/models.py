@@ -1,0 +1,208 @@
+"""Immutable values of the engine's core, and their API shapes.
+
+Pydantic models live at the edges (API bodies, wire messages); inside, these frozen
+dataclasses. JSON values (inputs, outputs) are kept as Python JSON values here; the store keeps
+them as JSON text (or an S3 reference when large).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+RunStatus = Literal["running", "cancelling", "completed", "failed", "cancelled", "timedOut"]
+ENDED_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timedOut"})
+LIVE_STATUSES: frozenset[str] = frozenset({"running", "cancelling"})
+
+StepKind = Literal["run", "sleep", "value", "callback", "invoke", "message"]
+StepStatus = Literal[
+    "running", "retrying", "completed", "failed", "cancelled", "sleeping", "waiting"
+]
+PENDING_STEP_STATUSES: frozenset[str] = frozenset({"sleeping", "waiting", "retrying"})
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an API key of one project, with its permissions."""
+
+    org_id: str
+    project_id: str
+    key_id: str
+    permissions: tuple[tuple[str, str | None], ...]  # (action, resource or None for all)
+
+    def allows(self, action: str, resource: str | None = None) -> bool:
+        for granted, scope in self.permissions:
+            if granted not in ("*", action):
+                continue
+            if scope is None or resource is None or scope == resource:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class Notifications:
+    queue_id: str
+    on: tuple[str, ...]
+    workflows: tuple[str, ...] | None = None
+    group_by: Literal["run", "workflow"] = "run"
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "queueId": self.queue_id,
+            "on": list(self.on),
+            "workflows": None if self.workflows is None else list(self.workflows),
+            "groupBy": self.group_by,
+        }
+
+
+@dataclass(frozen=True)
+class App:
+    id: str
+    slug: str
+    org_id: str
+    project_id: str
+    name: str
+    kind: Literal["push", "pull"]
+    url: str | None
+    status: Literal["pending", "synced"]
+    workflows: tuple[str, ...]
+    signing_key: str
+    created_at: str
+    notifications: Notifications | None = None
+    version: int = 1
+
+    def to_api(self) -> dict[str, Any]:
+        """The API shape, without the signing key (shown only when the app is created)."""
+        return {
+            "id": self.id,
+            "slug": self.slug,
+            "name": self.name,
+            "kind": self.kind,
+            "url": self.url,
+            "status": self.status,
+            "workflows": list(self.workflows),
+            "notifications": self.notifications.to_api() if self.notifications else None,
+            "createdAt": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class RunError:
+    code: str
+    name: str
+    message: str
+
+    def to_api(self) -> dict[str, str]:
+        return {"code": self.code, "name": self.name, "message": self.message}
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> RunError:
+        return cls(
+            code=str(data.get("code") or "user"),
+            name=str(data.get("name") or "Error"),
+            message=str(data.get("message") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    name: str
+    kind: StepKind
+    status: StepStatus
+    attempt: int
+    order: str  # time-ordered ID: steps list in the order they started
+    started_at: str | None = None
+    ended_at: str | None = None
+    output: Any = None
+    has_output: bool = False
+    output_ref: str | None = None  # payload path when the output is stored outside the item
+    error: RunError | None = None
+    wake_at: str | None = None  # sleeps and waits with a deadline
+
+    def to_api(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "status": self.status,
+            "attempt": self.attempt,
+        }
+        if self.started_at:
+            body["startedAt"] = self.started_at
+        if self.ended_at:
+            body["endedAt"] = self.ended_at
+        if self.output_ref:
+            body["outputRef"] = self.output_ref
+        elif self.has_output:
+            body["output"] = self.output
+        if self.error:
+            body["error"] = self.error.to_api()
+        if self.wake_at:
+            body["wakeAt"] = self.wake_at
+        return body
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    org_id: str
+    project_id: str
+    app_id: str
+    workflow: str
+    status: RunStatus
+    input: Any
+    attempt: int
+    created_at: str
+    started_at: str
+    version: int
+    input_ref: str | None = None
+    output: Any = None
+    has_output: bool = False
+    output_ref: str | None = None
+    error: RunError | None = None
+    run_key: str | None = None
+    parent_run_id: str | None = None
+    schedule_id: str | None = None
+    ended_at: str | None = None
+    # Invocation bookkeeping: invoke_seq counts reasons to invoke; handled_seq is the last
+    # one an invocation has answered; epoch is the lease generation that step calls carry.
+    invoke_seq: int = 1
+    handled_seq: int = 0
+    epoch: int = 0
+    lease_until_ms: int = 0
+    invoke_failures: int = 0
+    steps: tuple[Step, ...] = field(default=())
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED_STATUSES
+
+    def to_api(self, *, with_steps: bool = True) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id,
+            "appId": self.app_id,
+            "workflow": self.workflow,
+            "status": self.status,
+            "input": self.input,
+            "attempt": self.attempt,
+            "createdAt": self.created_at,
+            "startedAt": self.started_at,
+        }
+        if self.output_ref:
+            body["outputRef"] = self.output_ref
+        elif self.has_output:
+            body["output"] = self.output
+        if self.error:
+            body["error"] = self.error.to_api()
+        for key, value in (
+            ("runKey", self.run_key),
+            ("parentRunId", self.parent_run_id),
+            ("scheduleId", self.schedule_id),
+            ("endedAt", self.ended_at),
+        ):
+            if value is not None:
+                body[key] = value
+        if with_steps:
+            body["steps"] = [s.to_api() for s in self.steps]
+        return body

@@ -1,0 +1,45 @@
+"""The only place in the engine that makes identifiers and reads randomness."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+
+from ezgh_engine import clock
+
+# Namespace for identifiers derived from their cause (child runs, scheduled runs, queue starts):
+# the same cause always gives the same ID, so "exactly one start" is a conditional put.
+_DERIVED_NS = uuid.UUID("6f1d3c52-7a2e-4b8e-9f0a-4e5a1b2c3d4e")
+
+
+def new_id() -> str:
+    """A new random UUID (v4) as a string."""
+    return str(uuid.uuid4())
+
+
+def time_ordered_id() -> str:
+    """A UUIDv7-shaped ID that sorts by creation time (events, step order)."""
+    ms = clock.now_ms() & ((1 << 48) - 1)
+    rand = int.from_bytes(secrets.token_bytes(10), "big")
+    value = (ms << 80) | (0x7 << 76) | ((rand >> 68) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+def derived_id(*parts: str) -> str:
+    """A UUID (v5) derived from its cause; the same parts always give the same ID."""
+    return str(uuid.uuid5(_DERIVED_NS, "\x1f".join(parts)))
+
+
+def secret_token(nbytes: int = 32) -> str:
+    """An unguessable URL-safe token (at least 128 bits for any nbytes >= 16)."""
+    return secrets.token_urlsafe(nbytes)
+
+
+def slug(prefix: str) -> str:
+    """A short public handle such as `wfa_3k9x...`."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

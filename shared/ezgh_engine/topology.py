@@ -1,0 +1,125 @@
+"""The one declaration of the engine's shape.
+
+Tables, queues, the payload bucket, the scheduler group, the Lambda functions and which event
+source feeds which handler are declared here once. `infra/` turns this into CDK constructs; the
+local runtime (`ezgh dev`, the tests) turns it into moto resources and pollers. Nothing is wired
+twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    partition_key: str
+    sort_key: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A DynamoDB table with string keys `pk` and `sk`."""
+
+    key: str  # logical name, also the suffix of the physical name
+    env_var: str  # where handlers find the physical name
+    stream: bool = False
+    indexes: tuple[Index, ...] = ()
+    ttl_attribute: str = "ttl"
+
+
+@dataclass(frozen=True)
+class Queue:
+    key: str
+    env_var: str  # holds the queue URL
+    visibility_timeout_seconds: int = 60
+    max_receive_count: int = 10
+
+
+@dataclass(frozen=True)
+class Function:
+    key: str
+    handler: str  # dotted path "module:function", importable in the Lambda bundle and locally
+    timeout_seconds: int = 30
+    memory_mb: int = 512
+
+
+@dataclass(frozen=True)
+class SqsSource:
+    """An SQS event source mapping: `queue` feeds `function`."""
+
+    queue: str
+    function: str
+    batch_size: int = 10
+    kind: Literal["sqs"] = "sqs"
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    """A DynamoDB stream event source mapping: `table`'s stream feeds `function`."""
+
+    table: str
+    function: str
+    batch_size: int = 100
+    kind: Literal["stream"] = "stream"
+
+
+@dataclass(frozen=True)
+class Topology:
+    tables: tuple[Table, ...]
+    queues: tuple[Queue, ...]
+    functions: tuple[Function, ...]
+    sources: tuple[SqsSource | StreamSource, ...]
+    bucket_env_var: str = "EZGH_PAYLOAD_BUCKET"
+    scheduler_group_env_var: str = "EZGH_SCHEDULER_GROUP"
+    scheduler_role_env_var: str = "EZGH_SCHEDULER_ROLE_ARN"
+    extra_env: tuple[str, ...] = field(default=())
+
+    def table(self, key: str) -> Table:
+        return next(t for t in self.tables if t.key == key)
+
+    def queue(self, key: str) -> Queue:
+        return next(q for q in self.queues if q.key == key)
+
+    def function(self, key: str) -> Function:
+        return next(f for f in self.functions if f.key == key)
+
+
+RUNS_TABLE = Table(
+    key="runs",
+    env_var="EZGH_RUNS_TABLE",
+    stream=True,
+    indexes=(Index("gsi1", "gsi1pk", "gsi1sk"),),
+)
+REGISTRY_TABLE = Table(
+    key="registry",
+    env_var="EZGH_REGISTRY_TABLE",
+    indexes=(Index("gsi1", "gsi1pk", "gsi1sk"),),
+)
+
+INVOCATIONS_QUEUE = Queue(
+    key="invocations",
+    env_var="EZGH_INVOCATIONS_QUEUE_URL",
+    # Longer than the invoker's timeout, so a message is not redelivered while an invocation
+    # is still in flight; a crashed invoker's message comes back after this.
+    visibility_timeout_seconds=960,
+    max_receive_count=100,
+)
+
+API_FUNCTION = Function("api", "functions.api.handler:handler", timeout_seconds=29)
+STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout_seconds=60)
+INVOKER_FUNCTION = Function(
+    "invoker", "functions.invoker.handler:handler", timeout_seconds=900, memory_mb=256
+)
+
+TOPOLOGY = Topology(
+    tables=(RUNS_TABLE, REGISTRY_TABLE),
+    queues=(INVOCATIONS_QUEUE,),
+    functions=(API_FUNCTION, STREAM_FUNCTION, INVOKER_FUNCTION),
+    sources=(
+        StreamSource(table="runs", function="stream"),
+        SqsSource(queue="invocations", function="invoker", batch_size=1),
+    ),
+)
