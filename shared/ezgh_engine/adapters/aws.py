@@ -7,7 +7,7 @@ in Lambda and to moto's server under `ezgh dev` and the tests.
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import boto3
@@ -23,7 +23,7 @@ _CONFIG = Config(
 _lock = threading.Lock()
 
 
-@lru_cache(maxsize=None)
+@cache
 def client(service: str) -> Any:
     """A shared boto3 client (boto3 clients are thread-safe; sessions are not)."""
     with _lock:

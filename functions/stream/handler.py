@@ -1,0 +1,15 @@
+"""Lambda handler for the `runs` table's stream (the outbox)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from ezgh_engine.service.stream import handle_batch
+
+logger = Logger(service="ezgh-stream")
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    failed = handle_batch(event.get("Records", []))
+    return {"batchItemFailures": [{"itemIdentifier": seq} for seq in failed]}

@@ -1,0 +1,224 @@
+"""DynamoDB writes of the invocation lifecycle: take a lease, answer it, back off, wake timers.
+
+A run has at most one live invocation. Taking the lease bumps `epoch` under a condition; every
+later write of that invocation is conditional on the same epoch, so a stale invoker's writes
+change nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.runs_store import RETENTION_SECONDS
+from ezgh_engine.config import settings
+from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.errors import StaleInvocation
+
+_LIVE = {":running": {"S": "running"}, ":cancelling": {"S": "cancelling"}}
+_LIVE_CONDITION = "#status IN (:running, :cancelling)"
+
+
+def _ddb() -> Any:
+    return client("dynamodb")
+
+
+def _table() -> str:
+    return settings().runs_table
+
+
+def take_lease(run_id: str, seq: int, *, now_ms: int, lease_ms: int) -> Run | None:
+    """Lease the run for one invocation answering `seq`, or None when the condition fails
+    (ended, already handled, or leased by a live invocation)."""
+    try:
+        answer = _ddb().update_item(
+            TableName=_table(),
+            Key=items.run_key(run_id),
+            UpdateExpression=(
+                "SET epoch = epoch + :one, leaseUntil = :until, version = version + :one"
+            ),
+            ConditionExpression=(
+                f"{_LIVE_CONDITION} AND handledSeq < :seq AND invokeSeq >= :seq "
+                "AND leaseUntil < :now"
+            ),
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={
+                **_LIVE,
+                ":one": {"N": "1"},
+                ":seq": {"N": str(seq)},
+                ":now": {"N": str(now_ms)},
+                ":until": {"N": str(now_ms + lease_ms)},
+            },
+            ReturnValues="ALL_NEW",
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return None
+        ddb.raise_transient(exc)
+        raise
+    return items.run_from(ddb.from_item(answer["Attributes"]))
+
+
+def _run_update(
+    run: Run, expression: str, values: dict[str, Any], names: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A transaction Update of the run item, conditional on the invocation's epoch."""
+    return {
+        "Update": {
+            "TableName": _table(),
+            "Key": items.run_key(run.id),
+            "UpdateExpression": expression + ", version = version + :one",
+            "ConditionExpression": f"epoch = :epoch AND {_LIVE_CONDITION}",
+            "ExpressionAttributeNames": {"#status": "status", **(names or {})},
+            "ExpressionAttributeValues": {
+                **_LIVE,
+                ":one": {"N": "1"},
+                ":epoch": {"N": str(run.epoch)},
+                **values,
+            },
+        }
+    }
+
+
+def _transact(actions: list[dict[str, Any]]) -> None:
+    try:
+        _ddb().transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        codes = ddb.cancellation_codes(exc)
+        if codes and codes[0] == "ConditionalCheckFailed":
+            raise StaleInvocation(
+                "the invocation's lease was taken over or the run ended"
+            ) from None
+        ddb.raise_transient(exc)
+        raise
+
+
+def end_run(
+    run: Run,
+    seq: int,
+    *,
+    status: str,
+    ended_at: str,
+    ended_epoch_s: int,
+    output_text: str | None = None,
+    output_ref: str | None = None,
+    error: RunError | None = None,
+    events: list[dict[str, Any]],
+) -> None:
+    """End the run (completed/failed/…) for the invocation holding `run.epoch`."""
+    values: dict[str, Any] = {
+        ":ended": {"S": status},
+        ":at": {"S": ended_at},
+        ":seq": {"N": str(seq)},
+        ":zero": {"N": "0"},
+        ":ttl": {"N": str(ended_epoch_s + RETENTION_SECONDS)},
+    }
+    expression = (
+        "SET #status = :ended, endedAt = :at, handledSeq = :seq, leaseUntil = :zero, #ttl = :ttl"
+    )
+    if output_text is not None:
+        expression += ", #output = :output"
+        values[":output"] = {"S": output_text}
+    if output_ref is not None:
+        expression += ", outputRef = :ref"
+        values[":ref"] = {"S": output_ref}
+    if error is not None:
+        expression += ", #error = :error"
+        values[":error"] = ddb.to_attr(error.to_api())
+    names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
+    used = {n: v for n, v in names.items() if n in expression}
+    _transact([_run_update(run, expression, values, used), *events])
+
+
+def suspend(
+    run: Run, seq: int, *, step_puts: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> None:
+    """Answer the invocation `suspended`: record the new waits and release the lease."""
+    update = _run_update(
+        run,
+        "SET handledSeq = :seq, leaseUntil = :zero, invokeFailures = :zero",
+        {":seq": {"N": str(seq)}, ":zero": {"N": "0"}},
+    )
+    _transact([update, *step_puts, *events])
+
+
+def back_off(run: Run, *, failures: int, retry_at_ms: int) -> None:
+    """Keep the lease until `retry_at_ms` after a failed delivery, counting the failure."""
+    update = _run_update(
+        run,
+        "SET leaseUntil = :until, invokeFailures = :n",
+        {":until": {"N": str(retry_at_ms)}, ":n": {"N": str(failures)}},
+    )
+    _transact([update])
+
+
+def put_sleep_step(
+    run: Run, *, step_id: str, name: str, order: str, started_at: str, wake_at: str, expires: int
+) -> dict[str, Any]:
+    """A transaction Put of a new `sleeping` step (created once: the lease is ours)."""
+    values = {
+        **{"pk": items.run_pk(run.id), "sk": items.STEP_PREFIX + step_id},
+        "type": "step",
+        "runId": run.id,
+        "stepId": step_id,
+        "name": name,
+        "kind": "sleep",
+        "status": "sleeping",
+        "attempt": 1,
+        "order": order,
+        "startedAt": started_at,
+        "wakeAt": wake_at,
+        "ttl": expires,
+    }
+    return {
+        "Put": {
+            "TableName": _table(),
+            "Item": ddb.to_item(values),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
+
+
+def wake_sleep(run_id: str, step_id: str, *, ended_at: str, event: dict[str, Any]) -> bool:
+    """Complete a sleeping step and ask for an invocation, once. False when already woken or
+    the run is no longer live."""
+    actions = [
+        {
+            "Update": {
+                "TableName": _table(),
+                "Key": items.step_key(run_id, step_id),
+                "UpdateExpression": "SET #status = :done, endedAt = :at, #output = :null",
+                "ConditionExpression": "#status = :sleeping",
+                "ExpressionAttributeNames": {"#status": "status", "#output": "output"},
+                "ExpressionAttributeValues": {
+                    ":done": {"S": "completed"},
+                    ":sleeping": {"S": "sleeping"},
+                    ":at": {"S": ended_at},
+                    ":null": {"S": "null"},
+                },
+            }
+        },
+        {
+            "Update": {
+                "TableName": _table(),
+                "Key": items.run_key(run_id),
+                "UpdateExpression": "SET invokeSeq = invokeSeq + :one, version = version + :one",
+                "ConditionExpression": _LIVE_CONDITION,
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": {**_LIVE, ":one": {"N": "1"}},
+            }
+        },
+        event,
+    ]
+    try:
+        _ddb().transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True

@@ -1,0 +1,96 @@
+"""Messages on the invocations queue, and timers that deliver them later.
+
+Waits up to `sqs_max_delay_seconds` (15 minutes on AWS) are an SQS `DelaySeconds`; longer ones
+are a one-time EventBridge Scheduler `at(...)` schedule whose target is the queue itself. A
+timer that arrives early is sent again with the time left (see `service.invoker`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import clock
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.config import settings
+
+# Scheduler fires within a minute of the time; ask it a little early and let an SQS delay
+# carry the rest, so a long sleep ends on time to about a second.
+SCHEDULER_LEAD = timedelta(minutes=2)
+
+
+def _send(body: dict[str, Any], delay_seconds: int = 0) -> None:
+    client("sqs").send_message(
+        QueueUrl=settings().invocations_queue_url,
+        MessageBody=json.dumps(body, separators=(",", ":")),
+        DelaySeconds=max(0, min(delay_seconds, 900)),
+    )
+
+
+def send_invocation(run_id: str, seq: int) -> None:
+    """Ask the invoker to answer reason `seq` of the run."""
+    _send({"type": "invoke", "runId": run_id, "seq": seq})
+
+
+def timer_body(run_id: str, step_id: str, wake_at: str) -> dict[str, Any]:
+    return {"type": "timer", "runId": run_id, "stepId": step_id, "wakeAt": wake_at}
+
+
+def schedule_timer(run_id: str, step_id: str, wake_at: datetime) -> None:
+    """Deliver a timer message for the step at `wake_at` (idempotent per run and step)."""
+    body = timer_body(run_id, step_id, clock.iso(wake_at))
+    delay = (wake_at - clock.now()).total_seconds()
+    if delay <= settings().sqs_max_delay_seconds:
+        _send(body, math.ceil(max(delay, 0)))
+        return
+    _create_schedule(body, wake_at - SCHEDULER_LEAD, run_id, step_id)
+
+
+def _schedule_name(run_id: str, step_id: str) -> str:
+    return "t-" + hashlib.sha256(f"{run_id}:{step_id}".encode()).hexdigest()[:60]
+
+
+def _create_schedule(body: dict[str, Any], fire_at: datetime, run_id: str, step_id: str) -> None:
+    cfg = settings()
+    at = fire_at.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat()
+    try:
+        client("scheduler").create_schedule(
+            Name=_schedule_name(run_id, step_id),
+            GroupName=cfg.scheduler_group,
+            ScheduleExpression=f"at({at})",
+            ScheduleExpressionTimezone="UTC",
+            FlexibleTimeWindow={"Mode": "OFF"},
+            ActionAfterCompletion="DELETE",
+            Target={
+                "Arn": cfg.invocations_queue_arn,
+                "RoleArn": cfg.scheduler_role_arn,
+                "Input": json.dumps(body, separators=(",", ":")),
+            },
+        )
+    except ClientError as exc:
+        # The same run and step always make the same name: a second request is a duplicate.
+        if exc.response.get("Error", {}).get("Code") != "ConflictException":
+            raise
+
+
+def resend_timer(body: dict[str, Any], wake_at: datetime) -> None:
+    """A timer that arrived early goes round again with the time left."""
+    delay = (wake_at - clock.now()).total_seconds()
+    if delay > settings().sqs_max_delay_seconds:
+        _create_schedule(body, wake_at - SCHEDULER_LEAD, body["runId"], body["stepId"] + "+")
+    else:
+        _send(body, math.ceil(max(delay, 0)))
+
+
+def hold_message(receipt_handle: str, seconds: float) -> None:
+    """Make a received invocation message visible again only after `seconds`."""
+    client("sqs").change_message_visibility(
+        QueueUrl=settings().invocations_queue_url,
+        ReceiptHandle=receipt_handle,
+        VisibilityTimeout=max(1, min(math.ceil(seconds), 43_200)),
+    )

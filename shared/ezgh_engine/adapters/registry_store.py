@@ -1,0 +1,398 @@
+"""DynamoDB access to the `registry` table: projects, API keys and apps, with the item
+layout of docs/architecture.md ("registry"). Idempotency records are in `idempotency_store`.
+
+Every write is conditional, so two racing requests never both win. Secrets are never stored:
+an API key is kept as its SHA-256 only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import aws
+from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
+from ezgh_engine.config import settings
+from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.errors import Conflict, NotFound
+
+Permission = tuple[str, str | None]  # (action, resource or None for all)
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key's record (never its secret)."""
+
+    id: str
+    org_id: str
+    project_id: str
+    name: str
+    permissions: tuple[Permission, ...]
+    created_at: str
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "permissions": permissions_to_api(self.permissions),
+            "createdAt": self.created_at,
+        }
+
+    def principal(self) -> Principal:
+        return Principal(self.org_id, self.project_id, self.id, self.permissions)
+
+
+def permissions_to_api(perms: tuple[Permission, ...]) -> list[dict[str, str]]:
+    """`[{action, resource?}]`, the API's shape of a permission list."""
+    return [{"action": a, **({"resource": r} if r is not None else {})} for a, r in perms]
+
+
+# --- low-level helpers ---------------------------------------------------------------------
+
+
+def ddb() -> Any:
+    """The DynamoDB client (low level)."""
+    return aws.client("dynamodb")
+
+
+def table() -> str:
+    """The registry table's physical name."""
+    return settings().registry_table
+
+
+def item_key(pk: str, sk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def get_item(pk: str, sk: str) -> dict[str, Any] | None:
+    # Consistent reads: a revoked key or a deleted app must stop working at once.
+    answer = ddb().get_item(TableName=table(), Key=item_key(pk, sk), ConsistentRead=True)
+    item: dict[str, Any] | None = answer.get("Item")
+    return item
+
+
+def _query_gsi1(partition: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {
+        "TableName": table(),
+        "IndexName": "gsi1",
+        "KeyConditionExpression": "gsi1pk = :p",
+        "ExpressionAttributeValues": {":p": _s(partition)},
+    }
+    while True:
+        page = ddb().query(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+# --- projects ------------------------------------------------------------------------------
+
+
+def get_project_org(project_id: str) -> str | None:
+    """The organization that owns `project_id`, or None when there is no such project."""
+    item = get_item(f"PROJECT#{project_id}", "PROJECT")
+    return item["orgId"]["S"] if item else None
+
+
+def ensure_project(org_id: str, project_id: str) -> None:
+    """Create the project item unless it exists; a project of another org is a conflict."""
+    try:
+        ddb().put_item(
+            TableName=table(),
+            Item={
+                **item_key(f"PROJECT#{project_id}", "PROJECT"),
+                "orgId": _s(org_id),
+                "createdAt": _s(clock.iso(clock.now())),
+            },
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+    except ClientError as err:
+        if not is_condition_failure(err):
+            raise
+        if get_project_org(project_id) != org_id:
+            raise Conflict(f"project {project_id} belongs to another organization") from err
+
+
+# --- API keys ------------------------------------------------------------------------------
+
+
+def _key_from_item(item: dict[str, Any]) -> ApiKey:
+    perms = json.loads(item["permissions"]["S"])
+    return ApiKey(
+        id=item["id"]["S"],
+        org_id=item["orgId"]["S"],
+        project_id=item["projectId"]["S"],
+        name=item["name"]["S"],
+        permissions=tuple((p["action"], p.get("resource")) for p in perms),
+        created_at=item["createdAt"]["S"],
+    )
+
+
+def create_api_key(
+    org_id: str, project_id: str, name: str, permissions: tuple[Permission, ...]
+) -> tuple[ApiKey, str]:
+    """Store a new key and answer it with its secret (the only time the secret exists)."""
+    secret = f"ezgh_{ids.secret_token(32)}"
+    digest = ids.sha256_hex(secret)
+    key = ApiKey(ids.new_id(), org_id, project_id, name, permissions, clock.iso(clock.now()))
+    record = {
+        **item_key(f"APIKEY#{digest}", "APIKEY"),
+        "id": _s(key.id),
+        "orgId": _s(org_id),
+        "projectId": _s(project_id),
+        "name": _s(name),
+        "permissions": _s(json.dumps(permissions_to_api(permissions))),
+        "createdAt": _s(key.created_at),
+        "gsi1pk": _s(f"KEYS#{project_id}"),
+        "gsi1sk": _s(key.id),
+    }
+    pointer = {
+        **item_key(f"APIKEYID#{key.id}", "APIKEYID"),
+        "hash": _s(digest),
+        "projectId": _s(project_id),
+    }
+    ddb().transact_write_items(
+        TransactItems=[
+            {
+                "Put": {
+                    "TableName": table(),
+                    "Item": item,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+            for item in (record, pointer)
+        ]
+    )
+    return key, secret
+
+
+def find_api_key(secret: str) -> ApiKey | None:
+    """The key whose secret is `secret`, or None (unknown or revoked)."""
+    item = get_item(f"APIKEY#{ids.sha256_hex(secret)}", "APIKEY")
+    return _key_from_item(item) if item else None
+
+
+def get_api_key(project_id: str, key_id: str) -> ApiKey | None:
+    """A key of `project_id` by its ID, or None."""
+    pointer = get_item(f"APIKEYID#{key_id}", "APIKEYID")
+    if not pointer or pointer["projectId"]["S"] != project_id:
+        return None
+    item = get_item(f"APIKEY#{pointer['hash']['S']}", "APIKEY")
+    return _key_from_item(item) if item else None
+
+
+def list_api_keys(project_id: str) -> list[ApiKey]:
+    """Every key of the project, oldest ID order (no secrets, they are not stored)."""
+    return [_key_from_item(i) for i in _query_gsi1(f"KEYS#{project_id}")]
+
+
+def delete_api_key(project_id: str, key_id: str) -> None:
+    """Revoke a key: both items go in one transaction. Unknown key: NotFound."""
+    pointer = get_item(f"APIKEYID#{key_id}", "APIKEYID")
+    if not pointer or pointer["projectId"]["S"] != project_id:
+        raise NotFound(f"API key {key_id} not found")
+    deletes = [
+        item_key(f"APIKEY#{pointer['hash']['S']}", "APIKEY"),
+        item_key(f"APIKEYID#{key_id}", "APIKEYID"),
+    ]
+    try:
+        ddb().transact_write_items(
+            TransactItems=[
+                {
+                    "Delete": {
+                        "TableName": table(),
+                        "Key": k,
+                        "ConditionExpression": "attribute_exists(pk)",
+                    }
+                }
+                for k in deletes
+            ]
+        )
+    except ClientError as err:
+        if cancellation_codes(err):
+            raise NotFound(f"API key {key_id} not found") from err
+        raise
+
+
+# --- apps ----------------------------------------------------------------------------------
+
+
+def _app_item(app: App) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        **item_key(f"APP#{app.id}", "APP"),
+        "id": _s(app.id),
+        "slug": _s(app.slug),
+        "orgId": _s(app.org_id),
+        "projectId": _s(app.project_id),
+        "name": _s(app.name),
+        "kind": _s(app.kind),
+        "status": _s(app.status),
+        "workflows": {"L": [_s(w) for w in app.workflows]},
+        "signingKey": _s(app.signing_key),
+        "createdAt": _s(app.created_at),
+        "version": {"N": str(app.version)},
+        "gsi1pk": _s(f"APPS#{app.project_id}"),
+        "gsi1sk": _s(app.name),
+    }
+    if app.url is not None:
+        item["url"] = _s(app.url)
+    if app.notifications is not None:
+        item["notifications"] = _s(json.dumps(app.notifications.to_api()))
+    return item
+
+
+def _app_from_item(item: dict[str, Any]) -> App:
+    notifications = None
+    if "notifications" in item:
+        data = json.loads(item["notifications"]["S"])
+        notifications = Notifications(
+            queue_id=data["queueId"],
+            on=tuple(data["on"]),
+            workflows=None if data.get("workflows") is None else tuple(data["workflows"]),
+            group_by=data.get("groupBy", "run"),
+        )
+    return App(
+        id=item["id"]["S"],
+        slug=item["slug"]["S"],
+        org_id=item["orgId"]["S"],
+        project_id=item["projectId"]["S"],
+        name=item["name"]["S"],
+        kind=item["kind"]["S"],
+        url=item["url"]["S"] if "url" in item else None,
+        status=item["status"]["S"],
+        workflows=tuple(w["S"] for w in item.get("workflows", {}).get("L", [])),
+        signing_key=item["signingKey"]["S"],
+        created_at=item["createdAt"]["S"],
+        notifications=notifications,
+        version=int(item["version"]["N"]),
+    )
+
+
+def create_app(app: App) -> App:
+    """Store a new app with its name and slug items in one transaction.
+
+    A name already taken in the project raises Conflict (`invalid_state`).
+    """
+    name_item = {
+        **item_key(f"APPNAME#{app.project_id}#{app.name}", "APPNAME"),
+        "appId": _s(app.id),
+    }
+    slug_item = {**item_key(f"APPSLUG#{app.slug}", "APPSLUG"), "appId": _s(app.id)}
+    puts = [_app_item(app), name_item, slug_item]
+    try:
+        ddb().transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": table(),
+                        "Item": item,
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+                for item in puts
+            ]
+        )
+    except ClientError as err:
+        reasons = cancellation_codes(err)
+        if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            raise Conflict(
+                f"an app named {app.name!r} already exists in this project", code="invalid_state"
+            ) from err
+        raise
+    return app
+
+
+def _get_app_by_id(app_id: str) -> App | None:
+    item = get_item(f"APP#{app_id}", "APP")
+    return _app_from_item(item) if item else None
+
+
+def get_app(project_id: str, app_ref: str) -> App | None:
+    """The app named by its UUID or `wfa_` slug, or None (unknown, or of another project)."""
+    app_id = app_ref
+    if app_ref.startswith("wfa_"):
+        slug_item = get_item(f"APPSLUG#{app_ref}", "APPSLUG")
+        if not slug_item:
+            return None
+        app_id = slug_item["appId"]["S"]
+    app = _get_app_by_id(app_id)
+    return app if app and app.project_id == project_id else None
+
+
+def list_apps(project_id: str) -> list[App]:
+    """Every app of the project, by name."""
+    return [_app_from_item(i) for i in _query_gsi1(f"APPS#{project_id}")]
+
+
+def save_app(app: App) -> App:
+    """Write `app` over the stored one if nobody changed it since it was read (its `version`).
+
+    Answers the app with its new version; a concurrent change raises Conflict.
+    """
+    saved = replace(app, version=app.version + 1)
+    try:
+        ddb().put_item(
+            TableName=table(),
+            Item=_app_item(saved),
+            ConditionExpression="version = :v",
+            ExpressionAttributeValues={":v": {"N": str(app.version)}},
+        )
+    except ClientError as err:
+        if is_condition_failure(err):
+            raise Conflict(f"app {app.id} changed or was deleted meanwhile; retry") from err
+        raise
+    return saved
+
+
+def update_app_after_sync(app: App, workflows: list[str]) -> App:
+    """Record what a sync learnt: the app's workflows, and status `synced`.
+
+    Only these fields change (no version check), so a sync never loses a concurrent PATCH
+    of the URL or notifications; the version still moves on.
+    """
+    try:
+        answer = ddb().update_item(
+            TableName=table(),
+            Key=item_key(f"APP#{app.id}", "APP"),
+            UpdateExpression="SET workflows = :w, #s = :s, version = version + :one",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={
+                ":w": {"L": [_s(w) for w in workflows]},
+                ":s": _s("synced"),
+                ":one": {"N": "1"},
+            },
+            ReturnValues="ALL_NEW",
+        )
+    except ClientError as err:
+        if is_condition_failure(err):
+            raise NotFound(f"app {app.id} not found") from err
+        raise
+    return _app_from_item(answer["Attributes"])
+
+
+def delete_app(app: App) -> None:
+    """Delete the app with its name and slug items in one transaction."""
+    keys = [
+        item_key(f"APP#{app.id}", "APP"),
+        item_key(f"APPNAME#{app.project_id}#{app.name}", "APPNAME"),
+        item_key(f"APPSLUG#{app.slug}", "APPSLUG"),
+    ]
+    deletes: list[dict[str, Any]] = [{"Delete": {"TableName": table(), "Key": k}} for k in keys]
+    deletes[0]["Delete"]["ConditionExpression"] = "attribute_exists(pk)"
+    try:
+        ddb().transact_write_items(TransactItems=deletes)
+    except ClientError as err:
+        if cancellation_codes(err):
+            raise NotFound(f"app {app.id} not found") from err
+        raise

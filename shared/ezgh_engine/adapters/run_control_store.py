@@ -1,0 +1,112 @@
+"""DynamoDB writes of run controls: cancel and retry. Both ask for an invocation by bumping
+`invokeSeq`, so the stream (the outbox) sends it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.runs_store import CHILD_ITEM_TTL_SECONDS, event_put
+from ezgh_engine.config import settings
+from ezgh_engine.core.models import Run
+from ezgh_engine.errors import Conflict
+
+
+def _expires() -> int:
+    return int(clock.now().timestamp()) + CHILD_ITEM_TTL_SECONDS
+
+
+def request_cancel(run: Run, *, at: str) -> None:
+    """`running` → `cancelling`; the next invocation ends the run `cancelled`."""
+    actions: list[dict[str, Any]] = [
+        {
+            "Update": {
+                "TableName": settings().runs_table,
+                "Key": items.run_key(run.id),
+                "UpdateExpression": (
+                    "SET #status = :cancelling, invokeSeq = invokeSeq + :one, "
+                    "version = version + :one"
+                ),
+                "ConditionExpression": "#status = :running",
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": {
+                    ":cancelling": {"S": "cancelling"},
+                    ":running": {"S": "running"},
+                    ":one": {"N": "1"},
+                },
+            }
+        },
+        event_put(run.id, run.attempt, "run.cancelling", at, _expires()),
+    ]
+    try:
+        client("dynamodb").transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
+            current = (
+                client("dynamodb")
+                .get_item(
+                    TableName=settings().runs_table, Key=items.run_key(run.id), ConsistentRead=True
+                )
+                .get("Item")
+            )
+            status = ddb.from_item(current)["status"] if current else "deleted"
+            if status == "cancelling":
+                return  # asked twice: the first request stands
+            raise Conflict(f"run {run.id} has ended ({status})", code="invalid_state") from None
+        ddb.raise_transient(exc)
+        raise
+
+
+def retry(run: Run, *, at: str) -> None:
+    """A failed or timed-out run runs again with attempt + 1, keeping its completed steps;
+    its failed steps are forgotten so they run again."""
+    actions: list[dict[str, Any]] = [
+        {
+            "Update": {
+                "TableName": settings().runs_table,
+                "Key": items.run_key(run.id),
+                "UpdateExpression": (
+                    "SET #status = :running, attempt = attempt + :one, "
+                    "invokeSeq = invokeSeq + :one, version = version + :one, "
+                    "invokeFailures = :zero, leaseUntil = :zero "
+                    "REMOVE endedAt, #error, #ttl"
+                ),
+                "ConditionExpression": "version = :v AND #status IN (:failed, :timedOut)",
+                "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
+                "ExpressionAttributeValues": {
+                    ":running": {"S": "running"},
+                    ":failed": {"S": "failed"},
+                    ":timedOut": {"S": "timedOut"},
+                    ":one": {"N": "1"},
+                    ":zero": {"N": "0"},
+                    ":v": {"N": str(run.version)},
+                },
+            }
+        },
+        event_put(run.id, run.attempt + 1, "run.retried", at, _expires()),
+    ]
+    for step in run.steps:
+        if step.status == "failed":
+            actions.append(
+                {
+                    "Delete": {
+                        "TableName": settings().runs_table,
+                        "Key": items.step_key(run.id, step.id),
+                        "ConditionExpression": "#status = :failed",
+                        "ExpressionAttributeNames": {"#status": "status"},
+                        "ExpressionAttributeValues": {":failed": {"S": "failed"}},
+                    }
+                }
+            )
+    try:
+        client("dynamodb").transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
+            raise Conflict(f"run {run.id} changed meanwhile; read it and try again") from None
+        ddb.raise_transient(exc)
+        raise

@@ -1,0 +1,131 @@
+"""How runs, steps and events are laid out as items of the `runs` table (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ezgh_engine.core.models import Run, RunError, Step
+
+RUN_SK = "RUN"
+STEP_PREFIX = "STEP#"
+EVENT_PREFIX = "EVT#"
+
+
+def run_pk(run_id: str) -> str:
+    return f"RUN#{run_id}"
+
+
+def run_key_pk(project_id: str, run_key: str) -> str:
+    return f"RUNKEY#{project_id}#{run_key}"
+
+
+def runs_index_pk(project_id: str) -> str:
+    return f"RUNS#{project_id}"
+
+
+def key(pk: str, sk: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def run_key(run_id: str) -> dict[str, dict[str, str]]:
+    return key(run_pk(run_id), RUN_SK)
+
+
+def step_key(run_id: str, step_id: str) -> dict[str, dict[str, str]]:
+    return key(run_pk(run_id), STEP_PREFIX + step_id)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _error(data: Any) -> RunError | None:
+    return RunError.from_api(data) if isinstance(data, dict) else None
+
+
+def run_values(run: Run) -> dict[str, Any]:
+    """The plain attribute values of a new run item (without steps)."""
+    return {
+        "pk": run_pk(run.id),
+        "sk": RUN_SK,
+        "type": "run",
+        "id": run.id,
+        "orgId": run.org_id,
+        "projectId": run.project_id,
+        "appId": run.app_id,
+        "workflow": run.workflow,
+        "status": run.status,
+        "input": None if run.input_ref else dumps(run.input),
+        "inputRef": run.input_ref,
+        "attempt": run.attempt,
+        "runKey": run.run_key,
+        "parentRunId": run.parent_run_id,
+        "scheduleId": run.schedule_id,
+        "createdAt": run.created_at,
+        "startedAt": run.started_at,
+        "version": run.version,
+        "invokeSeq": run.invoke_seq,
+        "handledSeq": run.handled_seq,
+        "epoch": run.epoch,
+        "leaseUntil": run.lease_until_ms,
+        "invokeFailures": run.invoke_failures,
+        "gsi1pk": runs_index_pk(run.project_id),
+        "gsi1sk": f"{run.created_at}#{run.id}",
+    }
+
+
+def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
+    has_output = "output" in values
+    return Run(
+        id=values["id"],
+        org_id=values.get("orgId", ""),
+        project_id=values["projectId"],
+        app_id=values["appId"],
+        workflow=values["workflow"],
+        status=values["status"],
+        input=json.loads(values["input"]) if "input" in values else None,
+        input_ref=values.get("inputRef"),
+        attempt=int(values.get("attempt", 1)),
+        created_at=values["createdAt"],
+        started_at=values.get("startedAt", values["createdAt"]),
+        version=int(values.get("version", 1)),
+        output=json.loads(values["output"]) if has_output else None,
+        has_output=has_output,
+        output_ref=values.get("outputRef"),
+        error=_error(values.get("error")),
+        run_key=values.get("runKey"),
+        parent_run_id=values.get("parentRunId"),
+        schedule_id=values.get("scheduleId"),
+        ended_at=values.get("endedAt"),
+        invoke_seq=int(values.get("invokeSeq", 1)),
+        handled_seq=int(values.get("handledSeq", 0)),
+        epoch=int(values.get("epoch", 0)),
+        lease_until_ms=int(values.get("leaseUntil", 0)),
+        invoke_failures=int(values.get("invokeFailures", 0)),
+        steps=steps,
+    )
+
+
+def step_from(values: dict[str, Any]) -> Step:
+    has_output = "output" in values
+    return Step(
+        id=values["stepId"],
+        name=values["name"],
+        kind=values["kind"],
+        status=values["status"],
+        attempt=int(values.get("attempt", 1)),
+        order=values.get("order", ""),
+        started_at=values.get("startedAt"),
+        ended_at=values.get("endedAt"),
+        output=json.loads(values["output"]) if has_output else None,
+        has_output=has_output,
+        output_ref=values.get("outputRef"),
+        error=_error(values.get("error")),
+        wake_at=values.get("wakeAt"),
+    )
+
+
+def event_from(values: dict[str, Any]) -> dict[str, Any]:
+    """The API shape of an event item: every attribute but the keys."""
+    return {k: v for k, v in values.items() if k not in {"pk", "sk", "ttl"}}

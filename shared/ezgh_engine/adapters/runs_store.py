@@ -1,0 +1,278 @@
+"""DynamoDB access for runs: create, read, search, delete, events.
+
+Every write is conditional; a lost race raises or answers what the winner wrote, never a
+second effect. Invocation leases and outcomes are in `invocations_store`; step writes in
+`steps_store`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import ids
+from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.config import settings
+from ezgh_engine.core.models import Run
+
+RETENTION_SECONDS = 30 * 24 * 3600
+# Steps and events outlive the longest run (a year) plus retention; the run item's own TTL is
+# set when it ends.
+CHILD_ITEM_TTL_SECONDS = 366 * 24 * 3600 + RETENTION_SECONDS
+
+
+class RunKeyTaken(Exception):
+    """The run key belongs to another run; `run_id` names it."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
+class RunExists(Exception):
+    """A run with this (derived) ID exists already."""
+
+
+def _ddb() -> Any:
+    return client("dynamodb")
+
+
+def _table() -> str:
+    return settings().runs_table
+
+
+def event_put(
+    run_id: str, attempt: int, event_type: str, at: str, expires: int, **fields: Any
+) -> dict[str, Any]:
+    """A transaction Put of one event item (None fields are left out)."""
+    values = {
+        "pk": items.run_pk(run_id),
+        "sk": items.EVENT_PREFIX + ids.time_ordered_id(),
+        "type": event_type,
+        "at": at,
+        "attempt": attempt,
+        "ttl": expires,
+        **fields,
+    }
+    return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
+
+
+def create_run(run: Run, *, now_epoch_s: int) -> None:
+    """Write a new run, its run-key item and its first event in one transaction.
+
+    Raises `RunKeyTaken` when the key is another run's, `RunExists` when the ID is taken.
+    """
+    actions: list[dict[str, Any]] = [
+        {
+            "Put": {
+                "TableName": _table(),
+                "Item": ddb.to_item(items.run_values(run)),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
+    ]
+    if run.run_key:
+        key_item = {
+            "pk": items.run_key_pk(run.project_id, run.run_key),
+            "sk": "RUNKEY",
+            "runId": run.id,
+        }
+        actions.append(
+            {
+                "Put": {
+                    "TableName": _table(),
+                    "Item": ddb.to_item(key_item),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+        )
+    actions.append(
+        event_put(
+            run.id,
+            run.attempt,
+            "run.started",
+            run.created_at,
+            now_epoch_s + CHILD_ITEM_TTL_SECONDS,
+            workflow=run.workflow,
+        )
+    )
+    try:
+        _ddb().transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        codes = ddb.cancellation_codes(exc)
+        if run.run_key and len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+            owner = run_id_for_key(run.project_id, run.run_key)
+            if owner:
+                raise RunKeyTaken(owner) from None
+        if codes and codes[0] == "ConditionalCheckFailed":
+            raise RunExists(run.id) from None
+        ddb.raise_transient(exc)
+        raise
+
+
+def run_id_for_key(project_id: str, run_key: str) -> str | None:
+    answer = _ddb().get_item(
+        TableName=_table(),
+        Key=items.key(items.run_key_pk(project_id, run_key), "RUNKEY"),
+        ConsistentRead=True,
+    )
+    item = answer.get("Item")
+    return str(ddb.from_item(item)["runId"]) if item else None
+
+
+def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
+    """The run with its steps in the order they started (one query), or None."""
+    if not with_steps:
+        answer = _ddb().get_item(TableName=_table(), Key=items.run_key(run_id), ConsistentRead=True)
+        return items.run_from(ddb.from_item(answer["Item"])) if "Item" in answer else None
+    run_values: dict[str, Any] | None = None
+    steps = []
+    # "RUN" sorts after every "EVT#…" and before every "STEP#…": one range reads both.
+    for values in _query_all(
+        KeyConditionExpression="pk = :pk AND sk >= :run",
+        ExpressionAttributeValues={":pk": {"S": items.run_pk(run_id)}, ":run": {"S": "RUN"}},
+        ConsistentRead=True,
+    ):
+        if values["sk"] == items.RUN_SK:
+            run_values = values
+        elif values["sk"].startswith(items.STEP_PREFIX):
+            steps.append(items.step_from(values))
+    if run_values is None:
+        return None
+    steps.sort(key=lambda s: (s.order, s.id))
+    return items.run_from(run_values, tuple(steps))
+
+
+def _query_all(**query: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": _table(), **query}
+    while True:
+        answer = _ddb().query(**kwargs)
+        out.extend(ddb.from_item(i) for i in answer.get("Items", []))
+        if "LastEvaluatedKey" not in answer:
+            return out
+        kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+
+def search_runs(
+    project_id: str,
+    *,
+    filters: dict[str, str],
+    created_after: str | None,
+    created_before: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Run], str | None]:
+    """Runs of a project, newest first, matching every filter (attribute name → value)."""
+    values: dict[str, Any] = {":pk": {"S": items.runs_index_pk(project_id)}}
+    condition = "gsi1pk = :pk"
+    if created_after and created_before:
+        condition += " AND gsi1sk BETWEEN :lo AND :hi"
+        values[":lo"], values[":hi"] = {"S": created_after}, {"S": created_before + "~"}
+    elif created_after:
+        condition += " AND gsi1sk > :lo"
+        values[":lo"] = {"S": created_after}
+    elif created_before:
+        condition += " AND gsi1sk < :hi"
+        values[":hi"] = {"S": created_before}
+    kwargs: dict[str, Any] = {
+        "TableName": _table(),
+        "IndexName": "gsi1",
+        "KeyConditionExpression": condition,
+        "ScanIndexForward": False,
+    }
+    if filters:
+        names = {f"#f{i}": name for i, name in enumerate(filters)}
+        for i, value in enumerate(filters.values()):
+            values[f":f{i}"] = {"S": value}
+        kwargs["FilterExpression"] = " AND ".join(f"#f{i} = :f{i}" for i in range(len(filters)))
+        kwargs["ExpressionAttributeNames"] = names
+    kwargs["ExpressionAttributeValues"] = values
+    if cursor:
+        kwargs["ExclusiveStartKey"] = ddb.decode_cursor(cursor)
+    runs: list[Run] = []
+    last: dict[str, Any] | None = None
+    while len(runs) < limit:
+        kwargs["Limit"] = max(limit * 2, 25)
+        answer = _ddb().query(**kwargs)
+        for raw in answer.get("Items", []):
+            runs.append(items.run_from(ddb.from_item(raw)))
+            last = {k: raw[k] for k in ("pk", "sk", "gsi1pk", "gsi1sk")}
+            if len(runs) == limit:
+                break
+        if len(runs) == limit:
+            more = raw is not answer["Items"][-1] or "LastEvaluatedKey" in answer
+            return runs, ddb.encode_cursor(last) if more and last else None
+        if "LastEvaluatedKey" not in answer:
+            return runs, None
+        kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+    return runs, None
+
+
+def list_events(
+    run_id: str, *, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    kwargs: dict[str, Any] = {
+        "TableName": _table(),
+        "KeyConditionExpression": "pk = :pk AND begins_with(sk, :evt)",
+        "ExpressionAttributeValues": {
+            ":pk": {"S": items.run_pk(run_id)},
+            ":evt": {"S": items.EVENT_PREFIX},
+        },
+        "Limit": limit,
+        "ConsistentRead": True,
+    }
+    if cursor:
+        kwargs["ExclusiveStartKey"] = ddb.decode_cursor(cursor)
+    answer = _ddb().query(**kwargs)
+    events = [items.event_from(ddb.from_item(i)) for i in answer.get("Items", [])]
+    for raw, event in zip(answer.get("Items", []), events, strict=True):
+        event["id"] = raw["sk"]["S"].removeprefix(items.EVENT_PREFIX)
+    nxt = answer.get("LastEvaluatedKey")
+    return events, ddb.encode_cursor(nxt) if nxt else None
+
+
+def delete_run(run: Run) -> None:
+    """Delete an ended run and free its key (one transaction), then its steps and events."""
+    actions: list[dict[str, Any]] = [
+        {
+            "Delete": {
+                "TableName": _table(),
+                "Key": items.run_key(run.id),
+                "ConditionExpression": "#s IN (:c, :f, :x, :t)",
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {
+                    ":c": {"S": "completed"},
+                    ":f": {"S": "failed"},
+                    ":x": {"S": "cancelled"},
+                    ":t": {"S": "timedOut"},
+                },
+            }
+        }
+    ]
+    if run.run_key:
+        actions.append(
+            {
+                "Delete": {
+                    "TableName": _table(),
+                    "Key": items.key(items.run_key_pk(run.project_id, run.run_key), "RUNKEY"),
+                    "ConditionExpression": "runId = :id",
+                    "ExpressionAttributeValues": {":id": {"S": run.id}},
+                }
+            }
+        )
+    _ddb().transact_write_items(TransactItems=actions)
+    rest = _query_all(
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": items.run_pk(run.id)}},
+        ProjectionExpression="pk, sk",
+    )
+    for start in range(0, len(rest), 25):
+        batch = [
+            {"DeleteRequest": {"Key": items.key(v["pk"], v["sk"])}}
+            for v in rest[start : start + 25]
+        ]
+        _ddb().batch_write_item(RequestItems={_table(): batch})

@@ -1,0 +1,57 @@
+"""The HTTP API: one Powertools resolver with every route, request validation on, errors
+mapped in `api.errors`, and its OpenAPI document at `GET /v1/openapi.json`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+
+from ezgh_engine.api import errors
+from ezgh_engine.api import models as m
+from ezgh_engine.api.routes_apps import router as apps_router
+from ezgh_engine.api.routes_runs import router as runs_router
+
+TITLE = "EZGH Workflows (self-hosted)"
+VERSION = "1.0.0"
+
+resolver = APIGatewayHttpResolver(
+    enable_validation=True,
+    # Size (413) and JSON (400) checks run here, before any route or validation sees a body.
+    json_body_deserializer=errors.parse_json_body,
+)
+errors.install(resolver)
+
+
+@resolver.get(
+    "/v1/health",
+    summary="Health",
+    responses={200: {"description": "ok", "content": {"application/json": {"model": m.Health}}}},
+)
+def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+_openapi_cache: dict[str, str] = {}
+
+
+@resolver.get("/v1/openapi.json", include_in_schema=False)
+def openapi() -> Response[Any]:
+    # Generating the schema walks every route; do it once per process.
+    if "json" not in _openapi_cache:
+        _openapi_cache["json"] = resolver.get_openapi_json_schema(
+            title=TITLE,
+            version=VERSION,
+            security_schemes={
+                "apiKey": HTTPBearer(description="Authorization: Bearer <api key>"),
+                "invocationToken": HTTPBearer(description="the invocation's api.token"),
+            },
+        )
+    return Response(
+        status_code=200, content_type=content_types.APPLICATION_JSON, body=_openapi_cache["json"]
+    )
+
+
+resolver.include_router(apps_router)
+resolver.include_router(runs_router)

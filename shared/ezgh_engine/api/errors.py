@@ -1,0 +1,118 @@
+"""The one place errors become HTTP answers: `{"error": {"code", "message"}}`.
+
+- `EngineError` and subclasses: their own status and code.
+- Request validation (pydantic, Powertools): 400 `validation_error`, naming the field.
+- An unknown route: 404 `not_found`.
+- Anything else: logged with its stack trace, answered 500 `internal_error` with a fixed
+  message. A stack trace never reaches a body.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+
+from ezgh_engine.errors import EngineError, PayloadTooLarge, ValidationError
+
+logger = Logger(service="ezgh-api")
+
+MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the contract's limit on bodies and JSON values
+
+# Where a value came from, as Powertools names it in an error's `loc`.
+_LOCATIONS = ("body", "query", "path", "header", "cookie")
+
+
+def error_response(status: int, code: str, message: str) -> Response[Any]:
+    """An error answer in the contract's shape."""
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body={"error": {"code": code, "message": message}},
+    )
+
+
+def parse_json_body(raw: str) -> Any:
+    """Decode a request body: size first (413), then JSON (400), which must be an object.
+
+    Installed as the resolver's JSON deserializer, so it runs before any validation and
+    every route reads its body through it.
+    """
+    if len(raw.encode()) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ValidationError("request body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ValidationError("request body must be a JSON object")
+    return value
+
+
+def check_value_size(value: Any, field: str) -> None:
+    """413 when one JSON value (e.g. a run's input) is over 1 MiB encoded."""
+    encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(encoded) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"{field} is larger than {MAX_BODY_BYTES} bytes (1 MiB) as JSON")
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in _LOCATIONS:
+        where, parts = parts[0], parts[1:]
+        return ".".join(parts) if parts else where
+    return ".".join(parts) or "request"
+
+
+def validation_message(errors: list[dict[str, Any]]) -> str:
+    """`field: problem; ...` from pydantic-style errors, without echoing the input."""
+    problems = []
+    for err in errors[:5]:
+        if err.get("type") == "json_invalid":
+            problems.append("request body is not valid JSON")
+            continue
+        message = (
+            "is required" if err.get("type") == "missing" else str(err.get("msg") or "is invalid")
+        )
+        problems.append(f"{_field_name(tuple(err.get('loc') or ()))}: {message}")
+    return "; ".join(problems) or "the request is invalid"
+
+
+def _on_engine_error(err: EngineError) -> Response[Any]:
+    if err.status >= 500:
+        logger.exception("engine error", extra={"code": err.code})
+    return error_response(err.status, err.code, err.message)
+
+
+def _on_validation(err: RequestValidationError) -> Response[Any]:
+    return error_response(400, "validation_error", validation_message(list(err.errors())))
+
+
+def _on_content_type(_: RequestUnsupportedContentType) -> Response[Any]:
+    return error_response(400, "validation_error", "Content-Type must be application/json")
+
+
+def _on_not_found(_: NotFoundError) -> Response[Any]:
+    return error_response(404, "not_found", "no such path")
+
+
+def _on_unexpected(_: Exception) -> Response[Any]:
+    # The stack trace goes to the log, never to the client.
+    logger.exception("unhandled error")
+    return error_response(500, "internal_error", "internal error")
+
+
+def install(resolver: APIGatewayHttpResolver) -> None:
+    """Register every error handler on the resolver (the most specific class wins)."""
+    resolver.exception_handler(EngineError)(_on_engine_error)
+    resolver.exception_handler(RequestValidationError)(_on_validation)
+    resolver.exception_handler(RequestUnsupportedContentType)(_on_content_type)
+    resolver.not_found(_on_not_found)
+    resolver.exception_handler(Exception)(_on_unexpected)

@@ -1,0 +1,132 @@
+"""`Idempotency-Key` on creating POSTs: the same key and body answer the first answer again.
+
+A record `IDEM#<projectId>#<operation>#<key>` is claimed (conditional put) before the request
+runs and then holds the first answer for 48 hours. Rules:
+
+- same key, same body, answer known: that answer (status and body) again;
+- same key, another body: `409 idempotency_conflict`;
+- same key while the first request still runs: wait briefly for its answer, then
+  `409 idempotency_conflict` ("still in progress; retry"). A claim older than the API's
+  longest run time belongs to a request that died, and is taken over;
+- the first request failed (any error): the claim is let go, so a retry runs again. Only
+  successful answers are replayed.
+
+Answers can hold secrets (`POST /apiKeys` answers the key's secret, stored nowhere else), so
+the record keeps neither the Idempotency-Key nor the answer in clear: its ID holds the key's
+SHA-256, and the answer is AES-GCM-sealed with a key derived from the engine's token secret
+and the Idempotency-Key. Reading the table alone reveals no answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import idempotency_store
+from ezgh_engine.config import settings
+from ezgh_engine.core.models import Principal
+from ezgh_engine.errors import Conflict, ValidationError
+
+TTL_SECONDS = 48 * 3600
+# The API Lambda times out after 29 s; an unfinished claim older than this is abandoned.
+STALE_CLAIM_MS = 60_000
+# How long a repeat waits for a concurrent first request before answering 409.
+WAIT_SECONDS = 2.0
+_POLL_SECONDS = 0.1
+_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
+
+Answer = tuple[int, Any]
+
+
+def _cipher_key(idempotency_key: str) -> bytes:
+    secret = settings().token_secret.encode()
+    return hmac.new(secret, b"idempotency-answer\x1f" + idempotency_key.encode(), "sha256").digest()
+
+
+def _seal(idempotency_key: str, pk: str, claim_token: str, body: Any) -> bytes:
+    plain = zlib.compress(json.dumps(body, separators=(",", ":")).encode())
+    # A fresh nonce per seal: the claim token is a random UUID made for this claim only.
+    nonce = hashlib.sha256(claim_token.encode()).digest()[:12]
+    return nonce + AESGCM(_cipher_key(idempotency_key)).encrypt(nonce, plain, pk.encode())
+
+
+def _unseal(idempotency_key: str, pk: str, sealed: bytes) -> Any:
+    nonce, data = sealed[:12], sealed[12:]
+    try:
+        plain = AESGCM(_cipher_key(idempotency_key)).decrypt(nonce, data, pk.encode())
+    except InvalidTag:  # sealed under a rotated token secret
+        raise _conflict(
+            "this Idempotency-Key already succeeded; its answer cannot be replayed"
+        ) from None
+    return json.loads(zlib.decompress(plain))
+
+
+def _request_hash(body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _response(status: int, body: Any) -> Response[Any]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+
+
+def _conflict(message: str) -> Conflict:
+    return Conflict(message, code="idempotency_conflict")
+
+
+def answer_once(
+    principal: Principal,
+    operation: str,
+    key: str | None,
+    body: Any,
+    run: Callable[[], Answer],
+) -> Response[Any]:
+    """Run `run` (answering `(status, body)`) at most once per Idempotency-Key.
+
+    `operation` names the call, e.g. `POST /apps`; `body` is the parsed request body.
+    Without a key, `run` simply runs.
+    """
+    if key is None:
+        return _response(*run())
+    if not _KEY_RE.match(key):
+        raise ValidationError("Idempotency-Key: 1 to 255 printable ASCII characters")
+    pk = f"IDEM#{principal.project_id}#{operation}#{ids.sha256_hex(key)}"
+    digest = _request_hash(body)
+    deadline = clock.monotonic() + WAIT_SECONDS
+    while True:
+        token, record = idempotency_store.claim(
+            pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - STALE_CLAIM_MS
+        )
+        if token is not None:
+            break
+        assert record is not None
+        if record.request_hash != digest:
+            raise _conflict("this Idempotency-Key was used with a different request body")
+        if record.status is not None:
+            if not record.body_kept or record.body is None:
+                raise _conflict(
+                    "this Idempotency-Key already succeeded; its answer was too large to "
+                    "keep, read the resource instead"
+                )
+            return _response(record.status, _unseal(key, pk, record.body))
+        if clock.monotonic() >= deadline:
+            raise _conflict("a request with this Idempotency-Key is still in progress; retry")
+        time.sleep(_POLL_SECONDS)
+    try:
+        status, answer = run()
+    except BaseException:
+        idempotency_store.release(pk, token)
+        raise
+    idempotency_store.finish(pk, token, status, _seal(key, pk, token, answer))
+    return _response(status, answer)

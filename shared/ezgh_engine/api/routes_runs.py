@@ -1,0 +1,220 @@
+"""Routes for runs (under the project prefix) and the SDK's step calls.
+
+The logic, including run permissions, is in `ezgh_engine.service.runs` and
+`ezgh_engine.service.steps`; they are imported inside the routes so the rest of the API keeps
+serving if they fail to import.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+
+from ezgh_engine import clock
+from ezgh_engine.api import models as m
+from ezgh_engine.api.auth import bearer_token, principal_for
+from ezgh_engine.api.errors import check_value_size
+from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.core.models import Principal
+from ezgh_engine.errors import Unauthorized, ValidationError
+
+router = APIGatewayHttpRouter()
+
+PREFIX = "/v1/organizations/<orgId>/projects/<projectId>"
+RUN = f"{PREFIX}/runs/<runId>"
+
+
+def _json(status: int, body: Any) -> Response[Any]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+
+
+def _caller(org_id: str, project_id: str) -> Principal:
+    return principal_for(router.current_event, org_id, project_id)
+
+
+def _iso(value: str | None, field: str) -> str | None:
+    """Normalise an ISO 8601 time to the API's format (`...T...000Z`, sortable as text)."""
+    if value is None:
+        return None
+    try:
+        return clock.iso(clock.parse_iso(value))
+    except ValueError:
+        raise ValidationError(f"{field}: must be an ISO 8601 time") from None
+
+
+@router.post(
+    f"{PREFIX}/runs",
+    security=m.API_KEY,
+    summary="StartRun",
+    responses=m.doc(201, m.RunAnswer, "the new run (200: the existing run of this runKey)"),
+)
+def start_run(
+    orgId: str,
+    projectId: str,
+    body: Annotated[m.StartRunRequest, Body()],
+    idempotency_key: Annotated[str | None, Header(alias="idempotency-key")] = None,
+) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    principal = _caller(orgId, projectId)
+    check_value_size(body.input, "input")
+
+    def run() -> Answer:
+        started, created = runs.start_run(
+            principal,
+            app_ref=body.appId,
+            workflow=body.workflow,
+            input=body.input,
+            run_key=body.runKey,
+            timeout_seconds=body.timeoutSeconds,
+        )
+        return (201 if created else 200), started.to_api()
+
+    return answer_once(principal, "POST /runs", idempotency_key, body.model_dump(mode="json"), run)
+
+
+@router.get(
+    f"{PREFIX}/runs",
+    security=m.API_KEY,
+    summary="SearchRuns",
+    responses=m.doc(200, m.RunList, "runs, newest first"),
+)
+def search_runs(
+    orgId: str,
+    projectId: str,
+    appId: Annotated[str | None, Query()] = None,
+    workflow: Annotated[str | None, Query()] = None,
+    status: Annotated[m.RunStatus | None, Query()] = None,
+    runKey: Annotated[str | None, Query()] = None,
+    createdAfter: Annotated[str | None, Query(description="ISO 8601")] = None,
+    createdBefore: Annotated[str | None, Query(description="ISO 8601")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query()] = None,
+) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    principal = _caller(orgId, projectId)
+    found, next_cursor = runs.search_runs(
+        principal,
+        app_ref=appId,
+        workflow=workflow,
+        status=status,
+        run_key=runKey,
+        created_after=_iso(createdAfter, "createdAfter"),
+        created_before=_iso(createdBefore, "createdBefore"),
+        limit=limit,
+        cursor=cursor,
+    )
+    return _json(
+        200, {"runs": [r.to_api(with_steps=False) for r in found], "nextCursor": next_cursor}
+    )
+
+
+@router.get(
+    RUN,
+    security=m.API_KEY,
+    summary="GetRun",
+    responses=m.doc(200, m.RunAnswer, "the run with its steps"),
+)
+def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    return _json(200, runs.get_run(_caller(orgId, projectId), runId).to_api())
+
+
+@router.post(
+    f"{RUN}/cancel",
+    security=m.API_KEY,
+    summary="CancelRun",
+    responses=m.doc(202, m.RunAnswer, "cancelling"),
+)
+def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    return _json(202, runs.cancel_run(_caller(orgId, projectId), runId).to_api())
+
+
+@router.post(
+    f"{RUN}/retry",
+    security=m.API_KEY,
+    summary="RetryRun",
+    responses=m.doc(200, m.RunAnswer, "running again"),
+)
+def retry_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    return _json(200, runs.retry_run(_caller(orgId, projectId), runId).to_api())
+
+
+@router.delete(RUN, security=m.API_KEY, summary="DeleteRun", responses=m.doc(204, None, "deleted"))
+def delete_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    runs.delete_run(_caller(orgId, projectId), runId)
+    return Response(status_code=204, body="")
+
+
+@router.get(
+    f"{RUN}/events",
+    security=m.API_KEY,
+    summary="ListRunEvents",
+    responses=m.doc(200, m.EventList, "events in order"),
+)
+def list_run_events(
+    orgId: str,
+    projectId: str,
+    runId: str,
+    limit: Annotated[int, Query(ge=1, le=100)] = 100,
+    cursor: Annotated[str | None, Query()] = None,
+) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    events, next_cursor = runs.list_events(
+        _caller(orgId, projectId), runId, limit=limit, cursor=cursor
+    )
+    return _json(200, {"events": events, "nextCursor": next_cursor})
+
+
+def _payload(org_id: str, project_id: str, run_id: str) -> Response[Any]:
+    from ezgh_engine.service import runs
+
+    principal = _caller(org_id, project_id)
+    # The payload path may hold slashes and percent-escapes (`steps/load-user%231/output`):
+    # take it from the request path as sent; the service decodes the step ID.
+    path = router.current_event.path.split("/payloads/", 1)[1]
+    return _json(200, runs.get_payload(principal, run_id, path))
+
+
+@router.get(
+    f"{RUN}/payloads/<path>",
+    security=m.API_KEY,
+    summary="GetPayload",
+    responses=m.doc(200, None, "the JSON value"),
+)
+def get_payload(orgId: str, projectId: str, runId: str, path: str) -> Response[Any]:
+    return _payload(orgId, projectId, runId)
+
+
+# Paths with slashes (`steps/<stepId>/output`): Powertools' `<name>` stops at `/`, so a second,
+# undocumented route takes the rest; the documented one above describes both.
+@router.get(f"{RUN}/payloads/.+", include_in_schema=False)
+def get_payload_nested(orgId: str, projectId: str, runId: str) -> Response[Any]:
+    return _payload(orgId, projectId, runId)
+
+
+@router.post(
+    "/v1/invocations/steps",
+    security=m.INVOCATION_TOKEN,
+    summary="Step calls from the SDK (invocation token)",
+    responses=m.doc(200, None, "{results: [...]}"),
+)
+def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
+    from ezgh_engine.service import steps
+
+    token = bearer_token(router.current_event)
+    if token is None:
+        raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
+    return _json(200, steps.apply_ops(token, body))

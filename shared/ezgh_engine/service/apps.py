@@ -1,0 +1,162 @@
+"""Apps: register, read, update, sync and delete the deployments that host workflows.
+
+Permissions: changing an app (create, update, sync, delete) needs `workflows.apps.update` on
+the app's name; setting notifications also needs `queues.messages.send` on the queue (as the
+seed docs say). Reading apps is open to every key of the project: an app's record holds no
+secret after its creation answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, Literal
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import push, registry_store
+from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.errors import Conflict, EngineError, Forbidden, NotFound, ValidationError
+
+APP_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
+WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NOTIFY_ON = ("completed", "failed", "cancelled", "timedOut")
+UPDATE_ACTION = "workflows.apps.update"
+
+# Sentinel for "PATCH did not mention this field" (None means "set to null").
+UNSET: Any = object()
+
+
+def _require(principal: Principal, action: str, resource: str) -> None:
+    if not principal.allows(action, resource):
+        raise Forbidden(f"this API key lacks {action!r} on {resource!r}")
+
+
+def _check_url(kind: str, url: str | None) -> str | None:
+    if kind == "pull":
+        if url is not None:
+            raise ValidationError("url: only push apps have a URL")
+        return None
+    if not url:
+        raise ValidationError("url: a push app needs its https URL")
+    try:
+        # The literal host and every address it resolves to; loopback/private only in dev.
+        return push.check_app_url(url)
+    except ValidationError as err:
+        raise ValidationError(f"url: {err.message}") from None
+
+
+def create_app(
+    principal: Principal, *, name: str, kind: Literal["push", "pull"], url: str | None
+) -> App:
+    """Register an app (status `pending`); its `signing_key` is read once from the answer."""
+    if not APP_NAME_RE.match(name):
+        raise ValidationError("name: must match ^[a-z0-9-]{1,64}$")
+    _require(principal, UPDATE_ACTION, name)
+    app = App(
+        id=ids.new_id(),
+        slug=ids.slug("wfa"),
+        org_id=principal.org_id,
+        project_id=principal.project_id,
+        name=name,
+        kind=kind,
+        url=_check_url(kind, url),
+        status="pending",
+        workflows=(),
+        signing_key=ids.secret_token(32),
+        created_at=clock.iso(clock.now()),
+    )
+    return registry_store.create_app(app)
+
+
+def get_app(principal: Principal, app_ref: str) -> App:
+    """An app of the caller's project by UUID or slug; 404 otherwise."""
+    app = registry_store.get_app(principal.project_id, app_ref)
+    if app is None:
+        raise NotFound(f"app {app_ref} not found")
+    return app
+
+
+def list_apps(principal: Principal) -> list[App]:
+    """Every app of the caller's project, by name."""
+    return registry_store.list_apps(principal.project_id)
+
+
+def parse_notifications(value: dict[str, Any] | None) -> Notifications | None:
+    """Validate a `notifications` object (already shaped by the API model) or null."""
+    if value is None:
+        return None
+    queue_id = value.get("queueId")
+    if not isinstance(queue_id, str) or not queue_id.strip():
+        raise ValidationError("notifications.queueId: a queue ID is required")
+    on = value.get("on")
+    if not isinstance(on, list) or not on or any(s not in NOTIFY_ON for s in on):
+        raise ValidationError(f"notifications.on: a non-empty subset of {list(NOTIFY_ON)}")
+    workflows = value.get("workflows")
+    if workflows is not None and (
+        not isinstance(workflows, list)
+        or any(not isinstance(w, str) or not WORKFLOW_NAME_RE.match(w) for w in workflows)
+    ):
+        raise ValidationError("notifications.workflows: null or a list of workflow names")
+    group_by: Literal["run", "workflow"] = "run"
+    if value.get("groupBy") == "workflow":
+        group_by = "workflow"
+    elif value.get("groupBy") not in (None, "run"):
+        raise ValidationError("notifications.groupBy: 'run' or 'workflow'")
+    return Notifications(
+        queue_id=queue_id,
+        on=tuple(dict.fromkeys(on)),  # keep order, drop repeats
+        workflows=None if workflows is None else tuple(dict.fromkeys(workflows)),
+        group_by=group_by,
+    )
+
+
+def update_app(
+    principal: Principal, app_ref: str, *, url: Any = UNSET, notifications: Any = UNSET
+) -> App:
+    """PATCH: change `url` and/or `notifications` (null turns notifications off).
+
+    A new URL keeps the app's status and workflows (same app, moved); sync again to refresh.
+    """
+    app = get_app(principal, app_ref)
+    _require(principal, UPDATE_ACTION, app.name)
+    changed = app
+    if url is not UNSET and url != app.url:
+        changed = replace(changed, url=_check_url(app.kind, url))
+    if notifications is not UNSET:
+        parsed = parse_notifications(notifications)
+        if parsed is not None:
+            _require(principal, "queues.messages.send", parsed.queue_id)
+        changed = replace(changed, notifications=parsed)
+    if changed == app:
+        return app
+    return registry_store.save_app(changed)
+
+
+def sync_app(principal: Principal, app_ref: str) -> App:
+    """Ask a push app which workflows it hosts and record them (status `synced`).
+
+    Any failure to reach the app or understand its answer is `409 app_not_synced` with the
+    reason: the app's state, not the request, is what is wrong.
+    """
+    app = get_app(principal, app_ref)
+    _require(principal, UPDATE_ACTION, app.name)
+    if app.kind != "push":
+        raise Conflict("a pull app is synced by its workers announcing themselves")
+    try:
+        workflows = push.sync_app(app)
+    except EngineError as err:
+        raise Conflict(f"sync failed: {err.message}", code="app_not_synced") from err
+    bad = [w for w in workflows if not WORKFLOW_NAME_RE.match(w)]
+    if bad:
+        raise Conflict(
+            f"sync failed: invalid workflow names {bad[:5]} (must match ^[A-Za-z0-9_-]{{1,64}}$)",
+            code="app_not_synced",
+        )
+    return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
+
+
+def delete_app(principal: Principal, app_ref: str) -> None:
+    """Delete the app; its name is free again at once."""
+    app = get_app(principal, app_ref)
+    _require(principal, UPDATE_ACTION, app.name)
+    registry_store.delete_app(app)

@@ -1,0 +1,122 @@
+"""API keys: who is calling, what a key may do, and managing keys.
+
+Rules for managing keys (the contract leaves them to us):
+
+- **create**: any key of the project, but only with permissions it holds itself: each
+  requested `(action, resource)` must be covered by one of the caller's grants (`*` covers
+  every action; a grant without a resource covers every resource; a request without a
+  resource needs a grant without one). Anything more is `403 forbidden`, so a key can never
+  mint a stronger key.
+- **list**: any key of the project (answers carry no secrets: they are not stored).
+- **delete**: the caller must cover every permission of the key it deletes, so a limited key
+  cannot revoke the admin key. Deletion takes effect at once (reads are consistent).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from ezgh_engine import ids
+from ezgh_engine.adapters import registry_store
+from ezgh_engine.adapters.registry_store import ApiKey, Permission
+from ezgh_engine.core.models import Principal
+from ezgh_engine.errors import Forbidden, NotFound, Unauthorized, ValidationError
+
+ADMIN_PERMISSIONS: tuple[Permission, ...] = (("*", None),)
+_BOOTSTRAP_KEY_NAME = "admin (bootstrap)"
+
+
+def authenticate(authorization: str | None) -> Principal:
+    """The principal of an `Authorization: Bearer <api key>` header; 401 otherwise."""
+    if not authorization:
+        raise Unauthorized("missing Authorization header (Bearer <api key>)")
+    scheme, _, secret = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Unauthorized("the Authorization header must be 'Bearer <api key>'")
+    key = registry_store.find_api_key(secret.strip())
+    if key is None:
+        raise Unauthorized("unknown or revoked API key")
+    return key.principal()
+
+
+def check_project(principal: Principal, org_id: str, project_id: str) -> None:
+    """404 unless the path's organization and project are the key's own.
+
+    Not 403: a key must not learn whether another project exists.
+    """
+    if (org_id.lower(), project_id.lower()) != (principal.org_id, principal.project_id):
+        raise NotFound(f"project {project_id} not found in organization {org_id}")
+
+
+def covers(principal: Principal, action: str, resource: str | None) -> bool:
+    """Whether the principal holds `(action, resource)`, without widening the resource.
+
+    `Principal.allows` treats a request without a resource as "any one"; here no resource
+    means "all resources", which only an unscoped grant covers.
+    """
+    if resource is None:
+        return any(
+            scope is None and granted in ("*", action) for granted, scope in principal.permissions
+        )
+    return principal.allows(action, resource)
+
+
+def _require_covered(principal: Principal, permissions: tuple[Permission, ...], verb: str) -> None:
+    for action, resource in permissions:
+        if not covers(principal, action, resource):
+            scope = f" on {resource!r}" if resource is not None else ""
+            raise Forbidden(
+                f"cannot {verb} a key with {action!r}{scope}: this key does not hold it"
+            )
+
+
+def create_api_key(
+    principal: Principal, *, name: str, permissions: tuple[Permission, ...]
+) -> tuple[ApiKey, str]:
+    """Create a key no stronger than the caller's; answers the record and the secret."""
+    if not name.strip():
+        raise ValidationError("name: must not be empty")
+    _require_covered(principal, permissions, "create")
+    return registry_store.create_api_key(principal.org_id, principal.project_id, name, permissions)
+
+
+def list_api_keys(principal: Principal) -> list[ApiKey]:
+    """The project's keys (no secrets)."""
+    return registry_store.list_api_keys(principal.project_id)
+
+
+def delete_api_key(principal: Principal, key_id: str) -> None:
+    """Revoke a key the caller is at least as strong as."""
+    key = registry_store.get_api_key(principal.project_id, key_id)
+    if key is None:
+        raise NotFound(f"API key {key_id} not found")
+    _require_covered(principal, key.permissions, "delete")
+    registry_store.delete_api_key(principal.project_id, key_id)
+
+
+def _normal_uuid(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError as err:
+        raise ValidationError(f"{text!r} is not a UUID") from err
+
+
+def bootstrap_admin(
+    org_id: str | None = None, project_id: str | None = None
+) -> tuple[str, str, str]:
+    """Make sure the project exists and mint an admin key (`[{"action": "*"}]`) for it.
+
+    Answers `(org_id, project_id, api_key)`. Safe to call on every local start: the project
+    is created once (an existing project keeps its organization when `org_id` is omitted);
+    each call mints a new key, because only the hashes of earlier ones are stored.
+    """
+    project_id = _normal_uuid(project_id) if project_id else ids.new_id()
+    if org_id is not None:
+        org_id = _normal_uuid(org_id)
+    else:
+        org_id = registry_store.get_project_org(project_id) or ids.new_id()
+    registry_store.ensure_project(org_id, project_id)
+    _, secret = registry_store.create_api_key(
+        org_id, project_id, _BOOTSTRAP_KEY_NAME, ADMIN_PERMISSIONS
+    )
+    return org_id, project_id, secret

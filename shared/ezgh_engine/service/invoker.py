@@ -1,0 +1,215 @@
+"""The invoker: answers one message of the invocations queue.
+
+`invoke` messages lease the run, call its app with the recorded steps, and write the outcome
+under the lease. `timer` messages wake a sleeping step. Every path is idempotent: a duplicate
+or late message finds the lease taken, the reason handled or the step awake, and does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import invocations_store as store
+from ezgh_engine.adapters import messages, payloads, registry_store, runs_store
+from ezgh_engine.adapters.push import PROTOCOL_VERSION, AppUnreachable, invoke_app
+from ezgh_engine.config import settings
+from ezgh_engine.core import outcomes as outcome_rules
+from ezgh_engine.core import tokens
+from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.errors import StaleInvocation
+from ezgh_engine.service import outcomes
+
+log = logging.getLogger(__name__)
+
+LEASE_MARGIN_MS = 60_000
+BACKOFF_BASE_SECONDS = 2.0
+BACKOFF_MAX_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Answer for a message that must come back after `after_seconds`."""
+
+    after_seconds: float
+
+
+def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None:
+    """Handle one queue message; a `Retry` means: leave it in the queue for later."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        log.error("dropping a message that is not JSON: %r", body[:200])
+        return None
+    kind = message.get("type") if isinstance(message, dict) else None
+    if kind == "invoke":
+        return invoke(str(message["runId"]), int(message["seq"]))
+    if kind == "timer":
+        fire_timer(message)
+        return None
+    log.error("dropping a message of unknown type: %r", body[:200])
+    return None
+
+
+def fire_timer(message: dict[str, Any]) -> None:
+    wake_at = clock.parse_iso(message["wakeAt"])
+    if wake_at > clock.now() + timedelta(milliseconds=500):
+        messages.resend_timer(message, wake_at)
+        return
+    at = clock.iso(clock.now())
+    run = runs_store.get_run(message["runId"], with_steps=False)
+    if run is None or run.ended:
+        return
+    expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
+    event = runs_store.event_put(
+        run.id, run.attempt, "step.completed", at, expires, stepId=message["stepId"]
+    )
+    store.wake_sleep(run.id, message["stepId"], ended_at=at, event=event)
+
+
+def invoke(run_id: str, seq: int) -> Retry | None:
+    cfg = settings()
+    now_ms = clock.now_ms()
+    lease_ms = int(cfg.invoke_timeout_seconds * 1000) + LEASE_MARGIN_MS
+    run = store.take_lease(run_id, seq, now_ms=now_ms, lease_ms=lease_ms)
+    if run is None:
+        return _why_not_leased(run_id, seq, now_ms)
+    started_at = clock.iso(clock.now())
+    invocation_id = ids.time_ordered_id()
+    full = runs_store.get_run(run_id)
+    if full is None:
+        return None
+    run = _with_lease(full, run)
+    # Answer every reason known when the steps were read, not just the message's: a newer
+    # reason's effects are in `full` already, so one invocation covers them all.
+    seq = run.invoke_seq
+    app = registry_store.get_app(run.project_id, run.app_id)
+    if run.status == "cancelling":
+        _end(run, seq, "cancelled", None, invocation_id, started_at)
+        return None
+    if app is None:
+        error = RunError("workflows.app_not_found", "AppNotFound", "the run's app was deleted")
+        _end(run, seq, "failed", error, invocation_id, started_at)
+        return None
+    request = _request(run, invocation_id, lease_ms, now_ms)
+    try:
+        answer = invoke_app(app, request)
+        outcome = outcome_rules.parse(answer, clock.now())
+    except AppUnreachable as exc:
+        return _delivery_failed(run, seq, exc, invocation_id, started_at)
+    except outcome_rules.MalformedOutcome as exc:
+        bad = AppUnreachable(f"app {app.name} answered an invalid outcome: {exc}")
+        return _delivery_failed(run, seq, bad, invocation_id, started_at)
+    try:
+        outcomes.apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
+    except StaleInvocation:
+        log.info("run %s: lease lost before the outcome was written; ignoring it", run_id)
+    return None
+
+
+def _with_lease(full: Run, leased: Run) -> Run:
+    from dataclasses import replace
+
+    return replace(
+        full,
+        epoch=leased.epoch,
+        lease_until_ms=leased.lease_until_ms,
+        invoke_seq=max(full.invoke_seq, leased.invoke_seq),
+    )
+
+
+def _why_not_leased(run_id: str, seq: int, now_ms: int) -> Retry | None:
+    run = runs_store.get_run(run_id, with_steps=False)
+    if run is None or run.ended or run.handled_seq >= seq:
+        return None  # done already: drop the duplicate
+    if run.lease_until_ms > now_ms:
+        # Another invocation holds the run (or backs off): come back when its lease ends.
+        return Retry(after_seconds=(run.lease_until_ms - now_ms) / 1000 + 1)
+    return Retry(after_seconds=1)
+
+
+def _request(run: Run, invocation_id: str, lease_ms: int, now_ms: int) -> dict[str, Any]:
+    cfg = settings()
+    claims = tokens.InvocationClaims(
+        run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
+    )
+    steps = []
+    for step in run.steps:
+        body = step.to_api()
+        if step.output_ref:
+            body.pop("outputRef")
+            body["output"] = payloads.get(run.project_id, run.id, step.output_ref)
+        steps.append(body)
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "type": "invoke",
+        "invocationId": invocation_id,
+        "run": {
+            "id": run.id,
+            "appId": run.app_id,
+            "workflow": run.workflow,
+            "input": run.input
+            if not run.input_ref
+            else payloads.get(run.project_id, run.id, run.input_ref),
+            "attempt": run.attempt,
+            "status": run.status,
+        },
+        "steps": steps,
+        "api": {"url": cfg.api_url, "token": tokens.mint(cfg.token_secret, claims)},
+    }
+
+
+def _delivery_failed(
+    run: Run, seq: int, exc: AppUnreachable, invocation_id: str, started_at: str
+) -> Retry | None:
+    failures = run.invoke_failures + 1
+    log.warning("run %s: delivery %d failed: %s", run.id, failures, exc.message)
+    if failures >= settings().invoke_max_attempts:
+        error = RunError(
+            "workflows.app_unreachable",
+            "AppUnreachable",
+            f"the app could not be reached after {failures} attempts: {exc.message}",
+        )
+        _end(run, seq, "failed", error, invocation_id, started_at)
+        return None
+    delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
+    try:
+        store.back_off(run, failures=failures, retry_at_ms=clock.now_ms() + int(delay * 1000))
+    except StaleInvocation:
+        return None
+    return Retry(after_seconds=delay)
+
+
+def _end(
+    run: Run, seq: int, status: str, error: RunError | None, invocation_id: str, started_at: str
+) -> None:
+    outcome = outcome_rules.Outcome(status if status == "cancelled" else "failed", error=error)
+    try:
+        outcomes.apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
+    except StaleInvocation:
+        log.info("run %s: lease lost before ending it %s", run.id, status)
+
+
+def handle_batch(records: list[dict[str, Any]]) -> list[str]:
+    """Handle SQS records; answer the message IDs to leave in the queue.
+
+    A message that must come back later has its visibility set to when; one whose handling
+    raised comes back after the queue's visibility timeout.
+    """
+    failed: list[str] = []
+    for record in records:
+        try:
+            retry = handle_message(record["body"], record.get("receiptHandle"))
+        except Exception:
+            log.exception("invocation message failed; it will be delivered again")
+            failed.append(record["messageId"])
+            continue
+        if retry is not None:
+            if record.get("receiptHandle"):
+                messages.hold_message(record["receiptHandle"], retry.after_seconds)
+            failed.append(record["messageId"])
+    return failed

@@ -1,0 +1,99 @@
+"""Write what an invocation answered, under its lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import invocations_store as store
+from ezgh_engine.adapters import payloads, runs_store
+from ezgh_engine.config import settings
+from ezgh_engine.core import validation
+from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core.outcomes import Outcome
+from ezgh_engine.errors import EngineError
+
+
+def _events(
+    run: Run, outcome: Outcome, invocation_id: str, started_at: str, at: str
+) -> list[dict[str, Any]]:
+    expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
+    common = {"invocationId": invocation_id, "deploymentId": outcome.deployment_id}
+    events = [
+        runs_store.event_put(
+            run.id, run.attempt, "invocation.started", started_at, expires, **common
+        ),
+        runs_store.event_put(
+            run.id, run.attempt, f"invocation.{outcome.kind}", at, expires, **common
+        ),
+    ]
+    return events
+
+
+def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_at: str) -> None:
+    """Record the outcome; raises `StaleInvocation` when the lease was lost meanwhile."""
+    now = clock.now()
+    at = clock.iso(now)
+    events = _events(run, outcome, invocation_id, started_at, at)
+    expires = int(now.timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
+    if outcome.kind == "suspended":
+        known = {s.id for s in run.steps}
+        puts = [
+            store.put_sleep_step(
+                run,
+                step_id=s.step_id,
+                name=s.name,
+                order=ids.time_ordered_id(),
+                started_at=at,
+                wake_at=clock.iso(s.wake_at),
+                expires=expires,
+            )
+            for s in outcome.sleeps
+            if s.step_id not in known
+        ]
+        store.suspend(run, seq, step_puts=puts, events=events)
+        return
+    if outcome.kind == "aborted":
+        return  # the invocation gave up its lease to a newer one: nothing to write
+    status, error, text, ref = _ending(run, outcome)
+    events.append(
+        runs_store.event_put(
+            run.id,
+            run.attempt,
+            f"run.{status}",
+            at,
+            expires,
+            error=error.to_api() if error else None,
+        )
+    )
+    store.end_run(
+        run,
+        seq,
+        status=status,
+        ended_at=at,
+        ended_epoch_s=int(now.timestamp()),
+        output_text=text,
+        output_ref=ref,
+        error=error,
+        events=events,
+    )
+
+
+def _ending(run: Run, outcome: Outcome) -> tuple[str, RunError | None, str | None, str | None]:
+    if outcome.kind == "cancelled":
+        return "cancelled", None, None, None
+    if outcome.kind == "failed":
+        return "failed", outcome.error, None, None
+    try:
+        text = validation.encode_value(outcome.output, "output")
+    except EngineError as exc:
+        error = RunError(
+            "workflows.output_too_large" if exc.status == 413 else "workflows.invalid_value",
+            "InvalidOutputError",
+            exc.message,
+        )
+        return "failed", error, None, None
+    if len(text.encode()) <= settings().payload_inline_bytes:
+        return "completed", None, text, None
+    payloads.put(run.project_id, run.id, payloads.RUN_OUTPUT_PATH, text)
+    return "completed", None, None, payloads.RUN_OUTPUT_PATH

@@ -1,0 +1,217 @@
+"""Runs as the API sees them: start, read, search, cancel, retry, delete, events, payloads.
+
+Permission checks happen here, against the run's app and workflow (`<app name>/<workflow>`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import payloads, registry_store, runs_store
+from ezgh_engine.adapters import run_control_store as control
+from ezgh_engine.config import settings
+from ezgh_engine.core import validation
+from ezgh_engine.core.models import ENDED_STATUSES, App, Principal, Run
+from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+
+RUN_STATUSES = ("running", "cancelling", "completed", "failed", "cancelled", "timedOut")
+
+
+def _require(principal: Principal, action: str, app: App | None, workflow: str | None) -> None:
+    resource = f"{app.name}/{workflow}" if app and workflow else None
+    if not principal.allows(action, resource):
+        raise Forbidden(f"this API key may not {action}" + (f" on {resource}" if resource else ""))
+
+
+def _app(principal: Principal, app_ref: str) -> App:
+    app = registry_store.get_app(principal.project_id, app_ref)
+    if app is None:
+        raise NotFound(f"app {app_ref} not found")
+    return app
+
+
+def _new_run(principal: Principal, app: App, workflow: str, value: Any, run_key: str | None) -> Run:
+    run_id = ids.new_id()
+    text = validation.encode_value(value, "input")
+    now = clock.iso(clock.now())
+    large = len(text.encode()) > settings().payload_inline_bytes
+    if large:
+        payloads.put(principal.project_id, run_id, payloads.RUN_INPUT_PATH, text)
+    return Run(
+        id=run_id,
+        org_id=principal.org_id,
+        project_id=principal.project_id,
+        app_id=app.id,
+        workflow=workflow,
+        status="running",
+        input=value,
+        input_ref=payloads.RUN_INPUT_PATH if large else None,
+        attempt=1,
+        created_at=now,
+        started_at=now,
+        version=1,
+        run_key=run_key,
+    )
+
+
+def start_run(
+    principal: Principal,
+    *,
+    app_ref: str,
+    workflow: str,
+    input: Any,
+    run_key: str | None,
+    timeout_seconds: int | None = None,
+) -> tuple[Run, bool]:
+    """Start a run; with a run key that exists, answer that run (same workflow and input) or
+    `409 run_key_conflict`. Answers (run, created)."""
+    validation.check_workflow_name(workflow)
+    if run_key is not None:
+        validation.check_run_key(run_key)
+    app = _app(principal, app_ref)
+    _require(principal, "workflows.runs.start", app, workflow)
+    if app.status != "synced":
+        raise Conflict(f"app {app.name} has not synced yet", code="app_not_synced")
+    if workflow not in app.workflows:
+        raise NotFound(f"workflow {workflow} not found in app {app.name}")
+    run = _new_run(principal, app, workflow, input, run_key)
+    try:
+        runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
+    except runs_store.RunKeyTaken as taken:
+        return _existing_for_key(principal, taken.run_id, run), False
+    return _hydrate(run), True
+
+
+def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run:
+    existing = runs_store.get_run(run_id)
+    if existing is None:  # deleted between the two reads: the key is free again
+        raise Conflict("run key is being released; try again", code="run_key_conflict")
+    existing = _hydrate(existing)
+    if (
+        existing.workflow != wanted.workflow
+        or existing.app_id != wanted.app_id
+        or (validation.encode_value(existing.input) != validation.encode_value(wanted.input))
+    ):
+        raise Conflict(
+            f"run key {wanted.run_key} belongs to run {existing.id} with another workflow or input",
+            code="run_key_conflict",
+        )
+    return existing
+
+
+def _hydrate(run: Run) -> Run:
+    """Fill in an input stored outside the item."""
+    if run.input_ref and run.input is None:
+        from dataclasses import replace
+
+        return replace(run, input=payloads.get(run.project_id, run.id, run.input_ref))
+    return run
+
+
+def _visible_run(principal: Principal, run_id: str, action: str, with_steps: bool = True) -> Run:
+    run = runs_store.get_run(run_id, with_steps=with_steps)
+    if run is None or run.project_id != principal.project_id:
+        raise NotFound(f"run {run_id} not found")
+    app = registry_store.get_app(principal.project_id, run.app_id)
+    _require(principal, action, app, run.workflow)
+    return _hydrate(run)
+
+
+def get_run(principal: Principal, run_id: str) -> Run:
+    return _visible_run(principal, run_id, "workflows.runs.read")
+
+
+def search_runs(
+    principal: Principal,
+    *,
+    app_ref: str | None = None,
+    workflow: str | None = None,
+    status: str | None = None,
+    run_key: str | None = None,
+    created_after: str | None = None,
+    created_before: str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> tuple[list[Run], str | None]:
+    if not principal.allows("workflows.runs.read"):
+        raise Forbidden("this API key may not workflows.runs.read")
+    if not 1 <= limit <= 100:
+        raise ValidationError("limit must be from 1 to 100")
+    if status is not None and status not in RUN_STATUSES:
+        raise ValidationError(f"status must be one of {', '.join(RUN_STATUSES)}")
+    filters: dict[str, str] = {}
+    if app_ref is not None:
+        app = registry_store.get_app(principal.project_id, app_ref)
+        if app is None:
+            return [], None
+        filters["appId"] = app.id
+    for name, value in (("workflow", workflow), ("status", status), ("runKey", run_key)):
+        if value is not None:
+            filters[name] = value
+    after = clock.iso(clock.parse_iso(created_after)) if created_after else None
+    before = clock.iso(clock.parse_iso(created_before)) if created_before else None
+    runs, nxt = runs_store.search_runs(
+        principal.project_id,
+        filters=filters,
+        created_after=after,
+        created_before=before,
+        limit=limit,
+        cursor=cursor,
+    )
+    return [_hydrate(r) for r in runs], nxt
+
+
+def cancel_run(principal: Principal, run_id: str) -> Run:
+    run = _visible_run(principal, run_id, "workflows.runs.cancel", with_steps=False)
+    if run.status in ENDED_STATUSES:
+        raise Conflict(f"run {run_id} has ended ({run.status})", code="invalid_state")
+    control.request_cancel(run, at=clock.iso(clock.now()))
+    return _visible_run(principal, run_id, "workflows.runs.read")
+
+
+def retry_run(principal: Principal, run_id: str) -> Run:
+    run = _visible_run(principal, run_id, "workflows.runs.start")
+    if run.status not in ("failed", "timedOut"):
+        raise Conflict(f"only a failed or timed-out run can be retried; run is {run.status}")
+    control.retry(run, at=clock.iso(clock.now()))
+    return _visible_run(principal, run_id, "workflows.runs.read")
+
+
+def delete_run(principal: Principal, run_id: str) -> None:
+    run = _visible_run(principal, run_id, "workflows.runs.cancel", with_steps=False)
+    if run.status not in ENDED_STATUSES:
+        raise Conflict(f"run {run_id} has not ended; cancel it first", code="invalid_state")
+    runs_store.delete_run(run)
+    payloads.delete_run_payloads(run.project_id, run.id)
+
+
+def list_events(
+    principal: Principal, run_id: str, *, limit: int = 100, cursor: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    _visible_run(principal, run_id, "workflows.runs.read", with_steps=False)
+    if not 1 <= limit <= 1000:
+        raise ValidationError("limit must be from 1 to 1000")
+    return runs_store.list_events(run_id, limit=limit, cursor=cursor)
+
+
+def get_payload(principal: Principal, run_id: str, path: str) -> Any:
+    """A large value of the run: `output`, `input`, or `steps/<stepId>/output`."""
+    run = _visible_run(principal, run_id, "workflows.runs.read")
+    path = path.strip("/")
+    if path == payloads.RUN_OUTPUT_PATH:
+        if run.output_ref:
+            return payloads.get(run.project_id, run.id, run.output_ref)
+        if run.has_output:
+            return run.output
+    elif path == payloads.RUN_INPUT_PATH:
+        return run.input
+    elif path.startswith("steps/") and path.endswith("/output"):
+        step_id = unquote(path[len("steps/") : -len("/output")])
+        for step in run.steps:
+            if step.id == step_id and step.output_ref:
+                return payloads.get(run.project_id, run.id, step.output_ref)
+            if step.id == step_id and step.has_output:
+                return step.output
+    raise NotFound(f"no payload {path!r} for run {run_id}")

@@ -1,0 +1,221 @@
+"""API tests: the real handler against in-process moto, with API Gateway HTTP API v2 events."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from ezgh_engine import config
+from ezgh_engine.adapters import aws
+from ezgh_engine.topology import TOPOLOGY
+from moto import mock_aws
+
+ENV = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "EZGH_RUNS_TABLE": "ezgh-runs",
+    "EZGH_REGISTRY_TABLE": "ezgh-registry",
+    "EZGH_INVOCATIONS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/ezgh-invocations",
+    "EZGH_PAYLOAD_BUCKET": "ezgh-payloads",
+    config.ENV_API_URL: "https://engine.example.test",
+    config.ENV_TOKEN_SECRET: "test-token-secret",
+}
+
+
+def _create_table(ddb: Any, name: str, stream: bool) -> None:
+    kwargs: dict[str, Any] = {}
+    if stream:
+        kwargs["StreamSpecification"] = {
+            "StreamEnabled": True,
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        }
+    ddb.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "gsi1pk", "gsi1sk")
+        ],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "gsi1",
+                "KeySchema": [
+                    {"AttributeName": "gsi1pk", "KeyType": "HASH"},
+                    {"AttributeName": "gsi1sk", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto in-process with the topology's tables, queue and bucket, and the env pointing at them."""
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv(config.ENV_ALLOW_LOOPBACK, raising=False)
+    with mock_aws():
+        config.reset_settings()
+        aws.reset_clients()
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        for table in TOPOLOGY.tables:
+            _create_table(ddb, ENV[table.env_var], table.stream)
+        boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="ezgh-invocations")
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=ENV["EZGH_PAYLOAD_BUCKET"])
+        yield
+    config.reset_settings()
+    aws.reset_clients()
+
+
+@dataclass
+class Answer:
+    status: int
+    body: Any
+    headers: dict[str, str]
+    raw: str
+
+
+class LambdaContext:
+    function_name = "api"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:api"
+    aws_request_id = "req-1"
+
+
+def make_event(
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    raw_body: str | None = None,
+    headers: dict[str, str] | None = None,
+    query: dict[str, str] | None = None,
+    base64_body: bool = False,
+) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload 2.0) event, as API Gateway sends it."""
+    text = raw_body if raw_body is not None else (None if body is None else json.dumps(body))
+    all_headers = {
+        "content-type": "application/json",
+        **{k.lower(): v for k, v in (headers or {}).items()},
+    }
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "&".join(f"{k}={v}" for k, v in (query or {}).items()),
+        "headers": all_headers,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "api",
+            "domainName": "api.example.test",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "1.2.3.4",
+                "userAgent": "t",
+            },
+            "requestId": "req-1",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "13/Oct/2026:18:00:00 +0000",
+            "timeEpoch": 0,
+        },
+        "isBase64Encoded": base64_body,
+    }
+    if query:
+        event["queryStringParameters"] = query
+    if text is not None:
+        event["body"] = base64.b64encode(text.encode()).decode() if base64_body else text
+    return event
+
+
+def call(method: str, path: str, **kwargs: Any) -> Answer:
+    """Send one request through the Lambda handler and decode its answer."""
+    from functions.api.handler import handler
+
+    answer = handler(make_event(method, path, **kwargs), LambdaContext())
+    raw = answer.get("body") or ""
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = raw
+    return Answer(answer["statusCode"], body, answer.get("headers") or {}, raw)
+
+
+@dataclass
+class Project:
+    org_id: str
+    project_id: str
+    api_key: str
+
+    @property
+    def prefix(self) -> str:
+        return f"/v1/organizations/{self.org_id}/projects/{self.project_id}"
+
+    def auth(self, key: str | None = None, **extra: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key or self.api_key}", **extra}
+
+    def call(
+        self,
+        method: str,
+        subpath: str,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Answer:
+        return call(
+            method, self.prefix + subpath, headers=self.auth(key, **(headers or {})), **kwargs
+        )
+
+
+@pytest.fixture
+def project(aws_env: None) -> Project:
+    """A bootstrapped project with an admin key."""
+    from ezgh_engine.service.auth import bootstrap_admin
+
+    return Project(*bootstrap_admin())
+
+
+@pytest.fixture
+def other_project(aws_env: None) -> Project:
+    from ezgh_engine.service.auth import bootstrap_admin
+
+    return Project(*bootstrap_admin())
+
+
+@pytest.fixture(autouse=True)
+def _public_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolve test host names without the network: `*.example.com` is public, `*.internal` private."""
+    import socket
+
+    real = socket.getaddrinfo
+
+    def fake(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.endswith("example.com"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port or 443))]
+        if isinstance(host, str) and host.endswith(".internal"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", port or 443))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+
+
+@pytest.fixture
+def api(aws_env: None) -> Any:
+    """`api(method, path, ...)`: one request through the handler (see `call`)."""
+    return call
