@@ -67,6 +67,15 @@ def now_ms() -> int:
     return int(_clock.now().timestamp() * 1000)
 
 
+def wall_seconds() -> int:
+    """The machine's real time in seconds, whatever clock is installed.
+
+    For what other machines check against their own clocks (request signatures), which a
+    test's skipped time must not skew.
+    """
+    return int(time.time())
+
+
 def monotonic() -> float:
     """Seconds from an arbitrary origin, for measuring durations only."""
     return time.monotonic()

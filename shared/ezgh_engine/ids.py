@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import uuid
 
 from ezgh_engine import clock
@@ -18,11 +19,27 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+_order_lock = threading.Lock()
+_last_order = (0, 0)  # (milliseconds, counter) of the last time-ordered ID
+
+
 def time_ordered_id() -> str:
-    """A UUIDv7-shaped ID that sorts by creation time (events, step order)."""
-    ms = clock.now_ms() & ((1 << 48) - 1)
-    rand = int.from_bytes(secrets.token_bytes(10), "big")
-    value = (ms << 80) | (0x7 << 76) | ((rand >> 68) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    """A UUIDv7-shaped ID that sorts by creation time (events, step order).
+
+    Within a process IDs strictly increase, even within one millisecond: the 12 bits after
+    the version count up (RFC 9562's "fixed-length dedicated counter").
+    """
+    global _last_order
+    with _order_lock:
+        ms, counter = clock.now_ms() & ((1 << 48) - 1), 0
+        last_ms, last_counter = _last_order
+        if ms <= last_ms:
+            ms, counter = last_ms, last_counter + 1
+            if counter > 0xFFF:
+                ms, counter = last_ms + 1, 0
+        _last_order = (ms, counter)
+    rand = int.from_bytes(secrets.token_bytes(8), "big") & ((1 << 62) - 1)
+    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand
     return str(uuid.UUID(int=value))
 
 

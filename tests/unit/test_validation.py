@@ -1,5 +1,4 @@
 import pytest
-
 from ezgh_engine.core import validation
 from ezgh_engine.errors import PayloadTooLarge, ValidationError
 

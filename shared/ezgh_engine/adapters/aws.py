@@ -27,7 +27,7 @@ _lock = threading.Lock()
 def client(service: str) -> Any:
     """A shared boto3 client (boto3 clients are thread-safe; sessions are not)."""
     with _lock:
-        return boto3.session.Session().client(service, config=_CONFIG)  # type: ignore[call-overload]
+        return boto3.session.Session().client(service, config=_CONFIG)
 
 
 def reset_clients() -> None:

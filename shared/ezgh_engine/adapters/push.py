@@ -73,7 +73,7 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     except ValidationError as exc:
         raise AppUnreachable(f"app {app.name} at {app.url}: {exc.message}") from None
     raw = json.dumps(body, separators=(",", ":")).encode()
-    timestamp = int(clock.now().timestamp())
+    timestamp = clock.wall_seconds()
     headers = {
         "Content-Type": "application/json",
         "X-Ezgh-Timestamp": str(timestamp),

@@ -45,12 +45,20 @@ def _table() -> str:
 
 
 def event_put(
-    run_id: str, attempt: int, event_type: str, at: str, expires: int, **fields: Any
+    run_id: str,
+    attempt: int,
+    event_type: str,
+    at: str,
+    expires: int,
+    *,
+    event_id: str | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
-    """A transaction Put of one event item (None fields are left out)."""
+    """A transaction Put of one event item (None fields are left out). Events sort by
+    `event_id`, minted when the event happened (by default now)."""
     values = {
         "pk": items.run_pk(run_id),
-        "sk": items.EVENT_PREFIX + ids.time_ordered_id(),
+        "sk": items.EVENT_PREFIX + (event_id or ids.time_ordered_id()),
         "type": event_type,
         "at": at,
         "attempt": attempt,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
 from ezgh_engine.api.auth import principal_for
 from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.service import apps, auth
 
@@ -26,12 +27,6 @@ IdempotencyKey = Annotated[
 ]
 
 
-def _json(status: int, body: Any) -> Response[Any]:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
-
-
-def _no_content() -> Response[Any]:
-    return Response(status_code=204, body="")
 
 
 def _caller(org_id: str, project_id: str) -> Principal:
@@ -70,7 +65,7 @@ def create_app(
 )
 def list_apps(orgId: str, projectId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return _json(200, {"apps": [a.to_api() for a in apps.list_apps(principal)]})
+    return json_response(200, {"apps": [a.to_api() for a in apps.list_apps(principal)]})
 
 
 @router.get(
@@ -81,7 +76,7 @@ def list_apps(orgId: str, projectId: str) -> Response[Any]:
 )
 def get_app(orgId: str, projectId: str, appId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return _json(200, apps.get_app(principal, appId).to_api())
+    return json_response(200, apps.get_app(principal, appId).to_api())
 
 
 @router.patch(
@@ -102,7 +97,7 @@ def update_app(
         changes["notifications"] = (
             body.notifications.model_dump() if body.notifications is not None else None
         )
-    return _json(200, apps.update_app(principal, appId, **changes).to_api())
+    return json_response(200, apps.update_app(principal, appId, **changes).to_api())
 
 
 @router.post(
@@ -113,7 +108,7 @@ def update_app(
 )
 def sync_app(orgId: str, projectId: str, appId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return _json(200, apps.sync_app(principal, appId).to_api())
+    return json_response(200, apps.sync_app(principal, appId).to_api())
 
 
 @router.delete(
@@ -125,7 +120,7 @@ def sync_app(orgId: str, projectId: str, appId: str) -> Response[Any]:
 def delete_app(orgId: str, projectId: str, appId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
     apps.delete_app(principal, appId)
-    return _no_content()
+    return no_content()
 
 
 # --- API keys ------------------------------------------------------------------------------
@@ -163,7 +158,7 @@ def create_api_key(
 )
 def list_api_keys(orgId: str, projectId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return _json(200, {"apiKeys": [k.to_api() for k in auth.list_api_keys(principal)]})
+    return json_response(200, {"apiKeys": [k.to_api() for k in auth.list_api_keys(principal)]})
 
 
 @router.delete(
@@ -175,4 +170,4 @@ def list_api_keys(orgId: str, projectId: str) -> Response[Any]:
 def delete_api_key(orgId: str, projectId: str, id: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
     auth.delete_api_key(principal, id)
-    return _no_content()
+    return no_content()

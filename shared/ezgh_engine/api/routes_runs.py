@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
@@ -18,6 +18,7 @@ from ezgh_engine.api import models as m
 from ezgh_engine.api.auth import bearer_token, principal_for
 from ezgh_engine.api.errors import check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.api.responses import json_response
 from ezgh_engine.core.models import Principal
 from ezgh_engine.errors import Unauthorized, ValidationError
 
@@ -26,9 +27,6 @@ router = APIGatewayHttpRouter()
 PREFIX = "/v1/organizations/<orgId>/projects/<projectId>"
 RUN = f"{PREFIX}/runs/<runId>"
 
-
-def _json(status: int, body: Any) -> Response[Any]:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
 
 
 def _caller(org_id: str, project_id: str) -> Principal:
@@ -108,7 +106,7 @@ def search_runs(
         limit=limit,
         cursor=cursor,
     )
-    return _json(
+    return json_response(
         200, {"runs": [r.to_api(with_steps=False) for r in found], "nextCursor": next_cursor}
     )
 
@@ -122,7 +120,7 @@ def search_runs(
 def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     from ezgh_engine.service import runs
 
-    return _json(200, runs.get_run(_caller(orgId, projectId), runId).to_api())
+    return json_response(200, runs.get_run(_caller(orgId, projectId), runId).to_api())
 
 
 @router.post(
@@ -134,7 +132,7 @@ def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
 def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     from ezgh_engine.service import runs
 
-    return _json(202, runs.cancel_run(_caller(orgId, projectId), runId).to_api())
+    return json_response(202, runs.cancel_run(_caller(orgId, projectId), runId).to_api())
 
 
 @router.post(
@@ -146,7 +144,7 @@ def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
 def retry_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     from ezgh_engine.service import runs
 
-    return _json(200, runs.retry_run(_caller(orgId, projectId), runId).to_api())
+    return json_response(200, runs.retry_run(_caller(orgId, projectId), runId).to_api())
 
 
 @router.delete(RUN, security=m.API_KEY, summary="DeleteRun", responses=m.doc(204, None, "deleted"))
@@ -175,7 +173,7 @@ def list_run_events(
     events, next_cursor = runs.list_events(
         _caller(orgId, projectId), runId, limit=limit, cursor=cursor
     )
-    return _json(200, {"events": events, "nextCursor": next_cursor})
+    return json_response(200, {"events": events, "nextCursor": next_cursor})
 
 
 def _payload(org_id: str, project_id: str, run_id: str) -> Response[Any]:
@@ -185,7 +183,7 @@ def _payload(org_id: str, project_id: str, run_id: str) -> Response[Any]:
     # The payload path may hold slashes and percent-escapes (`steps/load-user%231/output`):
     # take it from the request path as sent; the service decodes the step ID.
     path = router.current_event.path.split("/payloads/", 1)[1]
-    return _json(200, runs.get_payload(principal, run_id, path))
+    return json_response(200, runs.get_payload(principal, run_id, path))
 
 
 @router.get(
@@ -217,4 +215,4 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     token = bearer_token(router.current_event)
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
-    return _json(200, steps.apply_ops(token, body))
+    return json_response(200, steps.apply_ops(token, body))

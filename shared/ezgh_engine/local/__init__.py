@@ -1,0 +1,1 @@
+"""The local runtime behind `ezgh dev` and the tests: see `runtime.LocalRuntime`."""

@@ -56,7 +56,7 @@ def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_a
     if outcome.kind == "aborted":
         return  # the invocation gave up its lease to a newer one: nothing to write
     status, error, text, ref = _ending(run, outcome)
-    events.append(
+    events.append(  # after invocation.<outcome>: the invocation ended the run
         runs_store.event_put(
             run.id,
             run.attempt,

@@ -1,0 +1,63 @@
+"""CDK app entry: `npx aws-cdk synth` / `deploy` run this through cdk.json.
+
+Nothing here calls AWS, and the stack has no fixed account or region (the CLI's credentials
+decide). Before synthesizing, the app (re)builds the Lambda asset (infra/bundle.py); the first
+build downloads wheels from PyPI. `EZGH_SKIP_BUNDLE=1` (or `-c ezgh:skipBundle=true`) builds
+sources only, for offline synth and review: such a template is not deployable.
+
+Context: `ezgh:stackName` (default EzghWorkflows), `ezgh:alarmTopicArn` (SNS topic for alarms).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+_ROOT = _HERE.parent
+# `python3 infra/app.py` puts infra/ itself first on sys.path; import `infra.*` and the engine
+# from the repository instead (the engine need not be pip-installed for a synth).
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path[:0] = [str(_ROOT), str(_ROOT / "shared")]
+
+from aws_cdk import App, Aspects  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
+
+from infra import bundle  # noqa: E402
+from infra.stack import EzghStack  # noqa: E402
+
+DEFAULT_STACK_NAME = "EzghWorkflows"
+NO_DEPS_OUT = _ROOT / "build" / "lambda-nodeps"
+
+
+def build_app(*, code_dir: str, app: App | None = None) -> tuple[App, EzghStack]:
+    """The app with its one stack and cdk-nag's AwsSolutions checks (tests use this too)."""
+    app = app or App()
+    stack_name = app.node.try_get_context("ezgh:stackName") or DEFAULT_STACK_NAME
+    stack = EzghStack(
+        app,
+        stack_name,
+        code_dir=code_dir,
+        alarm_topic_arn=app.node.try_get_context("ezgh:alarmTopicArn"),
+        description="EZGH Workflows: durable workflow engine (serverless, zero idle cost)",
+    )
+    Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+    return app, stack
+
+
+def _skip_bundle(app: App) -> bool:
+    flag = os.environ.get("EZGH_SKIP_BUNDLE") or app.node.try_get_context("ezgh:skipBundle")
+    return str(flag).lower() in {"1", "true", "yes"}
+
+
+def main() -> None:
+    app = App()
+    skip = _skip_bundle(app)
+    code_dir = bundle.build(NO_DEPS_OUT, with_deps=False) if skip else bundle.build()
+    build_app(code_dir=str(code_dir), app=app)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""EventBridge Scheduler: the group long timers live in and the role that delivers them."""
+
+from __future__ import annotations
+
+from aws_cdk import Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+
+class Scheduler(Construct):
+    """A schedule group and a role Scheduler assumes to send timer messages to `target`.
+
+    The role may do exactly one thing: `sqs:SendMessage` to the target queue. Schedules target
+    the queue directly, so no Lambda sits between a timer firing and the invoker.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, target: sqs.IQueue) -> None:
+        super().__init__(scope, id)
+        stack = Stack.of(self)
+        # Named after the stack so two stacks in one account keep their schedules apart,
+        # and so the schedule ARNs in the functions' policies are known at synth time.
+        self.group_name = f"{stack.stack_name}-timers"
+        self.group = scheduler.CfnScheduleGroup(self, "Group", name=self.group_name)
+        self.schedules_arn = stack.format_arn(
+            service="scheduler", resource="schedule", resource_name=f"{self.group_name}/*"
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            description="EventBridge Scheduler: deliver EZGH timers to the invocations queue",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com",
+                # Confused-deputy guard: only schedules in this account may use the role.
+                conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
+            ),
+        )
+        # Not queue.grant_send_messages: that adds GetQueueAttributes and GetQueueUrl too.
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[target.queue_arn])
+        )
+
+    def grant_manage_schedules(self, grantee: iam.IGrantable) -> None:
+        """Let `grantee` create and delete schedules in this group, handing them the role."""
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["scheduler:CreateSchedule", "scheduler:DeleteSchedule"],
+            resource_arns=[self.schedules_arn],
+        )
+        iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["iam:PassRole"],
+            resource_arns=[self.role.role_arn],
+            # The role may be handed to Scheduler only, not to any other service.
+            conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+        )

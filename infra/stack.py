@@ -1,0 +1,184 @@
+"""The EZGH Workflows stack: every resource generated from `ezgh_engine.topology`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aws_cdk import CfnElement, CfnOutput, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+from ezgh_engine import config
+from ezgh_engine.topology import API_FUNCTION, INVOCATIONS_QUEUE, TOPOLOGY, Topology
+
+from infra.components.alarms import Alarms
+from infra.components.api import Api
+from infra.components.functions import Functions
+from infra.components.payloads import Payloads
+from infra.components.queues import Queues
+from infra.components.scheduler import Scheduler
+from infra.components.sources import EventSources
+from infra.components.tables import Tables
+from infra.components.token_secret import TokenSecret
+from infra.nag import matching, suppress
+from infra.permissions import ACCESS, Access
+
+# Handlers read the secret's value at cold start (see docs/deploy.md); never the value itself.
+ENV_TOKEN_SECRET_ARN = "EZGH_TOKEN_SECRET_ARN"
+
+
+class EzghStack(Stack):
+    """Tables, queues, bucket, scheduler, functions, their sources, the API and alarms.
+
+    `code_dir` is the Lambda asset folder (infra/bundle.py builds it; tests pass a placeholder).
+    The stack is environment-agnostic: account and region come from the CLI's credentials.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        code_dir: str,
+        topology: Topology = TOPOLOGY,
+        alarm_topic_arn: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.topology = topology
+        self.tables = Tables(self, "Tables", tables=topology.tables)
+        self.queues = Queues(self, "Queues", queues=topology.queues)
+        self.payloads = Payloads(self, "Payloads")
+        self.token_secret = TokenSecret(self, "TokenSecret")
+        invocations = self.queues.by_key[INVOCATIONS_QUEUE.key]
+        self.scheduler = Scheduler(self, "Scheduler", target=invocations)
+
+        self.functions = Functions(
+            self,
+            "Functions",
+            functions=topology.functions,
+            code=lambda_.Code.from_asset(code_dir),
+            environment=self._environment(),
+        )
+        self.api = Api(self, "Api", handler=self.functions.by_key[API_FUNCTION.key])
+        for function in self.functions.by_key.values():
+            # Added after the API exists: the URL is a token built from the API's id, and the
+            # API's integration references the function, so this order avoids a cycle.
+            function.add_environment(config.ENV_API_URL, self.api.url)
+
+        self.sources = EventSources(
+            self,
+            "Sources",
+            specs=topology.sources,
+            functions=self.functions.by_key,
+            queues=self.queues.by_key,
+            tables=self.tables.by_key,
+        )
+        self._grant_all()
+        self._suppress_stream_dlqs()
+
+        dlqs = {k.capitalize(): q for k, q in self.queues.dlq_by_key.items()}
+        dlqs.update({f"{k.capitalize()}Stream": q for k, q in self.sources.stream_dlqs.items()})
+        functions = {k.capitalize(): f for k, f in self.functions.by_key.items()}
+        Alarms(self, "Alarms", dlqs=dlqs, functions=functions, topic_arn=alarm_topic_arn)
+        self._outputs()
+
+    def _environment(self) -> dict[str, str]:
+        """What `ezgh_engine.config.settings()` reads, for every function alike."""
+        env = {t.env_var: self.tables.by_key[t.key].table_name for t in self.topology.tables}
+        env.update({q.env_var: self.queues.by_key[q.key].queue_url for q in self.topology.queues})
+        env[config.ENV_INVOCATIONS_QUEUE_ARN] = self.queues.by_key[INVOCATIONS_QUEUE.key].queue_arn
+        env[self.topology.bucket_env_var] = self.payloads.bucket.bucket_name
+        env[self.topology.scheduler_group_env_var] = self.scheduler.group_name
+        env[self.topology.scheduler_role_env_var] = self.scheduler.role.role_arn
+        env[ENV_TOKEN_SECRET_ARN] = self.token_secret.secret.secret_arn
+        return env
+
+    def _grant_all(self) -> None:
+        declared, deployed = set(ACCESS), {f.key for f in self.topology.functions}
+        if declared != deployed:
+            raise ValueError(
+                f"infra/permissions.py ACCESS {sorted(declared)} must name exactly the "
+                f"topology's functions {sorted(deployed)}"
+            )
+        for key, function in self.functions.by_key.items():
+            self._grant(function, ACCESS[key])
+
+    def _grant(self, function: lambda_.Function, access: Access) -> None:
+        role = function.role
+        assert role is not None  # Functions gives each function its own role
+        wildcards: list[str] = []  # IAM5 findings this grant causes, each explained below
+        for key, level in access.tables.items():
+            table = self.tables.by_key[key]
+            if level == "read_write":
+                table.grant_read_write_data(function)
+            else:
+                table.grant_read_data(function)
+            wildcards.append(rf"^Resource::<{self._logical_id(table)}\.Arn>/index/\*$")
+        if access.payloads:
+            bucket = self.payloads.bucket
+            # Exact actions rather than bucket.grant_read_write's wildcards. ListBucket lets a
+            # missing key answer NoSuchKey instead of AccessDenied, and lists a run's payloads.
+            actions = ["s3:GetObject"]
+            if access.payloads == "read_write":
+                actions += ["s3:PutObject", "s3:DeleteObject"]
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects("*")])
+            )
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+            )
+            wildcards.append(rf"^Resource::<{self._logical_id(bucket)}\.Arn>/\*$")
+        for key in access.send_to:
+            self.queues.by_key[key].grant(function, "sqs:SendMessage")
+        if access.schedules:
+            self.scheduler.grant_manage_schedules(function)
+            group = re.escape(self.scheduler.group_name)
+            wildcards.append(rf"^Resource::arn:<AWS::Partition>:scheduler:.*:schedule/{group}/\*$")
+        if access.token_secret:
+            self.token_secret.secret.grant_read(function)
+        if wildcards:
+            suppress(
+                role,
+                "IAM5",
+                "Scoped to this stack's own resources: a table's indexes (table/<name>/index/*, "
+                "for GSI queries), objects in the payload bucket (keys are per run), and "
+                "schedules in this stack's schedule group (one per long timer).",
+                applies_to=[matching(w) for w in wildcards],
+                children=True,
+            )
+
+    def _logical_id(self, construct: Construct) -> str:
+        """The CloudFormation logical id of an L2 construct's resource (as cdk-nag names it)."""
+        resource = construct.node.default_child
+        assert isinstance(resource, CfnElement)
+        return re.escape(self.get_logical_id(resource))
+
+    def _suppress_stream_dlqs(self) -> None:
+        for dlq in self.sources.stream_dlqs.values():
+            suppress(
+                dlq,
+                "SQS3",
+                "This queue is itself a dead-letter destination: the on-failure target of a "
+                "DynamoDB stream event source mapping, which cdk-nag does not recognise.",
+            )
+
+    def _outputs(self) -> None:
+        CfnOutput(self, "ApiUrl", value=self.api.url, description="The engine's API base URL")
+        for spec in self.topology.tables:
+            CfnOutput(
+                self,
+                f"{spec.key.capitalize()}TableName",
+                value=self.tables.by_key[spec.key].table_name,
+                description=f"set {spec.env_var} to this to run `ezgh` against the deployment",
+            )
+        for queue in self.topology.queues:
+            CfnOutput(
+                self,
+                f"{queue.key.capitalize()}QueueUrl",
+                value=self.queues.by_key[queue.key].queue_url,
+                description=f"set {queue.env_var} to this to run `ezgh` against the deployment",
+            )
+        CfnOutput(self, "PayloadBucketName", value=self.payloads.bucket.bucket_name)
+        CfnOutput(self, "TokenSecretArn", value=self.token_secret.secret.secret_arn)

@@ -1,0 +1,41 @@
+"""EZGH Workflows and EZGH Queues: the Python SDK.
+
+```python
+from ezgh_workflows import Context, PushApp, workflow
+
+@workflow("onboarding")
+async def onboarding(ctx: Context) -> None:
+    user = await ctx.step.run("load-user", lambda: load_user(ctx.input["userId"]))
+    await ctx.step.sleep("cooldown", "3d")
+
+app = PushApp([onboarding])  # serve with uvicorn, or use app.lambda_handler
+```
+"""
+
+from ._internal.api import ApiError
+from ._internal.clients import QueuesClient, WorkflowsClient
+from ._internal.context import Context
+from ._internal.errors import StepError
+from ._internal.protocol import SDK_VERSION as __version__
+from ._internal.push_app import PushApp
+from ._internal.step_context import StepContext, step_context
+from ._internal.steps import BlockingSteps, Steps
+from ._internal.worker import Worker
+from ._internal.workflow import Workflow, workflow
+
+__all__ = [
+    "ApiError",
+    "BlockingSteps",
+    "Context",
+    "PushApp",
+    "QueuesClient",
+    "StepContext",
+    "StepError",
+    "Steps",
+    "Worker",
+    "Workflow",
+    "WorkflowsClient",
+    "__version__",
+    "step_context",
+    "workflow",
+]

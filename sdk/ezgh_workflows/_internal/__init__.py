@@ -1,0 +1,1 @@
+"""Private internals of ezgh_workflows; not a public API."""

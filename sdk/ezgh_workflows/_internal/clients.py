@@ -1,0 +1,131 @@
+"""`WorkflowsClient` and `QueuesClient`: thin, synchronous wrappers of the HTTP API."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from . import clock
+from .api import ApiClient, segment
+
+ENDED_STATUSES = frozenset({"completed", "failed", "cancelled", "timedOut"})
+
+_FILTER_NAMES = {
+    "app_id": "appId",
+    "run_key": "runKey",
+    "created_after": "createdAfter",
+    "created_before": "createdBefore",
+}
+
+
+def _filters(filters: dict[str, Any]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key, value in filters.items():
+        if value is None:
+            continue
+        params[_FILTER_NAMES.get(key, key)] = (
+            value.isoformat() if isinstance(value, datetime) else value
+        )
+    return params
+
+
+class WorkflowsClient(ApiClient):
+    """EZGH Workflows API: apps and runs. Arguments fall back to ``EZGH_API_KEY``,
+    ``EZGH_ORG_ID``, ``EZGH_PROJECT_ID`` and ``EZGH_API_URL``. Errors raise `ApiError`."""
+
+    def start_run(
+        self, app_id: str, workflow: str, input: Any = None, run_key: str | None = None
+    ) -> Any:
+        """Start a run; the run (201 new, or 200 the existing run for ``run_key``)."""
+        body: dict[str, Any] = {"appId": app_id, "workflow": workflow, "input": input}
+        if run_key is not None:
+            body["runKey"] = run_key
+        return self.request("POST", "/runs", json=body)
+
+    def get_run(self, run_id: str) -> Any:
+        """The run, with its steps."""
+        return self.request("GET", f"/runs/{segment(run_id)}")
+
+    def search_runs(self, **filters: Any) -> Any:
+        """``{runs, nextCursor}``. Filters: ``app_id``, ``workflow``, ``status``, ``run_key``,
+        ``created_after``, ``created_before``, ``limit``, ``cursor`` (camelCase works too)."""
+        return self.request("GET", "/runs", params=_filters(filters))
+
+    def cancel_run(self, run_id: str) -> Any:
+        """Ask the run to cancel (202): ``cancelling``, then ``cancelled``."""
+        return self.request("POST", f"/runs/{segment(run_id)}/cancel")
+
+    def retry_run(self, run_id: str) -> Any:
+        """Run a ``failed`` or ``timedOut`` run again with ``attempt`` + 1."""
+        return self.request("POST", f"/runs/{segment(run_id)}/retry")
+
+    def list_run_events(
+        self, run_id: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> Any:
+        """``{events, nextCursor}``: the run's invocations and step outcomes, in order."""
+        params = _filters({"cursor": cursor, "limit": limit})
+        return self.request("GET", f"/runs/{segment(run_id)}/events", params=params)
+
+    def get_payload(self, run_id: str, path: str) -> Any:
+        """A large value stored outside the run (``output``, or a step's ``outputRef``)."""
+        # An outputRef is already percent-encoded: keep its escapes as they are.
+        return self.request("GET", f"/runs/{segment(run_id)}/payloads/{quote(path, safe='/%')}")
+
+    def delete_run(self, run_id: str) -> Any:
+        """Delete an ended run (frees its ``runKey``)."""
+        return self.request("DELETE", f"/runs/{segment(run_id)}")
+
+    def wait_for_run(self, run_id: str, timeout: float = 300.0, interval: float = 1.0) -> Any:
+        """Poll `get_run` until the run has ended; `TimeoutError` after ``timeout`` seconds."""
+        deadline = clock.monotonic() + timeout
+        while True:
+            run = self.get_run(run_id)
+            if run.get("status") in ENDED_STATUSES:
+                return run
+            if clock.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} has not ended after {timeout} seconds")
+            time.sleep(interval)
+
+    def create_app(self, name: str, kind: str, url: str | None = None) -> Any:
+        """Create an app (``kind`` ``push`` or ``pull``); the answer has its ``signingKey``."""
+        body: dict[str, Any] = {"name": name, "kind": kind}
+        if url is not None:
+            body["url"] = url
+        return self.request("POST", "/apps", json=body)
+
+    def get_app(self, app_id: str) -> Any:
+        """An app, by UUID or slug."""
+        return self.request("GET", f"/apps/{segment(app_id)}")
+
+    def list_apps(self) -> Any:
+        """``{apps}``: the project's apps."""
+        return self.request("GET", "/apps")
+
+    def update_app(self, app_id: str, **fields: Any) -> Any:
+        """Update ``url`` and/or ``notifications`` (``None`` clears them)."""
+        return self.request("PATCH", f"/apps/{segment(app_id)}", json=fields)
+
+    def sync_app(self, app_id: str) -> Any:
+        """Have the engine call a push app to learn its workflows."""
+        return self.request("POST", f"/apps/{segment(app_id)}/sync")
+
+    def delete_app(self, app_id: str) -> Any:
+        """Delete an app."""
+        return self.request("DELETE", f"/apps/{segment(app_id)}")
+
+
+class QueuesClient(ApiClient):
+    """EZGH Queues API. Same arguments and fallbacks as `WorkflowsClient`."""
+
+    def send(
+        self, queue_id: str, messages: list[dict[str, Any]], *, idempotency_key: str | None = None
+    ) -> Any:
+        """Send 1 to 10 messages (``{body, attributes?, groupId?, dedupId?}``) to a queue;
+        ``{messages: [{messageId, seq?}]}``."""
+        if not 1 <= len(messages) <= 10:
+            raise ValueError("send 1 to 10 messages at a time")
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        path = f"/queues/{segment(queue_id)}/messages"
+        return self.request("POST", path, json={"messages": list(messages)}, headers=headers)

@@ -1,0 +1,1 @@
+"""The `ezgh` command line tool."""

@@ -1,0 +1,190 @@
+"""The embedded AWS emulator: moto's server on loopback, and the process environment for it.
+
+The handlers build boto3 clients from the standard `AWS_ENDPOINT_URL` variable
+(`ezgh_engine.adapters.aws`), so pointing that variable at moto is all it takes to run them
+unchanged. moto's server (not its in-process mock) is used because the local runtime is
+threaded and in-process moto is not thread-safe for SQS.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ezgh_engine import config
+from ezgh_engine.adapters import aws
+
+log = logging.getLogger("ezgh.local.emulator")
+
+REGION = "us-east-1"
+ACCOUNT_ID = "123456789012"  # moto's default account
+
+# Set for the emulator's lifetime; the previous values come back on `stop()`.
+_FIXED_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    # Powertools: no X-Ray daemon here, and EMF metrics on stdout are noise in a dev loop.
+    "POWERTOOLS_TRACE_DISABLED": "1",
+    "POWERTOOLS_METRICS_DISABLED": "1",
+}
+_DEFAULT_ENV = {  # only when the user has not chosen
+    "POWERTOOLS_SERVICE_NAME": "ezgh",
+    "POWERTOOLS_METRICS_NAMESPACE": "EzghLocal",
+}
+# A profile or per-service endpoint in the user's shell would send calls to real AWS.
+_REMOVED_ENV_PREFIXES = ("AWS_ENDPOINT_URL_",)
+_REMOVED_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+
+
+class _StreamWakeup:
+    """Wakes the stream pollers the moment moto appends a stream record.
+
+    moto's server runs in this process, so instead of polling `GetRecords` in a tight loop
+    (CPU on a 2-core CI box, latency on every step of every run) the pollers wait on this
+    condition with a timeout and still call `GetRecords` as the source of truth.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.counter = 0
+        self._installed = False
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        try:
+            from moto.dynamodb.models.table import StreamShard
+        except ImportError:  # a moto without this class: pollers fall back to their timeout
+            return
+        original: Callable[..., Any] = StreamShard.add
+        wakeup = self
+
+        def add(shard: Any, old: Any, new: Any) -> None:
+            original(shard, old, new)
+            wakeup.notify()
+
+        StreamShard.add = add  # type: ignore[method-assign,assignment]
+        self._installed = True
+
+    def notify(self) -> None:
+        with self._cond:
+            self.counter += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float, interrupted: Callable[[], bool]) -> int:
+        """Wait until the counter moves past `seen`, `interrupted()` (checked under the lock,
+        so a `notify()` after setting its flag is never lost) or `timeout`."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.counter != seen or interrupted(), timeout=timeout)
+            return self.counter
+
+
+stream_wakeup = _StreamWakeup()
+_running: set[int] = set()  # emulators started and not stopped in this process
+
+
+def prune_stream_iterators(keep: int = 200) -> None:
+    """Drop old shard iterators from moto's streams backend.
+
+    moto stores every iterator it hands out (one per `GetRecords`) and never expires them; a
+    dev server polling for hours would grow without bound. Iterators in use are the newest.
+    """
+    try:
+        from moto.dynamodbstreams.models import dynamodbstreams_backends
+
+        backend = dynamodbstreams_backends[ACCOUNT_ID][REGION]
+        iterators = backend.shard_iterators
+        excess = len(iterators) - keep
+        if excess > 0:
+            for key in list(iterators)[:excess]:
+                iterators.pop(key, None)
+    except Exception:  # internal API: best effort only
+        log.debug("could not prune moto stream iterators", exc_info=True)
+
+
+class Emulator:
+    """moto's `ThreadedMotoServer` on 127.0.0.1 and the environment that points boto3 at it."""
+
+    def __init__(self, port: int = 0) -> None:
+        self._port = port
+        self._server: Any = None
+        self._saved_env: dict[str, str | None] = {}
+        self.endpoint_url = ""
+
+    def start(self) -> str:
+        """Start the server on a free loopback port, point the process at it; return its URL."""
+        from moto.server import ThreadedMotoServer
+
+        # moto's server logs every request through werkzeug at INFO: noise in tests and dev.
+        werkzeug = logging.getLogger("werkzeug")
+        if werkzeug.level == logging.NOTSET:
+            werkzeug.setLevel(logging.WARNING)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        self._server = server
+        self.endpoint_url = f"http://{host}:{port}"
+        # moto keeps its state in module globals, shared by every server in the process: a
+        # second emulator would see the first one's tables. Start from nothing.
+        if _running:
+            log.warning("another local emulator is running in this process; its state is wiped")
+        _running.add(id(self))
+        self._post_reset()
+        stream_wakeup.install()
+        env: dict[str, str | None] = {**_FIXED_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
+        for name in _DEFAULT_ENV:
+            env.setdefault(name, os.environ.get(name) or _DEFAULT_ENV[name])
+        for name in list(os.environ):
+            if name.startswith(_REMOVED_ENV_PREFIXES) or name in _REMOVED_ENV:
+                env[name] = None
+        self.apply_env(env)
+        log.debug("moto server on %s", self.endpoint_url)
+        return self.endpoint_url
+
+    def apply_env(self, env: Mapping[str, str | None]) -> None:
+        """Set (or, for None, remove) variables, remembering the old values for `stop()`."""
+        aws_changed = False
+        for name, value in env.items():
+            if name not in self._saved_env:
+                self._saved_env[name] = os.environ.get(name)
+            aws_changed |= name.startswith("AWS_") and os.environ.get(name) != value
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if aws_changed:  # building clients is slow (S3's model alone is ~0.2 s): keep them
+            aws.reset_clients()
+        config.reset_settings()
+
+    def reset(self) -> None:
+        """Wipe every resource and item in moto (the caller provisions again)."""
+        self._post_reset()
+        # Same endpoint, same credentials: the cached boto3 clients stay valid.
+        config.reset_settings()
+
+    def _post_reset(self) -> None:
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+
+    def stop(self) -> None:
+        """Stop the server and give the process its environment back."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+            _running.discard(id(self))
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+        aws.reset_clients()
+        config.reset_settings()

@@ -1,0 +1,357 @@
+"""Local event source mappings: SQS queue pollers and DynamoDB stream readers.
+
+Each poller is a daemon thread that plays the role Lambda's event source mapping plays in
+AWS: it builds the same event, calls the same handler, and applies the same rules for partial
+batch failures. An `Activity` tracker counts handler runs so `LocalRuntime.wait_idle()` can
+tell "nothing is happening" from "something is between two steps".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import aws
+from ezgh_engine.local import events
+from ezgh_engine.local.emulator import prune_stream_iterators, stream_wakeup
+
+log = logging.getLogger("ezgh.local.pollers")
+
+Invoke = Callable[[dict[str, Any]], Any]
+
+
+class Activity:
+    """Counts work in progress and work started, shared by every poller and the API bridge."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.busy = 0
+        self.started = 0  # moves whenever anything begins or ends
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        with self._lock:
+            self.busy += 1
+            self.started += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.busy -= 1
+                self.started += 1
+
+    def snapshot(self) -> tuple[int, int]:
+        """(busy, started) read together."""
+        with self._lock:
+            return self.busy, self.started
+
+
+class Poller:
+    """A stoppable, pausable daemon thread running `_loop`."""
+
+    def __init__(self, name: str, activity: Activity) -> None:
+        self.name = name
+        self.activity = activity
+        self._stop = threading.Event()
+        self._running = threading.Event()  # cleared while paused (during a reset)
+        self._running.set()
+        self._thread: threading.Thread | None = None
+        self.generation = 0  # bumped by every reset; work from an older one is dropped
+        self.parked = threading.Event()  # set while waiting at the gate, paused or stopping
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._guarded_loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self.generation += 1
+        self._running.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def pause(self) -> None:
+        """Stop taking work (a reset follows); `parked` is set once the loop is waiting."""
+        self._running.clear()
+        self.generation += 1
+        self._wake()
+
+    def resume(self) -> None:
+        self._running.set()
+        self._wake()
+
+    @property
+    def idle(self) -> bool:
+        return True
+
+    def _wake(self) -> None:
+        """Cut a wait short (overridden where the loop waits on something else)."""
+
+    def _gate(self) -> bool:
+        """Block while paused; False once stopping."""
+        while not self._stop.is_set():
+            if self._running.is_set():
+                self.parked.clear()
+                return True
+            self.parked.set()
+            self._running.wait(0.5)
+        self.parked.set()
+        return False
+
+    def _guarded_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._loop()
+            except Exception:
+                # A poller must outlive any one failure (moto restarting, a reset mid-call).
+                log.exception("%s crashed; restarting it", self.name)
+                self._stop.wait(0.5)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class SqsPoller(Poller):
+    """Long-polls a queue and calls `invoke` with Lambda SQS events, a few batches at once."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        queue_url: str,
+        queue_arn: str,
+        invoke: Invoke,
+        activity: Activity,
+        batch_size: int = 10,
+        max_concurrency: int = 4,
+        wait_seconds: int = 1,
+    ) -> None:
+        super().__init__(name, activity)
+        self.queue_url = queue_url
+        self.queue_arn = queue_arn
+        self.invoke = invoke
+        self.batch_size = max(1, min(batch_size, 10))  # ReceiveMessage caps at 10
+        self.wait_seconds = wait_seconds
+        self._slots = threading.Semaphore(max_concurrency)
+        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix=f"{name}-batch")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):  # only to end a long poll sooner
+            self.interrupt()
+        super().stop(timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def interrupt(self) -> None:
+        """End a long poll in progress now (before a reset), instead of at its timeout.
+
+        Sent after `pause()`, so whoever receives the message drops it; the reset wipes it.
+        """
+        if not self.parked.is_set():
+            aws.client("sqs").send_message(QueueUrl=self.queue_url, MessageBody="{}")
+
+    def _loop(self) -> None:
+        sqs = aws.client("sqs")
+        while self._gate():
+            if not self._slots.acquire(timeout=0.5):
+                continue
+            generation = self.generation
+            try:
+                answer = sqs.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=self.batch_size,
+                    WaitTimeSeconds=self.wait_seconds,
+                    AttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+            except Exception as error:
+                self._slots.release()
+                if self._running.is_set():
+                    log.warning("%s: receive failed: %s", self.name, error)
+                self._stop.wait(0.5)
+                sqs = aws.client("sqs")  # the endpoint may have been reset
+                continue
+            messages = answer.get("Messages", [])
+            # Received across a reset: those messages belong to a state that is gone.
+            stale = generation != self.generation or not self._running.is_set()
+            if not messages or stale or self._stop.is_set():
+                self._slots.release()
+                continue
+            tracker = self.activity.track()
+            tracker.__enter__()  # counted as busy before the batch leaves this thread
+            try:
+                self._pool.submit(self._run_batch, messages, tracker)
+            except RuntimeError:  # stopping: the pool is shut; the messages come back later
+                tracker.__exit__(None, None, None)
+                self._slots.release()
+
+    def _run_batch(self, messages: list[dict[str, Any]], tracker: Any) -> None:
+        try:
+            event = {"Records": [events.sqs_record(m, self.queue_arn) for m in messages]}
+            try:
+                result = self.invoke(event)
+            except Exception:
+                # As in Lambda: nothing is deleted, the batch comes back after the visibility
+                # timeout (and goes to the dead-letter queue after maxReceiveCount).
+                log.exception("%s: handler raised; %d message(s) will be retried",
+                              self.name, len(messages))
+                return
+            failed = set(events.failed_ids(result) or ())
+            done = [m for m in messages if m["MessageId"] not in failed]
+            if done:
+                self._delete(done)
+        finally:
+            tracker.__exit__(None, None, None)
+            self._slots.release()
+
+    def _delete(self, messages: list[dict[str, Any]]) -> None:
+        answer = aws.client("sqs").delete_message_batch(
+            QueueUrl=self.queue_url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                for i, m in enumerate(messages)
+            ],
+        )
+        for failure in answer.get("Failed", []):
+            log.warning("%s: delete failed: %s", self.name, failure)
+
+
+class StreamPoller(Poller):
+    """Reads a DynamoDB stream shard by shard and calls `invoke` with Lambda stream events.
+
+    A batch whose handler raises or reports `batchItemFailures` is retried from the first
+    failed record after a backoff, at most `max_attempts` times; then those records are
+    skipped with an error log, like a mapping with a bounded retry policy.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        stream_arn: str,
+        invoke: Invoke,
+        activity: Activity,
+        batch_size: int = 100,
+        max_attempts: int = 5,
+        backoff_seconds: float = 0.2,
+        idle_wait_seconds: float = 1.0,
+    ) -> None:
+        super().__init__(name, activity)
+        self.stream_arn = stream_arn
+        self.invoke = invoke
+        self.batch_size = max(1, min(batch_size, 1000))
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.idle_wait_seconds = idle_wait_seconds
+        self._iterators: dict[str, str] = {}  # shard id -> next iterator
+        self._closed: set[str] = set()
+        self._known_generation = -1
+        self._caught_up_at: int | None = None  # wakeup counter read before an empty read
+        self._processing = False
+        self._polls = 0
+
+    def set_stream(self, stream_arn: str) -> None:
+        """Follow a new stream (after a reset the table, and so its stream, is new)."""
+        self.stream_arn = stream_arn
+        self._known_generation = -1
+
+    @property
+    def idle(self) -> bool:
+        """True when the last read found nothing and nothing was written since."""
+        return (
+            not self._processing
+            and self._caught_up_at is not None
+            and self._caught_up_at == stream_wakeup.counter
+        )
+
+    def _wake(self) -> None:
+        stream_wakeup.notify()
+
+    def _discover(self, streams: Any) -> None:
+        """Start reading shards not seen before, from their beginning."""
+        description = streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
+        for shard in description.get("Shards", []):
+            shard_id = shard["ShardId"]
+            if shard_id in self._iterators or shard_id in self._closed:
+                continue
+            self._iterators[shard_id] = streams.get_shard_iterator(
+                StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+
+    def _loop(self) -> None:
+        streams = aws.client("dynamodbstreams")
+        last_discovery = 0.0
+        while self._gate():
+            if self._known_generation != self.generation or not self._iterators:
+                self._iterators.clear()
+                self._closed.clear()
+                self._caught_up_at = None
+                self._known_generation = self.generation
+                streams = aws.client("dynamodbstreams")
+                last_discovery = 0.0
+            if clock.monotonic() - last_discovery > 5.0:
+                self._discover(streams)  # new shards appear as old ones close
+                last_discovery = clock.monotonic()
+            seen = stream_wakeup.counter
+            generation = self.generation
+            got_any = False
+            for shard_id, iterator in list(self._iterators.items()):
+                answer = streams.get_records(ShardIterator=iterator, Limit=self.batch_size)
+                next_iterator = answer.get("NextShardIterator")
+                if next_iterator:
+                    self._iterators[shard_id] = next_iterator
+                else:
+                    self._iterators.pop(shard_id, None)
+                    self._closed.add(shard_id)
+                records = answer.get("Records", [])
+                if records and generation == self.generation:
+                    got_any = True
+                    self._process(records)
+            self._polls += 1
+            if self._polls % 500 == 0:
+                prune_stream_iterators()
+            if not got_any:
+                self._caught_up_at = seen
+                stream_wakeup.wait(
+                    seen, self.idle_wait_seconds,
+                    lambda: self._stop.is_set() or not self._running.is_set(),
+                )
+
+    def _process(self, records: list[dict[str, Any]]) -> None:
+        self._processing = True
+        try:
+            shaped = [events.stream_record(r, self.stream_arn) for r in records]
+            start, attempts = 0, 0
+            generation = self.generation
+            while start < len(shaped) and not self._stop.is_set():
+                if generation != self.generation:
+                    return
+                batch = shaped[start:]
+                failed: list[str] | None
+                with self.activity.track():
+                    try:
+                        failed = events.failed_ids(self.invoke({"Records": batch}))
+                    except Exception:
+                        log.exception("%s: handler raised", self.name)
+                        failed = [batch[0]["dynamodb"]["SequenceNumber"]]
+                if not failed:
+                    return
+                sequence = [r["dynamodb"]["SequenceNumber"] for r in shaped]
+                first = min((sequence.index(s) for s in failed if s in sequence), default=start)
+                if first > start:
+                    attempts = 0  # progress: the retry budget is per record
+                start = max(first, start)
+                attempts += 1
+                if attempts >= self.max_attempts:
+                    log.error("%s: giving up on %d record(s) from sequence %s after %d tries",
+                              self.name, len(shaped) - start, sequence[start], attempts)
+                    return
+                self._stop.wait(self.backoff_seconds * 2 ** (attempts - 1))
+        finally:
+            self._processing = False

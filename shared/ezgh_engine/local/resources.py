@@ -1,0 +1,137 @@
+"""Provision every resource of `TOPOLOGY` in the emulator and say where handlers find them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ezgh_engine import config
+from ezgh_engine.adapters import aws
+from ezgh_engine.local.emulator import ACCOUNT_ID
+from ezgh_engine.topology import TOPOLOGY, Queue, Table, Topology
+
+NAME_PREFIX = "ezgh-local"
+BUCKET_NAME = f"{NAME_PREFIX}-payloads"
+SCHEDULER_GROUP = "ezgh-timers"
+# moto does not check IAM; any well-formed role ARN will do.
+SCHEDULER_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/{NAME_PREFIX}-scheduler"
+
+
+def table_name(table: Table) -> str:
+    return f"{NAME_PREFIX}-{table.key}"
+
+
+def queue_name(queue: Queue) -> str:
+    return f"{NAME_PREFIX}-{queue.key}"
+
+
+@dataclass
+class Provisioned:
+    """What `provision()` made: physical names, URLs, ARNs, and the environment for handlers."""
+
+    tables: dict[str, str] = field(default_factory=dict)  # topology key -> table name
+    stream_arns: dict[str, str] = field(default_factory=dict)  # topology key -> stream ARN
+    queue_urls: dict[str, str] = field(default_factory=dict)  # topology key -> queue URL
+    queue_arns: dict[str, str] = field(default_factory=dict)
+    dlq_urls: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _create_table(table: Table) -> str:
+    ddb = aws.client("dynamodb")
+    attributes = {"pk", "sk"}
+    for index in table.indexes:
+        attributes.update((index.partition_key, index.sort_key))
+    params: dict[str, object] = {
+        "TableName": table_name(table),
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [
+            {"AttributeName": name, "AttributeType": "S"} for name in sorted(attributes)
+        ],
+        "KeySchema": [
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+    }
+    if table.indexes:
+        params["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": index.name,
+                "KeySchema": [
+                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
+                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index in table.indexes
+        ]
+    if table.stream:
+        params["StreamSpecification"] = {
+            "StreamEnabled": True,
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        }
+    answer = ddb.create_table(**params)
+    if table.ttl_attribute:
+        # moto stores the TTL setting but never expires items; set it so describe matches AWS.
+        ddb.update_time_to_live(
+            TableName=table_name(table),
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},
+        )
+    return str(answer["TableDescription"].get("LatestStreamArn", ""))
+
+
+def _create_queue(queue: Queue) -> tuple[str, str, str]:
+    """Create the queue and its dead-letter queue; return (url, arn, dlq url)."""
+    sqs = aws.client("sqs")
+    dlq_url = sqs.create_queue(QueueName=f"{queue_name(queue)}-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
+    url = sqs.create_queue(
+        QueueName=queue_name(queue),
+        Attributes={
+            "VisibilityTimeout": str(queue.visibility_timeout_seconds),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    return url, arn, dlq_url
+
+
+def provision(
+    *, api_url: str, token_secret: str, topology: Topology = TOPOLOGY
+) -> Provisioned:
+    """Create tables, queues, the bucket and the schedule group; return names and handler env.
+
+    The caller applies `Provisioned.env` to the process (see `Emulator.apply_env`).
+    """
+    done = Provisioned()
+    for table in topology.tables:
+        done.tables[table.key] = table_name(table)
+        stream_arn = _create_table(table)
+        if table.stream:
+            done.stream_arns[table.key] = stream_arn
+        done.env[table.env_var] = table_name(table)
+    for queue in topology.queues:
+        url, arn, dlq_url = _create_queue(queue)
+        done.queue_urls[queue.key] = url
+        done.queue_arns[queue.key] = arn
+        done.dlq_urls[queue.key] = dlq_url
+        done.env[queue.env_var] = url
+    aws.client("s3").create_bucket(Bucket=BUCKET_NAME)
+    aws.client("scheduler").create_schedule_group(Name=SCHEDULER_GROUP)
+    done.env.update(
+        {
+            config.ENV_INVOCATIONS_QUEUE_ARN: done.queue_arns.get("invocations", ""),
+            topology.bucket_env_var: BUCKET_NAME,
+            topology.scheduler_group_env_var: SCHEDULER_GROUP,
+            topology.scheduler_role_env_var: SCHEDULER_ROLE_ARN,
+            config.ENV_API_URL: api_url,
+            config.ENV_TOKEN_SECRET: token_secret,
+            config.ENV_ALLOW_LOOPBACK: "1",
+        }
+    )
+    return done

@@ -1,0 +1,325 @@
+"""The local engine: moto on loopback, the topology's resources, pollers, and the HTTP API.
+
+`ezgh dev` runs one `LocalRuntime` until a signal; tests start one per session and
+`reset()` it per test (see `tests/local/conftest.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ezgh_engine import clock as clock_module
+from ezgh_engine import ids
+from ezgh_engine.adapters import aws
+from ezgh_engine.local import apps as local_apps
+from ezgh_engine.local.emulator import Emulator
+from ezgh_engine.local.handlers import Handler, Invoker, resolve_all
+from ezgh_engine.local.http_bridge import ServedHttp, serve_api
+from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
+from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
+from ezgh_engine.local.scheduler import Scheduler
+from ezgh_engine.topology import API_FUNCTION, TOPOLOGY, SqsSource, StreamSource, Topology
+
+log = logging.getLogger("ezgh.local.runtime")
+
+Bootstrap = Callable[[], tuple[str, str, str]]
+AppSpec = str | tuple[str, Any]  # "MODULE:ATTR", or (name, PushApp)
+
+
+def _default_bootstrap() -> tuple[str, str, str]:
+    from ezgh_engine.service.auth import bootstrap_admin
+
+    return bootstrap_admin()
+
+
+class LocalRuntime:
+    """The whole engine in this process. `start()`, `reset()`, `wait_idle()`, `stop()`.
+
+    `port=0` picks a free port (tests). `handler_overrides` (function key -> handler) and
+    `bootstrap` replace the real handlers and `bootstrap_admin` (the runtime's own tests).
+    """
+
+    def __init__(
+        self,
+        port: int = 8288,
+        state_dir: str | Path = ".ezgh",
+        apps: Iterable[AppSpec] = (),
+        clock: clock_module.Clock | None = None,
+        *,
+        handler_overrides: Mapping[str, Handler] | None = None,
+        bootstrap: Bootstrap | None = None,
+        echo: Callable[[str], None] | None = None,
+        sqs_concurrency: int = 4,
+        topology: Topology = TOPOLOGY,
+    ) -> None:
+        self.port = port
+        self.state_dir = Path(state_dir)
+        self.app_specs = list(apps)
+        self.clock = clock
+        self.topology = topology
+        self._overrides = dict(handler_overrides or {})
+        self._bootstrap = bootstrap or _default_bootstrap
+        self._echo = echo or (lambda line: log.info("%s", line))
+        self._sqs_concurrency = sqs_concurrency
+        self._previous_clock: clock_module.Clock | None = None
+        self._token_secret = ids.secret_token()
+        self.activity = Activity()
+        self.emulator = Emulator()
+        self.provisioned = Provisioned()
+        self.invokers: dict[str, Invoker] = {}
+        self.pollers: list[Poller] = []
+        self.scheduler: Scheduler | None = None
+        self.api_server: ServedHttp | None = None
+        self.apps: dict[str, local_apps.ServedApp] = {}
+        self.org_id = self.project_id = self.api_key = ""
+        self.api_url = ""
+        self._idle_wait = threading.Event()  # never set: an interruptible sleep
+        self.started = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> LocalRuntime:
+        """Start everything; return once `GET /v1/health` answers and apps are synced."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        began = clock_module.monotonic()
+        if self.clock is not None:
+            self._previous_clock = clock_module.get_clock()
+            clock_module.set_clock(self.clock)
+        self.emulator.start()
+        # Bound now, served once the handlers' environment is in place: the URL is in it.
+        self.api_server = serve_api(
+            self._invoke_api, port=self.port, track=self.activity.track
+        )
+        self.api_url = self.api_server.url
+        self._provision()
+        self.invokers = resolve_all(self._overrides, self.topology)
+        self._build_pollers()
+        for poller in self.pollers:
+            poller.start()
+        self.api_server.serve()
+        self.started = True
+        self._check_health()
+        self._after_reset()
+        for spec in self.app_specs:
+            name, app = local_apps.load_app(spec) if isinstance(spec, str) else spec
+            self.apps[name] = local_apps.serve_app(name, app)
+        self._register_apps()
+        log.debug("local runtime up in %.2fs", clock_module.monotonic() - began)
+
+    def stop(self) -> None:
+        """Stop pollers, servers and moto; give back the environment and the clock."""
+        for poller in self.pollers:
+            poller.stop(timeout=0)  # signal every one first, then wait for each
+        for poller in self.pollers:
+            poller.stop()
+        self.pollers = []
+        for served in self.apps.values():
+            served.server.shutdown()
+        self.apps = {}
+        if self.api_server is not None:
+            self.api_server.shutdown()
+            self.api_server = None
+        self.emulator.stop()
+        if self._previous_clock is not None:
+            clock_module.set_clock(self._previous_clock)
+            self._previous_clock = None
+        self.started = False
+
+    def reset(self) -> None:
+        """Empty every table, queue, bucket and schedule; bootstrap and register apps again.
+
+        Fast (tens of milliseconds) and for tests: pollers pause, in-flight handlers get a
+        few seconds to finish, moto resets, resources come back under the same names.
+        """
+        for poller in self.pollers:
+            poller.pause()
+        for poller in self.pollers:
+            if isinstance(poller, SqsPoller):
+                poller.interrupt()
+        parked = self._wait(
+            lambda: self.activity.snapshot()[0] == 0
+            and all(p.parked.is_set() for p in self.pollers),
+            10.0,
+        )
+        if not parked:
+            log.warning("reset: handlers still running after 10s; resetting anyway")
+        self.emulator.reset()
+        self._provision()
+        for poller in self.pollers:
+            if isinstance(poller, StreamPoller):
+                poller.set_stream(self._stream_arn(poller.name))
+            poller.resume()
+        self._after_reset()
+        self._register_apps()
+
+    def __enter__(self) -> LocalRuntime:
+        return self.start() if not self.started else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- waiting --------------------------------------------------------------------------
+
+    def wait_for(
+        self, predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05
+    ) -> Any:
+        """Poll `predicate` until it answers something truthy; return that, or TimeoutError."""
+        deadline = clock_module.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if clock_module.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout}s")
+            self._idle_wait.wait(interval)
+
+    def wait_idle(
+        self, timeout: float = 30.0, *, include_delayed: bool = True, settle: float = 0.1
+    ) -> None:
+        """Return once nothing is running or pending: no handler or API call in flight, the
+        stream read to its end, no due schedule, and every topology queue empty (visible,
+        in flight and, unless `include_delayed=False`, delayed). Idle must hold for `settle`
+        seconds. TimeoutError (saying what is busy) otherwise.
+        """
+        deadline = clock_module.monotonic() + timeout
+        idle_since: float | None = None
+        while True:
+            busy = self._busy(include_delayed)
+            now = clock_module.monotonic()
+            if busy:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= settle:
+                return
+            if now > deadline:
+                raise TimeoutError(f"not idle after {timeout}s: {', '.join(busy)}")
+            self._idle_wait.wait(0.02)
+
+    def _busy(self, include_delayed: bool) -> list[str]:
+        """What is busy now (empty: idle). Reads activity before and after the queues so a
+        handler that ran in between cannot slip through."""
+        if self.scheduler is not None:
+            self.scheduler.scan()
+        busy_before, started_before = self.activity.snapshot()
+        if busy_before:
+            return [f"{busy_before} handler(s) running"]
+        reasons = [f"{p.name} not caught up" for p in self.pollers if not p.idle]
+        if reasons:
+            return reasons
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        if include_delayed:
+            names.append("ApproximateNumberOfMessagesDelayed")
+        sqs = aws.client("sqs")
+        for key, url in self.provisioned.queue_urls.items():
+            counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+            pending = {n: int(counts.get(n, 0)) for n in names if int(counts.get(n, 0))}
+            if pending:
+                reasons.append(f"queue {key}: {pending}")
+        busy_after, started_after = self.activity.snapshot()
+        if busy_after or started_after != started_before:
+            reasons.append("handlers ran while checking")
+        reasons.extend(f"{p.name} not caught up" for p in self.pollers if not p.idle)
+        return reasons
+
+    def _wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        try:
+            self.wait_for(predicate, timeout, interval=0.02)
+            return True
+        except TimeoutError:
+            return False
+
+    # --- internals ------------------------------------------------------------------------
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The SDK's environment for this engine (also written to `<state-dir>/dev.env`)."""
+        return {
+            "EZGH_API_URL": self.api_url,
+            "EZGH_API_KEY": self.api_key,
+            "EZGH_ORG_ID": self.org_id,
+            "EZGH_PROJECT_ID": self.project_id,
+        }
+
+    @property
+    def api_prefix(self) -> str:
+        """`<api_url>/v1/organizations/<org>/projects/<project>`."""
+        return f"{self.api_url}/v1/organizations/{self.org_id}/projects/{self.project_id}"
+
+    def _invoke_api(self, event: dict[str, Any]) -> Any:
+        return self.invokers[API_FUNCTION.key](event)
+
+    def _provision(self) -> None:
+        self.provisioned = provision(
+            api_url=self.api_url, token_secret=self._token_secret, topology=self.topology
+        )
+        self.emulator.apply_env(dict(self.provisioned.env))
+
+    def _stream_arn(self, poller_name: str) -> str:
+        table = poller_name.split(":", 1)[1]
+        return self.provisioned.stream_arns[table]
+
+    def _build_pollers(self) -> None:
+        self.pollers = []
+        for source in self.topology.sources:
+            invoke = self.invokers[source.function]
+            if isinstance(source, SqsSource):
+                self.pollers.append(SqsPoller(
+                    name=f"sqs:{source.queue}",
+                    queue_url=self.provisioned.queue_urls[source.queue],
+                    queue_arn=self.provisioned.queue_arns[source.queue],
+                    invoke=invoke, activity=self.activity, batch_size=source.batch_size,
+                    max_concurrency=self._sqs_concurrency,
+                ))
+            elif isinstance(source, StreamSource):
+                self.pollers.append(StreamPoller(
+                    name=f"stream:{source.table}",
+                    stream_arn=self.provisioned.stream_arns[source.table],
+                    invoke=invoke, activity=self.activity, batch_size=source.batch_size,
+                ))
+        self.scheduler = Scheduler(group=SCHEDULER_GROUP, activity=self.activity)
+        self.pollers.append(self.scheduler)
+
+    def _check_health(self) -> None:
+        answer = httpx.get(f"{self.api_url}/v1/health", timeout=30)
+        if answer.status_code != 200 or answer.json() != {"status": "ok"}:
+            raise RuntimeError(
+                f"GET /v1/health answered {answer.status_code}: {answer.text[:500]}"
+            )
+
+    def _after_reset(self) -> None:
+        """Bootstrap the admin credentials, export them, and write `dev.env`."""
+        self.org_id, self.project_id, self.api_key = self._bootstrap()
+        self.emulator.apply_env(dict(self.env))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        lines = [f"{name}={value}" for name, value in self.env.items()]
+        (self.state_dir / "dev.env").write_text("\n".join(lines) + "\n")
+
+    def _register_apps(self) -> None:
+        if not self.apps:
+            return
+        api = local_apps.EngineApi(self.api_url, self.api_key, self.org_id, self.project_id)
+        try:
+            for served in self.apps.values():
+                if self.started and served.record:
+                    served.record = {}  # after a reset the old record is gone with the state
+                record = api.register(served)
+                self._echo(
+                    f"app {served.name}: id={record.get('id')} url={served.url} "
+                    f"status={record.get('status')} workflows={record.get('workflows')}"
+                )
+        finally:
+            api.close()

@@ -1,0 +1,176 @@
+"""EventBridge Scheduler emulation: fire due schedules from moto, which only stores them.
+
+Every half second (or when kicked) the scheduler lists the schedules in its group and fires
+those due by `ezgh_engine.clock.now()`, so a test with a `SkipClock` skips the wait. Only
+`at(...)` one-time schedules are handled now; an expression kind is handled by a function
+in `_DUE`, which is where `cron(...)` goes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import aws
+from ezgh_engine.local.pollers import Activity, Poller
+
+log = logging.getLogger("ezgh.local.scheduler")
+
+_AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
+
+
+def _due_at(schedule: dict[str, Any], now: datetime) -> bool:
+    """An `at(...)` schedule is due once its local time, in its time zone, has passed."""
+    match = _AT.match(schedule["ScheduleExpression"].strip())
+    if not match:
+        return False
+    zone = ZoneInfo(schedule.get("ScheduleExpressionTimezone") or "UTC")
+    when = datetime.fromisoformat(match.group(1)).replace(tzinfo=zone)
+    return when.astimezone(UTC) <= now
+
+
+# Expression kind ("at", "cron", "rate") -> is it due now. Kinds not here are ignored.
+_DUE: dict[str, Callable[[dict[str, Any], datetime], bool]] = {"at": _due_at}
+
+
+def _kind(expression: str) -> str:
+    return expression.strip().split("(", 1)[0]
+
+
+class Scheduler(Poller):
+    """Fires the due schedules of one schedule group by sending their input to their target."""
+
+    def __init__(self, *, group: str, activity: Activity, interval_seconds: float = 0.5) -> None:
+        super().__init__("scheduler", activity)
+        self.group = group
+        self.interval_seconds = interval_seconds
+        self._kick = threading.Event()
+        self._scan_lock = threading.Lock()  # the thread and `wait_idle()` both scan
+        # name -> (LastModificationDate, schedule) so unchanged schedules are fetched once.
+        self._cache: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self._fired: set[tuple[str, Any]] = set()  # fire once even if the delete fails
+        self._queue_urls: dict[str, str] = {}
+        self.fired_count = 0
+
+    def pause(self) -> None:
+        super().pause()
+        with self._scan_lock:
+            self._cache.clear()
+            self._fired.clear()
+            self._queue_urls.clear()
+
+    def _wake(self) -> None:
+        self._kick.set()
+
+    def kick(self) -> None:
+        """Scan soon rather than at the next tick (after a test skips the clock)."""
+        self._kick.set()
+
+    def _loop(self) -> None:
+        while self._gate():
+            self.scan()
+            self._kick.wait(self.interval_seconds)
+            self._kick.clear()
+
+    def scan(self) -> int:
+        """Fire every due schedule now; return how many fired."""
+        if not self._running.is_set():
+            return 0
+        with self._scan_lock:
+            try:
+                summaries = self._list()
+            except Exception as error:
+                log.debug("scheduler: list failed: %s", error)
+                return 0
+            now = clock.now()
+            fired = 0
+            names = set()
+            for summary in summaries:
+                name = summary["Name"]
+                names.add(name)
+                if summary.get("State", "ENABLED") != "ENABLED":
+                    continue
+                schedule = self._get(summary)
+                if schedule is None:
+                    continue
+                is_due = _DUE.get(_kind(schedule.get("ScheduleExpression", "")))
+                key = (name, summary.get("LastModificationDate"))
+                if is_due is None or key in self._fired or not is_due(schedule, now):
+                    continue
+                with self.activity.track():
+                    self._fire(schedule)
+                self._fired.add(key)
+                fired += 1
+            for name in set(self._cache) - names:  # forget deleted schedules
+                self._cache.pop(name, None)
+            self._fired = {key for key in self._fired if key[0] in names}
+            self.fired_count += fired
+            return fired
+
+    def _list(self) -> list[dict[str, Any]]:
+        scheduler = aws.client("scheduler")
+        summaries: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            params: dict[str, Any] = {"GroupName": self.group, "MaxResults": 100}
+            if token:
+                params["NextToken"] = token
+            answer = scheduler.list_schedules(**params)
+            summaries.extend(answer.get("Schedules", []))
+            token = answer.get("NextToken")
+            if not token:
+                return summaries
+
+    def _get(self, summary: dict[str, Any]) -> dict[str, Any] | None:
+        name, modified = summary["Name"], summary.get("LastModificationDate")
+        cached = self._cache.get(name)
+        if cached is not None and cached[0] == modified:
+            return cached[1]
+        try:
+            schedule = aws.client("scheduler").get_schedule(GroupName=self.group, Name=name)
+        except Exception as error:  # deleted between list and get
+            log.debug("scheduler: get %s failed: %s", name, error)
+            return None
+        self._cache[name] = (modified, schedule)
+        return schedule
+
+    def _fire(self, schedule: dict[str, Any]) -> None:
+        name = schedule["Name"]
+        target = schedule.get("Target", {})
+        arn = str(target.get("Arn", ""))
+        if arn.startswith("arn:aws:sqs:"):
+            self._send_sqs(arn, target)
+        else:
+            log.warning("scheduler: %s targets %s, which the local scheduler cannot call",
+                        name, arn)
+        log.debug("scheduler: fired %s", name)
+        if schedule.get("ActionAfterCompletion") == "DELETE":
+            try:
+                aws.client("scheduler").delete_schedule(GroupName=self.group, Name=name)
+            except Exception as error:  # already gone; `_fired` keeps it from firing again
+                log.debug("scheduler: delete %s failed: %s", name, error)
+            self._cache.pop(name, None)
+
+    def _send_sqs(self, arn: str, target: dict[str, Any]) -> None:
+        sqs = aws.client("sqs")
+        url = self._queue_urls.get(arn)
+        if url is None:
+            _, _, _, _, account, queue = arn.split(":", 5)
+            url = sqs.get_queue_url(QueueName=queue, QueueOwnerAWSAccountId=account)["QueueUrl"]
+            self._queue_urls[arn] = url
+        params: dict[str, Any] = {
+            "QueueUrl": url,
+            # Scheduler sends its target input verbatim; without one, an empty JSON object.
+            "MessageBody": target.get("Input") or json.dumps({}),
+        }
+        group_id = target.get("SqsParameters", {}).get("MessageGroupId")
+        if group_id:
+            params["MessageGroupId"] = group_id
+        sqs.send_message(**params)

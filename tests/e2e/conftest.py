@@ -1,0 +1,62 @@
+"""One local runtime (moto server, pollers, API, the test app) per session, reset per test."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import pytest
+from ezgh_engine import config
+from ezgh_engine.clock import SkipClock
+from ezgh_engine.local.runtime import LocalRuntime
+from ezgh_workflows import WorkflowsClient
+
+from tests.e2e import workflows_app
+
+
+# Package scope: moto keeps its state in process globals, so this runtime must be gone
+# before another suite (tests/local) starts an emulator of its own.
+@pytest.fixture(scope="package")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    rt = LocalRuntime(
+        port=0,
+        state_dir=tmp_path_factory.mktemp("ezgh"),
+        apps=[("e2e", workflows_app.served)],
+        clock=SkipClock(),
+    )
+    rt.start()
+    yield rt
+    rt.stop()
+
+
+@pytest.fixture()
+def engine(runtime: LocalRuntime) -> Iterator[LocalRuntime]:
+    runtime.reset()
+    workflows_app.reset()
+    yield runtime
+    # Let what the test started settle before the next test resets the state under it; runs
+    # left sleeping or waiting are simply dropped with the state.
+    workflows_app.served.failures_left = 0
+    for event in workflows_app.GATES.values():
+        event.set()
+    with contextlib.suppress(TimeoutError):
+        runtime.wait_idle(timeout=15, include_delayed=False)
+    for name in (config.ENV_INVOKE_ATTEMPTS, config.ENV_SQS_MAX_DELAY):
+        os.environ.pop(name, None)
+    config.reset_settings()
+
+
+@pytest.fixture()
+def client(engine: LocalRuntime) -> WorkflowsClient:
+    return WorkflowsClient(
+        api_key=engine.api_key,
+        organization_id=engine.org_id,
+        project_id=engine.project_id,
+        base_url=engine.api_url,
+    )
+
+
+@pytest.fixture()
+def app_id(engine: LocalRuntime) -> str:
+    return str(engine.apps["e2e"].record["id"])

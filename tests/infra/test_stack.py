@@ -1,0 +1,489 @@
+"""The CDK stack, synthesized once offline (no Docker, no network, no AWS), checked by property.
+
+Every expectation is derived from `ezgh_engine.topology`, so a topology change is checked
+without editing this file. Needs the `infra` extra: skipped without aws-cdk-lib.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aws_cdk")
+pytest.importorskip("cdk_nag")
+
+pytestmark = pytest.mark.infra
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `infra` is not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from aws_cdk import App, Aspects, Stack  # noqa: E402
+from aws_cdk import aws_sqs as sqs  # noqa: E402
+from aws_cdk.assertions import Annotations, Match, Template  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
+from ezgh_engine import config  # noqa: E402
+from ezgh_engine.topology import (  # noqa: E402
+    API_FUNCTION,
+    INVOCATIONS_QUEUE,
+    TOPOLOGY,
+    SqsSource,
+    StreamSource,
+)
+
+from infra import bundle  # noqa: E402
+from infra.app import build_app  # noqa: E402
+from infra.components.functions import lambda_handler  # noqa: E402
+from infra.components.sources import STREAM_RETRY_ATTEMPTS  # noqa: E402
+from infra.permissions import ACCESS  # noqa: E402
+from infra.stack import ENV_TOKEN_SECRET_ARN, EzghStack  # noqa: E402
+
+# Actions that take no resource ARN in IAM, so "*" is their only possible resource.
+STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> tuple[EzghStack, dict[str, Any]]:
+    """One synth for the module, on a placeholder asset (bundling skipped)."""
+    code = tmp_path_factory.mktemp("lambda-placeholder")
+    (code / "README").write_text("placeholder asset for synth tests\n")
+    _, stack = build_app(code_dir=str(code))
+    return stack, Template.from_stack(stack).to_json()
+
+
+@pytest.fixture(scope="module")
+def stack(synth: tuple[EzghStack, dict[str, Any]]) -> EzghStack:
+    return synth[0]
+
+
+@pytest.fixture(scope="module")
+def template(synth: tuple[EzghStack, dict[str, Any]]) -> dict[str, Any]:
+    return synth[1]
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def logical_id(stack: Stack, construct: Any) -> str:
+    return stack.get_logical_id(construct.node.default_child)
+
+
+def resources(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_}
+
+
+def props(template: dict[str, Any], lid: str) -> dict[str, Any]:
+    return template["Resources"][lid]["Properties"]
+
+
+def getatt(lid: str, attr: str = "Arn") -> dict[str, Any]:
+    return {"Fn::GetAtt": [lid, attr]}
+
+
+def statements_of_role(template: dict[str, Any], role_lid: str) -> list[dict[str, Any]]:
+    found = []
+    for policy in resources(template, "AWS::IAM::Policy").values():
+        if {"Ref": role_lid} in policy["Properties"]["Roles"]:
+            found += policy["Properties"]["PolicyDocument"]["Statement"]
+    return found
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def grants(template: dict[str, Any], role_lid: str) -> set[tuple[str, str]]:
+    """(action, resource as JSON) pairs the role's policies allow."""
+    return {
+        (action, json.dumps(resource, sort_keys=True))
+        for s in statements_of_role(template, role_lid)
+        if s["Effect"] == "Allow"
+        for action in as_list(s["Action"])
+        for resource in as_list(s["Resource"])
+    }
+
+
+def function_role(stack: EzghStack, key: str) -> str:
+    role = stack.functions.by_key[key].role
+    assert role is not None
+    return logical_id(stack, role)
+
+
+def allowed(template: dict[str, Any], stack: EzghStack, key: str, action: str, arn: Any) -> bool:
+    return (action, json.dumps(arn, sort_keys=True)) in grants(template, function_role(stack, key))
+
+
+def actions_of(template: dict[str, Any], stack: EzghStack, key: str) -> set[str]:
+    return {a for a, _ in grants(template, function_role(stack, key))}
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", TOPOLOGY.tables, ids=lambda t: t.key)
+def test_table_matches_topology(stack: EzghStack, template: dict[str, Any], spec: Any) -> None:
+    lid = logical_id(stack, stack.tables.by_key[spec.key])
+    resource = template["Resources"][lid]
+    p = resource["Properties"]
+    assert resource["DeletionPolicy"] == "Retain" and resource["UpdateReplacePolicy"] == "Retain"
+    assert p["BillingMode"] == "PAY_PER_REQUEST"
+    assert p["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    assert p["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert p["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
+    indexes = {i["IndexName"]: i for i in p.get("GlobalSecondaryIndexes", [])}
+    assert set(indexes) == {i.name for i in spec.indexes}
+    for index in spec.indexes:
+        assert indexes[index.name]["KeySchema"] == [
+            {"AttributeName": index.partition_key, "KeyType": "HASH"},
+            {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+        ]
+    if spec.stream:
+        assert p["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    else:
+        assert "StreamSpecification" not in p
+
+
+def test_runs_table_streams_both_images(stack: EzghStack, template: dict[str, Any]) -> None:
+    p = props(template, logical_id(stack, stack.tables.by_key["runs"]))
+    assert p["StreamSpecification"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
+
+
+# --- queues -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", TOPOLOGY.queues, ids=lambda q: q.key)
+def test_queue_has_its_own_dlq(stack: EzghStack, template: dict[str, Any], spec: Any) -> None:
+    p = props(template, logical_id(stack, stack.queues.by_key[spec.key]))
+    dlq = logical_id(stack, stack.queues.dlq_by_key[spec.key])
+    assert p["RedrivePolicy"] == {
+        "deadLetterTargetArn": getatt(dlq),
+        "maxReceiveCount": spec.max_receive_count,
+    }
+    assert p["VisibilityTimeout"] == spec.visibility_timeout_seconds
+
+
+def test_every_queue_is_encrypted_and_tls_only(template: dict[str, Any]) -> None:
+    queues = resources(template, "AWS::SQS::Queue")
+    # topology queues + their DLQs + one failure queue per stream source
+    streams = [s for s in TOPOLOGY.sources if isinstance(s, StreamSource)]
+    assert len(queues) == 2 * len(TOPOLOGY.queues) + len(streams)
+    tls_only = set()
+    for policy in resources(template, "AWS::SQS::QueuePolicy").values():
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if s["Effect"] == "Deny" and s.get("Condition") == {
+                "Bool": {"aws:SecureTransport": "false"}
+            }:
+                tls_only |= {q["Ref"] for q in policy["Properties"]["Queues"]}
+    for lid, queue in queues.items():
+        assert queue["Properties"]["SqsManagedSseEnabled"] is True, lid
+        assert lid in tls_only, lid
+
+
+# --- event sources ------------------------------------------------------------------------
+
+
+def mapping_for(stack: EzghStack, template: dict[str, Any], function_key: str) -> dict[str, Any]:
+    fn = logical_id(stack, stack.functions.by_key[function_key])
+    found = [
+        m["Properties"]
+        for m in resources(template, "AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == {"Ref": fn}
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("spec", TOPOLOGY.sources, ids=lambda s: f"{s.kind}-{s.function}")
+def test_event_source_mapping(stack: EzghStack, template: dict[str, Any], spec: Any) -> None:
+    m = mapping_for(stack, template, spec.function)
+    assert m["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert m["BatchSize"] == spec.batch_size
+    if isinstance(spec, SqsSource):
+        assert m["EventSourceArn"] == getatt(logical_id(stack, stack.queues.by_key[spec.queue]))
+    else:
+        table = logical_id(stack, stack.tables.by_key[spec.table])
+        assert m["EventSourceArn"] == getatt(table, "StreamArn")
+        assert m["StartingPosition"] == "TRIM_HORIZON"
+        assert m["BisectBatchOnFunctionError"] is True
+        assert m["MaximumRetryAttempts"] == STREAM_RETRY_ATTEMPTS
+        assert 0 < m["MaximumRecordAgeInSeconds"] <= 7 * 24 * 3600
+        dlq = logical_id(stack, stack.sources.stream_dlqs[spec.table])
+        assert m["DestinationConfig"] == {"OnFailure": {"Destination": getatt(dlq)}}
+
+
+def test_every_mapping_comes_from_the_topology(template: dict[str, Any]) -> None:
+    assert len(resources(template, "AWS::Lambda::EventSourceMapping")) == len(TOPOLOGY.sources)
+
+
+# --- functions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", TOPOLOGY.functions, ids=lambda f: f.key)
+def test_function_matches_topology(stack: EzghStack, template: dict[str, Any], spec: Any) -> None:
+    p = props(template, logical_id(stack, stack.functions.by_key[spec.key]))
+    assert p["Architectures"] == ["arm64"]
+    assert p["Runtime"] == "python3.12"
+    assert "VpcConfig" not in p
+    assert p["TracingConfig"] == {"Mode": "Active"}
+    assert p["Timeout"] == spec.timeout_seconds
+    assert p["MemorySize"] == spec.memory_mb
+    assert p["Handler"] == lambda_handler(spec)
+    env = p["Environment"]["Variables"]
+    needed = {t.env_var for t in TOPOLOGY.tables} | {q.env_var for q in TOPOLOGY.queues}
+    needed |= {
+        config.ENV_INVOCATIONS_QUEUE_ARN,
+        config.ENV_API_URL,
+        TOPOLOGY.bucket_env_var,
+        TOPOLOGY.scheduler_group_env_var,
+        TOPOLOGY.scheduler_role_env_var,
+        ENV_TOKEN_SECRET_ARN,
+        "POWERTOOLS_SERVICE_NAME",
+        "LOG_LEVEL",
+    }
+    assert needed <= set(env)
+    assert config.ENV_TOKEN_SECRET not in env  # the value never appears in the template
+    assert env[config.ENV_API_URL] == getatt(logical_id(stack, stack.api.http_api), "ApiEndpoint")
+    assert env[TOPOLOGY.scheduler_group_env_var] == stack.scheduler.group_name
+
+
+def test_lambda_handler_name() -> None:
+    assert lambda_handler(API_FUNCTION) == "functions.api.handler.handler"
+
+
+@pytest.mark.parametrize("spec", TOPOLOGY.functions, ids=lambda f: f.key)
+def test_topology_handler_imports(spec: Any) -> None:
+    module, _, attr = spec.handler.partition(":")
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:  # handlers are written in parallel with this stack
+        pytest.xfail(f"handler module {module} does not import yet: {exc}")
+    assert callable(getattr(loaded, attr))
+
+
+# --- API ----------------------------------------------------------------------------------
+
+
+def test_default_route_to_api_function(stack: EzghStack, template: dict[str, Any]) -> None:
+    routes = resources(template, "AWS::ApiGatewayV2::Route")
+    assert [r["Properties"]["RouteKey"] for r in routes.values()] == ["$default"]
+    (integration,) = resources(template, "AWS::ApiGatewayV2::Integration").values()
+    assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
+    api_fn = logical_id(stack, stack.functions.by_key[API_FUNCTION.key])
+    assert integration["Properties"]["IntegrationUri"] == getatt(api_fn)
+    (stage,) = resources(template, "AWS::ApiGatewayV2::Stage").values()
+    assert "AccessLogSettings" in stage["Properties"]
+    url = getatt(logical_id(stack, stack.api.http_api), "ApiEndpoint")
+    assert template["Outputs"]["ApiUrl"]["Value"] == url
+
+
+def test_template_has_no_dependency_cycle(template: dict[str, Any]) -> None:
+    """CloudFormation reports cycles only at deploy time; catch them at synth."""
+    res = template["Resources"]
+
+    def refs(node: Any) -> set[str]:
+        if isinstance(node, dict):
+            found = set()
+            if "Ref" in node and node["Ref"] in res:
+                found.add(node["Ref"])
+            if "Fn::GetAtt" in node:
+                found.add(node["Fn::GetAtt"][0])
+            for value in node.values():
+                found |= refs(value)
+            return found
+        if isinstance(node, list):
+            return set().union(*(refs(v) for v in node)) if node else set()
+        return set()
+
+    graph = {
+        k: refs(v.get("Properties", {})) | set(as_list(v.get("DependsOn", [])))
+        for k, v in res.items()
+    }
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        if state.get(node) == 2:
+            return
+        assert state.get(node) != 1, f"cycle: {' -> '.join([*path, node])}"
+        state[node] = 1
+        for dep in graph[node]:
+            visit(dep, [*path, node])
+        state[node] = 2
+
+    for node in graph:
+        visit(node, [])
+
+
+# --- IAM ----------------------------------------------------------------------------------
+
+
+def test_scheduler_role_only_sends_to_the_invocations_queue(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    role_lid = logical_id(stack, stack.scheduler.role)
+    queue = getatt(logical_id(stack, stack.queues.by_key[INVOCATIONS_QUEUE.key]))
+    assert grants(template, role_lid) == {("sqs:SendMessage", json.dumps(queue, sort_keys=True))}
+    trust = props(template, role_lid)["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
+    group = resources(template, "AWS::Scheduler::ScheduleGroup")
+    assert [g["Properties"]["Name"] for g in group.values()] == [stack.scheduler.group_name]
+
+
+def test_access_table_names_exactly_the_topology() -> None:
+    assert set(ACCESS) == {f.key for f in TOPOLOGY.functions}
+    table_keys, queue_keys = {t.key for t in TOPOLOGY.tables}, {q.key for q in TOPOLOGY.queues}
+    for access in ACCESS.values():
+        assert set(access.tables) <= table_keys
+        assert set(access.send_to) <= queue_keys
+
+
+@pytest.mark.parametrize("key", [f.key for f in TOPOLOGY.functions])
+def test_function_grants_follow_access_table(
+    stack: EzghStack, template: dict[str, Any], key: str
+) -> None:
+    access = ACCESS[key]
+    actions = actions_of(template, stack, key)
+    for table_key, table in stack.tables.by_key.items():
+        arn = getatt(logical_id(stack, table))
+        level = access.tables.get(table_key)
+        assert allowed(template, stack, key, "dynamodb:GetItem", arn) == (level is not None)
+        assert allowed(template, stack, key, "dynamodb:PutItem", arn) == (level == "read_write")
+    bucket_objects = {"Fn::Join": ["", [getatt(logical_id(stack, stack.payloads.bucket)), "/*"]]}
+    assert allowed(template, stack, key, "s3:GetObject", bucket_objects) == bool(access.payloads)
+    assert allowed(template, stack, key, "s3:PutObject", bucket_objects) == (
+        access.payloads == "read_write"
+    )
+    for queue_key, queue in stack.queues.by_key.items():
+        arn = getatt(logical_id(stack, queue))
+        sends = allowed(template, stack, key, "sqs:SendMessage", arn)
+        assert sends == (queue_key in access.send_to)
+    assert ("scheduler:CreateSchedule" in actions) == access.schedules
+    assert ("scheduler:DeleteSchedule" in actions) == access.schedules
+    role = getatt(logical_id(stack, stack.scheduler.role))
+    assert allowed(template, stack, key, "iam:PassRole", role) == access.schedules
+    assert ("iam:PassRole" in actions) == access.schedules  # on no other role
+    secret = {"Ref": logical_id(stack, stack.token_secret.secret)}
+    assert allowed(template, stack, key, "secretsmanager:GetSecretValue", secret) == (
+        access.token_secret
+    )
+    assert not any(a.endswith(":*") or a == "*" for a in actions), actions
+
+
+def test_schedules_are_scoped_to_the_group(stack: EzghStack, template: dict[str, Any]) -> None:
+    for key in (k for k, a in ACCESS.items() if a.schedules):
+        for action, resource in grants(template, function_role(stack, key)):
+            if action.startswith("scheduler:"):
+                assert f":schedule/{stack.scheduler.group_name}/*" in resource
+
+
+def test_no_star_resource_but_for_actions_without_arns(template: dict[str, Any]) -> None:
+    for lid, policy in resources(template, "AWS::IAM::Policy").items():
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if "*" in as_list(s["Resource"]):
+                assert set(as_list(s["Action"])) <= STAR_ALLOWED, (lid, s)
+
+
+# --- bucket, secret, alarms ---------------------------------------------------------------
+
+
+def test_payload_bucket(stack: EzghStack, template: dict[str, Any]) -> None:
+    lid = logical_id(stack, stack.payloads.bucket)
+    resource = template["Resources"][lid]
+    p = resource["Properties"]
+    assert resource["DeletionPolicy"] == "Retain"
+    assert p["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
+        "ServerSideEncryptionByDefault"
+    ] == {"SSEAlgorithm": "AES256"}
+    assert all(p["PublicAccessBlockConfiguration"].values())
+    assert "VersioningConfiguration" not in p
+    (rule,) = p["LifecycleConfiguration"]["Rules"]
+    assert rule["ExpirationInDays"] == 396
+    (policy,) = resources(template, "AWS::S3::BucketPolicy").values()
+    denies = [
+        s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"
+    ]
+    assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies)
+
+
+def test_token_secret_is_generated(template: dict[str, Any]) -> None:
+    (secret,) = resources(template, "AWS::SecretsManager::Secret").values()
+    assert "GenerateSecretString" in secret["Properties"]
+    assert "SecretString" not in secret["Properties"]
+
+
+def test_alarms_cover_every_dlq_and_function(stack: EzghStack, template: dict[str, Any]) -> None:
+    alarms = resources(template, "AWS::CloudWatch::Alarm").values()
+    watched = {
+        (a["Properties"]["MetricName"], json.dumps(a["Properties"]["Dimensions"][0]["Value"]))
+        for a in alarms
+    }
+    dlqs = [*stack.queues.dlq_by_key.values(), *stack.sources.stream_dlqs.values()]
+    for dlq in dlqs:
+        name = getatt(logical_id(stack, dlq), "QueueName")
+        assert ("ApproximateNumberOfMessagesVisible", json.dumps(name)) in watched
+    for fn in stack.functions.by_key.values():
+        assert ("Errors", json.dumps({"Ref": logical_id(stack, fn)})) in watched
+    for a in alarms:
+        assert a["Properties"]["Threshold"] == 0
+        assert a["Properties"]["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+# --- cdk-nag ------------------------------------------------------------------------------
+
+
+def test_cdk_nag_reports_no_unsuppressed_error(stack: EzghStack) -> None:
+    errors = Annotations.from_stack(stack).find_error(
+        "*", Match.string_like_regexp("AwsSolutions-.*")
+    )
+    assert errors == [], [e.entry.data for e in errors]
+
+
+def test_cdk_nag_check_would_catch_a_finding() -> None:
+    """The query above is not vacuous: a bare queue under the same checks is reported."""
+    app = App()
+    canary = Stack(app, "NagCanary")
+    sqs.Queue(canary, "Bare")
+    Aspects.of(app).add(AwsSolutionsChecks())
+    errors = Annotations.from_stack(canary).find_error(
+        "*", Match.string_like_regexp("AwsSolutions-.*")
+    )
+    assert errors
+
+
+# --- bundling -----------------------------------------------------------------------------
+
+
+def test_source_only_bundle_layout(tmp_path: Path) -> None:
+    out = bundle.build(tmp_path / "asset", with_deps=False)
+    for spec in TOPOLOGY.functions:
+        module = spec.handler.partition(":")[0]
+        assert (out / (module.replace(".", "/") + ".py")).is_file()
+    assert (out / "ezgh_engine" / "topology.py").is_file()
+    assert not list(out.rglob("__pycache__"))
+
+
+def test_bundle_pins_runtime_dependencies() -> None:
+    pins = bundle.pinned_requirements()
+    names = {p.split("==")[0] for p in pins}
+    assert {"aws-lambda-powertools", "pydantic", "httpx", "croniter", "boto3"} <= names
+
+
+def test_scheduler_role_is_passed_to_scheduler_only(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    for key in (k for k, a in ACCESS.items() if a.schedules):
+        (statement,) = [
+            s
+            for s in statements_of_role(template, function_role(stack, key))
+            if "iam:PassRole" in as_list(s["Action"])
+        ]
+        assert statement["Condition"] == {
+            "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}
+        }

@@ -1,0 +1,221 @@
+"""SQS and stream pollers against a real moto server, with small fake handlers."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ezgh_engine import clock
+from ezgh_engine.adapters import aws
+from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
+from ezgh_engine.local.resources import Provisioned
+
+from .conftest import make_queue, queue_counts
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = clock.monotonic() + timeout
+    pause = threading.Event()
+    while clock.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        pause.wait(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture()
+def running() -> Iterator[list[Poller]]:
+    pollers: list[Poller] = []
+    yield pollers
+    for poller in pollers:
+        poller.stop()
+
+
+def test_sqs_event_shape_and_delete_on_success(
+    resources: Provisioned, running: list[Poller]
+) -> None:
+    url, arn = resources.queue_urls["invocations"], resources.queue_arns["invocations"]
+    events: list[dict[str, Any]] = []
+    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=events.append,
+                       activity=Activity())
+    running.append(poller)
+    poller.start()
+    aws.client("sqs").send_message(
+        QueueUrl=url, MessageBody='{"run":"r1"}',
+        MessageAttributes={
+            "kind": {"DataType": "String", "StringValue": "start"},
+            "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01"},
+        },
+    )
+    wait_until(lambda: events)
+    record = events[0]["Records"][0]
+    assert record["body"] == '{"run":"r1"}'
+    assert record["eventSource"] == "aws:sqs"
+    assert record["eventSourceARN"] == arn
+    assert record["awsRegion"] == "us-east-1"
+    assert record["messageId"] and record["receiptHandle"] and record["md5OfBody"]
+    assert record["attributes"]["ApproximateReceiveCount"] == "1"
+    assert "SentTimestamp" in record["attributes"]
+    assert record["messageAttributes"]["kind"] == {
+        "stringValue": "start", "stringListValues": [], "binaryListValues": [],
+        "dataType": "String",
+    }
+    assert record["messageAttributes"]["blob"]["binaryValue"] == base64.b64encode(
+        b"\x00\x01"
+    ).decode()
+    wait_until(lambda: queue_counts(url) == (0, 0, 0))
+
+
+def test_sqs_batch_item_failures_are_kept_and_redelivered(
+    resources: Provisioned, running: list[Poller]
+) -> None:
+    url, arn = make_queue("partial", visibility=1)
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        failures = []
+        with lock:
+            for record in event["Records"]:
+                count = record["attributes"]["ApproximateReceiveCount"]
+                seen.append((record["body"], count))
+                if record["body"] == "bad" and count == "1":
+                    failures.append({"itemIdentifier": record["messageId"]})
+        return {"batchItemFailures": failures}
+
+    sqs = aws.client("sqs")
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "1", "MessageBody": "good"}, {"Id": "2", "MessageBody": "bad"},
+    ])
+    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=invoke,
+                       activity=Activity(), batch_size=10)
+    running.append(poller)
+    poller.start()
+    wait_until(lambda: ("bad", "2") in seen)
+    wait_until(lambda: queue_counts(url) == (0, 0, 0))
+    assert sorted(seen) == [("bad", "1"), ("bad", "2"), ("good", "1")]
+
+
+def test_sqs_handler_raising_deletes_nothing(
+    resources: Provisioned, running: list[Poller]
+) -> None:
+    url, arn = make_queue("raising", visibility=1)
+    counts: list[str] = []
+
+    def invoke(event: dict[str, Any]) -> None:
+        counts.append(event["Records"][0]["attributes"]["ApproximateReceiveCount"])
+        if len(counts) == 1:
+            raise RuntimeError("boom")
+
+    aws.client("sqs").send_message(QueueUrl=url, MessageBody="x")
+    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=invoke,
+                       activity=Activity(), batch_size=1)
+    running.append(poller)
+    poller.start()
+    wait_until(lambda: len(counts) >= 2)
+    assert counts[:2] == ["1", "2"]
+    wait_until(lambda: queue_counts(url) == (0, 0, 0))
+
+
+def test_sqs_concurrent_batches(resources: Provisioned, running: list[Poller]) -> None:
+    url, arn = make_queue("parallel", visibility=30)
+    release = threading.Event()
+    inside: list[str] = []
+
+    def invoke(event: dict[str, Any]) -> None:
+        inside.append(event["Records"][0]["body"])
+        release.wait(10)
+
+    sqs = aws.client("sqs")
+    for i in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=str(i))
+    activity = Activity()
+    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=invoke,
+                       activity=activity, batch_size=1, max_concurrency=4)
+    running.append(poller)
+    poller.start()
+    wait_until(lambda: len(inside) == 3)  # a slow handler does not block the others
+    assert activity.snapshot()[0] == 3
+    release.set()
+    wait_until(lambda: activity.snapshot()[0] == 0 and queue_counts(url) == (0, 0, 0))
+
+
+def _runs_key(pk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": "RUN"}}
+
+
+def test_stream_event_shapes(resources: Provisioned, running: list[Poller]) -> None:
+    records: list[dict[str, Any]] = []
+    stream_arn = resources.stream_arns["runs"]
+    poller = StreamPoller(name="s", stream_arn=stream_arn,
+                          invoke=lambda e: records.extend(e["Records"]), activity=Activity())
+    running.append(poller)
+    poller.start()
+    ddb, table = aws.client("dynamodb"), resources.tables["runs"]
+    ddb.put_item(TableName=table, Item={**_runs_key("RUN#1"), "version": {"N": "1"},
+                                        "blob": {"B": b"\xff"}})
+    ddb.update_item(TableName=table, Key=_runs_key("RUN#1"),
+                    UpdateExpression="SET version = :v", ExpressionAttributeValues={":v": {"N": "2"}})
+    ddb.delete_item(TableName=table, Key=_runs_key("RUN#1"))
+    wait_until(lambda: [r["eventName"] for r in records][-3:] == ["INSERT", "MODIFY", "REMOVE"])
+    wait_until(lambda: poller.idle)
+    insert, modify, remove = records[-3:]
+    for record in (insert, modify, remove):
+        assert record["eventSource"] == "aws:dynamodb"
+        assert record["eventSourceARN"] == stream_arn
+        assert record["awsRegion"] == "us-east-1"
+        assert record["eventID"]
+        assert record["dynamodb"]["Keys"] == _runs_key("RUN#1")
+        assert record["dynamodb"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
+        assert record["dynamodb"]["SequenceNumber"] and record["dynamodb"]["SizeBytes"] > 0
+    assert insert["dynamodb"]["NewImage"]["blob"] == {"B": base64.b64encode(b"\xff").decode()}
+    assert "OldImage" not in insert["dynamodb"]
+    assert modify["dynamodb"]["OldImage"]["version"] == {"N": "1"}
+    assert modify["dynamodb"]["NewImage"]["version"] == {"N": "2"}
+    assert "NewImage" not in remove["dynamodb"] and remove["dynamodb"]["OldImage"]
+
+
+def test_stream_retries_from_the_failed_record(
+    resources: Provisioned, running: list[Poller]
+) -> None:
+    batches: list[list[str]] = []
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        pks = [r["dynamodb"]["Keys"]["pk"]["S"] for r in event["Records"]]
+        batches.append(pks)
+        if len(batches) == 1 and "RUN#b" in pks:
+            failed = event["Records"][pks.index("RUN#b")]["dynamodb"]["SequenceNumber"]
+            return {"batchItemFailures": [{"itemIdentifier": failed}]}
+        return {"batchItemFailures": []}
+
+    ddb, table = aws.client("dynamodb"), resources.tables["runs"]
+    for pk in ("RUN#a", "RUN#b", "RUN#c"):
+        ddb.put_item(TableName=table, Item=_runs_key(pk))
+    poller = StreamPoller(name="s", stream_arn=resources.stream_arns["runs"], invoke=invoke,
+                          activity=Activity(), backoff_seconds=0.01)
+    running.append(poller)
+    poller.start()
+    wait_until(lambda: len(batches) >= 2 and poller.idle)
+    assert batches[:2] == [["RUN#a", "RUN#b", "RUN#c"], ["RUN#b", "RUN#c"]]
+
+
+def test_stream_gives_up_after_bounded_retries(
+    resources: Provisioned, running: list[Poller]
+) -> None:
+    calls: list[int] = []
+
+    def invoke(event: dict[str, Any]) -> None:
+        calls.append(len(event["Records"]))
+        raise RuntimeError("always")
+
+    aws.client("dynamodb").put_item(TableName=resources.tables["runs"], Item=_runs_key("RUN#x"))
+    poller = StreamPoller(name="s", stream_arn=resources.stream_arns["runs"], invoke=invoke,
+                          activity=Activity(), backoff_seconds=0.01, max_attempts=3)
+    running.append(poller)
+    poller.start()
+    wait_until(lambda: len(calls) == 3 and poller.idle)
+    assert calls == [1, 1, 1]

@@ -1,0 +1,200 @@
+"""LocalRuntime with stand-in handlers (fast, no engine code), plus `ezgh dev` itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ezgh_engine import clock
+from ezgh_engine.adapters import aws
+from ezgh_engine.cli.main import build_parser
+from ezgh_engine.local.apps import app_name
+from ezgh_engine.local.runtime import LocalRuntime
+
+from .conftest import health_api
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.stream: list[dict[str, Any]] = []
+        self.invoker: list[str] = []
+        self.lock = threading.Lock()
+
+    def on_stream(self, event: dict[str, Any], context: Any) -> None:
+        with self.lock:
+            self.stream.extend(event["Records"])
+        # Like the real stream handler: a committed write causes an invocation message.
+        for record in event["Records"]:
+            if record["eventName"] == "INSERT":
+                aws.client("sqs").send_message(
+                    QueueUrl=os.environ["EZGH_INVOCATIONS_QUEUE_URL"],
+                    MessageBody=record["dynamodb"]["Keys"]["pk"]["S"],
+                )
+
+    def on_invoke(self, event: dict[str, Any], context: Any) -> None:
+        assert context.get_remaining_time_in_millis() > 0
+        with self.lock:
+            self.invoker.extend(r["body"] for r in event["Records"])
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture(scope="module")
+def runtime(
+    recorder: Recorder, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalRuntime]:
+    rt = LocalRuntime(
+        port=0,
+        state_dir=tmp_path_factory.mktemp("ezgh"),
+        clock=clock.SkipClock(),
+        handler_overrides={"api": health_api, "stream": recorder.on_stream,
+                           "invoker": recorder.on_invoke},
+        bootstrap=lambda: ("org-1", "project-1", "key-1"),
+    )
+    rt.start()
+    yield rt
+    rt.stop()
+
+
+@pytest.fixture()
+def engine(runtime: LocalRuntime, recorder: Recorder) -> LocalRuntime:
+    runtime.reset()
+    recorder.stream.clear()
+    recorder.invoker.clear()
+    return runtime
+
+
+def test_start_writes_dev_env_and_serves_health(engine: LocalRuntime) -> None:
+    assert httpx.get(f"{engine.api_url}/v1/health").json() == {"status": "ok"}
+    lines = (engine.state_dir / "dev.env").read_text().splitlines()
+    assert lines == [
+        f"EZGH_API_URL={engine.api_url}", "EZGH_API_KEY=key-1",
+        "EZGH_ORG_ID=org-1", "EZGH_PROJECT_ID=project-1",
+    ]
+    assert os.environ["EZGH_API_KEY"] == "key-1"
+    assert os.environ["EZGH_ALLOW_LOOPBACK_APPS"] == "1"
+    assert os.environ["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+
+
+def test_stream_to_queue_to_invoker_then_idle(engine: LocalRuntime, recorder: Recorder) -> None:
+    table = os.environ["EZGH_RUNS_TABLE"]
+    for i in range(3):
+        aws.client("dynamodb").put_item(
+            TableName=table, Item={"pk": {"S": f"RUN#{i}"}, "sk": {"S": "RUN"}}
+        )
+    engine.wait_idle(timeout=10)
+    assert sorted(recorder.invoker) == ["RUN#0", "RUN#1", "RUN#2"]
+    assert len(recorder.stream) == 3
+
+
+def test_reset_empties_everything(engine: LocalRuntime, recorder: Recorder) -> None:
+    table = os.environ["EZGH_RUNS_TABLE"]
+    aws.client("dynamodb").put_item(TableName=table, Item={"pk": {"S": "x"}, "sk": {"S": "y"}})
+    engine.wait_idle(timeout=10)
+    engine.reset()
+    assert aws.client("dynamodb").scan(TableName=table)["Items"] == []
+    aws.client("dynamodb").put_item(TableName=table, Item={"pk": {"S": "z"}, "sk": {"S": "y"}})
+    engine.wait_for(lambda: "z" in recorder.invoker, timeout=10)  # pollers follow the reset
+
+
+def test_scheduler_timer_with_skip_clock(engine: LocalRuntime, recorder: Recorder) -> None:
+    assert isinstance(engine.clock, clock.SkipClock)
+    due = clock.now() + timedelta(days=3)
+    aws.client("scheduler").create_schedule(
+        Name="wake", GroupName=os.environ["EZGH_SCHEDULER_GROUP"],
+        ScheduleExpression=f"at({due.strftime('%Y-%m-%dT%H:%M:%S')})",
+        FlexibleTimeWindow={"Mode": "OFF"}, ActionAfterCompletion="DELETE",
+        Target={"Arn": os.environ["EZGH_INVOCATIONS_QUEUE_ARN"], "RoleArn":
+                os.environ["EZGH_SCHEDULER_ROLE_ARN"], "Input": "timer"},
+    )
+    engine.wait_idle(timeout=10)
+    assert recorder.invoker == []
+    engine.clock.advance(timedelta(days=3, seconds=1))
+    engine.wait_idle(timeout=10)
+    assert recorder.invoker == ["timer"]
+
+
+def test_wait_idle_reports_what_is_busy(engine: LocalRuntime) -> None:
+    aws.client("sqs").send_message(
+        QueueUrl=os.environ["EZGH_INVOCATIONS_QUEUE_URL"], MessageBody="later", DelaySeconds=5
+    )
+    with pytest.raises(TimeoutError, match="queue invocations"):
+        engine.wait_idle(timeout=0.3)
+    engine.wait_idle(timeout=5, include_delayed=False)
+
+
+def test_app_names() -> None:
+    assert app_name("examples.onboarding", "app") == "onboarding"
+    assert app_name("examples.billing", "Billing_Jobs") == "billing-jobs"
+    assert app_name("m", "___") == "app"
+
+
+def test_cli_parses_the_contract_flags() -> None:
+    args = build_parser().parse_args(
+        ["dev", "--port", "9000", "--state-dir", "s", "--app", "a:b", "--app", "c:d"]
+    )
+    assert (args.command, args.port, args.state_dir, args.app) == ("dev", 9000, "s", ["a:b", "c:d"])
+    defaults = build_parser().parse_args(["dev"])
+    assert (defaults.port, defaults.state_dir, defaults.app) == (8288, ".ezgh", [])
+
+
+def _real_engine_available() -> bool:
+    try:
+        from ezgh_engine.service.auth import bootstrap_admin  # noqa: F401
+        from ezgh_workflows import PushApp  # noqa: F401
+
+        import functions.api.handler
+        import functions.invoker.handler
+        import functions.stream.handler  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _real_engine_available(), reason="engine handlers or SDK not present")
+def test_ezgh_dev_end_to_end_with_an_app(tmp_path: Path) -> None:
+    """`ezgh dev --app examples.onboarding:app` in a subprocess, stopped with SIGTERM."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "EZGH_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "shared"), str(REPO / "sdk"), str(REPO)])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ezgh_engine.cli", "dev", "--port", "0", "--state-dir",
+         str(tmp_path / "state"), "--app", "examples.onboarding:app"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert process.stdout is not None
+    output: list[str] = []
+    try:
+        for line in process.stdout:
+            output.append(line)
+            if "ready in" in line:
+                break
+        text = "".join(output)
+        assert "ready in" in text, text
+        values = dict(
+            line.strip().split("=", 1) for line in output if line.startswith("EZGH_")
+        )
+        assert (tmp_path / "state" / "dev.env").read_text().splitlines() == [
+            f"{k}={v}" for k, v in values.items()
+        ]
+        assert "app onboarding:" in text and "status=synced" in text, text
+        health = httpx.get(f"{values['EZGH_API_URL']}/v1/health")
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=20)
+    assert process.returncode == 0, "".join(output) + rest
+    assert "stopping" in rest

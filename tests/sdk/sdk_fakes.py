@@ -1,0 +1,163 @@
+"""A fake engine for SDK tests: records step ops in memory and drives a PushApp.
+
+It implements the SDK's `StepTransport` interface (no network), signs requests like the
+engine does, and plays invocations until the run ends, firing sleeps in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from typing import Any
+
+import httpx
+from ezgh_workflows import PushApp, Workflow
+from ezgh_workflows._internal.protocol import ApiInfo
+from ezgh_workflows._internal.signing import sign
+
+KEY = "test-signing-key"
+ENDED = {"completed", "failed"}
+
+
+class FakeEngine:
+    """In-memory step records with the protocol's op semantics (section 2)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.calls: list[list[dict[str, Any]]] = []
+        self.deployment_ids: list[str | None] = []
+        self.conflict = False
+
+    # StepTransport factory -------------------------------------------------------------
+    def transport(self, api: ApiInfo, deployment_id: str | None) -> FakeTransport:
+        return FakeTransport(self, deployment_id)
+
+    def apply(self, op: dict[str, Any]) -> dict[str, Any]:
+        step_id = op["stepId"]
+        step = self.steps.get(step_id)
+        if step is not None and step["status"] in ENDED:
+            return {"stepId": step_id, "result": "recorded", "step": copy.deepcopy(step)}
+        if op["op"] == "start":
+            attempt = step["attempt"] + 1 if step else 1
+            self.steps[step_id] = _step(op, "run", "running", attempt)
+            return {"stepId": step_id, "result": "started", "attempt": attempt}
+        if op["op"] == "record":
+            self.steps[step_id] = {**_step(op, "value", "completed", 1), "output": op["output"]}
+            return {"stepId": step_id, "result": "ok"}
+        assert step is not None, f"{op['op']} of a step never started"
+        if op["op"] == "complete":
+            step.update(status="completed", output=op["output"])
+        else:
+            step.update(status="failed", error=op["error"])
+        return {"stepId": step_id, "result": "ok"}
+
+    # invocations -----------------------------------------------------------------------
+    def invoke_body(self, workflow: str, input: Any = None, attempt: int = 1) -> dict[str, Any]:
+        return {
+            "protocol": "1.2",
+            "type": "invoke",
+            "invocationId": f"inv-{len(self.calls)}",
+            "run": {
+                "id": "run-1",
+                "appId": "app-1",
+                "workflow": workflow,
+                "input": input,
+                "attempt": attempt,
+                "status": "running",
+            },
+            "steps": [copy.deepcopy(s) for s in self.steps.values()],
+            "api": {"url": "http://engine.invalid", "token": "tok"},
+        }
+
+    def note_waits(self, outcome: dict[str, Any]) -> None:
+        for wait in outcome.get("waits", []):
+            self.steps.setdefault(
+                wait["stepId"],
+                {"id": wait["stepId"], "name": wait["name"], "kind": wait["kind"], "attempt": 1},
+            )["status"] = "sleeping"
+
+    def fire_timers(self) -> None:
+        for step in self.steps.values():
+            if step["status"] == "sleeping":
+                step.update(status="completed", output=None)
+
+    def ops(self, kind: str) -> list[dict[str, Any]]:
+        return [op for call in self.calls for op in call if op["op"] == kind]
+
+
+def _step(op: dict[str, Any], kind: str, status: str, attempt: int) -> dict[str, Any]:
+    return {
+        "id": op["stepId"],
+        "name": op["name"],
+        "kind": kind,
+        "status": status,
+        "attempt": attempt,
+    }
+
+
+class FakeTransport:
+    def __init__(self, engine: FakeEngine, deployment_id: str | None) -> None:
+        self.engine = engine
+        self.deployment_id = deployment_id
+
+    async def send(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        json.dumps(ops, allow_nan=False)  # every op must be JSON
+        self.engine.calls.append(copy.deepcopy(ops))
+        self.engine.deployment_ids.append(self.deployment_id)
+        if self.engine.conflict:
+            from ezgh_workflows._internal.errors import AbortInvocation
+
+            raise AbortInvocation("409 invalid_state: lease lost")
+        return [self.engine.apply(op) for op in ops]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def signed_headers(body: bytes, key: str = KEY, timestamp: int | None = None) -> dict[str, str]:
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    return {
+        "content-type": "application/json",
+        "x-ezgh-timestamp": ts,
+        "x-ezgh-signature": sign(key, ts, body),
+    }
+
+
+async def _post(app: PushApp, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        return await client.post("/", content=body, headers=headers)
+
+
+def post(app: PushApp, payload: Any, headers: dict[str, str] | None = None) -> httpx.Response:
+    """POST a JSON payload to the app through ASGI, signed unless headers are given."""
+    body = json.dumps(payload).encode()
+    return asyncio.run(_post(app, body, signed_headers(body) if headers is None else headers))
+
+
+def make_app(engine: FakeEngine, *workflows: Workflow) -> PushApp:
+    return PushApp(list(workflows), signing_key=KEY, transport_factory=engine.transport)
+
+
+def invoke(app: PushApp, engine: FakeEngine, workflow: str, input: Any = None) -> dict[str, Any]:
+    """One invocation; its outcome body."""
+    answer = post(app, engine.invoke_body(workflow, input))
+    assert answer.status_code == 200, answer.text
+    outcome: dict[str, Any] = answer.json()
+    assert outcome["protocol"] == "1.2"
+    engine.note_waits(outcome)
+    return outcome
+
+
+def run_to_end(
+    app: PushApp, engine: FakeEngine, workflow: str, input: Any = None, limit: int = 20
+) -> tuple[dict[str, Any], int]:
+    """Invoke until the run ends, firing timers; (final outcome, number of invocations)."""
+    for count in range(1, limit + 1):
+        outcome = invoke(app, engine, workflow, input)
+        if outcome["outcome"] != "suspended":
+            return outcome, count
+        engine.fire_timers()
+    raise AssertionError("the run did not end")

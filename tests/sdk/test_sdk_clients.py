@@ -1,0 +1,185 @@
+"""API clients and the HTTP step transport, against httpx mock transports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+from ezgh_workflows import ApiError, QueuesClient, Worker, WorkflowsClient
+from ezgh_workflows._internal.errors import AbortInvocation, TransportError
+from ezgh_workflows._internal.protocol import ApiInfo
+from ezgh_workflows._internal.transport import HttpStepTransport
+
+PREFIX = "/v1/organizations/org-1/projects/proj-1"
+
+
+class Recorder:
+    def __init__(self, answers: list[httpx.Response] | None = None) -> None:
+        self.requests: list[httpx.Request] = []
+        self.answers = answers or []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if self.answers:
+            return self.answers.pop(0)
+        return httpx.Response(200, json={"ok": True, "status": "completed"})
+
+
+def _client(cls: Any, recorder: Recorder) -> Any:
+    return cls(
+        api_key="key-1",
+        organization_id="org-1",
+        project_id="proj-1",
+        base_url="http://api.test/",
+        http_client=httpx.Client(transport=httpx.MockTransport(recorder)),
+    )
+
+
+def test_workflows_client_paths() -> None:
+    rec = Recorder()
+    client = _client(WorkflowsClient, rec)
+    client.start_run("app", "onboarding", {"a": 1}, run_key="k-1")
+    client.get_run("r/1")
+    client.search_runs(app_id="app", status="failed", limit=5, cursor=None)
+    client.cancel_run("r1")
+    client.retry_run("r1")
+    client.list_run_events("r1", limit=2)
+    client.get_payload("r1", "steps/a#1/output")
+    client.delete_run("r1")
+    client.create_app("billing", "push", url="https://x")
+    client.get_app("wfa_1")
+    client.list_apps()
+    client.update_app("wfa_1", url="https://y", notifications=None)
+    client.sync_app("wfa_1")
+    client.delete_app("wfa_1")
+    seen = [(r.method, r.url.raw_path.decode()) for r in rec.requests]
+    assert seen == [
+        ("POST", f"{PREFIX}/runs"),
+        ("GET", f"{PREFIX}/runs/r%2F1"),
+        ("GET", f"{PREFIX}/runs?appId=app&status=failed&limit=5"),
+        ("POST", f"{PREFIX}/runs/r1/cancel"),
+        ("POST", f"{PREFIX}/runs/r1/retry"),
+        ("GET", f"{PREFIX}/runs/r1/events?limit=2"),
+        ("GET", f"{PREFIX}/runs/r1/payloads/steps/a%231/output"),
+        ("DELETE", f"{PREFIX}/runs/r1"),
+        ("POST", f"{PREFIX}/apps"),
+        ("GET", f"{PREFIX}/apps/wfa_1"),
+        ("GET", f"{PREFIX}/apps"),
+        ("PATCH", f"{PREFIX}/apps/wfa_1"),
+        ("POST", f"{PREFIX}/apps/wfa_1/sync"),
+        ("DELETE", f"{PREFIX}/apps/wfa_1"),
+    ]
+    assert json.loads(rec.requests[0].content) == {
+        "appId": "app",
+        "workflow": "onboarding",
+        "input": {"a": 1},
+        "runKey": "k-1",
+    }
+    assert json.loads(rec.requests[11].content) == {"url": "https://y", "notifications": None}
+    assert all(r.headers["authorization"] == "Bearer key-1" for r in rec.requests)
+
+
+def test_api_errors() -> None:
+    rec = Recorder(
+        [
+            httpx.Response(409, json={"error": {"code": "run_key_conflict", "message": "taken"}}),
+            httpx.Response(502, text="bad gateway"),
+        ]
+    )
+    client = _client(WorkflowsClient, rec)
+    with pytest.raises(ApiError) as caught:
+        client.start_run("app", "wf")
+    assert (caught.value.status, caught.value.code, caught.value.message) == (
+        409,
+        "run_key_conflict",
+        "taken",
+    )
+    with pytest.raises(ApiError) as caught:
+        client.get_run("x")
+    assert caught.value.status == 502 and caught.value.code == "http_error"
+
+
+def test_wait_for_run_polls_until_ended() -> None:
+    rec = Recorder(
+        [
+            httpx.Response(200, json={"status": "running"}),
+            httpx.Response(200, json={"status": "completed", "output": 1}),
+        ]
+    )
+    run = _client(WorkflowsClient, rec).wait_for_run("r1", timeout=5, interval=0)
+    assert run["output"] == 1 and len(rec.requests) == 2
+
+
+def test_wait_for_run_times_out() -> None:
+    rec = Recorder([httpx.Response(200, json={"status": "running"})] * 3)
+    with pytest.raises(TimeoutError):
+        _client(WorkflowsClient, rec).wait_for_run("r1", timeout=0, interval=0)
+
+
+def test_settings_fall_back_to_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EZGH_API_KEY", "env-key")
+    monkeypatch.setenv("EZGH_ORG_ID", "o")
+    monkeypatch.setenv("EZGH_PROJECT_ID", "p")
+    monkeypatch.setenv("EZGH_API_URL", "http://env.test")
+    client = QueuesClient()
+    assert (client.api_key, client.organization_id, client.project_id, client.base_url) == (
+        "env-key",
+        "o",
+        "p",
+        "http://env.test",
+    )
+    monkeypatch.delenv("EZGH_API_KEY")
+    with pytest.raises(ValueError, match="EZGH_API_KEY"):
+        WorkflowsClient()
+
+
+def test_queues_send() -> None:
+    rec = Recorder([httpx.Response(200, json={"messages": [{"messageId": "m1"}]})])
+    client = _client(QueuesClient, rec)
+    answer = client.send("q-1", [{"body": "hi", "attributes": {"a": "b"}}], idempotency_key="i1")
+    assert answer == {"messages": [{"messageId": "m1"}]}
+    request = rec.requests[0]
+    assert request.url.raw_path.decode() == f"{PREFIX}/queues/q-1/messages"
+    assert json.loads(request.content) == {"messages": [{"body": "hi", "attributes": {"a": "b"}}]}
+    assert request.headers["idempotency-key"] == "i1"
+    with pytest.raises(ValueError):
+        client.send("q-1", [])
+
+
+def test_worker_is_a_placeholder() -> None:
+    with pytest.raises(NotImplementedError):
+        Worker("app", []).run()
+
+
+def _transport(rec: Recorder) -> HttpStepTransport:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(rec))
+    return HttpStepTransport(
+        ApiInfo("http://engine.test/", "tok"), "dep", backoff=(0, 0), client=client
+    )
+
+
+def test_step_transport_retries_server_errors() -> None:
+    ok = httpx.Response(200, json={"results": [{"stepId": "a#1", "result": "ok"}]})
+    rec = Recorder([httpx.Response(503), httpx.Response(500), ok])
+    ops = [{"op": "record", "stepId": "a#1", "name": "a", "kind": "value", "output": 1}]
+    results = asyncio.run(_transport(rec).send(ops))
+    assert results == [{"stepId": "a#1", "result": "ok"}]
+    assert len(rec.requests) == 3
+    request = rec.requests[0]
+    assert request.url == "http://engine.test/v1/invocations/steps"
+    assert request.headers["authorization"] == "Bearer tok"
+    assert json.loads(request.content) == {"deploymentId": "dep", "ops": ops}
+
+
+def test_step_transport_gives_up_and_aborts() -> None:
+    rec = Recorder([httpx.Response(503)] * 3)
+    with pytest.raises(TransportError):
+        asyncio.run(_transport(rec).send([]))
+    conflict = httpx.Response(409, json={"error": {"code": "invalid_state", "message": "lease"}})
+    with pytest.raises(AbortInvocation, match="invalid_state"):
+        asyncio.run(_transport(Recorder([conflict])).send([]))
+    with pytest.raises(TransportError):
+        asyncio.run(_transport(Recorder([httpx.Response(400, json={})])).send([]))

@@ -1,0 +1,265 @@
+"""PushApp over HTTP: signatures, sync, describe, errors, ASGI lifespan, Lambda events."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from ezgh_workflows import Context, PushApp, workflow
+from sdk_fakes import KEY, FakeEngine, make_app, post, signed_headers
+
+
+@workflow("hello")
+async def hello(ctx: Context) -> str:
+    return await ctx.step.run("greet", lambda: f"hello {ctx.input['name']}")
+
+
+SYNC = {"protocol": "1.2", "type": "sync"}
+
+
+def test_sync_lists_workflows(engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EZGH_DEPLOYMENT_ID", "dep-7")
+    answer = post(make_app(engine, hello), SYNC)
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "protocol": "1.2",
+        "sdk": "ezgh-workflows-python/0.3.0",
+        "deploymentId": "dep-7",
+        "workflows": [{"name": "hello"}],
+    }
+
+
+def test_deployment_id_goes_with_outcomes_and_step_calls(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EZGH_DEPLOYMENT_ID", "dep-9")
+    answer = post(make_app(engine, hello), engine.invoke_body("hello", {"name": "ada"}))
+    assert answer.json()["outcome"] == "completed"
+    assert answer.json()["output"] == "hello ada"
+    assert answer.json()["deploymentId"] == "dep-9"
+    assert engine.deployment_ids == ["dep-9", "dep-9"]
+
+
+def _body(payload: Any) -> bytes:
+    return json.dumps(payload).encode()
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+@pytest.mark.parametrize(
+    "make_headers",
+    [
+        lambda: signed_headers(_body(SYNC), key="wrong-key"),
+        lambda: {"content-type": "application/json"},
+        lambda: {"x-ezgh-timestamp": str(_now())},
+        lambda: signed_headers(_body(SYNC), timestamp=_now() - 302),
+        lambda: signed_headers(_body(SYNC), timestamp=_now() + 302),
+        lambda: {**signed_headers(_body(SYNC)), "x-ezgh-timestamp": "soon"},
+    ],
+    ids=["bad", "missing", "no-signature", "stale", "future", "not-int"],
+)
+def test_unverified_requests_get_401(
+    engine: FakeEngine, make_headers: Callable[[], dict[str, str]]
+) -> None:
+    answer = post(make_app(engine, hello), SYNC, headers=make_headers())
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "unauthorized"
+    assert "Traceback" not in answer.text
+
+
+def test_rotated_signatures_and_tolerance(engine: FakeEngine) -> None:
+    body = _body(SYNC)
+    headers = signed_headers(body, timestamp=_now() - 290)
+    headers["x-ezgh-signature"] = "v1=00, " + headers["x-ezgh-signature"]
+    assert post(make_app(engine, hello), SYNC, headers=headers).status_code == 200
+
+
+def test_tampered_body_is_refused(engine: FakeEngine) -> None:
+    headers = signed_headers(_body({**SYNC, "x": 1}))
+    assert post(make_app(engine, hello), SYNC, headers=headers).status_code == 401
+
+
+def test_no_signing_key_is_401(engine: FakeEngine) -> None:
+    app = PushApp([hello], transport_factory=engine.transport)
+    answer = post(app, SYNC)
+    assert answer.status_code == 401
+    assert "EZGH_SIGNING_KEY" in answer.json()["error"]["message"]
+    app.signing_key = KEY  # the local runtime sets it after creating the app
+    assert post(app, SYNC).status_code == 200
+
+
+def test_signing_key_from_environment(engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EZGH_SIGNING_KEY", KEY)
+    assert post(PushApp([hello]), SYNC).status_code == 200
+
+
+def test_unknown_workflow_fails_the_run(engine: FakeEngine) -> None:
+    answer = post(make_app(engine, hello), engine.invoke_body("nope"))
+    assert answer.status_code == 200
+    assert answer.json()["outcome"] == "failed"
+    assert answer.json()["error"]["code"] == "workflows.unknown_workflow"
+
+
+@pytest.mark.parametrize(
+    "payload", [{"type": "other"}, {"type": "invoke", "run": {}}, [1, 2], {"type": "invoke"}]
+)
+def test_malformed_requests_get_400(engine: FakeEngine, payload: Any) -> None:
+    answer = post(make_app(engine, hello), payload)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "validation_error"
+
+
+def test_sdk_failure_is_500_without_a_trace(engine: FakeEngine) -> None:
+    def broken(api: Any, deployment_id: Any) -> Any:
+        raise RuntimeError("secret detail")
+
+    app = PushApp([hello], signing_key=KEY, transport_factory=broken)
+    answer = post(app, engine.invoke_body("hello", {"name": "x"}))
+    assert answer.status_code == 500
+    assert answer.json()["error"]["code"] == "internal_error"
+    assert "secret detail" not in answer.text and "Traceback" not in answer.text
+
+
+def _asgi(app: PushApp, scope: dict[str, Any], messages: list[dict[str, Any]]) -> list[Any]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def test_get_describes_and_other_methods_are_405(engine: FakeEngine) -> None:
+    app = make_app(engine, hello)
+    sent = _asgi(
+        app,
+        {"type": "http", "method": "GET", "headers": []},
+        [{"type": "http.request", "body": b""}],
+    )
+    assert sent[0]["status"] == 200
+    assert json.loads(sent[1]["body"])["protocol"] == "1.2"
+    sent = _asgi(
+        app,
+        {"type": "http", "method": "PUT", "headers": []},
+        [{"type": "http.request", "body": b""}],
+    )
+    assert sent[0]["status"] == 405
+
+
+def test_lifespan(engine: FakeEngine) -> None:
+    sent = _asgi(
+        make_app(engine, hello),
+        {"type": "lifespan"},
+        [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}],
+    )
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+def test_asgi_loop_stays_free_during_an_invocation(engine: FakeEngine) -> None:
+    @workflow("slow")
+    def slow(ctx: Context) -> str:
+        return ctx.step.run("wait", lambda: time.sleep(0.3) or "done")
+
+    app = make_app(engine, slow)
+    ticks: list[float] = []
+
+    async def main() -> Any:
+        import httpx
+
+        async def ticker() -> None:
+            for _ in range(5):
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.02)
+
+        body = _body(engine.invoke_body("slow"))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://a") as client:
+            answer, _ = await asyncio.gather(
+                client.post("/", content=body, headers=signed_headers(body)), ticker()
+            )
+        return answer
+
+    answer = asyncio.run(main())
+    assert answer.json()["output"] == "done"
+    assert len(ticks) == 5 and ticks[-1] - ticks[0] < 0.25
+
+
+def _v2_event(payload: Any, *, b64: bool) -> dict[str, Any]:
+    raw = _body(payload)
+    return {
+        "version": "2.0",
+        "requestContext": {"http": {"method": "POST", "path": "/"}},
+        "headers": signed_headers(raw),
+        "body": base64.b64encode(raw).decode() if b64 else raw.decode(),
+        "isBase64Encoded": b64,
+    }
+
+
+@pytest.mark.parametrize("b64", [True, False])
+def test_lambda_handler_with_a_v2_event(engine: FakeEngine, b64: bool) -> None:
+    app = make_app(engine, hello)
+    result = app.lambda_handler(
+        _v2_event(engine.invoke_body("hello", {"name": "bo"}), b64=b64), None
+    )
+    assert result["statusCode"] == 200
+    assert result["headers"]["content-type"] == "application/json"
+    assert json.loads(result["body"])["output"] == "hello bo"
+
+
+def test_lambda_handler_with_a_v1_event(engine: FakeEngine) -> None:
+    raw = _body(SYNC)
+    headers = {k.title(): v for k, v in signed_headers(raw).items()}
+    event = {
+        "httpMethod": "POST",
+        "headers": headers,
+        "body": raw.decode(),
+        "isBase64Encoded": False,
+    }
+    result = make_app(engine, hello).lambda_handler(event, None)
+    assert result["statusCode"] == 200
+    assert json.loads(result["body"])["workflows"] == [{"name": "hello"}]
+
+
+def test_lambda_handler_refuses_bad_events(engine: FakeEngine) -> None:
+    app = make_app(engine, hello)
+    assert app.lambda_handler({"nothing": True}, None)["statusCode"] == 400
+    event = _v2_event(SYNC, b64=True)
+    event["body"] = "%%%"
+    assert app.lambda_handler(event, None)["statusCode"] == 400
+    event = _v2_event(SYNC, b64=False)
+    event["headers"]["x-ezgh-signature"] = "v1=00"
+    assert app.lambda_handler(event, None)["statusCode"] == 401
+
+
+def test_app_refuses_bad_workflow_lists() -> None:
+    with pytest.raises(TypeError):
+        PushApp([lambda ctx: None])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        PushApp([hello, hello])
+
+
+def test_unexpected_sdk_errors_are_500_json(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app(engine, hello)
+
+    def explode(*args: Any) -> Any:
+        raise RuntimeError("hidden")
+
+    monkeypatch.setattr(app, "_dispatch", explode)
+    answer = post(app, SYNC)
+    assert answer.status_code == 500
+    assert answer.json() == {
+        "error": {"code": "internal_error", "message": "the SDK failed to handle the request"}
+    }

@@ -1,0 +1,293 @@
+"""Replay, identity and step outcomes, through a PushApp and a fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from ezgh_workflows import Context, StepError, workflow
+from sdk_fakes import FakeEngine, invoke, make_app, run_to_end
+
+
+class CardDeclinedError(Exception):
+    pass
+
+
+def test_repeated_names_get_counted_ids(engine: FakeEngine) -> None:
+    @workflow("loop")
+    async def loop(ctx: Context) -> list[int]:
+        return [await ctx.step.run("send", lambda i=i: i) for i in range(3)]
+
+    outcome = invoke(make_app(engine, loop), engine, "loop")
+    assert outcome == {
+        "protocol": "1.2",
+        "deploymentId": None,
+        "outcome": "completed",
+        "output": [0, 1, 2],
+    }
+    assert [op["stepId"] for op in engine.ops("start")] == ["send#1", "send#2", "send#3"]
+    assert [op["output"] for op in engine.ops("complete")] == [0, 1, 2]
+
+
+def test_ops_follow_the_protocol(engine: FakeEngine) -> None:
+    @workflow("one")
+    async def one(ctx: Context) -> str:
+        return await ctx.step.run("load", lambda: "x")
+
+    invoke(make_app(engine, one), engine, "one")
+    assert engine.calls == [
+        [{"op": "start", "stepId": "load#1", "name": "load", "kind": "run"}],
+        [{"op": "complete", "stepId": "load#1", "output": "x"}],
+    ]
+
+
+def test_replay_returns_recorded_values_without_running(engine: FakeEngine) -> None:
+    runs: list[str] = []
+
+    @workflow("replay")
+    async def replay(ctx: Context) -> Any:
+        a = await ctx.step.run("a", lambda: runs.append("a") or {"n": 1})
+        await ctx.step.sleep("nap", "1h")
+        b = await ctx.step.run("b", lambda: runs.append("b") or a["n"] + 1)
+        return [a, b]
+
+    outcome, invocations = run_to_end(make_app(engine, replay), engine, "replay")
+    assert outcome["output"] == [{"n": 1}, 2]
+    assert invocations == 2
+    assert runs == ["a", "b"]  # each step ran exactly once over two invocations
+    assert len(engine.ops("start")) == 2
+
+
+def test_running_step_runs_again_with_next_attempt(engine: FakeEngine) -> None:
+    from ezgh_workflows import step_context
+
+    engine.steps["charge#1"] = {
+        "id": "charge#1",
+        "name": "charge",
+        "kind": "run",
+        "status": "running",
+        "attempt": 1,
+    }
+
+    @workflow("crash")
+    async def crash(ctx: Context) -> Any:
+        return await ctx.step.run("charge", lambda: step_context().attempt)
+
+    outcome = invoke(make_app(engine, crash), engine, "crash")
+    assert outcome["output"] == 2
+
+
+def test_kind_mismatch_is_nondeterminism(engine: FakeEngine) -> None:
+    engine.steps["x#1"] = {
+        "id": "x#1",
+        "name": "x",
+        "kind": "sleep",
+        "status": "completed",
+        "attempt": 1,
+        "output": None,
+    }
+
+    @workflow("changed")
+    async def changed(ctx: Context) -> Any:
+        try:
+            return await ctx.step.run("x", lambda: 1)
+        except Exception:  # cannot swallow a rule violation
+            return "swallowed"
+
+    outcome = invoke(make_app(engine, changed), engine, "changed")
+    assert outcome["outcome"] == "failed"
+    error = outcome["error"]
+    assert error["code"] == "workflows.nondeterminism"
+    assert error["name"] == "NondeterminismError"
+    assert "'x#1'" in error["message"] and "'sleep'" in error["message"]
+    assert "'run'" in error["message"]
+
+
+def test_step_error_is_the_same_on_first_run_and_replay(engine: FakeEngine) -> None:
+    seen: list[tuple[str, str, str, str]] = []
+
+    def decline() -> None:
+        raise CardDeclinedError("Card declined")
+
+    @workflow("pay")
+    async def pay(ctx: Context) -> None:
+        try:
+            await ctx.step.run("charge", decline)
+        except StepError as exc:
+            seen.append((exc.code, exc.error_name, exc.message, exc.step_id))
+        await ctx.step.sleep("wait", 5)
+        await ctx.step.run("charge-again", decline)
+
+    outcome, _ = run_to_end(make_app(engine, pay), engine, "pay")
+    assert seen == [("user", "CardDeclinedError", "Card declined", "charge#1")] * 2
+    assert engine.ops("fail")[0]["error"] == {
+        "code": "user",
+        "name": "CardDeclinedError",
+        "message": "Card declined",
+    }
+    assert outcome["outcome"] == "failed"
+    assert outcome["error"] == {
+        "code": "user",
+        "name": "CardDeclinedError",
+        "message": "Card declined",
+    }
+
+
+def test_workflow_exception_is_a_user_error(engine: FakeEngine) -> None:
+    @workflow("boom")
+    def boom(ctx: Context) -> None:
+        raise KeyError("missing")
+
+    outcome = invoke(make_app(engine, boom), engine, "boom")
+    assert outcome["error"] == {"code": "user", "name": "KeyError", "message": "'missing'"}
+
+
+def test_step_in_step_fails_the_run(engine: FakeEngine) -> None:
+    @workflow("nested")
+    async def nested(ctx: Context) -> Any:
+        async def outer() -> Any:
+            return await ctx.step.run("inner", lambda: 1)
+
+        try:
+            return await ctx.step.run("outer", outer)
+        except BaseException:
+            return "swallowed"
+
+    outcome = invoke(make_app(engine, nested), engine, "nested")
+    assert outcome["outcome"] == "failed"
+    assert outcome["error"]["code"] == "workflows.step_in_step"
+
+
+def test_step_in_step_from_a_sync_function(engine: FakeEngine) -> None:
+    @workflow("nested-sync")
+    def nested(ctx: Context) -> Any:
+        return ctx.step.run("outer", lambda: ctx.step.run("inner", lambda: 1))
+
+    outcome = invoke(make_app(engine, nested), engine, "nested-sync")
+    assert outcome["error"]["code"] == "workflows.step_in_step"
+
+
+def test_step_context_gives_attempt_and_stable_key(engine: FakeEngine) -> None:
+    from ezgh_workflows import step_context
+
+    @workflow("ctx")
+    async def ctx_wf(ctx: Context) -> Any:
+        first = await ctx.step.run("a", lambda: step_context().idempotency_key)
+        second = await ctx.step.run("a", lambda: step_context().idempotency_key)
+        attempt = await ctx.step.run("b", lambda: step_context().attempt)
+        return [first, second, attempt]
+
+    outcome = invoke(make_app(engine, ctx_wf), engine, "ctx")
+    import hashlib
+
+    first, second, attempt = outcome["output"]
+    assert first == hashlib.sha256(b"run-1:a#1").hexdigest()
+    assert second == hashlib.sha256(b"run-1:a#2").hexdigest()
+    assert attempt == 1
+
+
+def test_now_and_uuid_are_recorded_and_replayed(engine: FakeEngine) -> None:
+    seen: list[Any] = []
+
+    @workflow("values")
+    async def values_wf(ctx: Context) -> Any:
+        now = await ctx.step.now("now")
+        ident = await ctx.step.uuid("id")
+        seen.append((now, ident))
+        await ctx.step.sleep("nap", "1s")
+        return [now, ident]
+
+    outcome, _ = run_to_end(make_app(engine, values_wf), engine, "values")
+    (now1, id1), (now2, id2) = seen
+    assert now1 == now2 and id1 == id2
+    assert isinstance(now1, datetime) and now1.tzinfo is not None
+    assert now1.utcoffset() == UTC.utcoffset(None)
+    records = engine.ops("record")
+    assert [(r["stepId"], r["kind"]) for r in records] == [("now#1", "value"), ("id#1", "value")]
+    assert records[0]["output"].endswith("Z")
+    assert outcome["output"] == [now1.isoformat(), id1]
+
+
+def test_recorded_value_wins_over_a_fresh_one(engine: FakeEngine) -> None:
+    engine.steps["id#1"] = {
+        "id": "id#1",
+        "name": "id",
+        "kind": "value",
+        "status": "completed",
+        "attempt": 1,
+        "output": "recorded-uuid",
+    }
+
+    @workflow("uuid")
+    async def uuid_wf(ctx: Context) -> str:
+        return await ctx.step.uuid("id")
+
+    assert invoke(make_app(engine, uuid_wf), engine, "uuid")["output"] == "recorded-uuid"
+    assert engine.calls == []
+
+
+def test_sync_def_workflow_blocks_on_steps(engine: FakeEngine) -> None:
+    @workflow("plain")
+    def plain(ctx: Context) -> Any:
+        a = ctx.step.run("a", lambda: ctx.input["x"] * 2)
+        ctx.step.sleep("nap", "2m")
+        b = ctx.step.run("b", lambda: a + 1)
+        when = ctx.step.now("when")
+        return {"a": a, "b": b, "aware": when.tzinfo is not None}
+
+    outcome, invocations = run_to_end(make_app(engine, plain), engine, "plain", {"x": 5})
+    assert outcome["output"] == {"a": 10, "b": 11, "aware": True}
+    assert invocations == 2
+
+
+def test_async_step_functions_and_awaitables(engine: FakeEngine) -> None:
+    async def fetch() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    @workflow("async-fns")
+    async def wf(ctx: Context) -> Any:
+        a = await ctx.step.run("a", fetch)
+        b = await ctx.step.run("b", lambda: fetch())
+        return a + b
+
+    assert invoke(make_app(engine, wf), engine, "async-fns")["output"] == 14
+
+
+def test_gather_with_distinct_names_runs_both(engine: FakeEngine) -> None:
+    @workflow("pair")
+    async def pair(ctx: Context) -> Any:
+        return await asyncio.gather(ctx.step.run("a", lambda: 1), ctx.step.run("b", lambda: 2))
+
+    outcome, _ = run_to_end(make_app(engine, pair), engine, "pair")
+    assert outcome["output"] == [1, 2]
+    assert [op["stepId"] for op in engine.ops("start")] == ["a#1", "b#1"]
+
+
+def test_full_replay_sends_no_ops_and_gives_the_same_output(engine: FakeEngine) -> None:
+    @workflow("full")
+    async def full(ctx: Context) -> Any:
+        a = await ctx.step.run("a", lambda: {"t": (1, 2)})
+        b, c = await asyncio.gather(ctx.step.uuid("u"), ctx.step.run("c", lambda: ctx.attempt))
+        await ctx.step.sleep("nap", 1)
+        return [a, b, c, ctx.run_id]
+
+    app = make_app(engine, full)
+    first, _ = run_to_end(app, engine, "full")
+    calls = len(engine.calls)
+    again = invoke(app, engine, "full")
+    assert again == first
+    assert len(engine.calls) == calls
+    assert first["output"][0] == {"t": [1, 2]} and first["output"][2:] == [1, "run-1"]
+
+
+def test_workflow_sees_the_run_attempt(engine: FakeEngine) -> None:
+    @workflow("attempt")
+    def attempt(ctx: Context) -> Any:
+        return ctx.attempt
+
+    body = engine.invoke_body("attempt", attempt=3)
+    from sdk_fakes import post
+
+    assert post(make_app(engine, attempt), body).json()["output"] == 3
