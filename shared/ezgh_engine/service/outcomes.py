@@ -21,7 +21,13 @@ def _events(
     common = {"invocationId": invocation_id, "deploymentId": outcome.deployment_id}
     events = [
         runs_store.event_put(
-            run.id, run.attempt, "invocation.started", started_at, expires, **common
+            run.id,
+            run.attempt,
+            "invocation.started",
+            started_at,
+            expires,
+            event_id=invocation_id,  # minted when the invocation began: it sorts first
+            **common,
         ),
         runs_store.event_put(
             run.id, run.attempt, f"invocation.{outcome.kind}", at, expires, **common
