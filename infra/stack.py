@@ -24,9 +24,6 @@ from infra.components.token_secret import TokenSecret
 from infra.nag import matching, suppress
 from infra.permissions import ACCESS, Access
 
-# Handlers read the secret's value at cold start (see docs/deploy.md); never the value itself.
-ENV_TOKEN_SECRET_ARN = "EZGH_TOKEN_SECRET_ARN"
-
 
 class EzghStack(Stack):
     """Tables, queues, bucket, scheduler, functions, their sources, the API and alarms.
@@ -92,7 +89,8 @@ class EzghStack(Stack):
         env[self.topology.bucket_env_var] = self.payloads.bucket.bucket_name
         env[self.topology.scheduler_group_env_var] = self.scheduler.group_name
         env[self.topology.scheduler_role_env_var] = self.scheduler.role.role_arn
-        env[ENV_TOKEN_SECRET_ARN] = self.token_secret.secret.secret_arn
+        # Handlers read the secret's value on first use (config.Settings.token_secret).
+        env[config.ENV_TOKEN_SECRET_ARN] = self.token_secret.secret.secret_arn
         return env
 
     def _grant_all(self) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from ezgh_engine.topology import INVOCATIONS_QUEUE, REGISTRY_TABLE, RUNS_TABLE, TOPOLOGY
 
 # Environment variable names that are not a topology resource.
 ENV_API_URL = "EZGH_ENGINE_API_URL"  # public base URL of the engine's API (callbacks, SDK calls)
-ENV_TOKEN_SECRET = "EZGH_TOKEN_SECRET"  # HMAC secret for invocation tokens
+ENV_TOKEN_SECRET = "EZGH_TOKEN_SECRET"  # HMAC secret for invocation tokens (ezgh dev, tests)
+ENV_TOKEN_SECRET_ARN = "EZGH_TOKEN_SECRET_ARN"  # deployed: the Secrets Manager secret holding it
 ENV_ALLOW_LOOPBACK = "EZGH_ALLOW_LOOPBACK_APPS"  # "1" only in `ezgh dev`
 ENV_SQS_MAX_DELAY = "EZGH_SQS_MAX_DELAY_SECONDS"  # longer waits go through Scheduler
 ENV_PAYLOAD_THRESHOLD = "EZGH_PAYLOAD_INLINE_BYTES"
@@ -29,7 +30,6 @@ class Settings:
     scheduler_group: str
     scheduler_role_arn: str
     api_url: str
-    token_secret: str
     allow_loopback_apps: bool = False
     # SQS can delay a message at most 15 minutes; longer waits use EventBridge Scheduler.
     sqs_max_delay_seconds: int = 900
@@ -37,6 +37,22 @@ class Settings:
     payload_inline_bytes: int = 64 * 1024
     invoke_timeout_seconds: float = 300.0
     invoke_max_attempts: int = 8
+    token_secret_env: str = ""
+    token_secret_arn: str = ""
+
+    @cached_property
+    def token_secret(self) -> str:
+        """The invocation-token HMAC secret: from the environment locally, from Secrets
+        Manager when deployed, read once per container and only by the functions that need
+        it (the stream function has no permission to read it, by design)."""
+        if self.token_secret_env:
+            return self.token_secret_env
+        if not self.token_secret_arn:
+            raise RuntimeError(f"set {ENV_TOKEN_SECRET} or {ENV_TOKEN_SECRET_ARN}")
+        from ezgh_engine.adapters.aws import client  # late: adapters import this module
+
+        answer = client("secretsmanager").get_secret_value(SecretId=self.token_secret_arn)
+        return str(answer["SecretString"])
 
 
 def _required(name: str) -> str:
@@ -58,12 +74,13 @@ def settings() -> Settings:
         scheduler_group=os.environ.get(TOPOLOGY.scheduler_group_env_var, "default"),
         scheduler_role_arn=os.environ.get(TOPOLOGY.scheduler_role_env_var, ""),
         api_url=_required(ENV_API_URL).rstrip("/"),
-        token_secret=_required(ENV_TOKEN_SECRET),
         allow_loopback_apps=os.environ.get(ENV_ALLOW_LOOPBACK) == "1",
         sqs_max_delay_seconds=int(os.environ.get(ENV_SQS_MAX_DELAY, "900")),
         payload_inline_bytes=int(os.environ.get(ENV_PAYLOAD_THRESHOLD, str(64 * 1024))),
         invoke_timeout_seconds=float(os.environ.get(ENV_INVOKE_TIMEOUT, "300")),
         invoke_max_attempts=int(os.environ.get(ENV_INVOKE_ATTEMPTS, "8")),
+        token_secret_env=os.environ.get(ENV_TOKEN_SECRET, ""),
+        token_secret_arn=os.environ.get(ENV_TOKEN_SECRET_ARN, ""),
     )
 
 

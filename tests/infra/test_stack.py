@@ -41,7 +41,7 @@ from infra.app import build_app  # noqa: E402
 from infra.components.functions import lambda_handler  # noqa: E402
 from infra.components.sources import STREAM_RETRY_ATTEMPTS  # noqa: E402
 from infra.permissions import ACCESS  # noqa: E402
-from infra.stack import ENV_TOKEN_SECRET_ARN, EzghStack  # noqa: E402
+from infra.stack import EzghStack  # noqa: E402
 
 # Actions that take no resource ARN in IAM, so "*" is their only possible resource.
 STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}
@@ -244,7 +244,7 @@ def test_function_matches_topology(stack: EzghStack, template: dict[str, Any], s
         TOPOLOGY.bucket_env_var,
         TOPOLOGY.scheduler_group_env_var,
         TOPOLOGY.scheduler_role_env_var,
-        ENV_TOKEN_SECRET_ARN,
+        config.ENV_TOKEN_SECRET_ARN,
         "POWERTOOLS_SERVICE_NAME",
         "LOG_LEVEL",
     }
