@@ -10,6 +10,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 from ezgh_engine import config
+from ezgh_engine import topology as topology_module
 from ezgh_engine.topology import API_FUNCTION, INVOCATIONS_QUEUE, TOPOLOGY, Topology
 
 from infra.components.alarms import Alarms
@@ -163,20 +164,27 @@ class EzghStack(Stack):
             )
 
     def _outputs(self) -> None:
-        CfnOutput(self, "ApiUrl", value=self.api.url, description="The engine's API base URL")
+        CfnOutput(
+            self,
+            topology_module.API_URL_OUTPUT,
+            value=self.api.url,
+            description="The engine's API base URL",
+        )
         for spec in self.topology.tables:
             CfnOutput(
                 self,
-                f"{spec.key.capitalize()}TableName",
+                topology_module.table_output(spec),
                 value=self.tables.by_key[spec.key].table_name,
                 description=f"set {spec.env_var} to this to run `ezgh` against the deployment",
             )
         for queue in self.topology.queues:
             CfnOutput(
                 self,
-                f"{queue.key.capitalize()}QueueUrl",
+                topology_module.queue_output(queue),
                 value=self.queues.by_key[queue.key].queue_url,
                 description=f"set {queue.env_var} to this to run `ezgh` against the deployment",
             )
-        CfnOutput(self, "PayloadBucketName", value=self.payloads.bucket.bucket_name)
-        CfnOutput(self, "TokenSecretArn", value=self.token_secret.secret.secret_arn)
+        CfnOutput(self, topology_module.BUCKET_OUTPUT, value=self.payloads.bucket.bucket_name)
+        CfnOutput(
+            self, topology_module.TOKEN_SECRET_OUTPUT, value=self.token_secret.secret.secret_arn
+        )

@@ -123,3 +123,19 @@ TOPOLOGY = Topology(
         SqsSource(queue="invocations", function="invoker", batch_size=1),
     ),
 )
+
+
+def table_output(table: Table) -> str:
+    """The stack output naming a table's physical name (infra writes it, `ezgh bootstrap`
+    reads it)."""
+    return f"{table.key.capitalize()}TableName"
+
+
+def queue_output(queue: Queue) -> str:
+    """The stack output naming a queue's URL."""
+    return f"{queue.key.capitalize()}QueueUrl"
+
+
+API_URL_OUTPUT = "ApiUrl"
+BUCKET_OUTPUT = "PayloadBucketName"
+TOKEN_SECRET_OUTPUT = "TokenSecretArn"
