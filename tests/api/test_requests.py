@@ -204,3 +204,15 @@ def test_a_replayed_api_key_is_the_same_but_not_stored_in_clear(project):
     for sealed in answers:  # sealed, not merely compressed
         with pytest.raises(zlib.error):
             zlib.decompress(sealed)
+
+
+def test_a_body_without_json_content_type_is_still_read_as_json(project) -> None:
+    # curl -d sends application/x-www-form-urlencoded unless told otherwise.
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    answer = project.call("POST", "/runs", raw_body="{bad", headers=form)
+    assert answer.status == 400
+    assert answer.body["error"]["message"] == "request body is not valid JSON"
+    missing = project.call(
+        "POST", "/runs", raw_body='{"appId": "nope", "workflow": "x"}', headers=form
+    )
+    assert missing.status == 404
