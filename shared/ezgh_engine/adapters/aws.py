@@ -6,7 +6,9 @@ in Lambda and to moto's server under `ezgh dev` and the tests.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -27,9 +29,127 @@ _lock = threading.Lock()
 def client(service: str) -> Any:
     """A shared boto3 client (boto3 clients are thread-safe; sessions are not)."""
     with _lock:
-        return boto3.session.Session().client(service, config=_CONFIG)
+        made = boto3.session.Session().client(service, config=_CONFIG)
+        _made.append(made)
+        if _observers:
+            _attach(made)
+        return made
 
 
 def reset_clients() -> None:
     """Forget cached clients (after the endpoint or credentials change)."""
     client.cache_clear()
+    with _lock:
+        _made.clear()
+        _attached.clear()
+
+
+# --- request observers (bench/, diagnostics) ---------------------------------------------
+# `observe(callback)` reports every request the engine's clients make, once each, after it
+# answered: `callback(record)` with `service`, `operation`, `params` (the API parameters),
+# `request_bytes`, `response_bytes`, `status`, `parsed` (the parsed answer) and `seconds`.
+# Nothing is registered on any client while nobody observes: zero cost by default.
+
+Observer = Callable[[dict[str, Any]], None]
+_observers: list[Observer] = []
+_made: list[Any] = []  # clients made by `client()` since the last reset
+_attached: set[int] = set()
+_CONTEXT_KEY = "ezgh_observed"
+
+
+def observe(callback: Observer) -> Callable[[], None]:
+    """Report every request of the engine's boto3 clients to `callback`; answer a function
+    that stops it. Applies to clients made before and after this call."""
+    with _lock:
+        _observers.append(callback)
+        for made in _made:
+            _attach(made)
+
+    def stop() -> None:
+        with _lock:
+            if callback in _observers:
+                _observers.remove(callback)
+            if not _observers:
+                for made in _made:
+                    _detach(made)
+
+    return stop
+
+
+def _attach(made: Any) -> None:
+    if id(made) in _attached:
+        return
+    _attached.add(id(made))
+    events = made.meta.events
+    events.register("before-parameter-build", _before_build, unique_id="ezgh-observe-build")
+    events.register("before-call", _before_call, unique_id="ezgh-observe-call")
+    events.register("after-call", _after_call, unique_id="ezgh-observe-after")
+
+
+def _detach(made: Any) -> None:
+    if id(made) not in _attached:
+        return
+    _attached.discard(id(made))
+    events = made.meta.events
+    events.unregister("before-parameter-build", unique_id="ezgh-observe-build")
+    events.unregister("before-call", unique_id="ezgh-observe-call")
+    events.unregister("after-call", unique_id="ezgh-observe-after")
+
+
+def _body_size(body: Any) -> int:
+    if body is None:
+        return 0
+    if isinstance(body, (bytes, bytearray, str)):
+        return len(body)
+    if isinstance(body, dict):  # query protocol before encoding
+        return sum(len(str(k)) + len(str(v)) + 2 for k, v in body.items())
+    for attribute in ("len", "__len__"):
+        size = getattr(body, attribute, None)
+        if isinstance(size, int):
+            return size
+        if callable(size):
+            try:
+                return int(size())
+            except Exception:
+                return 0
+    return 0
+
+
+def _before_build(params: Any, context: Any = None, **_: Any) -> None:
+    if isinstance(context, dict):
+        context[_CONTEXT_KEY] = {"params": dict(params or {})}
+
+
+def _before_call(params: Any, context: Any = None, **_: Any) -> None:
+    if isinstance(context, dict):
+        from ezgh_engine import clock
+
+        seen = context.setdefault(_CONTEXT_KEY, {})
+        seen["request_bytes"] = _body_size((params or {}).get("body"))
+        seen["started"] = clock.monotonic()
+
+
+def _after_call(
+    http_response: Any, parsed: Any, model: Any, context: Any = None, **_: Any
+) -> None:
+    from ezgh_engine import clock
+
+    seen = context.get(_CONTEXT_KEY, {}) if isinstance(context, dict) else {}
+    try:
+        response_bytes = len(http_response.content or b"")
+    except Exception:  # a streamed body (S3 GetObject): its declared length
+        headers = getattr(http_response, "headers", {}) or {}
+        response_bytes = int(headers.get("content-length", 0) or 0)
+    record = {
+        "service": model.service_model.service_name,
+        "operation": model.name,
+        "params": seen.get("params", {}),
+        "request_bytes": seen.get("request_bytes", 0),
+        "response_bytes": response_bytes,
+        "status": getattr(http_response, "status_code", 0),
+        "parsed": parsed,
+        "seconds": clock.monotonic() - seen.get("started", clock.monotonic()),
+    }
+    for callback in list(_observers):
+        with contextlib.suppress(Exception):  # an observer never breaks the engine
+            callback(record)

@@ -1,0 +1,161 @@
+"""Requests and dollars of what a `Recorder` saw, at the prices of `bench/prices.py`."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ezgh_engine.topology import TOPOLOGY
+
+from bench import prices as p
+from bench.instrument import AppRequest, AwsCall, Invocation, request_units
+
+# Requests that cost nothing and are not counted as requests: the stream mapping's reads are
+# free, the local Scheduler's own bookkeeping is emulation (on AWS the service fires and
+# deletes a schedule itself), and the local poller's GetQueueUrl is not something AWS does.
+_SCHEDULER_EMULATION = {"ListSchedules", "GetSchedule", "DeleteSchedule", "GetQueueUrl"}
+
+
+def counted(call: AwsCall) -> bool:
+    if call.origin == "esm:stream":
+        return False
+    return not (call.origin == "scheduler" and call.operation in _SCHEDULER_EMULATION)
+
+
+@dataclass
+class Bill:
+    """Requests by service (`requests`), by service.operation (`operations`), dollars by
+    line (`usd`), and the quantities behind them."""
+
+    requests: Counter[str] = field(default_factory=Counter)
+    operations: Counter[str] = field(default_factory=Counter)
+    usd: dict[str, float] = field(default_factory=dict)
+    wru: float = 0.0
+    rru: float = 0.0
+    ddb_bytes_read: int = 0
+    ddb_bytes_written: int = 0
+    lambda_seconds: dict[str, float] = field(default_factory=dict)
+    lambda_invocations: Counter[str] = field(default_factory=Counter)
+    app_requests: int = 0
+    app_bytes_sent: int = 0
+    app_bytes_received: int = 0
+    stream_reads: int = 0
+    origins: Counter[str] = field(default_factory=Counter)  # "origin service.operation" -> n
+    origin_usd: Counter[str] = field(default_factory=Counter)  # origin -> dollars
+    lambda_gb_usd: Counter[str] = field(default_factory=Counter)  # function -> GB-s dollars
+    lambda_request_usd: Counter[str] = field(default_factory=Counter)
+    lambda_without_requests: Counter[str] = field(default_factory=Counter)
+    app_seconds: float = 0.0
+    wru_by_item: Counter[str] = field(default_factory=Counter)  # "RUN", "STEP", "EVT", ...
+
+    @property
+    def total_requests(self) -> int:
+        """Billable AWS requests: everything but the engine -> app calls."""
+        return sum(n for service, n in self.requests.items() if service != "app")
+
+    @property
+    def total_usd(self) -> float:
+        return sum(self.usd.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": dict(self.requests),
+            "operations": dict(sorted(self.operations.items())),
+            "usd": {k: round(v, 12) for k, v in self.usd.items()},
+            "usd_total": round(self.total_usd, 12),
+            "dynamodb_wru": self.wru,
+            "dynamodb_rru": self.rru,
+            "dynamodb_wru_by_item": dict(self.wru_by_item),
+            "dynamodb_bytes_read": self.ddb_bytes_read,
+            "dynamodb_bytes_written": self.ddb_bytes_written,
+            "lambda_invocations": dict(self.lambda_invocations),
+            "lambda_seconds": {k: round(v, 4) for k, v in self.lambda_seconds.items()},
+            "lambda_gb_s_usd": {k: round(v, 12) for k, v in self.lambda_gb_usd.items()},
+            "app_requests": self.app_requests,
+            "app_bytes_sent": self.app_bytes_sent,
+            "app_bytes_received": self.app_bytes_received,
+            "app_seconds": round(self.app_seconds, 4),
+            "lambda_invocations_without_requests": dict(self.lambda_without_requests),
+            "stream_reads_free": self.stream_reads,
+            "by_origin": dict(sorted(self.origins.items())),
+            "usd_by_origin": {k: round(v, 12) for k, v in sorted(self.origin_usd.items())},
+        }
+
+
+def _chunks(size: int, chunk: int) -> int:
+    return max(1, math.ceil(size / chunk))
+
+
+def bill(
+    calls: list[AwsCall],
+    invocations: list[Invocation],
+    app_requests: list[AppRequest],
+    scheduler_fires: int,
+    sizes: dict[tuple[str, str, str], int],
+) -> Bill:
+    b = Bill()
+    usd: Counter[str] = Counter()
+    for call in calls:
+        if call.origin == "esm:stream":
+            b.stream_reads += 1
+            continue
+        if not counted(call):
+            continue
+        b.requests[call.service] += 1
+        b.operations[f"{call.service}.{call.operation}"] += 1
+        b.origins[f"{call.origin} {call.service}.{call.operation}"] += 1
+        before = sum(usd.values())
+        if call.service == "dynamodb":
+            wru, rru = request_units(call.accesses, sizes)
+            for access in call.accesses:
+                if access.kind == "write":
+                    kind = access.key[2].split("#", 1)[0] if access.key else "?"
+                    b.wru_by_item[kind or "?"] += request_units([access], sizes)[0]
+            b.wru += wru
+            b.rru += rru
+            usd["dynamodb"] += wru * p.DYNAMODB_USD_PER_WRU + rru * p.DYNAMODB_USD_PER_RRU
+            b.ddb_bytes_read += sum(a.read_size for a in call.accesses)
+            b.ddb_bytes_written += sum(
+                max(a.request_size, sizes.get(a.key, 0) if a.key else 0)
+                for a in call.accesses if a.kind == "write")
+        elif call.service == "sqs":
+            payload = max(call.request_bytes, call.response_bytes if call.messages else 0)
+            usd["sqs"] += _chunks(payload, p.SQS_CHUNK_BYTES) * p.SQS_USD_PER_REQUEST
+        elif call.service == "s3":
+            price = p.S3_USD_PER_PUT if call.operation in p.S3_PUT_CLASS else p.S3_USD_PER_GET
+            usd["s3"] += price
+        elif call.service == "scheduler":
+            usd["scheduler"] += p.SCHEDULER_USD_PER_API_CALL
+        b.origin_usd[call.origin] += sum(usd.values()) - before
+    if scheduler_fires:
+        b.requests["scheduler-fire"] += scheduler_fires
+        usd["scheduler"] += scheduler_fires * p.SCHEDULER_USD_PER_INVOCATION
+    memory = {f.key: f.memory_mb for f in TOPOLOGY.functions}
+    for inv in invocations:
+        b.lambda_invocations[inv.function] += 1
+        if inv.aws_calls == 0:
+            b.lambda_without_requests[inv.function] += 1
+        b.lambda_seconds[inv.function] = b.lambda_seconds.get(inv.function, 0.0) + inv.seconds
+        billed = math.ceil(inv.seconds * 1000) / 1000
+        gb_s = billed * memory.get(inv.function, 512) / 1024
+        gb_usd = gb_s * p.LAMBDA_USD_PER_GB_SECOND_ARM64
+        usd["lambda"] += p.LAMBDA_USD_PER_REQUEST + gb_usd
+        b.lambda_gb_usd[inv.function] += gb_usd
+        b.lambda_request_usd[inv.function] += p.LAMBDA_USD_PER_REQUEST
+        b.origin_usd[f"function:{inv.function}"] += p.LAMBDA_USD_PER_REQUEST + gb_usd
+        b.requests["lambda"] += 1
+        if inv.function == "api":
+            b.requests["http-api"] += 1
+            fee = _chunks(inv.request_bytes, p.HTTP_API_CHUNK_BYTES) * p.HTTP_API_USD_PER_REQUEST
+            usd["http-api"] += fee
+            b.origin_usd["function:api"] += fee
+    for req in app_requests:
+        b.app_requests += 1
+        b.app_bytes_sent += req.request_bytes
+        b.app_bytes_received += req.response_bytes
+        b.app_seconds += req.seconds
+    b.requests["app"] = b.app_requests
+    b.usd = dict(usd)
+    return b

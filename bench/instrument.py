@@ -1,0 +1,375 @@
+"""Counting what a run costs: every AWS request (through `ezgh_engine.adapters.aws.observe`),
+every Lambda invocation and its duration, every HTTP API request, every engine -> app request
+and every Scheduler fire.
+
+Who made a request decides whether, and how, it is billed:
+
+- `function:<key>`: a Lambda handler (api, stream, invoker, ...) made it: the engine's own.
+- `esm:<queue>`: the local SQS poller, playing Lambda's event source mapping. On AWS the
+  mapping's ReceiveMessage and DeleteMessageBatch are billed SQS requests; only receives
+  that returned messages are counted (empty polls are an idle cost, not a per-run one).
+- `esm:stream`: the stream reader playing the DynamoDB stream mapping: free on AWS.
+- `scheduler`: the local Scheduler firing a schedule: its SendMessage is billed by SQS, the
+  firing by Scheduler; its ListSchedules/GetSchedule/DeleteSchedule are emulation only.
+- anything else (the bench waiting, moto's bookkeeping) is not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+_where = threading.local()
+
+
+@contextmanager
+def origin(name: str) -> Iterator[None]:
+    """Attribute the requests this thread makes inside the block to `name`."""
+    previous = getattr(_where, "origin", None)
+    _where.origin = name
+    try:
+        yield
+    finally:
+        _where.origin = previous
+
+
+def current_origin() -> str | None:
+    found = getattr(_where, "origin", None)
+    if found:
+        return found
+    name = threading.current_thread().name
+    if name.startswith("sqs:"):
+        return "esm:" + name.split(":", 1)[1].split("-batch", 1)[0]
+    if name.startswith("stream:"):
+        return "esm:stream"
+    return None
+
+
+# --- DynamoDB item sizes and request units ------------------------------------------------
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    (kind, inner), = value.items()
+    if kind == "S":
+        return len(inner.encode())
+    if kind == "N":
+        digits = len(str(inner).lstrip("-").replace(".", "").lstrip("0")) or 1
+        return (digits + 1) // 2 + 1
+    if kind == "B":
+        return len(inner) if isinstance(inner, (bytes, bytearray)) else len(str(inner)) * 3 // 4
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind in ("SS", "NS", "BS"):
+        return sum(_value_size({kind[0]: v}) for v in inner)
+    if kind == "L":
+        return 3 + sum(1 + _value_size(v) for v in inner)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode()) + _value_size(v) for k, v in inner.items())
+    return len(json.dumps(inner))
+
+
+def item_size(item: dict[str, Any] | None) -> int:
+    """DynamoDB's size of an item in low-level format: names plus values."""
+    if not item:
+        return 0
+    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
+
+
+def _key_of(table: str, item_or_key: dict[str, Any] | None) -> tuple[str, str, str] | None:
+    if not item_or_key or "pk" not in item_or_key:
+        return None
+    sk = item_or_key.get("sk", {"S": ""})
+    return (table, str(next(iter(item_or_key["pk"].values()))), str(next(iter(sk.values()))))
+
+
+@dataclass
+class DdbAccess:
+    """One item (or one query) touched by a DynamoDB request; units are computed later, once
+    the final item sizes are known (an UpdateItem does not say how big its item is)."""
+
+    kind: str  # "write" | "read"
+    key: tuple[str, str, str] | None
+    request_size: int  # what the request itself carried (Put: the item)
+    read_size: int = 0  # reads: bytes of the items answered
+    transactional: bool = False
+    consistent: bool = False
+    query: bool = False
+
+
+def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> list[DdbAccess]:
+    table = params.get("TableName", "")
+    if operation == "PutItem":
+        return [DdbAccess("write", _key_of(table, params.get("Item")), item_size(params.get("Item")))]
+    if operation in ("UpdateItem", "DeleteItem"):
+        size = item_size(params.get("Key")) + item_size(params.get("ExpressionAttributeValues"))
+        return [DdbAccess("write", _key_of(table, params.get("Key")), size)]
+    if operation == "GetItem":
+        size = item_size(parsed.get("Item"))
+        return [DdbAccess("read", _key_of(table, params.get("Key")), 0, read_size=size,
+                          consistent=bool(params.get("ConsistentRead")))]
+    if operation in ("Query", "Scan"):
+        size = sum(item_size(i) for i in parsed.get("Items", []))
+        return [DdbAccess("read", None, 0, read_size=size, query=True,
+                          consistent=bool(params.get("ConsistentRead")))]
+    if operation == "TransactWriteItems":
+        found = []
+        for action in params.get("TransactItems", []):
+            (kind, body), = action.items()
+            name = body.get("TableName", "")
+            if kind == "Put":
+                found.append(DdbAccess("write", _key_of(name, body.get("Item")),
+                                       item_size(body.get("Item")), transactional=True))
+            else:  # Update, Delete, ConditionCheck: a ConditionCheck consumes WRUs too
+                size = item_size(body.get("Key")) + item_size(body.get("ExpressionAttributeValues"))
+                found.append(DdbAccess("write", _key_of(name, body.get("Key")), size,
+                                       transactional=True))
+        return found
+    if operation == "TransactGetItems":
+        answers = parsed.get("Responses", [])
+        found = []
+        for i, action in enumerate(params.get("TransactItems", [])):
+            body = action.get("Get", {})
+            size = item_size(answers[i].get("Item")) if i < len(answers) else 0
+            found.append(DdbAccess("read", _key_of(body.get("TableName", ""), body.get("Key")), 0,
+                                   read_size=size, transactional=True, consistent=True))
+        return found
+    if operation == "BatchWriteItem":
+        found = []
+        for name, writes in params.get("RequestItems", {}).items():
+            for write in writes:
+                item = write.get("PutRequest", {}).get("Item") or write.get("DeleteRequest", {}).get("Key")
+                found.append(DdbAccess("write", _key_of(name, item), item_size(item)))
+        return found
+    if operation == "BatchGetItem":
+        found = []
+        for name, items in parsed.get("Responses", {}).items():
+            found.extend(DdbAccess("read", _key_of(name, i), 0, read_size=item_size(i),
+                                   consistent=True) for i in items)
+        return found
+    return []
+
+
+def _units(size: int, unit: int) -> int:
+    return max(1, -(-size // unit))
+
+
+def request_units(accesses: list[DdbAccess], sizes: dict[tuple[str, str, str], int]) -> tuple[float, float]:
+    """(WRU, RRU) of one request's accesses, sizing items by what is known of them."""
+    from bench.prices import DYNAMODB_RRU_BYTES, DYNAMODB_WRU_BYTES
+
+    wru = rru = 0.0
+    for access in accesses:
+        factor = 2 if access.transactional else 1
+        if access.kind == "write":
+            size = max(access.request_size, sizes.get(access.key, 0) if access.key else 0)
+            wru += factor * _units(size, DYNAMODB_WRU_BYTES)
+        else:
+            units = _units(access.read_size, DYNAMODB_RRU_BYTES)
+            if access.transactional:
+                rru += 2 * units
+            else:
+                rru += units if access.consistent else units / 2
+    return wru, rru
+
+
+# --- the recorder -------------------------------------------------------------------------
+
+
+@dataclass
+class AwsCall:
+    origin: str
+    service: str
+    operation: str
+    request_bytes: int
+    response_bytes: int
+    phase: str
+    accesses: list[DdbAccess] = field(default_factory=list)
+    messages: int = 0  # SQS receives: how many messages it returned
+    seconds: float = 0.0
+
+
+@dataclass
+class Invocation:
+    function: str
+    seconds: float
+    phase: str
+    path: str = ""
+    request_bytes: int = 0
+    aws_calls: int = 0  # AWS requests this invocation made itself
+
+
+@dataclass
+class AppRequest:
+    kind: str
+    request_bytes: int
+    response_bytes: int
+    seconds: float
+    phase: str
+
+
+class Recorder:
+    """Collects what the engine does while `active`; `phase` labels what comes next."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.active = False
+        self.phase = "run"
+        self.clear()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.calls: list[AwsCall] = []
+            self.invocations: list[Invocation] = []
+            self.app_requests: list[AppRequest] = []
+            self.scheduler_fires: Counter[str] = Counter()
+            self.sizes: dict[tuple[str, str, str], int] = {}  # last known item sizes
+
+    # -- feeds ------------------------------------------------------------------------------
+
+    def on_aws(self, record: dict[str, Any]) -> None:
+        where = current_origin()
+        if where is not None and where.startswith("function:"):
+            _where.calls = getattr(_where, "calls", 0) + 1
+        service, operation = record["service"], record["operation"]
+        parsed = record.get("parsed") or {}
+        params = record.get("params") or {}
+        if service == "dynamodb":
+            self._learn_sizes(operation, params, parsed)
+        if not self.active or where is None:
+            return
+        empty_poll = operation == "ReceiveMessage" and not parsed.get("Messages")
+        if where.startswith("esm:") and where != "esm:stream" and empty_poll:
+            return  # an idle cost of the mapping, not a cost of this run
+        call = AwsCall(
+            origin=where, service=service, operation=operation,
+            request_bytes=int(record.get("request_bytes") or 0),
+            response_bytes=int(record.get("response_bytes") or 0),
+            phase=self.phase, seconds=float(record.get("seconds") or 0.0),
+        )
+        if service == "dynamodb":
+            call.accesses = ddb_accesses(operation, params, parsed)
+        if service == "sqs" and operation == "ReceiveMessage":
+            call.messages = len(parsed.get("Messages", []))
+        with self._lock:
+            self.calls.append(call)
+
+    def _learn_sizes(self, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
+        table = params.get("TableName", "")
+        found: list[dict[str, Any]] = []
+        if operation == "PutItem":
+            found.append(params.get("Item") or {})
+        elif operation == "GetItem":
+            found.append(parsed.get("Item") or {})
+        elif operation in ("Query", "Scan"):
+            found.extend(parsed.get("Items", []))
+        elif operation == "UpdateItem":
+            found.append(parsed.get("Attributes") or {})
+        with self._lock:
+            for item in found:
+                key = _key_of(table, item)
+                if key is not None and "sk" in item:
+                    self.sizes[key] = max(self.sizes.get(key, 0), item_size(item))
+
+    def learn_table(self, table: str, items: list[dict[str, Any]]) -> None:
+        """Final sizes from a scan (the bench reads the tables after each run)."""
+        with self._lock:
+            for item in items:
+                key = _key_of(table, item)
+                if key is not None:
+                    self.sizes[key] = max(self.sizes.get(key, 0), item_size(item))
+
+    def wrap_handler(self, key: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(event: dict[str, Any], context: Any) -> Any:
+            started = time.perf_counter()
+            path = str(event.get("rawPath") or "") if isinstance(event, dict) else ""
+            body = event.get("body") if isinstance(event, dict) else None
+            previous_calls = getattr(_where, "calls", 0)
+            _where.calls = 0
+            with origin(f"function:{key}"):
+                try:
+                    return handler(event, context)
+                finally:
+                    made, _where.calls = _where.calls, previous_calls
+                    if self.active:
+                        seconds = time.perf_counter() - started
+                        with self._lock:
+                            self.invocations.append(Invocation(
+                                key, seconds, self.phase, path, len(body or ""), made))
+        return timed
+
+    def fired(self, name: str) -> None:
+        if self.active:
+            with self._lock:
+                self.scheduler_fires[self.phase] += 1
+
+    def app_request(self, kind: str, request_bytes: int, response_bytes: int,
+                    seconds: float) -> None:
+        if self.active:
+            with self._lock:
+                self.app_requests.append(
+                    AppRequest(kind, request_bytes, response_bytes, seconds, self.phase))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[list[AwsCall], list[Invocation], list[AppRequest], Counter[str]]:
+        with self._lock:
+            return (list(self.calls), list(self.invocations), list(self.app_requests),
+                    Counter(self.scheduler_fires))
+
+
+class CountingApp:
+    """An ASGI push app wrapper counting engine -> app requests, their bytes and time."""
+
+    def __init__(self, inner: Any, recorder: Recorder) -> None:
+        self.inner = inner
+        self.recorder = recorder
+
+    @property
+    def signing_key(self) -> str | None:
+        return self.inner.signing_key
+
+    @signing_key.setter
+    def signing_key(self, value: str | None) -> None:
+        self.inner.signing_key = value
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        started = time.perf_counter()
+        sizes = {"in": 0, "out": 0}
+        kind = {"type": "?"}
+
+        async def counted_receive() -> Any:
+            message = await receive()
+            body = message.get("body", b"") or b""
+            sizes["in"] += len(body)
+            if kind["type"] == "?" and body:
+                head = body[:400].decode(errors="replace")
+                kind["type"] = "invoke" if '"invoke"' in head else (
+                    "sync" if '"sync"' in head else "other")
+            return message
+
+        async def counted_send(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.body":
+                sizes["out"] += len(message.get("body", b"") or b"")
+            await send(message)
+
+        try:
+            await self.inner(scope, counted_receive, counted_send)
+        finally:
+            self.recorder.app_request(kind["type"], sizes["in"], sizes["out"],
+                                      time.perf_counter() - started)
+
+
+def by_service(calls: list[AwsCall]) -> dict[str, Counter[str]]:
+    found: dict[str, Counter[str]] = defaultdict(Counter)
+    for call in calls:
+        found[call.service][call.operation] += 1
+    return found

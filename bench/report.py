@@ -1,0 +1,133 @@
+"""Turn recorded runs into the figures `python -m bench` prints and writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import prices as p
+from bench.cost import Bill
+from bench.engine import RunResult
+
+SERVICES = ["dynamodb", "sqs", "s3", "scheduler", "scheduler-fire", "lambda", "http-api"]
+USD_LINES = ["dynamodb", "lambda", "http-api", "sqs", "scheduler", "s3"]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def size_figures(results: list[RunResult]) -> dict[str, Any]:
+    """Averages over the runs of one size, per step and per million."""
+    steps = results[0].steps
+    bills = [r.total for r in results]
+    per_run_requests = _mean([b.total_requests for b in bills])
+    usd_run = _mean([b.total_usd for b in bills])
+    by_service = {s: _mean([b.requests.get(s, 0) for b in bills]) / steps for s in SERVICES}
+    usd_lines = {k: _mean([b.usd.get(k, 0.0) for b in bills]) for k in USD_LINES}
+    functions = sorted({f for b in bills for f in b.lambda_invocations})
+    return {
+        "steps": steps,
+        "runs": len(results),
+        "requests_per_run": per_run_requests,
+        "requests_per_step": per_run_requests / steps,
+        "requests_per_step_by_service": by_service,
+        "app_requests_per_run": _mean([b.app_requests for b in bills]),
+        "lambda_invocations_per_step": {
+            f: _mean([b.lambda_invocations.get(f, 0) for b in bills]) / steps for f in functions
+        },
+        "dynamodb_wru_per_step": _mean([b.wru for b in bills]) / steps,
+        "dynamodb_rru_per_step": _mean([b.rru for b in bills]) / steps,
+        "usd_per_million_steps": usd_run / steps * 1e6,
+        "usd_per_million_runs": usd_run * 1e6,
+        "usd_per_million_steps_by_line": {k: v / steps * 1e6 for k, v in usd_lines.items()},
+        "seconds_per_run": _mean([r.seconds for r in results]),
+        "detail": bills[0].as_dict(),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    rank = (len(ordered) - 1) * q
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def step_gaps(result: RunResult) -> list[float]:
+    """Seconds between consecutive step bodies, leaving out the one across the sleep."""
+    stamps = result.stamps
+    gaps = []
+    for i in range(1, len(stamps)):
+        if result.sleep_index is not None and i == result.sleep_index:
+            continue
+        gaps.append(stamps[i] - stamps[i - 1])
+    return gaps
+
+
+def latency_figures(ezgh: list[float], dbos: list[float] | None, why: str) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "ezgh_p50_ms": percentile(ezgh, 0.5) * 1000,
+        "ezgh_p95_ms": percentile(ezgh, 0.95) * 1000,
+        "samples": len(ezgh),
+    }
+    if dbos:
+        found.update(dbos_p50_ms=percentile(dbos, 0.5) * 1000,
+                     dbos_p95_ms=percentile(dbos, 0.95) * 1000)
+        found["ratio_p50"] = found["ezgh_p50_ms"] / max(found["dbos_p50_ms"], 1e-9)
+        found["ratio_p95"] = found["ezgh_p95_ms"] / max(found["dbos_p95_ms"], 1e-9)
+    else:
+        found["dbos_skipped"] = why
+    return found
+
+
+def scaling_figures(result: RunResult, history: int) -> dict[str, Any]:
+    """What the invocation after the sleep costs, with `history` steps recorded before it."""
+    resume: Bill = result.phases["resume"]
+    invoker_seconds = resume.lambda_seconds.get("invoker", 0.0)
+    return {
+        "history_steps": history,
+        "requests": resume.total_requests,
+        "operations": dict(resume.operations),
+        "dynamodb_rru": resume.rru,
+        "dynamodb_bytes_read": resume.ddb_bytes_read,
+        "invoke_request_bytes": resume.app_bytes_sent,
+        "invoker_seconds": invoker_seconds,
+        "usd": resume.total_usd,
+    }
+
+
+def levers(figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """Estimated savings per million steps from one size's measured breakdown."""
+    d = figures["detail"]
+    steps = figures["steps"]
+    per_m = 1e6 / steps
+    api_calls = d["lambda_invocations"].get("api", 0)
+    step_calls = max(api_calls - 1, 0)  # all api invocations but POST /runs
+    api_usd = d["usd_by_origin"].get("function:api", 0.0)
+    api_usd_per_call = api_usd / api_calls if api_calls else 0.0
+    http_api_fee = step_calls * p.HTTP_API_USD_PER_REQUEST
+    invoker_gb = d["lambda_gb_s_usd"].get("invoker", 0.0)
+    invoker_s = d["lambda_seconds"].get("invoker", 0.0)
+    app_s = d["app_seconds"]
+    waiting_usd = invoker_gb * min(app_s / invoker_s, 1.0) if invoker_s else 0.0
+    stream_idle = d["lambda_invocations_without_requests"].get("stream", 0)
+    api_aws_calls = sum(n for k, n in d["by_origin"].items() if k.startswith("function:api "))
+    stream_n = d["lambda_invocations"].get("stream", 0)
+    stream_usd = d["usd_by_origin"].get("function:stream", 0.0)
+    stream_idle_usd = stream_usd * stream_idle / stream_n if stream_n else 0.0
+    return [
+        {"lever": "step endpoint via a Lambda function URL (no HTTP API fee)",
+         "requests_per_step_saved": step_calls / steps,
+         "usd_per_million_steps_saved": http_api_fee * per_m},
+        {"lever": "one step call per step (complete + next start batched, or no start ack)",
+         "requests_per_step_saved": (step_calls / 2) * (2 + api_aws_calls / max(api_calls, 1)) / steps,
+         "usd_per_million_steps_saved": (step_calls / 2) * api_usd_per_call * per_m},
+        {"lever": "invoker not billed while the app runs",
+         "requests_per_step_saved": 0.0,
+         "usd_per_million_steps_saved": waiting_usd * per_m},
+        {"lever": "stream mapping filter (no stream invocation for records it ignores)",
+         "requests_per_step_saved": stream_idle / steps,
+         "usd_per_million_steps_saved": stream_idle_usd * per_m},
+    ]

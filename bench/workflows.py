@@ -1,0 +1,41 @@
+"""The workflows the bench runs, and the app's own timestamps of each step it ran."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from ezgh_workflows import Context, PushApp, workflow
+
+# run id -> perf_counter() at each first execution of a step body (replays do not run them).
+STAMPS: dict[str, list[float]] = defaultdict(list)
+_lock = threading.Lock()
+
+
+def _stamp(run_id: str, i: int) -> dict[str, int]:
+    with _lock:
+        STAMPS[run_id].append(time.perf_counter())
+    return {"i": i}
+
+
+@workflow("bench")
+async def bench(ctx: Context) -> Any:
+    """`n` sequential run steps; one sleep of `sleep` before step `sleepAfter` (default n//2;
+    `sleepAfter` = n puts it after the last); no sleep when `sleep` is absent."""
+    n = int(ctx.input["n"])
+    sleep = ctx.input.get("sleep")
+    sleep_after = int(ctx.input.get("sleepAfter", n // 2))
+    done = 0
+    for i in range(n):
+        if sleep and i == sleep_after:
+            await ctx.step.sleep("pause", sleep)
+        out = await ctx.step.run("s", lambda i=i: _stamp(ctx.run_id, i))
+        done += 1 if out["i"] == i else 0
+    if sleep and sleep_after >= n:
+        await ctx.step.sleep("pause", sleep)
+    return {"steps": done}
+
+
+app = PushApp([bench])

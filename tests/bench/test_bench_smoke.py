@@ -1,0 +1,29 @@
+"""`python -m bench` end to end at its smallest: one step, one sleep. Checks the shape of the
+JSON only; these are benchmarks, so nothing here depends on how fast the machine is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+
+pytestmark = pytest.mark.e2e
+
+
+def test_bench_writes_figures_for_one_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    out = tmp_path / "bench.json"
+    assert main(["--sizes", "1", "--histories", "", "--latency-steps", "0", "--no-dbos",
+                 "--no-short-sleep", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    size = figures["sizes"]["1"]
+    assert size["steps"] == 1
+    assert size["requests_per_step"] > 0
+    assert size["usd_per_million_steps"] > 0
+    assert size["usd_per_million_runs"] > 0
+    by_service = size["requests_per_step_by_service"]
+    assert by_service["dynamodb"] > 0 and by_service["http-api"] > 0
+    assert by_service["scheduler-fire"] > 0  # the 1h sleep went through the Scheduler
+    assert "$/M steps" in capsys.readouterr().out
