@@ -25,16 +25,31 @@ def _ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")
-    parser.add_argument("--sizes", type=_ints, default=[1, 10, 100],
-                        help="sequential run steps per workflow (each with one 1h sleep)")
+    parser.add_argument(
+        "--sizes",
+        type=_ints,
+        default=[1, 10, 100],
+        help="sequential run steps per workflow (each with one 1h sleep)",
+    )
     parser.add_argument("--runs", type=int, default=1, help="runs per size (averaged)")
-    parser.add_argument("--histories", type=_ints, default=[10, 100],
-                        help="history lengths for the scaling figures ('' to skip; 1000 is slow on moto)")
-    parser.add_argument("--latency-steps", type=int, default=100,
-                        help="steps of the latency workflow (ezgh and DBOS)")
+    parser.add_argument(
+        "--histories",
+        type=_ints,
+        default=[10, 100],
+        help="history lengths for the scaling figures ('' to skip; 1000 is slow on moto)",
+    )
+    parser.add_argument(
+        "--latency-steps",
+        type=int,
+        default=100,
+        help="steps of the latency workflow (ezgh and DBOS)",
+    )
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS comparison")
-    parser.add_argument("--no-short-sleep", action="store_true",
-                        help="skip the run with a sleep of <= 15 minutes (SQS delay)")
+    parser.add_argument(
+        "--no-short-sleep",
+        action="store_true",
+        help="skip the run with a sleep of <= 15 minutes (SQS delay)",
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
     out: dict[str, Any] = {
@@ -56,9 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_short_sleep:
             short_size = 10 if 10 in args.sizes else args.sizes[0]
             short = report.size_figures([engine.run(short_size, SHORT_SLEEP)])
-            out["short_sleep"] = {k: short[k] for k in (
-                "steps", "requests_per_step", "requests_per_step_by_service",
-                "usd_per_million_steps", "usd_per_million_runs", "detail")}
+            out["short_sleep"] = {
+                k: short[k]
+                for k in (
+                    "steps",
+                    "requests_per_step",
+                    "requests_per_step_by_service",
+                    "usd_per_million_steps",
+                    "usd_per_million_runs",
+                    "detail",
+                )
+            }
         out["scaling"] = [
             report.scaling_figures(engine.run(h + 1, LONG_SLEEP, sleep_after=h), h)
             for h in args.histories
@@ -82,19 +105,34 @@ def _money(value: float) -> str:
 
 def print_report(out: dict[str, Any]) -> None:
     w = sys.stdout.write
-    w(f"EZGH Workflows bench: local runtime, list prices {out['prices']['region']} "
-      f"as of {out['prices']['date']} (bench/prices.py)\n\n")
+    w(
+        f"EZGH Workflows bench: local runtime, list prices {out['prices']['region']} "
+        f"as of {out['prices']['date']} (bench/prices.py)\n\n"
+    )
     w("Cost: N sequential run steps + one 1h sleep (EventBridge Scheduler), per run\n")
-    head = ("steps", "req/step", "ddb", "sqs", "sched", "lambda", "httpapi", "app/run",
-            "WRU/step", "$/M steps", "$/M runs")
+    head = (
+        "steps",
+        "req/step",
+        "ddb",
+        "sqs",
+        "sched",
+        "lambda",
+        "httpapi",
+        "app/run",
+        "WRU/step",
+        "$/M steps",
+        "$/M runs",
+    )
     w("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     for f in out["sizes"].values():
         s = f["requests_per_step_by_service"]
         sched = s["scheduler"] + s["scheduler-fire"]
-        w(f"| {f['steps']} | {f['requests_per_step']:.1f} | {s['dynamodb']:.1f} | {s['sqs']:.1f}"
-          f" | {sched:.2f} | {s['lambda']:.1f} | {s['http-api']:.1f}"
-          f" | {f['app_requests_per_run']:.0f} | {f['dynamodb_wru_per_step']:.1f}"
-          f" | {_money(f['usd_per_million_steps'])} | {_money(f['usd_per_million_runs'])} |\n")
+        w(
+            f"| {f['steps']} | {f['requests_per_step']:.1f} | {s['dynamodb']:.1f} | {s['sqs']:.1f}"
+            f" | {sched:.2f} | {s['lambda']:.1f} | {s['http-api']:.1f}"
+            f" | {f['app_requests_per_run']:.0f} | {f['dynamodb_wru_per_step']:.1f}"
+            f" | {_money(f['usd_per_million_steps'])} | {_money(f['usd_per_million_runs'])} |\n"
+        )
     w("\n$ per million steps by line:\n")
     lines = report.USD_LINES
     w("| steps | " + " | ".join(lines) + " |\n|" + "---|" * (len(lines) + 1) + "\n")
@@ -102,15 +140,22 @@ def print_report(out: dict[str, Any]) -> None:
         by = f["usd_per_million_steps_by_line"]
         w(f"| {f['steps']} | " + " | ".join(_money(by[k]) for k in lines) + " |\n")
     w("\nLambda invocations per step: ")
-    w("; ".join(f"{f['steps']} steps: " + ", ".join(
-        f"{k} {v:.2f}" for k, v in f["lambda_invocations_per_step"].items())
-        for f in out["sizes"].values()) + "\n")
+    w(
+        "; ".join(
+            f"{f['steps']} steps: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in f["lambda_invocations_per_step"].items())
+            for f in out["sizes"].values()
+        )
+        + "\n"
+    )
     sh = out.get("short_sleep")
     if sh:
-        w(f"\nA sleep of <= 15 min (SQS DelaySeconds, {SHORT_SLEEP} measured) with {sh['steps']} "
-          f"steps: {sh['requests_per_step']:.1f} req/step, "
-          f"{_money(sh['usd_per_million_steps'])}/M steps, "
-          f"{_money(sh['usd_per_million_runs'])}/M runs\n")
+        w(
+            f"\nA sleep of <= 15 min (SQS DelaySeconds, {SHORT_SLEEP} measured) with {sh['steps']} "
+            f"steps: {sh['requests_per_step']:.1f} req/step, "
+            f"{_money(sh['usd_per_million_steps'])}/M steps, "
+            f"{_money(sh['usd_per_million_runs'])}/M runs\n"
+        )
     lat = out["latency"]
     if not lat["samples"]:
         w("\nStep latency: not measured (no run of --latency-steps steps)\n")
@@ -120,11 +165,15 @@ def print_report(out: dict[str, Any]) -> None:
 
 
 def _latency(w: Any, lat: dict[str, Any]) -> None:
-    w(f"\nStep latency, {lat['steps']}-step workflow (gap between step bodies, "
-      f"{lat['samples']} samples):\n")
+    w(
+        f"\nStep latency, {lat['steps']}-step workflow (gap between step bodies, "
+        f"{lat['samples']} samples):\n"
+    )
     w(f"  ezgh local runtime: p50 {lat['ezgh_p50_ms']:.1f} ms, p95 {lat['ezgh_p95_ms']:.1f} ms\n")
     if "dbos_p50_ms" in lat:
-        w(f"  DBOS + SQLite:      p50 {lat['dbos_p50_ms']:.2f} ms, p95 {lat['dbos_p95_ms']:.2f} ms\n")
+        w(
+            f"  DBOS + SQLite:      p50 {lat['dbos_p50_ms']:.2f} ms, p95 {lat['dbos_p95_ms']:.2f} ms\n"
+        )
         w(f"  ratio ezgh/DBOS:    p50 {lat['ratio_p50']:.1f}x, p95 {lat['ratio_p95']:.1f}x\n")
     else:
         w(f"  DBOS skipped: {lat['dbos_skipped']}\n")
@@ -133,22 +182,35 @@ def _latency(w: Any, lat: dict[str, Any]) -> None:
 def _rest(w: Any, out: dict[str, Any]) -> None:
     if out["scaling"]:
         w("\nScaling: the invocation after the sleep (timer + invoke + 1 new step + completion)\n")
-        w("| history steps | requests | DynamoDB RRU | DynamoDB bytes read | invoke request bytes"
-          " | invoker s | $ |\n|---|---|---|---|---|---|---|\n")
+        w(
+            "| history steps | requests | DynamoDB RRU | DynamoDB bytes read | invoke request bytes"
+            " | invoker s | $ |\n|---|---|---|---|---|---|---|\n"
+        )
         for s in out["scaling"]:
-            w(f"| {s['history_steps']} | {s['requests']} | {s['dynamodb_rru']:.1f}"
-              f" | {s['dynamodb_bytes_read']:,} | {s['invoke_request_bytes']:,}"
-              f" | {s['invoker_seconds']:.3f} | {s['usd'] * 1e6:.2f}e-6 |\n")
+            w(
+                f"| {s['history_steps']} | {s['requests']} | {s['dynamodb_rru']:.1f}"
+                f" | {s['dynamodb_bytes_read']:,} | {s['invoke_request_bytes']:,}"
+                f" | {s['invoker_seconds']:.3f} | {s['usd'] * 1e6:.2f}e-6 |\n"
+            )
     ref = out["sizes"].get("10") or next(iter(out["sizes"].values()))
-    w(f"\nLevers, estimated from the {ref['steps']}-step breakdown "
-      f"(now {_money(ref['usd_per_million_steps'])}/M steps, "
-      f"{ref['requests_per_step']:.1f} req/step):\n")
+    w(
+        f"\nLevers, estimated from the {ref['steps']}-step breakdown "
+        f"(now {_money(ref['usd_per_million_steps'])}/M steps, "
+        f"{ref['requests_per_step']:.1f} req/step):\n"
+    )
     for lever in ref["levers"]:
-        w(f"  - {lever['lever']}: -{lever['requests_per_step_saved']:.1f} req/step, "
-          f"-{_money(lever['usd_per_million_steps_saved'])}/M steps\n")
-    w("\nAnchors, per million billed units: " + "; ".join(
-        f"{name} ${lo:g}" + (f"-{hi:g}" if hi != lo else "") + f" per {unit}"
-        for name, unit, lo, hi in p.ANCHORS) + "\n")
+        w(
+            f"  - {lever['lever']}: -{lever['requests_per_step_saved']:.1f} req/step, "
+            f"-{_money(lever['usd_per_million_steps_saved'])}/M steps\n"
+        )
+    w(
+        "\nAnchors, per million billed units: "
+        + "; ".join(
+            f"{name} ${lo:g}" + (f"-{hi:g}" if hi != lo else "") + f" per {unit}"
+            for name, unit, lo, hi in p.ANCHORS
+        )
+        + "\n"
+    )
     w(f"\n(bench took {out['seconds']:.0f} s)\n")
 
 

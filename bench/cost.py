@@ -119,7 +119,9 @@ def bill(
             b.ddb_bytes_read += sum(a.read_size for a in call.accesses)
             b.ddb_bytes_written += sum(
                 max(a.request_size, sizes.get(a.key, 0) if a.key else 0)
-                for a in call.accesses if a.kind == "write")
+                for a in call.accesses
+                if a.kind == "write"
+            )
         elif call.service == "sqs":
             payload = max(call.request_bytes, call.response_bytes if call.messages else 0)
             usd["sqs"] += _chunks(payload, p.SQS_CHUNK_BYTES) * p.SQS_USD_PER_REQUEST

@@ -80,18 +80,30 @@ class Engine:
 
     def client(self) -> WorkflowsClient:
         rt = self.runtime
-        return WorkflowsClient(api_key=rt.api_key, organization_id=rt.org_id,
-                               project_id=rt.project_id, base_url=rt.api_url)
+        return WorkflowsClient(
+            api_key=rt.api_key,
+            organization_id=rt.org_id,
+            project_id=rt.project_id,
+            base_url=rt.api_url,
+        )
 
     def _count(self, service: str, operation: str) -> int:
-        return sum(1 for c in self.recorder.snapshot()[0]
-                   if c.service == service and c.operation == operation)
+        return sum(
+            1
+            for c in self.recorder.snapshot()[0]
+            if c.service == service and c.operation == operation
+        )
 
     def _invokes(self) -> int:
         return sum(1 for r in self.recorder.snapshot()[2] if r.kind == "invoke")
 
-    def run(self, steps: int, sleep: str | None = LONG_SLEEP, sleep_after: int | None = None,
-            timeout: float = 300.0) -> RunResult:
+    def run(
+        self,
+        steps: int,
+        sleep: str | None = LONG_SLEEP,
+        sleep_after: int | None = None,
+        timeout: float = 300.0,
+    ) -> RunResult:
         """Start one `bench` run on a fresh state and follow it to its end."""
         rt, rec = self.runtime, self.recorder
         rt.reset()
@@ -127,12 +139,23 @@ class Engine:
         calls, invocations, apps, fires = rec.snapshot()
         phases = {}
         for phase in sorted({c.phase for c in calls} | {i.phase for i in invocations}):
-            phases[phase] = bill([c for c in calls if c.phase == phase],
-                                 [i for i in invocations if i.phase == phase],
-                                 [a for a in apps if a.phase == phase], fires[phase], rec.sizes)
+            phases[phase] = bill(
+                [c for c in calls if c.phase == phase],
+                [i for i in invocations if i.phase == phase],
+                [a for a in apps if a.phase == phase],
+                fires[phase],
+                rec.sizes,
+            )
         total = bill(calls, invocations, apps, sum(fires.values()), rec.sizes)
-        return RunResult(run_id, steps, total, phases, list(workflows.STAMPS.pop(run_id, [])),
-                         seconds, after if sleep else None)
+        return RunResult(
+            run_id,
+            steps,
+            total,
+            phases,
+            list(workflows.STAMPS.pop(run_id, [])),
+            seconds,
+            after if sleep else None,
+        )
 
     def _learn_sizes(self) -> None:
         """Read the final item sizes (harness requests, not counted): an UpdateItem's WRUs

@@ -55,7 +55,7 @@ def current_origin() -> str | None:
 
 
 def _value_size(value: dict[str, Any]) -> int:
-    (kind, inner), = value.items()
+    ((kind, inner),) = value.items()
     if kind == "S":
         return len(inner.encode())
     if kind == "N":
@@ -105,30 +105,54 @@ class DdbAccess:
 def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> list[DdbAccess]:
     table = params.get("TableName", "")
     if operation == "PutItem":
-        return [DdbAccess("write", _key_of(table, params.get("Item")), item_size(params.get("Item")))]
+        return [
+            DdbAccess("write", _key_of(table, params.get("Item")), item_size(params.get("Item")))
+        ]
     if operation in ("UpdateItem", "DeleteItem"):
         size = item_size(params.get("Key")) + item_size(params.get("ExpressionAttributeValues"))
         return [DdbAccess("write", _key_of(table, params.get("Key")), size)]
     if operation == "GetItem":
         size = item_size(parsed.get("Item"))
-        return [DdbAccess("read", _key_of(table, params.get("Key")), 0, read_size=size,
-                          consistent=bool(params.get("ConsistentRead")))]
+        return [
+            DdbAccess(
+                "read",
+                _key_of(table, params.get("Key")),
+                0,
+                read_size=size,
+                consistent=bool(params.get("ConsistentRead")),
+            )
+        ]
     if operation in ("Query", "Scan"):
         size = sum(item_size(i) for i in parsed.get("Items", []))
-        return [DdbAccess("read", None, 0, read_size=size, query=True,
-                          consistent=bool(params.get("ConsistentRead")))]
+        return [
+            DdbAccess(
+                "read",
+                None,
+                0,
+                read_size=size,
+                query=True,
+                consistent=bool(params.get("ConsistentRead")),
+            )
+        ]
     if operation == "TransactWriteItems":
         found = []
         for action in params.get("TransactItems", []):
-            (kind, body), = action.items()
+            ((kind, body),) = action.items()
             name = body.get("TableName", "")
             if kind == "Put":
-                found.append(DdbAccess("write", _key_of(name, body.get("Item")),
-                                       item_size(body.get("Item")), transactional=True))
+                found.append(
+                    DdbAccess(
+                        "write",
+                        _key_of(name, body.get("Item")),
+                        item_size(body.get("Item")),
+                        transactional=True,
+                    )
+                )
             else:  # Update, Delete, ConditionCheck: a ConditionCheck consumes WRUs too
                 size = item_size(body.get("Key")) + item_size(body.get("ExpressionAttributeValues"))
-                found.append(DdbAccess("write", _key_of(name, body.get("Key")), size,
-                                       transactional=True))
+                found.append(
+                    DdbAccess("write", _key_of(name, body.get("Key")), size, transactional=True)
+                )
         return found
     if operation == "TransactGetItems":
         answers = parsed.get("Responses", [])
@@ -136,21 +160,33 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
         for i, action in enumerate(params.get("TransactItems", [])):
             body = action.get("Get", {})
             size = item_size(answers[i].get("Item")) if i < len(answers) else 0
-            found.append(DdbAccess("read", _key_of(body.get("TableName", ""), body.get("Key")), 0,
-                                   read_size=size, transactional=True, consistent=True))
+            found.append(
+                DdbAccess(
+                    "read",
+                    _key_of(body.get("TableName", ""), body.get("Key")),
+                    0,
+                    read_size=size,
+                    transactional=True,
+                    consistent=True,
+                )
+            )
         return found
     if operation == "BatchWriteItem":
         found = []
         for name, writes in params.get("RequestItems", {}).items():
             for write in writes:
-                item = write.get("PutRequest", {}).get("Item") or write.get("DeleteRequest", {}).get("Key")
+                item = write.get("PutRequest", {}).get("Item") or write.get(
+                    "DeleteRequest", {}
+                ).get("Key")
                 found.append(DdbAccess("write", _key_of(name, item), item_size(item)))
         return found
     if operation == "BatchGetItem":
         found = []
         for name, items in parsed.get("Responses", {}).items():
-            found.extend(DdbAccess("read", _key_of(name, i), 0, read_size=item_size(i),
-                                   consistent=True) for i in items)
+            found.extend(
+                DdbAccess("read", _key_of(name, i), 0, read_size=item_size(i), consistent=True)
+                for i in items
+            )
         return found
     return []
 
@@ -159,7 +195,9 @@ def _units(size: int, unit: int) -> int:
     return max(1, -(-size // unit))
 
 
-def request_units(accesses: list[DdbAccess], sizes: dict[tuple[str, str, str], int]) -> tuple[float, float]:
+def request_units(
+    accesses: list[DdbAccess], sizes: dict[tuple[str, str, str], int]
+) -> tuple[float, float]:
     """(WRU, RRU) of one request's accesses, sizing items by what is known of them."""
     from bench.prices import DYNAMODB_RRU_BYTES, DYNAMODB_WRU_BYTES
 
@@ -247,10 +285,13 @@ class Recorder:
         if where.startswith("esm:") and where != "esm:stream" and empty_poll:
             return  # an idle cost of the mapping, not a cost of this run
         call = AwsCall(
-            origin=where, service=service, operation=operation,
+            origin=where,
+            service=service,
+            operation=operation,
             request_bytes=int(record.get("request_bytes") or 0),
             response_bytes=int(record.get("response_bytes") or 0),
-            phase=self.phase, seconds=float(record.get("seconds") or 0.0),
+            phase=self.phase,
+            seconds=float(record.get("seconds") or 0.0),
         )
         if service == "dynamodb":
             call.accesses = ddb_accesses(operation, params, parsed)
@@ -299,8 +340,10 @@ class Recorder:
                     if self.active:
                         seconds = time.perf_counter() - started
                         with self._lock:
-                            self.invocations.append(Invocation(
-                                key, seconds, self.phase, path, len(body or ""), made))
+                            self.invocations.append(
+                                Invocation(key, seconds, self.phase, path, len(body or ""), made)
+                            )
+
         return timed
 
     def fired(self, name: str) -> None:
@@ -308,19 +351,25 @@ class Recorder:
             with self._lock:
                 self.scheduler_fires[self.phase] += 1
 
-    def app_request(self, kind: str, request_bytes: int, response_bytes: int,
-                    seconds: float) -> None:
+    def app_request(
+        self, kind: str, request_bytes: int, response_bytes: int, seconds: float
+    ) -> None:
         if self.active:
             with self._lock:
                 self.app_requests.append(
-                    AppRequest(kind, request_bytes, response_bytes, seconds, self.phase))
+                    AppRequest(kind, request_bytes, response_bytes, seconds, self.phase)
+                )
 
     # -- reading ----------------------------------------------------------------------------
 
     def snapshot(self) -> tuple[list[AwsCall], list[Invocation], list[AppRequest], Counter[str]]:
         with self._lock:
-            return (list(self.calls), list(self.invocations), list(self.app_requests),
-                    Counter(self.scheduler_fires))
+            return (
+                list(self.calls),
+                list(self.invocations),
+                list(self.app_requests),
+                Counter(self.scheduler_fires),
+            )
 
 
 class CountingApp:
@@ -352,8 +401,9 @@ class CountingApp:
             sizes["in"] += len(body)
             if kind["type"] == "?" and body:
                 head = body[:400].decode(errors="replace")
-                kind["type"] = "invoke" if '"invoke"' in head else (
-                    "sync" if '"sync"' in head else "other")
+                kind["type"] = (
+                    "invoke" if '"invoke"' in head else ("sync" if '"sync"' in head else "other")
+                )
             return message
 
         async def counted_send(message: dict[str, Any]) -> None:
@@ -364,8 +414,9 @@ class CountingApp:
         try:
             await self.inner(scope, counted_receive, counted_send)
         finally:
-            self.recorder.app_request(kind["type"], sizes["in"], sizes["out"],
-                                      time.perf_counter() - started)
+            self.recorder.app_request(
+                kind["type"], sizes["in"], sizes["out"], time.perf_counter() - started
+            )
 
 
 def by_service(calls: list[AwsCall]) -> dict[str, Counter[str]]:

@@ -54,8 +54,15 @@ SCHEDULER_USD_PER_API_CALL = 0.0
 # S3 Standard requests.
 S3_USD_PER_PUT = 0.005 / 1000  # PUT, COPY, POST, LIST
 S3_USD_PER_GET = 0.0004 / 1000  # GET, HEAD and the rest
-S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "CreateMultipartUpload",
-                "UploadPart", "CompleteMultipartUpload"}
+S3_PUT_CLASS = {
+    "PutObject",
+    "CopyObject",
+    "ListObjectsV2",
+    "ListObjects",
+    "CreateMultipartUpload",
+    "UploadPart",
+    "CompleteMultipartUpload",
+}
 
 # Anchors (their own public list prices, same date), per million billed units.
 ANCHORS = [

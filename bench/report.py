@@ -73,8 +73,9 @@ def latency_figures(ezgh: list[float], dbos: list[float] | None, why: str) -> di
         "samples": len(ezgh),
     }
     if dbos:
-        found.update(dbos_p50_ms=percentile(dbos, 0.5) * 1000,
-                     dbos_p95_ms=percentile(dbos, 0.95) * 1000)
+        found.update(
+            dbos_p50_ms=percentile(dbos, 0.5) * 1000, dbos_p95_ms=percentile(dbos, 0.95) * 1000
+        )
         found["ratio_p50"] = found["ezgh_p50_ms"] / max(found["dbos_p50_ms"], 1e-9)
         found["ratio_p95"] = found["ezgh_p95_ms"] / max(found["dbos_p95_ms"], 1e-9)
     else:
@@ -118,16 +119,26 @@ def levers(figures: dict[str, Any]) -> list[dict[str, Any]]:
     stream_usd = d["usd_by_origin"].get("function:stream", 0.0)
     stream_idle_usd = stream_usd * stream_idle / stream_n if stream_n else 0.0
     return [
-        {"lever": "step endpoint via a Lambda function URL (no HTTP API fee)",
-         "requests_per_step_saved": step_calls / steps,
-         "usd_per_million_steps_saved": http_api_fee * per_m},
-        {"lever": "one step call per step (complete + next start batched, or no start ack)",
-         "requests_per_step_saved": (step_calls / 2) * (2 + api_aws_calls / max(api_calls, 1)) / steps,
-         "usd_per_million_steps_saved": (step_calls / 2) * api_usd_per_call * per_m},
-        {"lever": "invoker not billed while the app runs",
-         "requests_per_step_saved": 0.0,
-         "usd_per_million_steps_saved": waiting_usd * per_m},
-        {"lever": "stream mapping filter (no stream invocation for records it ignores)",
-         "requests_per_step_saved": stream_idle / steps,
-         "usd_per_million_steps_saved": stream_idle_usd * per_m},
+        {
+            "lever": "step endpoint via a Lambda function URL (no HTTP API fee)",
+            "requests_per_step_saved": step_calls / steps,
+            "usd_per_million_steps_saved": http_api_fee * per_m,
+        },
+        {
+            "lever": "one step call per step (complete + next start batched, or no start ack)",
+            "requests_per_step_saved": (step_calls / 2)
+            * (2 + api_aws_calls / max(api_calls, 1))
+            / steps,
+            "usd_per_million_steps_saved": (step_calls / 2) * api_usd_per_call * per_m,
+        },
+        {
+            "lever": "invoker not billed while the app runs",
+            "requests_per_step_saved": 0.0,
+            "usd_per_million_steps_saved": waiting_usd * per_m,
+        },
+        {
+            "lever": "stream mapping filter (no stream invocation for records it ignores)",
+            "requests_per_step_saved": stream_idle / steps,
+            "usd_per_million_steps_saved": stream_idle_usd * per_m,
+        },
     ]

@@ -44,7 +44,9 @@ def main() -> int:
             state = f"{step['status']}"
             if seen.get(step["id"]) != state:
                 seen[step["id"]] = state
-                extra = f" until {step['wakeAt']}" if step.get("wakeAt") and state == "sleeping" else ""
+                extra = (
+                    f" until {step['wakeAt']}" if step.get("wakeAt") and state == "sleeping" else ""
+                )
                 print(f"  step {step['name']:<14} {step['kind']:<6} {state}{extra}")
         if run["status"] not in ("running", "cancelling"):
             break

@@ -21,6 +21,12 @@ class Access:
     send_to: tuple[str, ...] = ()  # queue keys the function sends messages to
     schedules: bool = False  # create/delete timer schedules (and pass the scheduler role)
     token_secret: bool = False  # read the invocation-token HMAC key
+    # SQS actions on the EZGH queues users create at run time (`ezgh-q-*`, issue 4).
+    user_queues: tuple[str, ...] = ()
+    # Create, change and delete the `deliver` function's event source mappings (subscriptions).
+    event_source_mappings: bool = False
+    # SQS actions on pull apps' task queues (`ezgh-tasks-<appId>`, issue 5).
+    task_queues: tuple[str, ...] = ()
 
 
 ACCESS: dict[str, Access] = {
@@ -30,10 +36,32 @@ ACCESS: dict[str, Access] = {
         payloads="read_write",
         send_to=("invocations",),
         token_secret=True,  # verifies the invocation tokens on step calls
+        # Queues: create and delete them (with their DLQs), send, redrive.
+        user_queues=(
+            "sqs:CreateQueue",
+            "sqs:DeleteQueue",
+            "sqs:GetQueueAttributes",
+            "sqs:GetQueueUrl",
+            "sqs:SendMessage",
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+        ),
+        event_source_mappings=True,  # a subscription is a mapping to `deliver`
+        # Cron schedules (issue 5): create, update (pause/resume) and delete them.
+        schedules=True,
+        # Pull apps (issue 5): a task queue per app, long-polled by its workers through the API.
+        task_queues=(
+            "sqs:CreateQueue",
+            "sqs:DeleteQueue",
+            "sqs:GetQueueUrl",
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:SendMessage",
+        ),
     ),
     # The outbox: turns committed changes into invocation messages and timers. It reads the
     # stream (granted by its event source), never the tables.
-    "stream": Access(send_to=("invocations",), schedules=True),
+    "stream": Access(send_to=("invocations", "notifications"), schedules=True),
     # Calls the app: reads apps, leases and updates runs, re-sends early timers.
     "invoker": Access(
         tables={"runs": "read_write", "registry": "read"},
@@ -41,5 +69,29 @@ ACCESS: dict[str, Access] = {
         send_to=("invocations",),
         schedules=True,
         token_secret=True,  # mints the invocation token it hands the app
+        # Pull apps (issue 5): queues a task on the app's task queue (created if missing).
+        task_queues=("sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:SendMessage"),
+    ),
+    # Subscriptions: polls the EZGH queues through its run-time mappings (so it needs the
+    # consumer actions itself), starts runs (large inputs in S3), resumes waiting runs, and
+    # records a subscription's last failure in the registry.
+    "deliver": Access(
+        tables={"runs": "read_write", "registry": "read_write"},
+        payloads="read_write",
+        send_to=("invocations",),
+        user_queues=(
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:ChangeMessageVisibility",
+            "sqs:GetQueueAttributes",
+            "sqs:GetQueueUrl",
+        ),
+    ),
+    # Run-ended notifications: reads apps and queues, keeps idempotency records (sealed with
+    # the token secret), sends to the app's EZGH queue.
+    "notify": Access(
+        tables={"registry": "read_write"},
+        user_queues=("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"),
+        token_secret=True,
     ),
 }

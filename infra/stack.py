@@ -5,13 +5,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from aws_cdk import CfnElement, CfnOutput, Stack
+from aws_cdk import ArnFormat, CfnElement, CfnOutput, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 from ezgh_engine import config
 from ezgh_engine import topology as topology_module
-from ezgh_engine.topology import API_FUNCTION, INVOCATIONS_QUEUE, TOPOLOGY, Topology
+from ezgh_engine.adapters.event_sources import ENV_DELIVER_FUNCTION
+from ezgh_engine.adapters.sqs_queues import NAME_PREFIX as USER_QUEUE_PREFIX
+from ezgh_engine.adapters.task_queues import DEFAULT_PREFIX as TASK_QUEUE_PREFIX
+from ezgh_engine.topology import (
+    API_FUNCTION,
+    DELIVER_FUNCTION,
+    INVOCATIONS_QUEUE,
+    TOPOLOGY,
+    Topology,
+)
 
 from infra.components.alarms import Alarms
 from infra.components.api import Api
@@ -60,6 +69,10 @@ class EzghStack(Stack):
             environment=self._environment(),
         )
         self.api = Api(self, "Api", handler=self.functions.by_key[API_FUNCTION.key])
+        # Subscriptions map queues to `deliver` at run time (adapters/event_sources.py).
+        self.functions.by_key[API_FUNCTION.key].add_environment(
+            ENV_DELIVER_FUNCTION, self.functions.by_key[DELIVER_FUNCTION.key].function_name
+        )
         for function in self.functions.by_key.values():
             # Added after the API exists: the URL is a token built from the API's id, and the
             # API's integration references the function, so this order avoids a cycle.
@@ -137,16 +150,70 @@ class EzghStack(Stack):
             wildcards.append(rf"^Resource::arn:<AWS::Partition>:scheduler:.*:schedule/{group}/\*$")
         if access.token_secret:
             self.token_secret.secret.grant_read(function)
+        if access.user_queues:
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=list(access.user_queues),
+                    resources=[self.format_arn(service="sqs", resource=f"{USER_QUEUE_PREFIX}*")],
+                )
+            )
+            wildcards.append(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{USER_QUEUE_PREFIX}\*$")
+        if access.task_queues:  # issue 5: one task queue per pull app
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=list(access.task_queues),
+                    resources=[self.format_arn(service="sqs", resource=f"{TASK_QUEUE_PREFIX}*")],
+                )
+            )
+            wildcards.append(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{TASK_QUEUE_PREFIX}\*$")
+        if access.event_source_mappings:
+            self._grant_event_source_mappings(role, wildcards)
         if wildcards:
             suppress(
                 role,
                 "IAM5",
                 "Scoped to this stack's own resources: a table's indexes (table/<name>/index/*, "
                 "for GSI queries), objects in the payload bucket (keys are per run), and "
-                "schedules in this stack's schedule group (one per long timer).",
+                "schedules in this stack's schedule group (one per long timer), the EZGH queues "
+                "users create at run time (sqs `ezgh-q-*`, issue 4), pull apps' task queues (sqs "
+                "`ezgh-tasks-*`, issue 5) and the `deliver` "
+                "function's event source mappings (conditioned on its ARN).",
                 applies_to=[matching(w) for w in wildcards],
                 children=True,
             )
+
+    def _grant_event_source_mappings(self, role: iam.IRole, wildcards: list[str]) -> None:
+        """Manage mappings of the `deliver` function only (IAM's `lambda:FunctionArn` key).
+
+        CreateEventSourceMapping takes no resource ARN, so its resource is "*" under the
+        condition; the others act on `event-source-mapping:<uuid>` ARNs.
+        """
+        deliver = self.functions.by_key[DELIVER_FUNCTION.key]
+        condition = {"ArnLike": {"lambda:FunctionArn": deliver.function_arn}}
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["lambda:CreateEventSourceMapping"], resources=["*"], conditions=condition
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "lambda:UpdateEventSourceMapping",
+                    "lambda:DeleteEventSourceMapping",
+                    "lambda:GetEventSourceMapping",
+                ],
+                resources=[
+                    self.format_arn(
+                        service="lambda",
+                        resource="event-source-mapping",
+                        resource_name="*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                ],
+                conditions=condition,
+            )
+        )
+        wildcards.append(r"^Resource::arn:<AWS::Partition>:lambda:.*:event-source-mapping:\*$")
 
     def _logical_id(self, construct: Construct) -> str:
         """The CloudFormation logical id of an L2 construct's resource (as cdk-nag names it)."""

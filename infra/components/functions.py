@@ -94,8 +94,10 @@ class Functions(Construct):
             role,
             "IAM5",
             "Only for actions that take no resource ARN: X-Ray PutTraceSegments and "
-            "PutTelemetryRecords (active tracing) and, on the stream function, DynamoDB "
-            "ListStreams (stream event source). tests/infra asserts no other '*'.",
+            "PutTelemetryRecords (active tracing), on the stream function DynamoDB "
+            "ListStreams (stream event source), and on the api lambda:CreateEventSourceMapping "
+            "under a lambda:FunctionArn condition naming the deliver function. tests/infra "
+            "asserts no other '*'.",
             applies_to=["Resource::*"],
             children=True,
         )

@@ -15,20 +15,24 @@ app = PushApp([onboarding])  # serve with uvicorn, or use app.lambda_handler
 from ._internal.api import ApiError
 from ._internal.clients import QueuesClient, WorkflowsClient
 from ._internal.context import Context
-from ._internal.errors import StepError
+from ._internal.errors import NonRetryableError, RunCancelledError, StepError
 from ._internal.protocol import SDK_VERSION as __version__
 from ._internal.push_app import PushApp
 from ._internal.step_context import StepContext, step_context
-from ._internal.steps import BlockingSteps, Steps
+from ._internal.steps import BlockingCallback, BlockingSteps, Callback, Steps
 from ._internal.worker import Worker
 from ._internal.workflow import Workflow, workflow
 
 __all__ = [
     "ApiError",
+    "BlockingCallback",
     "BlockingSteps",
+    "Callback",
     "Context",
+    "NonRetryableError",
     "PushApp",
     "QueuesClient",
+    "RunCancelledError",
     "StepContext",
     "StepError",
     "Steps",

@@ -53,6 +53,11 @@ def secret_token(nbytes: int = 32) -> str:
     return secrets.token_urlsafe(nbytes)
 
 
+def random_fraction() -> float:
+    """A uniform random number in [0, 1) (retry jitter)."""
+    return secrets.randbits(53) / (1 << 53)
+
+
 def slug(prefix: str) -> str:
     """A short public handle such as `wfa_3k9x...`."""
     return f"{prefix}_{secrets.token_hex(8)}"

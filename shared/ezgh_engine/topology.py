@@ -108,19 +108,36 @@ INVOCATIONS_QUEUE = Queue(
     max_receive_count=100,
 )
 
+# Issue 4 (queues): run-ended notifications wait here while the `notify` function sends them to
+# the app's queue; failures come back after a growing visibility timeout, for up to 24 hours.
+NOTIFICATIONS_QUEUE = Queue(
+    key="notifications",
+    env_var="EZGH_NOTIFICATIONS_QUEUE_URL",
+    visibility_timeout_seconds=60,
+    max_receive_count=1000,  # SQS's maximum; the handler itself drops after 24 hours
+)
+
 API_FUNCTION = Function("api", "functions.api.handler:handler", timeout_seconds=29)
 STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout_seconds=60)
 INVOKER_FUNCTION = Function(
     "invoker", "functions.invoker.handler:handler", timeout_seconds=900, memory_mb=256
 )
 
+# Delivers EZGH queue messages to subscriptions. Its event source mappings (one per
+# subscription) are made at run time by the api through `adapters.event_sources`.
+# Its timeout must not exceed a subscribed queue's visibility timeout (Lambda refuses the
+# mapping otherwise): 30 s, the queues' default visibility timeout.
+DELIVER_FUNCTION = Function("deliver", "functions.deliver.handler:handler", timeout_seconds=30)
+NOTIFY_FUNCTION = Function("notify", "functions.notify.handler:handler", timeout_seconds=30)
+
 TOPOLOGY = Topology(
     tables=(RUNS_TABLE, REGISTRY_TABLE),
-    queues=(INVOCATIONS_QUEUE,),
-    functions=(API_FUNCTION, STREAM_FUNCTION, INVOKER_FUNCTION),
+    queues=(INVOCATIONS_QUEUE, NOTIFICATIONS_QUEUE),
+    functions=(API_FUNCTION, STREAM_FUNCTION, INVOKER_FUNCTION, DELIVER_FUNCTION, NOTIFY_FUNCTION),
     sources=(
         StreamSource(table="runs", function="stream"),
         SqsSource(queue="invocations", function="invoker", batch_size=1),
+        SqsSource(queue="notifications", function="notify", batch_size=1),
     ),
 )
 

@@ -15,8 +15,23 @@ pytestmark = pytest.mark.e2e
 
 def test_bench_writes_figures_for_one_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     out = tmp_path / "bench.json"
-    assert main(["--sizes", "1", "--histories", "", "--latency-steps", "0", "--no-dbos",
-                 "--no-short-sleep", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--sizes",
+                "1",
+                "--histories",
+                "",
+                "--latency-steps",
+                "0",
+                "--no-dbos",
+                "--no-short-sleep",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     figures = json.loads(out.read_text())
     size = figures["sizes"]["1"]
     assert size["steps"] == 1

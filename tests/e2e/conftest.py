@@ -35,13 +35,13 @@ def engine(runtime: LocalRuntime) -> Iterator[LocalRuntime]:
     runtime.reset()
     workflows_app.reset()
     yield runtime
-    # Let what the test started settle before the next test resets the state under it; runs
-    # left sleeping or waiting are simply dropped with the state.
+    # Let the handlers the test left running finish before the next test resets the state
+    # under them; runs left sleeping, waiting or held back are dropped with the state.
     workflows_app.served.failures_left = 0
     for event in workflows_app.GATES.values():
         event.set()
     with contextlib.suppress(TimeoutError):
-        runtime.wait_idle(timeout=15, include_delayed=False)
+        runtime.wait_for(lambda: runtime.activity.snapshot()[0] == 0, timeout=15)
     for name in (config.ENV_INVOKE_ATTEMPTS, config.ENV_SQS_MAX_DELAY):
         os.environ.pop(name, None)
     config.reset_settings()

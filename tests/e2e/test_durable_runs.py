@@ -27,14 +27,18 @@ def wait_ended(engine: LocalRuntime, client: WorkflowsClient, run_id: str, timeo
 
 
 def wait_status(engine, client, run_id, predicate, timeout=30):
-    return engine.wait_for(lambda: (lambda r: r if predicate(r) else None)(client.get_run(run_id)), timeout)
+    return engine.wait_for(
+        lambda: (lambda r: r if predicate(r) else None)(client.get_run(run_id)), timeout
+    )
 
 
 def test_onboarding_sleeps_three_days_and_completes(engine, client, app_id):
     run = client.start_run(app_id, "onboarding", {"userId": "u_42"})
     assert run["status"] == "running"
     sleeping = wait_status(
-        engine, client, run["id"],
+        engine,
+        client,
+        run["id"],
         lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
     )
     assert [s["name"] for s in sleeping["steps"]] == ["load-user", "welcome-email", "cooldown"]

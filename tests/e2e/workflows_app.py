@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from typing import Any
 
-from ezgh_workflows import Context, PushApp, workflow
+from ezgh_workflows import (
+    Context,
+    NonRetryableError,
+    PushApp,
+    RunCancelledError,
+    StepError,
+    step_context,
+    workflow,
+)
 
 CALLS: Counter[str] = Counter()
 _lock = threading.Lock()
@@ -22,6 +31,7 @@ def count(name: str, value: Any = None) -> Any:
 def reset() -> None:
     with _lock:
         CALLS.clear()
+        SEEN.clear()
     GATES.clear()
 
 
@@ -90,7 +100,176 @@ async def gated(ctx: Context) -> Any:
     return await ctx.step.run("slow", wait_gate)
 
 
-app = PushApp([onboarding, sequence, plain, charge, catcher, big, gated])
+# --- issue 3: retries, waits, children, parallel steps, cancellation ----------------------
+
+SEEN: dict[str, list[Any]] = {}
+
+
+def note(key: str, value: Any) -> None:
+    with _lock:
+        SEEN.setdefault(key, []).append(value)
+
+
+@workflow("flaky")
+async def flaky(ctx: Context) -> Any:
+    def attempt() -> str:
+        info = step_context()
+        note("flaky", (info.attempt, info.idempotency_key))
+        if info.attempt < ctx.input.get("succeed_on", 3):
+            raise RuntimeError(f"attempt {info.attempt} failed")
+        return "ok"
+
+    return await ctx.step.run("call", attempt, retries=ctx.input.get("retries", 3))
+
+
+@workflow("never-retry")
+async def never_retry(ctx: Context) -> Any:
+    def give_up() -> None:
+        count("never-retry")
+        raise NonRetryableError("no point")
+
+    await ctx.step.run("give-up", give_up, retries=5)
+
+
+@workflow("approval")
+async def approval(ctx: Context) -> Any:
+    cb = await ctx.step.create_callback("approve", timeout_seconds=ctx.input.get("timeout"))
+    await ctx.step.run("publish", lambda: note(ctx.run_id, cb.url))
+    if ctx.input.get("sleep_first"):
+        await ctx.step.sleep("pause", ctx.input["sleep_first"])
+    body = await cb.wait()
+    return {"body": body}
+
+
+@workflow("parent")
+async def parent(ctx: Context) -> Any:
+    try:
+        out = await ctx.step.invoke("child", workflow=ctx.input["child"], input=ctx.input.get("ci"))
+    except StepError as exc:
+        return {"caught": exc.code, "name": exc.error_name, "message": exc.message}
+    return {"child": out}
+
+
+@workflow("kid")
+async def kid(ctx: Context) -> Any:
+    return await ctx.step.run("work", lambda: count("kid", {"got": ctx.input}))
+
+
+@workflow("sleepy-kid")
+async def sleepy_kid(ctx: Context) -> Any:
+    await ctx.step.sleep("nap", "1d")
+    return "rested"
+
+
+@workflow("fan")
+async def fan(ctx: Context) -> Any:
+    def branch(name: str) -> Any:
+        count(f"fan-{name}")
+        if name in ctx.input.get("fail", []):
+            raise ValueError(f"branch {name} failed")
+        return name
+
+    try:
+        got = await asyncio.gather(
+            ctx.step.run("a", lambda: branch("a"), retries=0),
+            ctx.step.run("b", lambda: branch("b"), retries=0),
+        )
+    except StepError as exc:
+        return {"caught": exc.message}
+    return await ctx.step.run("join", lambda: "+".join(got))
+
+
+@workflow("fan-plain")
+def fan_plain(ctx: Context) -> Any:
+    got = ctx.step.all(
+        [
+            lambda: ctx.step.run("x", lambda: count("fan-x", 1)),
+            lambda: ctx.step.run("y", lambda: count("fan-y", 2)),
+        ]
+    )
+    first = ctx.step.race(
+        [
+            lambda: ctx.step.run("fast", lambda: "fast"),
+            lambda: ctx.step.sleep("slow", "1d"),
+        ]
+    )
+    return {"all": got, "race": first}
+
+
+@workflow("waiter")
+async def waiter(ctx: Context) -> Any:
+    kind = ctx.input["kind"]
+    try:
+        if kind == "sleep":
+            await ctx.step.sleep("wait", "2d")
+        elif kind == "callback":
+            cb = await ctx.step.create_callback("wait")
+            await cb.wait()
+        elif kind == "child":
+            await ctx.step.invoke("wait", workflow="sleepy-kid", input={})
+        elif kind == "message":
+            await ctx.step.wait_for_message(
+                "wait", queue_id=ctx.input["queue"], key=ctx.input["key"], timeout_seconds=86_400
+            )
+    except RunCancelledError:
+        note(ctx.run_id, "cancelled")
+        raise
+    finally:
+        await ctx.step.run("cleanup", lambda: count(f"cleanup-{kind}", "clean"))
+    return "not cancelled"
+
+
+@workflow("message-wait")
+async def message_wait(ctx: Context) -> Any:
+    got = await ctx.step.wait_for_message(
+        "paid",
+        queue_id=ctx.input["queue"],
+        key=ctx.input["key"],
+        timeout_seconds=ctx.input.get("timeout", 3600),
+    )
+    return {"message": got}
+
+
+@workflow("slow")
+async def slow(ctx: Context) -> Any:
+    await ctx.step.run("first", lambda: count(f"slow-first-{ctx.attempt}", 1))
+    if ctx.attempt == 1:
+        await ctx.step.sleep("long", "2d")
+    return await ctx.step.run("last", lambda: ctx.attempt)
+
+
+@workflow("too-long")
+async def too_long(ctx: Context) -> Any:
+    try:
+        await ctx.step.sleep("forever", "400d")
+    except StepError as exc:
+        return {"code": exc.code}
+    return {"code": None}
+
+
+app = PushApp(
+    [
+        onboarding,
+        sequence,
+        plain,
+        charge,
+        catcher,
+        big,
+        gated,
+        flaky,
+        never_retry,
+        approval,
+        parent,
+        kid,
+        sleepy_kid,
+        fan,
+        fan_plain,
+        waiter,
+        message_wait,
+        slow,
+        too_long,
+    ]
+)
 
 
 class FlakyApp:
@@ -121,3 +300,34 @@ class FlakyApp:
 
 
 served = FlakyApp(app)
+
+
+# --- issue 4: queues (appended) ------------------------------------------------------------
+
+QUEUE_INPUTS: list[Any] = []  # every input a queue-started run recorded, in the order recorded
+
+
+@workflow("chargeCustomer")
+async def charge_customer(ctx: Context) -> Any:
+    def record() -> Any:
+        count("chargeCustomer")
+        with _lock:
+            QUEUE_INPUTS.append(ctx.input)
+        return ctx.input["messageId"]
+
+    await ctx.step.run("record", record)
+    return ctx.input
+
+
+@workflow("sendToQueue")
+async def send_to_queue_workflow(ctx: Context) -> Any:
+    from ezgh_workflows import QueuesClient
+
+    queues = QueuesClient()  # EZGH_* from the environment (the local runtime sets them)
+    sent = await ctx.step.send_to_queue(
+        "notify", queues, ctx.input["queueId"], ctx.input["messages"]
+    )
+    return sent
+
+
+app._workflows.update({w.name: w for w in (charge_customer, send_to_queue_workflow)})

@@ -44,7 +44,13 @@ from infra.permissions import ACCESS  # noqa: E402
 from infra.stack import EzghStack  # noqa: E402
 
 # Actions that take no resource ARN in IAM, so "*" is their only possible resource.
-STAR_ALLOWED = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "dynamodb:ListStreams"}
+STAR_ALLOWED = {
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "dynamodb:ListStreams",
+    # Takes no resource ARN; the api's grant is conditioned on the deliver function's ARN.
+    "lambda:CreateEventSourceMapping",
+}
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,9 @@ def queue_counts(url: str) -> tuple[int, int, int]:
 def health_api(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """A stand-in api handler: health, and an echo of the event for everything else."""
     if event["rawPath"] == "/v1/health":
-        return {"statusCode": 200, "headers": {"content-type": "application/json"},
-                "body": json.dumps({"status": "ok"})}
+        return {
+            "statusCode": 200,
+            "headers": {"content-type": "application/json"},
+            "body": json.dumps({"status": "ok"}),
+        }
     return {"statusCode": 200, "body": json.dumps(event)}

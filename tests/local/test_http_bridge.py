@@ -28,8 +28,12 @@ def test_api_gateway_v2_event_round_trip() -> None:
         answer = httpx.post(
             f"{server.url}/v1/things/x%20y?b=2&a=1&a=3",
             content=b"\xff\xfe not utf-8",
-            headers=[("X-Multi", "one"), ("X-Multi", "two"), ("Cookie", "c1=v1; c2=v2"),
-                     ("User-Agent", "tests/1")],
+            headers=[
+                ("X-Multi", "one"),
+                ("X-Multi", "two"),
+                ("Cookie", "c1=v1; c2=v2"),
+                ("User-Agent", "tests/1"),
+            ],
         )
     finally:
         server.shutdown()
@@ -50,8 +54,11 @@ def test_api_gateway_v2_event_round_trip() -> None:
     assert base64.b64decode(event["body"]) == b"\xff\xfe not utf-8"
     context = event["requestContext"]
     assert context["http"] == {
-        "method": "POST", "path": "/v1/things/x%20y", "protocol": "HTTP/1.1",
-        "sourceIp": "127.0.0.1", "userAgent": "tests/1",
+        "method": "POST",
+        "path": "/v1/things/x%20y",
+        "protocol": "HTTP/1.1",
+        "sourceIp": "127.0.0.1",
+        "userAgent": "tests/1",
     }
     assert context["stage"] == "$default" and context["routeKey"] == "$default"
     assert context["requestId"] and isinstance(context["timeEpoch"], int)
@@ -98,13 +105,22 @@ class EchoApp:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        answer = json.dumps({
-            "method": scope["method"], "path": scope["path"],
-            "query": scope["query_string"].decode(), "body": body.decode(),
-            "signature": dict(scope["headers"]).get(b"x-sig", b"").decode(),
-        }).encode()
-        await send({"type": "http.response.start", "status": 202,
-                    "headers": [(b"content-type", b"application/json")]})
+        answer = json.dumps(
+            {
+                "method": scope["method"],
+                "path": scope["path"],
+                "query": scope["query_string"].decode(),
+                "body": body.decode(),
+                "signature": dict(scope["headers"]).get(b"x-sig", b"").decode(),
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 202,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": answer[:5], "more_body": True})
         await send({"type": "http.response.body", "body": answer[5:]})
 
@@ -114,14 +130,20 @@ def test_serve_asgi() -> None:
     served = serve_asgi(app)
     assert app.lifespan == ["lifespan.startup"]
     try:
-        answer = httpx.post(f"{served.url}/invoke/a%2Fb?x=1", content=b'{"a":1}',
-                            headers={"X-Sig": "s1"})
+        answer = httpx.post(
+            f"{served.url}/invoke/a%2Fb?x=1", content=b'{"a":1}', headers={"X-Sig": "s1"}
+        )
     finally:
         served.shutdown()
     assert app.lifespan == ["lifespan.startup", "lifespan.shutdown"]
     assert answer.status_code == 202
-    assert answer.json() == {"method": "POST", "path": "/invoke/a/b", "query": "x=1",
-                             "body": '{"a":1}', "signature": "s1"}
+    assert answer.json() == {
+        "method": "POST",
+        "path": "/invoke/a/b",
+        "query": "x=1",
+        "body": '{"a":1}',
+        "signature": "s1",
+    }
 
 
 def test_serve_asgi_without_lifespan_and_app_error() -> None:

@@ -40,12 +40,14 @@ def test_sqs_event_shape_and_delete_on_success(
 ) -> None:
     url, arn = resources.queue_urls["invocations"], resources.queue_arns["invocations"]
     events: list[dict[str, Any]] = []
-    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=events.append,
-                       activity=Activity())
+    poller = SqsPoller(
+        name="t", queue_url=url, queue_arn=arn, invoke=events.append, activity=Activity()
+    )
     running.append(poller)
     poller.start()
     aws.client("sqs").send_message(
-        QueueUrl=url, MessageBody='{"run":"r1"}',
+        QueueUrl=url,
+        MessageBody='{"run":"r1"}',
         MessageAttributes={
             "kind": {"DataType": "String", "StringValue": "start"},
             "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01"},
@@ -61,12 +63,14 @@ def test_sqs_event_shape_and_delete_on_success(
     assert record["attributes"]["ApproximateReceiveCount"] == "1"
     assert "SentTimestamp" in record["attributes"]
     assert record["messageAttributes"]["kind"] == {
-        "stringValue": "start", "stringListValues": [], "binaryListValues": [],
+        "stringValue": "start",
+        "stringListValues": [],
+        "binaryListValues": [],
         "dataType": "String",
     }
-    assert record["messageAttributes"]["blob"]["binaryValue"] == base64.b64encode(
-        b"\x00\x01"
-    ).decode()
+    assert (
+        record["messageAttributes"]["blob"]["binaryValue"] == base64.b64encode(b"\x00\x01").decode()
+    )
     wait_until(lambda: queue_counts(url) == (0, 0, 0))
 
 
@@ -88,11 +92,16 @@ def test_sqs_batch_item_failures_are_kept_and_redelivered(
         return {"batchItemFailures": failures}
 
     sqs = aws.client("sqs")
-    sqs.send_message_batch(QueueUrl=url, Entries=[
-        {"Id": "1", "MessageBody": "good"}, {"Id": "2", "MessageBody": "bad"},
-    ])
-    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=invoke,
-                       activity=Activity(), batch_size=10)
+    sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "1", "MessageBody": "good"},
+            {"Id": "2", "MessageBody": "bad"},
+        ],
+    )
+    poller = SqsPoller(
+        name="t", queue_url=url, queue_arn=arn, invoke=invoke, activity=Activity(), batch_size=10
+    )
     running.append(poller)
     poller.start()
     wait_until(lambda: ("bad", "2") in seen)
@@ -100,9 +109,7 @@ def test_sqs_batch_item_failures_are_kept_and_redelivered(
     assert sorted(seen) == [("bad", "1"), ("bad", "2"), ("good", "1")]
 
 
-def test_sqs_handler_raising_deletes_nothing(
-    resources: Provisioned, running: list[Poller]
-) -> None:
+def test_sqs_handler_raising_deletes_nothing(resources: Provisioned, running: list[Poller]) -> None:
     url, arn = make_queue("raising", visibility=1)
     counts: list[str] = []
 
@@ -112,8 +119,9 @@ def test_sqs_handler_raising_deletes_nothing(
             raise RuntimeError("boom")
 
     aws.client("sqs").send_message(QueueUrl=url, MessageBody="x")
-    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=invoke,
-                       activity=Activity(), batch_size=1)
+    poller = SqsPoller(
+        name="t", queue_url=url, queue_arn=arn, invoke=invoke, activity=Activity(), batch_size=1
+    )
     running.append(poller)
     poller.start()
     wait_until(lambda: len(counts) >= 2)
@@ -134,8 +142,15 @@ def test_sqs_concurrent_batches(resources: Provisioned, running: list[Poller]) -
     for i in range(3):
         sqs.send_message(QueueUrl=url, MessageBody=str(i))
     activity = Activity()
-    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=invoke,
-                       activity=activity, batch_size=1, max_concurrency=4)
+    poller = SqsPoller(
+        name="t",
+        queue_url=url,
+        queue_arn=arn,
+        invoke=invoke,
+        activity=activity,
+        batch_size=1,
+        max_concurrency=4,
+    )
     running.append(poller)
     poller.start()
     wait_until(lambda: len(inside) == 3)  # a slow handler does not block the others
@@ -151,15 +166,24 @@ def _runs_key(pk: str) -> dict[str, Any]:
 def test_stream_event_shapes(resources: Provisioned, running: list[Poller]) -> None:
     records: list[dict[str, Any]] = []
     stream_arn = resources.stream_arns["runs"]
-    poller = StreamPoller(name="s", stream_arn=stream_arn,
-                          invoke=lambda e: records.extend(e["Records"]), activity=Activity())
+    poller = StreamPoller(
+        name="s",
+        stream_arn=stream_arn,
+        invoke=lambda e: records.extend(e["Records"]),
+        activity=Activity(),
+    )
     running.append(poller)
     poller.start()
     ddb, table = aws.client("dynamodb"), resources.tables["runs"]
-    ddb.put_item(TableName=table, Item={**_runs_key("RUN#1"), "version": {"N": "1"},
-                                        "blob": {"B": b"\xff"}})
-    ddb.update_item(TableName=table, Key=_runs_key("RUN#1"),
-                    UpdateExpression="SET version = :v", ExpressionAttributeValues={":v": {"N": "2"}})
+    ddb.put_item(
+        TableName=table, Item={**_runs_key("RUN#1"), "version": {"N": "1"}, "blob": {"B": b"\xff"}}
+    )
+    ddb.update_item(
+        TableName=table,
+        Key=_runs_key("RUN#1"),
+        UpdateExpression="SET version = :v",
+        ExpressionAttributeValues={":v": {"N": "2"}},
+    )
     ddb.delete_item(TableName=table, Key=_runs_key("RUN#1"))
     wait_until(lambda: [r["eventName"] for r in records][-3:] == ["INSERT", "MODIFY", "REMOVE"])
     wait_until(lambda: poller.idle)
@@ -195,8 +219,13 @@ def test_stream_retries_from_the_failed_record(
     ddb, table = aws.client("dynamodb"), resources.tables["runs"]
     for pk in ("RUN#a", "RUN#b", "RUN#c"):
         ddb.put_item(TableName=table, Item=_runs_key(pk))
-    poller = StreamPoller(name="s", stream_arn=resources.stream_arns["runs"], invoke=invoke,
-                          activity=Activity(), backoff_seconds=0.01)
+    poller = StreamPoller(
+        name="s",
+        stream_arn=resources.stream_arns["runs"],
+        invoke=invoke,
+        activity=Activity(),
+        backoff_seconds=0.01,
+    )
     running.append(poller)
     poller.start()
     wait_until(lambda: len(batches) >= 2 and poller.idle)
@@ -213,8 +242,14 @@ def test_stream_gives_up_after_bounded_retries(
         raise RuntimeError("always")
 
     aws.client("dynamodb").put_item(TableName=resources.tables["runs"], Item=_runs_key("RUN#x"))
-    poller = StreamPoller(name="s", stream_arn=resources.stream_arns["runs"], invoke=invoke,
-                          activity=Activity(), backoff_seconds=0.01, max_attempts=3)
+    poller = StreamPoller(
+        name="s",
+        stream_arn=resources.stream_arns["runs"],
+        invoke=invoke,
+        activity=Activity(),
+        backoff_seconds=0.01,
+        max_attempts=3,
+    )
     running.append(poller)
     poller.start()
     wait_until(lambda: len(calls) == 3 and poller.idle)

@@ -54,15 +54,16 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture(scope="module")
-def runtime(
-    recorder: Recorder, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalRuntime]:
+def runtime(recorder: Recorder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
     rt = LocalRuntime(
         port=0,
         state_dir=tmp_path_factory.mktemp("ezgh"),
         clock=clock.SkipClock(),
-        handler_overrides={"api": health_api, "stream": recorder.on_stream,
-                           "invoker": recorder.on_invoke},
+        handler_overrides={
+            "api": health_api,
+            "stream": recorder.on_stream,
+            "invoker": recorder.on_invoke,
+        },
         bootstrap=lambda: ("org-1", "project-1", "key-1"),
     )
     rt.start()
@@ -82,8 +83,10 @@ def test_start_writes_dev_env_and_serves_health(engine: LocalRuntime) -> None:
     assert httpx.get(f"{engine.api_url}/v1/health").json() == {"status": "ok"}
     lines = (engine.state_dir / "dev.env").read_text().splitlines()
     assert lines == [
-        f"EZGH_API_URL={engine.api_url}", "EZGH_API_KEY=key-1",
-        "EZGH_ORG_ID=org-1", "EZGH_PROJECT_ID=project-1",
+        f"EZGH_API_URL={engine.api_url}",
+        "EZGH_API_KEY=key-1",
+        "EZGH_ORG_ID=org-1",
+        "EZGH_PROJECT_ID=project-1",
     ]
     assert os.environ["EZGH_API_KEY"] == "key-1"
     assert os.environ["EZGH_ALLOW_LOOPBACK_APPS"] == "1"
@@ -115,11 +118,16 @@ def test_scheduler_timer_with_skip_clock(engine: LocalRuntime, recorder: Recorde
     assert isinstance(engine.clock, clock.SkipClock)
     due = clock.now() + timedelta(days=3)
     aws.client("scheduler").create_schedule(
-        Name="wake", GroupName=os.environ["EZGH_SCHEDULER_GROUP"],
+        Name="wake",
+        GroupName=os.environ["EZGH_SCHEDULER_GROUP"],
         ScheduleExpression=f"at({due.strftime('%Y-%m-%dT%H:%M:%S')})",
-        FlexibleTimeWindow={"Mode": "OFF"}, ActionAfterCompletion="DELETE",
-        Target={"Arn": os.environ["EZGH_INVOCATIONS_QUEUE_ARN"], "RoleArn":
-                os.environ["EZGH_SCHEDULER_ROLE_ARN"], "Input": "timer"},
+        FlexibleTimeWindow={"Mode": "OFF"},
+        ActionAfterCompletion="DELETE",
+        Target={
+            "Arn": os.environ["EZGH_INVOCATIONS_QUEUE_ARN"],
+            "RoleArn": os.environ["EZGH_SCHEDULER_ROLE_ARN"],
+            "Input": "timer",
+        },
     )
     engine.wait_idle(timeout=10)
     assert recorder.invoker == []
@@ -171,9 +179,23 @@ def test_ezgh_dev_end_to_end_with_an_app(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "EZGH_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "shared"), str(REPO / "sdk"), str(REPO)])
     process = subprocess.Popen(
-        [sys.executable, "-m", "ezgh_engine.cli", "dev", "--port", "0", "--state-dir",
-         str(tmp_path / "state"), "--app", "examples.onboarding:app"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "ezgh_engine.cli",
+            "dev",
+            "--port",
+            "0",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--app",
+            "examples.onboarding:app",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     assert process.stdout is not None
     output: list[str] = []
@@ -184,9 +206,7 @@ def test_ezgh_dev_end_to_end_with_an_app(tmp_path: Path) -> None:
                 break
         text = "".join(output)
         assert "ready in" in text, text
-        values = dict(
-            line.strip().split("=", 1) for line in output if line.startswith("EZGH_")
-        )
+        values = dict(line.strip().split("=", 1) for line in output if line.startswith("EZGH_"))
         assert (tmp_path / "state" / "dev.env").read_text().splitlines() == [
             f"{k}={v}" for k, v in values.items()
         ]

@@ -18,7 +18,7 @@ from ezgh_workflows._internal.protocol import ApiInfo
 from ezgh_workflows._internal.signing import sign
 
 KEY = "test-signing-key"
-ENDED = {"completed", "failed"}
+ENDED = {"completed", "failed", "cancelled"}
 
 
 class FakeEngine:
@@ -29,6 +29,7 @@ class FakeEngine:
         self.calls: list[list[dict[str, Any]]] = []
         self.deployment_ids: list[str | None] = []
         self.conflict = False
+        self.status = "running"  # the run's status in invoke requests ("cancelling")
 
     # StepTransport factory -------------------------------------------------------------
     def transport(self, api: ApiInfo, deployment_id: str | None) -> FakeTransport:
@@ -42,20 +43,41 @@ class FakeEngine:
         if op["op"] == "start":
             attempt = step["attempt"] + 1 if step else 1
             self.steps[step_id] = _step(op, "run", "running", attempt)
+            if step and step.get("branch"):
+                self.steps[step_id]["branch"] = True
             return {"stepId": step_id, "result": "started", "attempt": attempt}
+        if op["op"] == "callback":
+            url = f"http://engine.invalid/v1/callbacks/tok-{step_id}"
+            self.steps[step_id] = {**_step(op, "callback", "waiting", 1), "url": url}
+            return {"stepId": step_id, "result": "ok", "url": url}
+        if op["op"] in ("cancel", "reject"):
+            kind = step["kind"] if step else op["kind"]
+            status = "cancelled" if op["op"] == "cancel" else "failed"
+            error = op.get("error") or {
+                "code": "workflows.cancelled",
+                "name": "RunCancelledError",
+                "message": "the run was cancelled",
+            }
+            self.steps[step_id] = {**(step or {}), **_step(op, kind, status, 1), "error": error}
+            return {"stepId": step_id, "result": "ok"}
         if op["op"] == "record":
             self.steps[step_id] = {**_step(op, "value", "completed", 1), "output": op["output"]}
             return {"stepId": step_id, "result": "ok"}
         assert step is not None, f"{op['op']} of a step never started"
         if op["op"] == "complete":
             step.update(status="completed", output=op["output"])
+        elif op.get("retryable") and op["attempt"] <= op["retries"]:
+            step.update(status="retrying", error=op["error"], wakeAt="2030-01-01T00:00:00.000Z")
+            return {"stepId": step_id, "result": "retry", "retryAt": step["wakeAt"]}
         else:
             step.update(status="failed", error=op["error"])
         return {"stepId": step_id, "result": "ok"}
 
     # invocations -----------------------------------------------------------------------
-    def invoke_body(self, workflow: str, input: Any = None, attempt: int = 1) -> dict[str, Any]:
-        return {
+    def invoke_body(
+        self, workflow: str, input: Any = None, attempt: int = 1, branch: str | None = None
+    ) -> dict[str, Any]:
+        body = {
             "protocol": "1.2",
             "type": "invoke",
             "invocationId": f"inv-{len(self.calls)}",
@@ -65,23 +87,38 @@ class FakeEngine:
                 "workflow": workflow,
                 "input": input,
                 "attempt": attempt,
-                "status": "running",
+                "status": self.status,
             },
             "steps": [copy.deepcopy(s) for s in self.steps.values()],
             "api": {"url": "http://engine.invalid", "token": "tok"},
         }
+        if branch is not None:
+            body["branch"] = {"stepId": branch}
+        return body
 
     def note_waits(self, outcome: dict[str, Any]) -> None:
         for wait in outcome.get("waits", []):
-            self.steps.setdefault(
-                wait["stepId"],
-                {"id": wait["stepId"], "name": wait["name"], "kind": wait["kind"], "attempt": 1},
-            )["status"] = "sleeping"
+            if wait["stepId"] in self.steps:
+                continue  # callbacks and retries exist already
+            step = {"id": wait["stepId"], "name": wait["name"], "kind": wait["kind"], "attempt": 1}
+            if wait.get("parallel"):
+                step.update(status="waiting", branch=True, attempt=0)
+            else:
+                step["status"] = "sleeping" if wait["kind"] == "sleep" else "waiting"
+            self.steps[wait["stepId"]] = step
 
     def fire_timers(self) -> None:
         for step in self.steps.values():
             if step["status"] == "sleeping":
                 step.update(status="completed", output=None)
+            elif step["status"] == "retrying":
+                step.pop("wakeAt", None)
+                if step.get("branch"):
+                    step["status"] = "waiting"
+
+    def branches(self) -> list[str]:
+        """Branch steps waiting for their invocation."""
+        return [i for i, s in self.steps.items() if s.get("branch") and s["status"] == "waiting"]
 
     def ops(self, kind: str) -> list[dict[str, Any]]:
         return [op for call in self.calls for op in call if op["op"] == kind]
@@ -141,9 +178,11 @@ def make_app(engine: FakeEngine, *workflows: Workflow) -> PushApp:
     return PushApp(list(workflows), signing_key=KEY, transport_factory=engine.transport)
 
 
-def invoke(app: PushApp, engine: FakeEngine, workflow: str, input: Any = None) -> dict[str, Any]:
-    """One invocation; its outcome body."""
-    answer = post(app, engine.invoke_body(workflow, input))
+def invoke(
+    app: PushApp, engine: FakeEngine, workflow: str, input: Any = None, branch: str | None = None
+) -> dict[str, Any]:
+    """One invocation (a branch invocation with `branch`); its outcome body."""
+    answer = post(app, engine.invoke_body(workflow, input, branch=branch))
     assert answer.status_code == 200, answer.text
     outcome: dict[str, Any] = answer.json()
     assert outcome["protocol"] == "1.2"
@@ -159,5 +198,7 @@ def run_to_end(
         outcome = invoke(app, engine, workflow, input)
         if outcome["outcome"] != "suspended":
             return outcome, count
+        for step_id in engine.branches():
+            assert invoke(app, engine, workflow, input, branch=step_id)["outcome"] == "branch"
         engine.fire_timers()
     raise AssertionError("the run did not end")

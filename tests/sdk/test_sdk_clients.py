@@ -149,9 +149,32 @@ def test_queues_send() -> None:
         client.send("q-1", [])
 
 
-def test_worker_is_a_placeholder() -> None:
-    with pytest.raises(NotImplementedError):
-        Worker("app", []).run()
+def test_worker_needs_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("EZGH_API_KEY", "EZGH_API_URL", "EZGH_ORG_ID", "EZGH_PROJECT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="API key"):
+        Worker("app", [])
+    worker = Worker(
+        "app",
+        [],
+        api_key="k",
+        organization_id="o",
+        project_id="p",
+        base_url="http://engine.test",
+        worker_id="w1",
+        concurrency=2,
+    )
+    assert worker.worker_id == "w1" and worker.concurrency == 2 and worker.workflows == []
+    with pytest.raises(ValueError):
+        Worker(
+            "app",
+            [],
+            api_key="k",
+            organization_id="o",
+            project_id="p",
+            base_url="http://engine.test",
+            concurrency=0,
+        )
 
 
 def _transport(rec: Recorder) -> HttpStepTransport:

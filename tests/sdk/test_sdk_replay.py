@@ -113,11 +113,11 @@ def test_step_error_is_the_same_on_first_run_and_replay(engine: FakeEngine) -> N
     @workflow("pay")
     async def pay(ctx: Context) -> None:
         try:
-            await ctx.step.run("charge", decline)
+            await ctx.step.run("charge", decline, retries=0)
         except StepError as exc:
             seen.append((exc.code, exc.error_name, exc.message, exc.step_id))
         await ctx.step.sleep("wait", 5)
-        await ctx.step.run("charge-again", decline)
+        await ctx.step.run("charge-again", decline, retries=0)
 
     outcome, _ = run_to_end(make_app(engine, pay), engine, "pay")
     assert seen == [("user", "CardDeclinedError", "Card declined", "charge#1")] * 2

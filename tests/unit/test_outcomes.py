@@ -39,8 +39,14 @@ def test_sleep_seconds_and_until():
         {"outcome": "failed", "error": "boom"},
         {"outcome": "suspended", "waits": []},
         {"outcome": "suspended", "waits": [{"kind": "sleep", "stepId": "a#1", "name": "a"}]},
-        {"outcome": "suspended", "waits": [{"kind": "sleep", "stepId": "a#1", "name": "a", "seconds": -1}]},
-        {"outcome": "suspended", "waits": [{"kind": "sleep", "stepId": "bad id", "name": "a", "seconds": 1}]},
+        {
+            "outcome": "suspended",
+            "waits": [{"kind": "sleep", "stepId": "a#1", "name": "a", "seconds": -1}],
+        },
+        {
+            "outcome": "suspended",
+            "waits": [{"kind": "sleep", "stepId": "bad id", "name": "a", "seconds": 1}],
+        },
         {"outcome": "suspended", "waits": [{"kind": "teleport", "stepId": "a#1", "name": "a"}]},
     ],
 )

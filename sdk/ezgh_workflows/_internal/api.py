@@ -17,11 +17,14 @@ ENV_PROJECT_ID = "EZGH_PROJECT_ID"
 class ApiError(Exception):
     """The API answered an error: ``status`` (HTTP), ``code`` and ``message`` from its body."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.retry_after = retry_after  # seconds, from a Retry-After header (429, 503)
 
 
 def _setting(value: str | None, env: str, what: str) -> str:
@@ -91,9 +94,24 @@ class ApiClient:
         self.close()
 
 
+def _retry_after(answer: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(answer.headers.get("retry-after", "")))
+    except ValueError:
+        return None  # absent, or an HTTP date: the caller's own backoff applies
+
+
 def _api_error(answer: httpx.Response) -> ApiError:
+    retry_after = _retry_after(answer)
     try:
         error = answer.json()["error"]
-        return ApiError(answer.status_code, str(error["code"]), str(error.get("message", "")))
+        return ApiError(
+            answer.status_code,
+            str(error["code"]),
+            str(error.get("message", "")),
+            retry_after=retry_after,
+        )
     except (ValueError, KeyError, TypeError):
-        return ApiError(answer.status_code, "http_error", answer.text[:500])
+        return ApiError(
+            answer.status_code, "http_error", answer.text[:500], retry_after=retry_after
+        )

@@ -7,8 +7,13 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+import httpx
+
 from . import clock
-from .api import ApiClient, segment
+from .api import ApiClient, ApiError, segment
+
+SEND_RETRIES = 3  # QueuesClient.send: resends after the first attempt
+MAX_RETRY_WAIT = 30.0  # seconds; a longer Retry-After is cut to this
 
 ENDED_STATUSES = frozenset({"completed", "failed", "cancelled", "timedOut"})
 
@@ -128,4 +133,20 @@ class QueuesClient(ApiClient):
             raise ValueError("send 1 to 10 messages at a time")
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         path = f"/queues/{segment(queue_id)}/messages"
-        return self.request("POST", path, json={"messages": list(messages)}, headers=headers)
+        body = {"messages": list(messages)}
+        # Seed 004: 429 (except quota_exceeded), 5xx and network errors are sent again after
+        # Retry-After (else a short backoff), up to 3 times; any other 4xx raises at once.
+        for attempt in range(SEND_RETRIES + 1):
+            try:
+                return self.request("POST", path, json=body, headers=headers)
+            except ApiError as err:
+                resend = err.status >= 500 or (err.status == 429 and err.code != "quota_exceeded")
+                if not resend or attempt == SEND_RETRIES:
+                    raise
+                wait = err.retry_after
+            except httpx.TransportError:
+                if attempt == SEND_RETRIES:
+                    raise
+                wait = None
+            time.sleep(min(MAX_RETRY_WAIT, wait if wait is not None else 0.5 * 2**attempt))
+        raise AssertionError("unreachable")

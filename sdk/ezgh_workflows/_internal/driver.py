@@ -6,9 +6,14 @@ steps and wait. The driver lets the loop settle, so steps awaited together are s
 then resolves the pending steps in one round, in call order: recorded ones from the record,
 ``value`` steps by a ``record`` op, ``run`` steps by running them inline. A round's outcomes are
 handed to the workflow only when the whole round is resolved, so the workflow progresses in the
-same rounds on the first run and on replay. When only waits (sleeps) are pending, the
-invocation suspends: pending step calls raise `SuspendInvocation`, a ``BaseException``, so the
-workflow's ``finally`` blocks run and it ends.
+same rounds on the first run and on replay. When only waits (sleeps, callbacks, child runs,
+messages, retries, parallel branches) are pending, the invocation suspends: pending step calls
+raise `SuspendInvocation`, a ``BaseException``, so the workflow's ``finally`` blocks run and it
+ends. Two or more unrecorded ``run`` steps in one round are parallel: the invocation suspends
+and the engine runs each in a branch invocation (``request.branch``) of its own, which replays
+up to that step, runs only it, and answers ``branch``. In a ``cancelling`` run the round that
+holds the first unrecorded step or pending wait ends those steps with `RunCancelledError`
+(recorded ``cancelled``); later steps (cleanup) run as usual.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import copy
 import logging
 import threading
 from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import protocol, values
@@ -27,18 +31,23 @@ from .errors import (
     AbortInvocation,
     DuplicateStepNameError,
     ErrorBody,
-    InvocationSignal,
     NondeterminismError,
-    StepError,
     StepInStepError,
     SuspendInvocation,
     ValueRuleError,
     WorkflowRuleError,
-    error_body,
 )
 from .identity import StepIds
-from .protocol import InvokeRequest, RecordedStep
-from .runner import TERMINAL_STATUSES, Resolution, record_value, run_step
+from .pending import FRESH, Finished, PendingStep, apply_resolution, run_error, set_result
+from .protocol import InvokeRequest
+from .runner import (
+    Resolution,
+    cancel_step,
+    create_callback,
+    record_value,
+    reject_step,
+    run_step,
+)
 from .step_context import current_step
 from .steps import BlockingSteps, StepRequest, Steps
 from .transport import StepTransport
@@ -49,33 +58,7 @@ logger = logging.getLogger("ezgh_workflows")
 SETTLE_STABLE_ROUNDS = 3
 SETTLE_MAX_ROUNDS = 1000
 DRAIN_SECONDS = 5.0
-
-
-@dataclass
-class PendingStep:
-    step_id: str
-    request: StepRequest
-    recorded: RecordedStep | None
-    future: asyncio.Future[Any]
-
-    @property
-    def is_wait(self) -> bool:
-        """A wait (a sleep) not yet ended: it can only end in a later invocation."""
-        return self.request.wait is not None and (
-            self.recorded is None or self.recorded.status not in TERMINAL_STATUSES
-        )
-
-    def wait_entry(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"stepId": self.step_id, "name": self.request.name}
-        return {**entry, "kind": self.request.kind, **(self.request.wait or {})}
-
-
-@dataclass(frozen=True)
-class Finished:
-    """How the workflow function ended: its return value, or what it raised."""
-
-    value: Any = None
-    error: BaseException | None = field(default=None)
+BUSY_SECONDS = 60.0
 
 
 class Invocation:
@@ -100,6 +83,13 @@ class Invocation:
         self._violation: WorkflowRuleError | None = None
         self._stop: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._cancelling = request.run.status == "cancelling"
+        # Delivered once per run: a step recorded `cancelled` means an earlier round did it.
+        self._cancel_delivered = any(s.status == "cancelled" for s in request.steps)
+        self._branch = request.branch_step_id
+        self._branch_done = False
+        # Plain def workflows: the step calls (concurrent futures) the thread waits on.
+        self.blocked: set[Any] = set()
 
     # -- the step host (called by Steps) -------------------------------------------------
 
@@ -130,7 +120,7 @@ class Invocation:
         return error
 
     def _register(self, request: StepRequest) -> PendingStep:
-        step_id = self._allocate(request)
+        step_id = request.wait_for or self._allocate(request)
         recorded = self._recorded.get(step_id)
         if recorded is not None and recorded.kind != request.kind:
             raise self.violate(
@@ -141,7 +131,7 @@ class Invocation:
             )
         pending = PendingStep(step_id, request, recorded, self._loop.create_future())
         self._pending.append(pending)
-        if request.explicit_id is None:
+        if request.explicit_id is None and request.wait_for is None:
             self._pending_names.add(request.name)
         self._registrations += 1
         self._wake.set()
@@ -181,6 +171,8 @@ class Invocation:
     async def _drive(self) -> dict[str, Any]:
         while True:
             await self._settle()
+            if self._branch_done:
+                return await self._end_branch()
             if self._violation is not None:
                 return await self._end_failed(self._violation.to_body())
             if self._main.done():
@@ -188,8 +180,25 @@ class Invocation:
             batch = self._unresolved()
             if not batch:
                 await self._wait_for_activity()
-            elif not await self._resolve_round(batch):
+            elif not await self._resolve_round(batch) and not await self._thread_busy():
                 return await self._suspend(batch)
+
+    async def _thread_busy(self) -> bool:
+        """Only waits are pending, but a plain ``def`` workflow may still be running its own
+        code (after a race, a loser stays pending): wait until it blocks in a step call or
+        ends. True when it did something new (a step call, or its end)."""
+        if self._thread is None:
+            return False
+        seen = self._registrations
+        deadline = self._loop.time() + BUSY_SECONDS
+        while (
+            all(f.done() for f in list(self.blocked))
+            and not self._main.done()
+            and self._loop.time() < deadline
+        ):
+            await asyncio.sleep(0.005)
+        await self._settle()
+        return self._main.done() or self._registrations != seen
 
     async def _settle(self) -> None:
         """Let the loop run until no new step call registers for a few rounds."""
@@ -226,44 +235,95 @@ class Invocation:
 
     async def _resolve_round(self, batch: list[PendingStep]) -> bool:
         """Resolve every pending step that can be; False when all of them are waits."""
+        cancel_round = self._cancelling and not self._cancel_delivered and self._branch is None
+        fresh_runs = [p for p in batch if p.request.kind == "run" and p.recorded is None]
+        if len(fresh_runs) >= 2 and not cancel_round and self._branch is None:
+            for pending in fresh_runs:  # steps awaited together: one branch invocation each
+                pending.parallel = True
         resolved: list[tuple[PendingStep, Resolution]] = []
         for pending in batch:
-            if pending.is_wait:
-                continue
             try:
-                resolved.append((pending, await self._resolve(pending)))
+                resolution = await self._resolve(pending, cancel_round)
             except WorkflowRuleError as exc:
                 self.violate(exc)
-            if self._violation is not None:
+            else:
+                if resolution is not None:
+                    resolved.append((pending, resolution))
+            if self._violation is not None or self._branch_done:
                 return True
+        # Hand outcomes out in the order the steps ended (recorded ones first, by their end
+        # time): a race then picks the same winner on every replay.
+        resolved.sort(key=lambda item: (item[0].recorded or FRESH).ended_at or "~")
         for pending, resolution in resolved:
             self._pending_names.discard(pending.request.name)
-            _apply(pending, resolution)
+            apply_resolution(pending, resolution)
         return bool(resolved)
 
-    async def _resolve(self, pending: PendingStep) -> Resolution:
-        recorded = pending.recorded
-        if recorded is not None and recorded.status in TERMINAL_STATUSES:
+    async def _resolve(self, pending: PendingStep, cancel_round: bool) -> Resolution | None:
+        """The step's outcome now, or None when it stays pending (a wait)."""
+        recorded, request = pending.recorded, pending.request
+        if request.kind == "callback" and request.wait_for is None and recorded and recorded.url:
+            return Resolution(value=recorded.url)  # creating it answers its URL, whatever since
+        if pending.ended:
+            assert recorded is not None
             return Resolution.from_record(recorded)
-        if pending.request.kind == "value":
-            return await record_value(self._transport, pending.step_id, pending.request)
+        if self._branch is not None:  # a branch invocation runs its one step, nothing else
+            if pending.step_id != self._branch:
+                return None
+            self._branch_done = True
+            return await self._run(pending)
+        if cancel_round:  # this round delivers the cancellation, to all its steps
+            self._cancel_delivered = True
+            return await cancel_step(self._transport, pending.step_id, request)
+        if request.reject is not None:
+            return await reject_step(self._transport, pending.step_id, request)
+        if pending.is_wait:
+            return None
+        if request.kind == "value":
+            return await record_value(self._transport, pending.step_id, request)
+        if request.kind == "callback":
+            return await create_callback(self._transport, pending.step_id, request)
+        return await self._run(pending)
+
+    async def _run(self, pending: PendingStep) -> Resolution | None:
         run_id = self._request.run.id
-        return await run_step(self._transport, run_id, pending.step_id, pending.request)
+        resolution = await run_step(self._transport, run_id, pending.step_id, pending.request)
+        if resolution.retry_at is not None:
+            pending.retry_at = resolution.retry_at or "pending"
+            return None
+        return resolution
 
     # -- ending --------------------------------------------------------------------------
 
     async def _suspend(self, batch: list[PendingStep]) -> dict[str, Any]:
+        if self._branch is not None:
+            return await self._end_branch()
         waits = [pending.wait_entry() for pending in batch if pending.is_wait]
         await self._stop_workflow(SuspendInvocation())
         return protocol.suspended(waits, self._deployment_id)
 
+    async def _end_branch(self) -> dict[str, Any]:
+        """A branch invocation ends once its step ran (or the workflow never reached it)."""
+        await self._stop_workflow(SuspendInvocation())
+        assert self._branch is not None
+        return protocol.branch_ended(self._branch, self._deployment_id)
+
     async def _end_failed(self, error: ErrorBody) -> dict[str, Any]:
+        if self._branch is not None:
+            return await self._end_branch()
         await self._stop_workflow(self._violation or SuspendInvocation())
+        if self._cancelling:  # however it ends once cancelling, the run ends cancelled
+            return protocol.cancelled(self._deployment_id)
         return protocol.failed(error, self._deployment_id)
 
     async def _finish(self, finished: Finished) -> dict[str, Any]:
+        if self._branch is not None:
+            return await self._end_branch()
+        if self._cancelling:
+            await self._stop_workflow(SuspendInvocation())
+            return protocol.cancelled(self._deployment_id)
         if finished.error is not None:
-            return await self._end_failed(_run_error(finished.error))
+            return await self._end_failed(run_error(finished.error))
         try:
             output = values.roundtrip(finished.value)
         except ValueRuleError as exc:
@@ -325,27 +385,4 @@ class Invocation:
         except BaseException as exc:
             finished = Finished(error=exc)
         with suppress(RuntimeError):  # the loop is closed: the invocation already ended
-            self._loop.call_soon_threadsafe(_set_result, future, finished)
-
-
-def _apply(pending: PendingStep, resolution: Resolution) -> None:
-    if pending.future.done():
-        return
-    if resolution.error is not None:
-        pending.future.set_exception(resolution.error)
-    else:
-        pending.future.set_result(resolution.value)
-
-
-def _set_result(future: asyncio.Future[Finished], finished: Finished) -> None:
-    if not future.done():
-        future.set_result(finished)
-
-
-def _run_error(error: BaseException) -> ErrorBody:
-    """The run's error for what the workflow raised."""
-    if isinstance(error, StepError | WorkflowRuleError):
-        return error.to_body()
-    if isinstance(error, InvocationSignal):
-        return error_body("user", type(error).__name__, "the workflow raised an SDK signal")
-    return error_body("user", type(error).__name__, str(error))
+            self._loop.call_soon_threadsafe(set_result, future, finished)

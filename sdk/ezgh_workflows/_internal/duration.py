@@ -36,6 +36,15 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+def parse_duration_unbounded(value: object) -> float:
+    """Seconds for a finite, non-negative duration, however long (the caller checks the
+    year, so that a longer sleep fails its step instead of raising in the workflow)."""
+    seconds = _to_seconds(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"invalid sleep duration {value!r}: must be a finite, positive duration")
+    return seconds
+
+
 def _to_seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"invalid sleep duration {value!r}: a bool is not a duration")

@@ -52,6 +52,29 @@ class StepError(Exception):
         return error_body(self.code, self.error_name, self.message)
 
 
+class NonRetryableError(Exception):
+    """Raise it (or a subclass) from a step's function to fail the step at once, whatever its
+    ``retries``. The step's error names the class you raised."""
+
+
+class RunCancelledError(Exception):
+    """The run was cancelled (CancelRun). Raised at the next step that isn't recorded, and by
+    pending waits (sleeps, callbacks, child runs, messages, parallel steps).
+
+    An ``Exception``, so ``except``/``finally`` cleanup code sees it and may still run steps;
+    the run ends ``cancelled`` however the workflow ends once it was raised.
+    """
+
+    code = "workflows.cancelled"
+
+    def __init__(self, message: str = "the run was cancelled") -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_body(self) -> ErrorBody:
+        return error_body(self.code, type(self).__name__, self.message)
+
+
 class WorkflowRuleError(BaseException):
     """The workflow broke a rule the SDK enforces; the run fails with ``code``."""
 

@@ -30,6 +30,18 @@ class RecordedStep:
     attempt: int
     output: Json = None
     error: ErrorBody | None = None
+    # Pending retries (`retrying`) and waits with a deadline carry their wake time; a
+    # `retrying` step without one is due: the next invocation runs it again.
+    wake_at: str | None = None
+    ended_at: str | None = None
+    # A step run by a branch invocation of its own (parallel steps): never run inline.
+    branch: bool = False
+    # A callback step's URL.
+    url: str | None = None
+
+    @property
+    def pending_retry(self) -> bool:
+        return self.status == "retrying" and self.wake_at is not None
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class InvokeRequest:
     run: RunInfo
     steps: tuple[RecordedStep, ...]
     api: ApiInfo
+    # A branch invocation runs only this step (parallel steps), then answers `branch`.
+    branch_step_id: str | None = None
 
 
 def _field(body: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -75,7 +89,16 @@ def parse_recorded_step(body: Any, where: str = "step") -> RecordedStep:
         attempt=int(body.get("attempt") or 1),
         output=body.get("output"),
         error=error if isinstance(error, dict) else None,
+        wake_at=_opt_str(body, "wakeAt"),
+        ended_at=_opt_str(body, "endedAt"),
+        branch=bool(body.get("branch")) if isinstance(body, dict) else False,
+        url=_opt_str(body, "url"),
     )
+
+
+def _opt_str(body: Any, key: str) -> str | None:
+    value = body.get(key) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def parse_invoke(body: Any) -> InvokeRequest:
@@ -97,7 +120,15 @@ def parse_invoke(body: Any) -> InvokeRequest:
         ),
         steps=tuple(parse_recorded_step(s, f"steps[{i}]") for i, s in enumerate(steps)),
         api=ApiInfo(url=_field(api, "url", str, "api"), token=_field(api, "token", str, "api")),
+        branch_step_id=_branch(body),
     )
+
+
+def _branch(body: dict[str, Any]) -> str | None:
+    branch = body.get("branch")
+    if branch is None:
+        return None
+    return _field(branch, "stepId", str, "branch")
 
 
 def sync_answer(workflow_names: list[str], deployment_id: str | None) -> dict[str, Any]:
@@ -129,6 +160,14 @@ def aborted(reason: str, deployment_id: str | None) -> dict[str, Any]:
     return _outcome("aborted", deployment_id, reason=reason)
 
 
+def branch_ended(step_id: str, deployment_id: str | None) -> dict[str, Any]:
+    return _outcome("branch", deployment_id, stepId=step_id)
+
+
+def cancelled(deployment_id: str | None) -> dict[str, Any]:
+    return _outcome("cancelled", deployment_id)
+
+
 def op_start(step_id: str, name: str) -> Op:
     return {"op": "start", "stepId": step_id, "name": name, "kind": "run"}
 
@@ -137,8 +176,22 @@ def op_complete(step_id: str, output: Json) -> Op:
     return {"op": "complete", "stepId": step_id, "output": output}
 
 
-def op_fail(step_id: str, error: ErrorBody) -> Op:
-    return {"op": "fail", "stepId": step_id, "error": error}
+def op_fail(
+    step_id: str, error: ErrorBody, *, retryable: bool = False, attempt: int = 1, retries: int = 0
+) -> Op:
+    op: Op = {"op": "fail", "stepId": step_id, "error": error}
+    if retryable and retries > 0:
+        op.update(retryable=True, attempt=attempt, retries=retries)
+    return op
+
+
+def op_callback(step_id: str, name: str, timeout_seconds: int | None) -> Op:
+    return {"op": "callback", "stepId": step_id, "name": name, "timeoutSeconds": timeout_seconds}
+
+
+def op_fail_wait(step_id: str, name: str, kind: str, error: ErrorBody) -> Op:
+    """Record a wait step (e.g. a sleep over a year) as failed at once."""
+    return {"op": "reject", "stepId": step_id, "name": name, "kind": kind, "error": error}
 
 
 def op_record(step_id: str, name: str, output: Json) -> Op:
@@ -150,5 +203,5 @@ def recorded_in(result: Any) -> RecordedStep | None:
     if not isinstance(result, dict) or "result" not in result:
         raise ProtocolError("a step call result has no 'result'")
     if result["result"] != "recorded":
-        return None
+        return None  # started, ok, retry
     return parse_recorded_step(result.get("step"), "result.step")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import protocol, values
-from .errors import StepError, ValueRuleError
+from .errors import NonRetryableError, RunCancelledError, StepError, ValueRuleError
 from .protocol import RecordedStep
 from .step_context import StepContext, enter_step, idempotency_key, leave_step
 from .steps import StepFn, StepRequest
@@ -20,18 +20,29 @@ from .transport import StepTransport
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
+# `retries=None` means this many retries (4 attempts), as Inngest and Temporal retry by
+# default; the engine spaces them with exponential backoff and jitter (docs/protocol.md).
+DEFAULT_RETRIES = 3
+MAX_RETRIES = 100
+
 
 @dataclass(frozen=True)
 class Resolution:
     """The outcome a step call gets: ``value``, or ``error`` when the step failed."""
 
     value: Any = None
-    error: StepError | None = None
+    error: StepError | RunCancelledError | None = None
+    # The engine will run the step again at this time (status `retrying`): the step call
+    # stays pending and the invocation suspends.
+    retry_at: str | None = None
 
     @classmethod
     def from_record(cls, recorded: RecordedStep) -> Resolution:
         if recorded.status == "completed":
             return cls(value=recorded.output)
+        if recorded.status == "cancelled":
+            message = (recorded.error or {}).get("message") or "the run was cancelled"
+            return cls(error=RunCancelledError(message))
         body = recorded.error or {
             "code": f"workflows.step_{recorded.status}",
             "name": "StepError",
@@ -49,6 +60,36 @@ async def record_value(transport: StepTransport, step_id: str, request: StepRequ
     return Resolution.from_record(recorded) if recorded else Resolution(value=value)
 
 
+async def create_callback(
+    transport: StepTransport, step_id: str, request: StepRequest
+) -> Resolution:
+    """A ``callback`` step: the engine records it ``waiting`` and answers its URL."""
+    op = protocol.op_callback(step_id, request.name, request.timeout_seconds)
+    result = (await transport.send([op]))[0]
+    recorded = protocol.recorded_in(result)
+    url = recorded.url if recorded is not None else result.get("url")
+    return Resolution(value=url)
+
+
+async def cancel_step(transport: StepTransport, step_id: str, request: StepRequest) -> Resolution:
+    """In a cancelling run: record the step ``cancelled`` (or use what ended it first)."""
+    op = {"op": "cancel", "stepId": step_id, "name": request.name, "kind": request.kind}
+    recorded = protocol.recorded_in((await transport.send([op]))[0])
+    if recorded is not None and recorded.status in TERMINAL_STATUSES:
+        return Resolution.from_record(recorded)
+    return Resolution(error=RunCancelledError())
+
+
+async def reject_step(transport: StepTransport, step_id: str, request: StepRequest) -> Resolution:
+    """Record a step that can't be (a sleep over a year) as failed, with its error."""
+    assert request.reject is not None
+    op = protocol.op_fail_wait(step_id, request.name, request.kind, request.reject)
+    recorded = protocol.recorded_in((await transport.send([op]))[0])
+    if recorded is not None:
+        return Resolution.from_record(recorded)
+    return Resolution(error=StepError.from_body(step_id, request.reject))
+
+
 async def run_step(
     transport: StepTransport, run_id: str, step_id: str, request: StepRequest
 ) -> Resolution:
@@ -60,27 +101,40 @@ async def run_step(
         return Resolution.from_record(recorded)
     attempt = int(results[0].get("attempt") or 1)
     context = StepContext(step_id, attempt, idempotency_key(run_id, step_id))
-    outcome = await _call(request.fn, context)
+    outcome, retryable = await _call(request.fn, context)
     if outcome.error is not None:
-        op = protocol.op_fail(step_id, outcome.error.to_body())
+        retries = DEFAULT_RETRIES if request.retries is None else request.retries
+        op = protocol.op_fail(
+            step_id, outcome.error.to_body(), retryable=retryable, attempt=attempt, retries=retries
+        )
     else:
         op = protocol.op_complete(step_id, outcome.value)
-    recorded = protocol.recorded_in((await transport.send([op]))[0])
-    return Resolution.from_record(recorded) if recorded else outcome
+    result = (await transport.send([op]))[0]
+    recorded = protocol.recorded_in(result)
+    if recorded is not None:
+        return Resolution.from_record(recorded)
+    if result.get("result") == "retry":
+        return Resolution(retry_at=str(result.get("retryAt") or ""))
+    return outcome
 
 
-async def _call(fn: StepFn, context: StepContext) -> Resolution:
+async def _call(fn: StepFn, context: StepContext) -> tuple[Resolution, bool]:
+    """The function's outcome, and whether a failure may be retried."""
     token = enter_step(context)
     try:
         raw = await call_step_fn(fn)
+    except ValueRuleError as exc:  # the SDK's own value rules: never retried
+        return Resolution(error=StepError.from_body(context.step_id, exc.to_body())), False
     except Exception as exc:
-        return Resolution(error=_user_error(context.step_id, exc))
+        return Resolution(error=_user_error(context.step_id, exc)), not isinstance(
+            exc, NonRetryableError
+        )
     finally:
         leave_step(token)
     try:
-        return Resolution(value=values.roundtrip(raw))
+        return Resolution(value=values.roundtrip(raw)), False
     except ValueRuleError as exc:
-        return Resolution(error=StepError.from_body(context.step_id, exc.to_body()))
+        return Resolution(error=StepError.from_body(context.step_id, exc.to_body())), False
 
 
 def _user_error(step_id: str, exc: Exception) -> StepError:

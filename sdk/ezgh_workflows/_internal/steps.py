@@ -10,15 +10,29 @@ and waits for it, so there is one implementation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from . import clock
-from .duration import MAX_SLEEP_SECONDS, Duration, parse_duration
-from .errors import NondeterminismError, SuspendInvocation, WorkflowRuleError
+from .duration import MAX_SLEEP_SECONDS, Duration, parse_duration_unbounded
+from .errors import (
+    ErrorBody,
+    NondeterminismError,
+    SuspendInvocation,
+    WorkflowRuleError,
+)
 from .identity import validate_explicit_id, validate_name
+from .step_args import (
+    MAX_MESSAGE_WAIT_SECONDS,
+    MESSAGE_KEY,
+    check_json,
+    check_timeout,
+    check_workflow,
+    too_long,
+)
 from .values import iso_utc, parse_iso
 
 StepFn = Callable[[], Any]
@@ -26,7 +40,13 @@ StepFn = Callable[[], Any]
 
 @dataclass(frozen=True)
 class StepRequest:
-    """What a step call asks for. ``kind`` is ``run``, ``sleep`` or ``value``."""
+    """What a step call asks for. ``kind`` is ``run``, ``sleep``, ``value``, ``callback``,
+    ``invoke`` or ``message``.
+
+    ``wait`` holds the fields of a wait entry (protocol: suspended.waits). ``wait_for`` names
+    an existing step to wait on instead of a new one (a callback's ``wait()``). ``reject`` is
+    an error to record the step with at once (a sleep over a year).
+    """
 
     kind: str
     name: str
@@ -35,6 +55,9 @@ class StepRequest:
     retries: int | None = None
     wait: dict[str, Any] | None = None
     make_value: Callable[[], Any] | None = None
+    timeout_seconds: int | None = None
+    wait_for: str | None = None
+    reject: ErrorBody | None = None
 
 
 class StepHost(Protocol):
@@ -67,9 +90,39 @@ def _check_retries(retries: object) -> int | None:
 def _check_until(when: object) -> datetime:
     if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
         raise ValueError("sleep_until needs an aware datetime (one with a timezone)")
-    if when - clock.now() > timedelta(seconds=MAX_SLEEP_SECONDS):
-        raise ValueError(f"sleep_until({when.isoformat()}) is more than a year away")
     return when
+
+
+class Callback:
+    """A callback step's handle (``create_callback``): its ``url``, and ``wait()`` for the body
+    POSTed there (``None`` when the callback timed out)."""
+
+    def __init__(self, steps: Steps, step_id: str, name: str, url: str) -> None:
+        self._steps = steps
+        self.step_id = step_id
+        self.name = name
+        self.url = url
+
+    def wait(self) -> Coroutine[Any, Any, Any]:
+        request = StepRequest("callback", self.name, wait={}, wait_for=self.step_id)
+        return self._steps._value(self._steps._checked(request))
+
+    def __repr__(self) -> str:
+        return f"Callback(step_id={self.step_id!r})"
+
+
+class BlockingCallback:
+    """`Callback` for a plain ``def`` workflow: ``wait()`` blocks and returns the body."""
+
+    def __init__(self, inner: Callback, blocking: BlockingSteps) -> None:
+        self._inner = inner
+        self._blocking = blocking
+        self.step_id = inner.step_id
+        self.name = inner.name
+        self.url = inner.url
+
+    def wait(self) -> Any:
+        return self._blocking._block(self._inner.wait())
 
 
 class Steps:
@@ -93,18 +146,90 @@ class Steps:
         return self._value(self._checked(request))
 
     def sleep(self, name: str, duration: Duration) -> Coroutine[Any, Any, None]:
-        """A durable timer: ``"3d"``, ``"1h30m"``, seconds, or a ``timedelta``; at most a year."""
-        seconds = parse_duration(duration)
+        """A durable timer: ``"3d"``, ``"1h30m"``, seconds, or a ``timedelta``; at most a year
+        (a longer one fails the step with ``workflows.sleep_too_long``)."""
+        seconds = parse_duration_unbounded(duration)
+        reject = too_long(f"sleep {duration!r}") if seconds > MAX_SLEEP_SECONDS else None
         request = StepRequest(
-            "sleep", validate_name(name), wait={"seconds": _seconds_json(seconds)}
+            "sleep", validate_name(name), wait={"seconds": _seconds_json(seconds)}, reject=reject
         )
         return self._none(self._checked(request))
 
     def sleep_until(self, name: str, when: datetime) -> Coroutine[Any, Any, None]:
         """A durable timer until an aware ``datetime`` (at most a year away)."""
         until = iso_utc(_check_until(when))
-        request = StepRequest("sleep", validate_name(name), wait={"until": until})
+        far = when - clock.now() > timedelta(seconds=MAX_SLEEP_SECONDS)
+        reject = too_long(f"sleep_until({until})") if far else None
+        request = StepRequest("sleep", validate_name(name), wait={"until": until}, reject=reject)
         return self._none(self._checked(request))
+
+    def create_callback(
+        self, name: str, *, timeout_seconds: float | None = None
+    ) -> Coroutine[Any, Any, Callback]:
+        """A step of kind ``callback``: a `Callback` whose ``url`` anyone may POST a JSON body
+        to (no API key), and whose ``wait()`` gives that body, or ``None`` after
+        ``timeout_seconds`` (1 s to a year; no timeout by default)."""
+        timeout = check_timeout(timeout_seconds, 1, MAX_SLEEP_SECONDS, "timeout_seconds")
+        request = StepRequest("callback", validate_name(name), timeout_seconds=timeout)
+        return self._callback(self._checked(request))
+
+    def invoke(self, name: str, *, workflow: str, input: Any = None) -> Coroutine[Any, Any, Any]:
+        """Run ``workflow`` of this app as a child run and wait for its output. A child that
+        failed, was cancelled or timed out raises `StepError` here."""
+        wait = {"workflow": check_workflow(workflow), "input": check_json(input, "input")}
+        request = StepRequest("invoke", validate_name(name), wait=wait)
+        return self._value(self._checked(request))
+
+    def send_to_queue(
+        self, name: str, queues: Any, queue_id: str, messages: list[dict[str, Any]]
+    ) -> Coroutine[Any, Any, Any]:
+        """Send 1 to 10 messages to a queue as a step, exactly once (see `queue_steps`); the
+        recorded ``[{messageId, seq?}]``. ``queues`` is a `QueuesClient`."""
+        from .queue_steps import check_messages, send_fn
+
+        return self.run(name, send_fn(queues, queue_id, check_messages(messages)))
+
+    def wait_for_message(
+        self, name: str, *, queue_id: str, key: str, timeout_seconds: float
+    ) -> Coroutine[Any, Any, Any]:
+        """Wait for a message on ``queue_id`` whose correlation value is ``key``; the message
+        ``{messageId, body, attributes, sentAt, queueId, ...}``, or ``None`` after
+        ``timeout_seconds`` (1 s to 30 days)."""
+        if not isinstance(queue_id, str) or not 1 <= len(queue_id) <= 256:
+            raise ValueError("queue_id must be a queue ID (a non-empty str)")
+        if not isinstance(key, str) or not MESSAGE_KEY.fullmatch(key):
+            raise ValueError(f"invalid key {key!r}: must match ^[A-Za-z0-9_.:-]{{1,256}}$")
+        timeout = check_timeout(timeout_seconds, 1, MAX_MESSAGE_WAIT_SECONDS, "timeout_seconds")
+        wait = {"queueId": queue_id, "key": key, "timeoutSeconds": timeout}
+        request = StepRequest("message", validate_name(name), wait=wait)
+        return self._value(self._checked(request))
+
+    async def all(self, steps: Iterable[Awaitable[Any]]) -> list[Any]:
+        """Await steps together (like ``asyncio.gather``): unrecorded ``run`` steps run in
+        parallel, each in an invocation of its own. The first failure raises here."""
+        return list(await asyncio.gather(*steps))
+
+    async def race(self, steps: Iterable[Awaitable[Any]]) -> Any:
+        """Await steps together and answer the first to end (its value, or its error); on
+        replay the winner is the step recorded as ending first. The others keep running."""
+        tasks = [asyncio.ensure_future(step) for step in steps]
+        if not tasks:
+            raise ValueError("race needs at least one step")
+        winner: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def first(task: asyncio.Future[Any]) -> None:
+            # Done callbacks run in the order the steps' outcomes were handed out, which the
+            # driver keeps in recorded end order: the same winner on every replay.
+            if not winner.done() and not task.cancelled():
+                winner.set_result(task)
+
+        for task in tasks:
+            task.add_done_callback(first)
+        done: asyncio.Future[Any] = await winner
+        for task in tasks:
+            if task is not done and task.done() and not task.cancelled():
+                task.exception()  # a loser's failure is not the workflow's concern
+        return done.result()
 
     def now(self, name: str) -> Coroutine[Any, Any, datetime]:
         """The current time as an aware UTC ``datetime``, recorded once, the same on replay."""
@@ -125,6 +250,12 @@ class Steps:
 
     async def _none(self, request: StepRequest) -> None:
         await self._host.submit(request)
+
+    async def _callback(self, request: StepRequest) -> Callback:
+        step_id, url = await self._host.submit(request)
+        if not isinstance(url, str):
+            raise self._mismatch(step_id, url, "a callback URL")
+        return Callback(self, step_id, request.name, url)
 
     async def _time(self, request: StepRequest) -> datetime:
         step_id, value = await self._host.submit(request)
@@ -162,6 +293,61 @@ class BlockingSteps:
     def __init__(self, steps: Steps, loop: asyncio.AbstractEventLoop) -> None:
         self._steps = steps
         self._loop = loop
+        self._collecting = threading.local()
+
+    def create_callback(
+        self, name: str, *, timeout_seconds: float | None = None
+    ) -> BlockingCallback:
+        """A callback step (see `Steps.create_callback`); its ``wait()`` blocks."""
+        inner = self._block(self._steps.create_callback(name, timeout_seconds=timeout_seconds))
+        return BlockingCallback(inner, self)
+
+    def invoke(self, name: str, *, workflow: str, input: Any = None) -> Any:
+        """Run a child workflow and return its output (see `Steps.invoke`)."""
+        return self._block(self._steps.invoke(name, workflow=workflow, input=input))
+
+    def send_to_queue(
+        self, name: str, queues: Any, queue_id: str, messages: list[dict[str, Any]]
+    ) -> Any:
+        """Send messages to a queue as a step (see `Steps.send_to_queue`)."""
+        return self._block(self._steps.send_to_queue(name, queues, queue_id, messages))
+
+    def wait_for_message(
+        self, name: str, *, queue_id: str, key: str, timeout_seconds: float
+    ) -> Any:
+        """Wait for a message (see `Steps.wait_for_message`)."""
+        return self._block(
+            self._steps.wait_for_message(
+                name, queue_id=queue_id, key=key, timeout_seconds=timeout_seconds
+            )
+        )
+
+    def all(self, calls: Iterable[Callable[[], Any]]) -> list[Any]:
+        """Run step calls together and return their results in order, e.g.
+        ``ctx.step.all([lambda: ctx.step.run("a", fa), lambda: ctx.step.run("b", fb)])``:
+        each callable makes one step call; unrecorded ``run`` steps run in parallel."""
+        result: list[Any] = self._block(self._steps.all(self._collect(calls)))
+        return result
+
+    def parallel(self, *calls: Callable[[], Any]) -> list[Any]:
+        """``all`` with the calls as arguments."""
+        return self.all(calls)
+
+    def race(self, calls: Iterable[Callable[[], Any]]) -> Any:
+        """Run step calls together and return the first to end (see `Steps.race`)."""
+        return self._block(self._steps.race(self._collect(calls)))
+
+    def _collect(self, calls: Iterable[Callable[[], Any]]) -> list[Any]:
+        """Call each callable with step calls answering their awaitable instead of blocking."""
+        self._collecting.on = True
+        try:
+            collected = [call() for call in calls]
+        finally:
+            self._collecting.on = False
+        for item in collected:
+            if not asyncio.iscoroutine(item):
+                raise TypeError("each callable must make exactly one step call and return it")
+        return collected
 
     def run(
         self, name: str, fn: StepFn, *, id: str | None = None, retries: int | None = None
@@ -171,11 +357,12 @@ class BlockingSteps:
 
     def sleep(self, name: str, duration: Duration) -> None:
         """A durable timer (see `Steps.sleep`)."""
-        self._block(self._steps.sleep(name, duration))
+        # Returned, not dropped: inside `all`/`race` branches `_block` hands back the awaitable.
+        return self._block(self._steps.sleep(name, duration))
 
     def sleep_until(self, name: str, when: datetime) -> None:
         """A durable timer until an aware ``datetime`` (see `Steps.sleep_until`)."""
-        self._block(self._steps.sleep_until(name, when))
+        return self._block(self._steps.sleep_until(name, when))
 
     def now(self, name: str) -> datetime:
         """The recorded current time, an aware UTC ``datetime``."""
@@ -188,6 +375,8 @@ class BlockingSteps:
         return result
 
     def _block(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        if getattr(self._collecting, "on", False):
+            return coroutine  # inside all()/race(): handed back to be awaited together
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -198,4 +387,11 @@ class BlockingSteps:
         if self._loop.is_closed():
             coroutine.close()
             raise SuspendInvocation()
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        # The driver looks here before suspending: is the thread blocked in a step call?
+        blocked: set[Any] = getattr(self._steps._host, "blocked", set())
+        blocked.add(future)
+        try:
+            return future.result()
+        finally:
+            blocked.discard(future)

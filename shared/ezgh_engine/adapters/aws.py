@@ -129,9 +129,7 @@ def _before_call(params: Any, context: Any = None, **_: Any) -> None:
         seen["started"] = clock.monotonic()
 
 
-def _after_call(
-    http_response: Any, parsed: Any, model: Any, context: Any = None, **_: Any
-) -> None:
+def _after_call(http_response: Any, parsed: Any, model: Any, context: Any = None, **_: Any) -> None:
     from ezgh_engine import clock
 
     seen = context.get(_CONTEXT_KEY, {}) if isinstance(context, dict) else {}

@@ -37,6 +37,11 @@ def send_invocation(run_id: str, seq: int) -> None:
     _send({"type": "invoke", "runId": run_id, "seq": seq})
 
 
+def send_branch(run_id: str, step_id: str) -> None:
+    """Ask the invoker to run one parallel step of the run in an invocation of its own."""
+    _send({"type": "branch", "runId": run_id, "stepId": step_id})
+
+
 def timer_body(run_id: str, step_id: str, wake_at: str) -> dict[str, Any]:
     return {"type": "timer", "runId": run_id, "stepId": step_id, "wakeAt": wake_at}
 
@@ -48,7 +53,8 @@ def schedule_timer(run_id: str, step_id: str, wake_at: datetime) -> None:
     if delay <= settings().sqs_max_delay_seconds:
         _send(body, math.ceil(max(delay, 0)))
         return
-    _create_schedule(body, wake_at - SCHEDULER_LEAD, run_id, step_id)
+    # Named by the wake time too: a step may wait more than once (one timer per retry).
+    _create_schedule(body, wake_at - SCHEDULER_LEAD, run_id, f"{step_id}@{body['wakeAt']}")
 
 
 def _schedule_name(run_id: str, step_id: str) -> str:
@@ -82,7 +88,10 @@ def resend_timer(body: dict[str, Any], wake_at: datetime) -> None:
     """A timer that arrived early goes round again with the time left."""
     delay = (wake_at - clock.now()).total_seconds()
     if delay > settings().sqs_max_delay_seconds:
-        _create_schedule(body, wake_at - SCHEDULER_LEAD, body["runId"], body["stepId"] + "+")
+        # Early once already: this time at the wake time itself, so it can't come early again
+        # (the same lead would fire it at once and its name would then be taken).
+        name = f"{body['stepId']}@{body['wakeAt']}+"
+        _create_schedule(body, wake_at, body["runId"], name)
     else:
         _send(body, math.ceil(max(delay, 0)))
 

@@ -90,16 +90,24 @@ def retry(run: Run, *, at: str) -> None:
         },
         event_put(run.id, run.attempt + 1, "run.retried", at, _expires()),
     ]
+    if run.deadline_at:  # a new attempt gets the run's time limit afresh
+        limit = clock.parse_iso(run.deadline_at) - clock.parse_iso(run.created_at)
+        update = actions[0]["Update"]
+        update["UpdateExpression"] = update["UpdateExpression"].replace(
+            " REMOVE", ", deadlineAt = :deadline REMOVE"
+        )
+        update["ExpressionAttributeValues"][":deadline"] = {"S": clock.iso(clock.now() + limit)}
+    # Failed steps run again; so do steps a timeout or cancellation ended.
     for step in run.steps:
-        if step.status == "failed":
+        if step.status in ("failed", "cancelled"):
             actions.append(
                 {
                     "Delete": {
                         "TableName": settings().runs_table,
                         "Key": items.step_key(run.id, step.id),
-                        "ConditionExpression": "#status = :failed",
+                        "ConditionExpression": "#status = :was",
                         "ExpressionAttributeNames": {"#status": "status"},
-                        "ExpressionAttributeValues": {":failed": {"S": "failed"}},
+                        "ExpressionAttributeValues": {":was": {"S": step.status}},
                     }
                 }
             )

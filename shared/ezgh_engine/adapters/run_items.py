@@ -62,6 +62,8 @@ def run_values(run: Run) -> dict[str, Any]:
         "runKey": run.run_key,
         "parentRunId": run.parent_run_id,
         "scheduleId": run.schedule_id,
+        "parentStepId": run.parent_step_id,
+        "deadlineAt": run.deadline_at,
         "createdAt": run.created_at,
         "startedAt": run.started_at,
         "version": run.version,
@@ -98,6 +100,8 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         parent_run_id=values.get("parentRunId"),
         schedule_id=values.get("scheduleId"),
         ended_at=values.get("endedAt"),
+        parent_step_id=values.get("parentStepId"),
+        deadline_at=values.get("deadlineAt"),
         invoke_seq=int(values.get("invokeSeq", 1)),
         handled_seq=int(values.get("handledSeq", 0)),
         epoch=int(values.get("epoch", 0)),
@@ -123,6 +127,9 @@ def step_from(values: dict[str, Any]) -> Step:
         output_ref=values.get("outputRef"),
         error=_error(values.get("error")),
         wake_at=values.get("wakeAt"),
+        branch=bool(values.get("branch")),
+        callback_salt=values.get("cbSalt"),
+        child_run_id=values.get("childRunId"),
     )
 
 

@@ -22,8 +22,12 @@ from ezgh_engine.errors import StaleInvocation
 
 @dataclass(frozen=True)
 class Lease:
+    """An invocation's right to write: the run's lease `epoch`, or for a branch invocation
+    (`branch_step`) that step's `branchEpoch` (the run need only be live)."""
+
     run_id: str
     epoch: int
+    branch_step: str | None = None
 
 
 class AlreadyRecorded(Exception):
@@ -38,7 +42,29 @@ def _table() -> str:
     return settings().runs_table
 
 
-def _lease_check(lease: Lease) -> dict[str, Any]:
+def _lease_check(lease: Lease, *, bump: bool = False) -> dict[str, Any]:
+    if lease.branch_step is not None:
+        # A branch's step writes check its own branch epoch; the run need only be live. A
+        # branch that ends its step asks for the run's next invocation in the same write.
+        live = {
+            "TableName": _table(),
+            "Key": items.run_key(lease.run_id),
+            "ConditionExpression": "#status IN (:running, :cancelling)",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":running": {"S": "running"},
+                ":cancelling": {"S": "cancelling"},
+            },
+        }
+        if not bump:
+            return {"ConditionCheck": live}
+        live["UpdateExpression"] = "SET invokeSeq = invokeSeq + :one, version = version + :one"
+        live["ExpressionAttributeValues"] = {
+            ":running": {"S": "running"},
+            ":cancelling": {"S": "cancelling"},
+            ":one": {"N": "1"},
+        }
+        return {"Update": live}
     return {
         "ConditionCheck": {
             "TableName": _table(),
@@ -54,9 +80,9 @@ def _lease_check(lease: Lease) -> dict[str, Any]:
     }
 
 
-def _transact(lease: Lease, actions: list[dict[str, Any]]) -> None:
+def _transact(lease: Lease, actions: list[dict[str, Any]], *, bump: bool = False) -> None:
     try:
-        _ddb().transact_write_items(TransactItems=[_lease_check(lease), *actions])
+        _ddb().transact_write_items(TransactItems=[_lease_check(lease, bump=bump), *actions])
     except ClientError as exc:
         codes = ddb.cancellation_codes(exc)
         if codes and codes[0] == "ConditionalCheckFailed":
@@ -67,6 +93,12 @@ def _transact(lease: Lease, actions: list[dict[str, Any]]) -> None:
             raise AlreadyRecorded() from None
         ddb.raise_transient(exc)
         raise
+
+
+def put_under_lease(lease: Lease, actions: list[dict[str, Any]]) -> None:
+    """New items (the first one a step) written under the lease; `AlreadyRecorded` when the
+    step exists."""
+    _transact(lease, actions)
 
 
 def get_step(run_id: str, step_id: str) -> Step | None:
@@ -95,19 +127,22 @@ def start(
                         "SET #type = :step, runId = :run, stepId = :id, #name = :name, "
                         "kind = :kind, #status = :running, startedAt = :at, "
                         "#order = if_not_exists(#order, :order), #ttl = if_not_exists(#ttl, :ttl), "
-                        "startEpoch = :epoch, attempt = if_not_exists(attempt, :zero) + :one"
+                        "startEpoch = :epoch, attempt = if_not_exists(attempt, :zero) + :one "
+                        "REMOVE #error"
                     ),
-                    "ConditionExpression": (
-                        "attribute_not_exists(pk) OR (#status = :running AND startEpoch <> :epoch)"
-                    ),
+                    "ConditionExpression": _start_condition(lease),
                     "ExpressionAttributeNames": {
                         "#type": "type",
                         "#name": "name",
                         "#status": "status",
                         "#order": "order",
                         "#ttl": "ttl",
+                        "#error": "error",
+                        "#wakeAt": "wakeAt",
                     },
                     "ExpressionAttributeValues": {
+                        ":retrying": {"S": "retrying"},
+                        **({":waiting": {"S": "waiting"}} if lease.branch_step else {}),
                         ":step": {"S": "step"},
                         ":run": {"S": lease.run_id},
                         ":id": {"S": step_id},
@@ -129,6 +164,21 @@ def start(
     return step.attempt if step else 1
 
 
+def _start_condition(lease: Lease) -> str:
+    """New, or running after a crash (another invocation started it), or a retry that is
+    due (`retrying` without a wake time); a branch's step only under its branch epoch."""
+    if lease.branch_step is not None:
+        return (
+            "branchEpoch = :epoch AND (#status = :waiting OR "
+            "(#status = :running AND startEpoch <> :epoch) OR "
+            "(#status = :retrying AND attribute_not_exists(#wakeAt)))"
+        )
+    return (
+        "attribute_not_exists(pk) OR (#status = :running AND startEpoch <> :epoch) OR "
+        "(#status = :retrying AND attribute_not_exists(#wakeAt))"
+    )
+
+
 def finish(
     lease: Lease,
     *,
@@ -138,15 +188,28 @@ def finish(
     output_ref: str | None,
     error: RunError | None,
     event: dict[str, Any],
+    retry_at: str | None = None,
+    attempt: int | None = None,
 ) -> None:
-    """Record a running step's end: its output (inline or by reference) or its error."""
+    """Record a running step's end: its output (inline or by reference) or its error; or,
+    with `retry_at`, its failed `attempt` (`retrying` until then, no end)."""
     values: dict[str, Any] = {
         ":running": {"S": "running"},
         ":at": {"S": at},
-        ":status": {"S": "failed" if error else "completed"},
+        ":status": {"S": "retrying" if retry_at else "failed" if error else "completed"},
     }
     expression = "SET #status = :status, endedAt = :at"
     names = {"#status": "status"}
+    condition = "#status = :running"
+    if retry_at is not None:
+        expression = "SET #status = :status, wakeAt = :wake"
+        values[":wake"] = {"S": retry_at}
+    if attempt is not None:
+        condition += " AND attempt = :attempt"
+        values[":attempt"] = {"N": str(attempt)}
+    if lease.branch_step is not None:
+        condition += " AND branchEpoch = :bepoch"
+        values[":bepoch"] = {"N": str(lease.epoch)}
     if error is not None:
         expression += ", #error = :error"
         values[":error"] = ddb.to_attr(error.to_api())
@@ -163,12 +226,12 @@ def finish(
             "TableName": _table(),
             "Key": items.step_key(lease.run_id, step_id),
             "UpdateExpression": expression,
-            "ConditionExpression": "#status = :running",
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
     }
-    _transact(lease, [update, event])
+    _transact(lease, [update, event], bump=lease.branch_step is not None and retry_at is None)
 
 
 def record(

@@ -11,7 +11,10 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from ezgh_engine.api import errors
 from ezgh_engine.api import models as m
 from ezgh_engine.api.routes_apps import router as apps_router
+from ezgh_engine.api.routes_pull import router as pull_router
+from ezgh_engine.api.routes_queues import router as queues_router
 from ezgh_engine.api.routes_runs import router as runs_router
+from ezgh_engine.api.routes_schedules import router as schedules_router
 
 TITLE = "EZGH Workflows (self-hosted)"
 VERSION = "1.0.0"
@@ -55,3 +58,6 @@ def openapi() -> Response[Any]:
 
 resolver.include_router(apps_router)
 resolver.include_router(runs_router)
+resolver.include_router(schedules_router)  # issue 5
+resolver.include_router(pull_router)  # issue 5: pull apps
+resolver.include_router(queues_router)  # issue 4: queues and subscriptions

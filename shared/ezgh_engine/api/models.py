@@ -56,7 +56,7 @@ class StartRunRequest(BaseModel):
     workflow: WorkflowName
     input: Any = None
     runKey: RunKey | None = None
-    timeoutSeconds: Annotated[int, Field(ge=1, le=366 * 24 * 3600)] | None = None
+    timeoutSeconds: Annotated[int, Field(ge=1, le=365 * 24 * 3600)] | None = None
 
 
 # --- answers (documentation; routes answer dicts built by the core models) ------------------

@@ -27,8 +27,6 @@ IdempotencyKey = Annotated[
 ]
 
 
-
-
 def _caller(org_id: str, project_id: str) -> Principal:
     return principal_for(router.current_event, org_id, project_id)
 

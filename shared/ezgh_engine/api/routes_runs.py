@@ -28,7 +28,6 @@ PREFIX = "/v1/organizations/<orgId>/projects/<projectId>"
 RUN = f"{PREFIX}/runs/<runId>"
 
 
-
 def _caller(org_id: str, project_id: str) -> Principal:
     return principal_for(router.current_event, org_id, project_id)
 
@@ -216,3 +215,31 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
     return json_response(200, steps.apply_ops(token, body))
+
+
+@router.post(
+    "/v1/callbacks/<token>",
+    summary="Complete a callback (no API key: the URL's token authorizes)",
+    responses={
+        200: {"description": "completed"},
+        404: {"description": "no such callback (unknown, forged or expired token)"},
+        409: {"description": "invalid_state: already completed or timed out"},
+        413: {"description": "payload_too_large: the body is over 1 MiB"},
+    },
+)
+def complete_callback(token: str) -> Response[Any]:
+    import json
+
+    from ezgh_engine.api.errors import MAX_BODY_BYTES
+    from ezgh_engine.errors import PayloadTooLarge
+    from ezgh_engine.service import callbacks
+
+    # Any JSON value is a body here, not only an object: read it as sent.
+    raw = router.current_event.decoded_body or ""
+    if len(raw.encode()) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"the body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
+    try:
+        body = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        raise ValidationError("the body is not valid JSON") from None
+    return json_response(200, callbacks.complete(token, body))

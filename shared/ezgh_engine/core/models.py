@@ -119,6 +119,11 @@ class Step:
     output_ref: str | None = None  # payload path when the output is stored outside the item
     error: RunError | None = None
     wake_at: str | None = None  # sleeps and waits with a deadline
+    # Protocol-only (never in the API): run by a branch invocation of its own (parallel
+    # steps); a callback's token salt (the URL is derived from it, see service.callbacks).
+    branch: bool = False
+    callback_salt: str | None = None
+    child_run_id: str | None = None
 
     def to_api(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -165,6 +170,8 @@ class Run:
     parent_run_id: str | None = None
     schedule_id: str | None = None
     ended_at: str | None = None
+    parent_step_id: str | None = None  # the parent's `invoke` step of a child run
+    deadline_at: str | None = None  # the run's time limit (StartRun timeoutSeconds)
     # Invocation bookkeeping: invoke_seq counts reasons to invoke; handled_seq is the last
     # one an invocation has answered; epoch is the lease generation that step calls carry.
     invoke_seq: int = 1

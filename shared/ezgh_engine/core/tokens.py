@@ -22,6 +22,9 @@ class InvocationClaims:
     epoch: int
     attempt: int
     expires_ms: int
+    # A branch invocation's token: `epoch` is the step's branch epoch, and only this step's
+    # ops are allowed.
+    step_id: str | None = None
 
 
 def _b64(data: bytes) -> str:
@@ -44,6 +47,8 @@ def mint(secret: str, claims: InvocationClaims) -> str:
         "a": claims.attempt,
         "x": claims.expires_ms,
     }
+    if claims.step_id is not None:
+        body["s"] = claims.step_id
     payload = _b64(json.dumps(body, separators=(",", ":")).encode())
     return f"{payload}.{_sign(secret, payload)}"
 
@@ -56,7 +61,12 @@ def verify(secret: str, token: str, now_ms: int) -> InvocationClaims:
     try:
         body = json.loads(_unb64(payload))
         claims = InvocationClaims(
-            str(body["r"]), str(body["p"]), int(body["e"]), int(body["a"]), int(body["x"])
+            str(body["r"]),
+            str(body["p"]),
+            int(body["e"]),
+            int(body["a"]),
+            int(body["x"]),
+            str(body["s"]) if body.get("s") is not None else None,
         )
     except (ValueError, KeyError, TypeError):
         raise Unauthorized("invalid invocation token") from None

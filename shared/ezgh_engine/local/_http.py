@@ -63,8 +63,10 @@ class ServedHttp:
 
     def serve(self) -> ServedHttp:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
-            name=f"http-{self.port}", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.5},
+            name=f"http-{self.port}",
+            daemon=True,
         )
         self._thread.start()
         return self

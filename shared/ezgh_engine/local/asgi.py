@@ -77,8 +77,7 @@ class _Lifespan:
 
     async def startup(self) -> None:
         self._incoming, self._acks = asyncio.Queue(), asyncio.Queue()
-        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"},
-                 "state": {}}
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
         self._task = asyncio.ensure_future(self.app(scope, self._incoming.get, self._send))
         await self._event("startup")
 
@@ -89,7 +88,9 @@ class _Lifespan:
             self._task.cancel()
 
 
-async def _call(app: AsgiApp, scope: dict[str, Any], body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+async def _call(
+    app: AsgiApp, scope: dict[str, Any], body: bytes
+) -> tuple[int, list[tuple[str, str]], bytes]:
     status = 500
     headers: list[tuple[str, str]] = []
     chunks: list[bytes] = []
@@ -110,8 +111,9 @@ async def _call(app: AsgiApp, scope: dict[str, Any], body: bytes) -> tuple[int, 
         if message["type"] == "http.response.start":
             started = True
             status = int(message["status"])
-            headers = [(k.decode("latin-1"), v.decode("latin-1"))
-                       for k, v in message.get("headers", [])]
+            headers = [
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])
+            ]
         elif message["type"] == "http.response.body":
             chunks.append(bytes(message.get("body", b"")))
             if not message.get("more_body", False):
@@ -149,8 +151,10 @@ def serve_asgi(app: AsgiApp, host: str = "127.0.0.1", port: int = 0) -> ServedHt
                 "raw_path": path.encode("latin-1"),
                 "query_string": query.encode("latin-1"),
                 "root_path": "",
-                "headers": [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                            for k, v in self.headers.items()],
+                "headers": [
+                    (k.lower().encode("latin-1"), v.encode("latin-1"))
+                    for k, v in self.headers.items()
+                ],
                 "client": (self.client_address[0], self.client_address[1]),
                 "server": (str(server_host), int(server_port)),
                 "state": {},
@@ -159,7 +163,11 @@ def serve_asgi(app: AsgiApp, host: str = "127.0.0.1", port: int = 0) -> ServedHt
                 status, headers, raw = loop.run(_call(app, scope, body), timeout=_TIMEOUT)
             except Exception:
                 log.exception("ASGI request failed")
-                status, headers, raw = 500, [("content-type", "text/plain")], b"Internal Server Error"
+                status, headers, raw = (
+                    500,
+                    [("content-type", "text/plain")],
+                    b"Internal Server Error",
+                )
             self.answer(status, headers, raw)
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle

@@ -87,6 +87,38 @@ class _StreamWakeup:
 
 
 stream_wakeup = _StreamWakeup()
+
+
+_dynamodb_lock = threading.RLock()
+_dynamodb_serialized = False
+
+
+def serialize_dynamodb() -> None:
+    """Make moto's DynamoDB answer one request at a time.
+
+    DynamoDB itself makes each request, and each transaction, atomic and isolated; moto's
+    backend is plain Python objects that the threaded server mutates from many threads at
+    once. Without this lock two concurrent transactions can both pass an
+    `attribute_not_exists` condition (two runs for one run key), and a reader can see an
+    item half-written. One lock around each request restores what DynamoDB promises.
+    """
+    global _dynamodb_serialized
+    if _dynamodb_serialized:
+        return
+    try:
+        from moto.dynamodb.responses import DynamoHandler
+    except ImportError:  # pragma: no cover - moto without DynamoDB
+        return
+    original: Callable[..., Any] = DynamoHandler.call_action
+
+    def call_action(handler: Any) -> Any:
+        with _dynamodb_lock:
+            return original(handler)
+
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+    _dynamodb_serialized = True
+
+
 _running: set[int] = set()  # emulators started and not stopped in this process
 
 
@@ -138,6 +170,7 @@ class Emulator:
         _running.add(id(self))
         self._post_reset()
         stream_wakeup.install()
+        serialize_dynamodb()
         env: dict[str, str | None] = {**_FIXED_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
         for name in _DEFAULT_ENV:
             env.setdefault(name, os.environ.get(name) or _DEFAULT_ENV[name])

@@ -29,8 +29,13 @@ API_ID = "ezghlocal"
 
 
 def api_gateway_event(
-    *, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
-    source_ip: str, host: str,
+    *,
+    method: str,
+    target: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    source_ip: str,
+    host: str,
 ) -> dict[str, Any]:
     """The event API Gateway's HTTP API (payload 2.0, `$default` route) gives a Lambda."""
     parts = urlsplit(target)
@@ -100,7 +105,10 @@ def _lambda_answer(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 
 
 def serve_api(
-    invoke: Invoke, *, host: str = "127.0.0.1", port: int = 0,
+    invoke: Invoke,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
     track: Callable[[], Any] | None = None,
 ) -> ServedHttp:
     """Bind (not yet serve) the API Gateway bridge; call `.serve()` on the answer to start.
@@ -113,8 +121,11 @@ def serve_api(
         def _handle(self) -> None:
             body = self.read_body()
             event = api_gateway_event(
-                method=self.command, target=self.path, headers=list(self.headers.items()),
-                body=body, source_ip=self.client_address[0],
+                method=self.command,
+                target=self.path,
+                headers=list(self.headers.items()),
+                body=body,
+                source_ip=self.client_address[0],
                 host=self.headers.get("Host", f"{host}:{port}"),
             )
             try:
@@ -127,8 +138,10 @@ def serve_api(
             except Exception:
                 log.exception("api handler raised")
                 # What API Gateway answers when the integration fails.
-                status, headers, raw = 500, [("content-type", "application/json")], (
-                    b'{"message":"Internal Server Error"}'
+                status, headers, raw = (
+                    500,
+                    [("content-type", "application/json")],
+                    (b'{"message":"Internal Server Error"}'),
                 )
             self.answer(status, headers, raw)
 

@@ -199,8 +199,9 @@ class SqsPoller(Poller):
             except Exception:
                 # As in Lambda: nothing is deleted, the batch comes back after the visibility
                 # timeout (and goes to the dead-letter queue after maxReceiveCount).
-                log.exception("%s: handler raised; %d message(s) will be retried",
-                              self.name, len(messages))
+                log.exception(
+                    "%s: handler raised; %d message(s) will be retried", self.name, len(messages)
+                )
                 return
             failed = set(events.failed_ids(result) or ())
             done = [m for m in messages if m["MessageId"] not in failed]
@@ -214,8 +215,7 @@ class SqsPoller(Poller):
         answer = aws.client("sqs").delete_message_batch(
             QueueUrl=self.queue_url,
             Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                for i, m in enumerate(messages)
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
             ],
         )
         for failure in answer.get("Failed", []):
@@ -319,7 +319,8 @@ class StreamPoller(Poller):
             if not got_any:
                 self._caught_up_at = seen
                 stream_wakeup.wait(
-                    seen, self.idle_wait_seconds,
+                    seen,
+                    self.idle_wait_seconds,
                     lambda: self._stop.is_set() or not self._running.is_set(),
                 )
 
@@ -349,8 +350,13 @@ class StreamPoller(Poller):
                 start = max(first, start)
                 attempts += 1
                 if attempts >= self.max_attempts:
-                    log.error("%s: giving up on %d record(s) from sequence %s after %d tries",
-                              self.name, len(shaped) - start, sequence[start], attempts)
+                    log.error(
+                        "%s: giving up on %d record(s) from sequence %s after %d tries",
+                        self.name,
+                        len(shaped) - start,
+                        sequence[start],
+                        attempts,
+                    )
                     return
                 self._stop.wait(self.backoff_seconds * 2 ** (attempts - 1))
         finally:

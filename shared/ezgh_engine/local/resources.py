@@ -84,9 +84,9 @@ def _create_queue(queue: Queue) -> tuple[str, str, str]:
     """Create the queue and its dead-letter queue; return (url, arn, dlq url)."""
     sqs = aws.client("sqs")
     dlq_url = sqs.create_queue(QueueName=f"{queue_name(queue)}-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
     url = sqs.create_queue(
         QueueName=queue_name(queue),
@@ -101,9 +101,7 @@ def _create_queue(queue: Queue) -> tuple[str, str, str]:
     return url, arn, dlq_url
 
 
-def provision(
-    *, api_url: str, token_secret: str, topology: Topology = TOPOLOGY
-) -> Provisioned:
+def provision(*, api_url: str, token_secret: str, topology: Topology = TOPOLOGY) -> Provisioned:
     """Create tables, queues, the bucket and the schedule group; return names and handler env.
 
     The caller applies `Provisioned.env` to the process (see `Emulator.apply_env`).

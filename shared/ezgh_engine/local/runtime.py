@@ -24,6 +24,7 @@ from ezgh_engine.local.http_bridge import ServedHttp, serve_api
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
 from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
 from ezgh_engine.local.scheduler import Scheduler
+from ezgh_engine.local.subscriptions import SubscriptionSources
 from ezgh_engine.topology import API_FUNCTION, TOPOLOGY, SqsSource, StreamSource, Topology
 
 log = logging.getLogger("ezgh.local.runtime")
@@ -74,6 +75,8 @@ class LocalRuntime:
         self.provisioned = Provisioned()
         self.invokers: dict[str, Invoker] = {}
         self.pollers: list[Poller] = []
+        # Queue subscriptions' pollers, made at run time through the API (issue 4).
+        self.subscriptions = SubscriptionSources(self)
         self.scheduler: Scheduler | None = None
         self.api_server: ServedHttp | None = None
         self.apps: dict[str, local_apps.ServedApp] = {}
@@ -100,15 +103,14 @@ class LocalRuntime:
             clock_module.set_clock(self.clock)
         self.emulator.start()
         # Bound now, served once the handlers' environment is in place: the URL is in it.
-        self.api_server = serve_api(
-            self._invoke_api, port=self.port, track=self.activity.track
-        )
+        self.api_server = serve_api(self._invoke_api, port=self.port, track=self.activity.track)
         self.api_url = self.api_server.url
         self._provision()
         self.invokers = resolve_all(self._overrides, self.topology)
         self._build_pollers()
         for poller in self.pollers:
             poller.start()
+        self.subscriptions.install()
         self.api_server.serve()
         self.started = True
         self._check_health()
@@ -121,6 +123,7 @@ class LocalRuntime:
 
     def stop(self) -> None:
         """Stop pollers, servers and moto; give back the environment and the clock."""
+        self.subscriptions.uninstall()
         for poller in self.pollers:
             poller.stop(timeout=0)  # signal every one first, then wait for each
         for poller in self.pollers:
@@ -144,14 +147,16 @@ class LocalRuntime:
         Fast (tens of milliseconds) and for tests: pollers pause, in-flight handlers get a
         few seconds to finish, moto resets, resources come back under the same names.
         """
+        self.subscriptions.clear()  # their queues go with the state
         for poller in self.pollers:
             poller.pause()
         for poller in self.pollers:
             if isinstance(poller, SqsPoller):
                 poller.interrupt()
         parked = self._wait(
-            lambda: self.activity.snapshot()[0] == 0
-            and all(p.parked.is_set() for p in self.pollers),
+            lambda: (
+                self.activity.snapshot()[0] == 0 and all(p.parked.is_set() for p in self.pollers)
+            ),
             10.0,
         )
         if not parked:
@@ -277,28 +282,34 @@ class LocalRuntime:
         for source in self.topology.sources:
             invoke = self.invokers[source.function]
             if isinstance(source, SqsSource):
-                self.pollers.append(SqsPoller(
-                    name=f"sqs:{source.queue}",
-                    queue_url=self.provisioned.queue_urls[source.queue],
-                    queue_arn=self.provisioned.queue_arns[source.queue],
-                    invoke=invoke, activity=self.activity, batch_size=source.batch_size,
-                    max_concurrency=self._sqs_concurrency,
-                ))
+                self.pollers.append(
+                    SqsPoller(
+                        name=f"sqs:{source.queue}",
+                        queue_url=self.provisioned.queue_urls[source.queue],
+                        queue_arn=self.provisioned.queue_arns[source.queue],
+                        invoke=invoke,
+                        activity=self.activity,
+                        batch_size=source.batch_size,
+                        max_concurrency=self._sqs_concurrency,
+                    )
+                )
             elif isinstance(source, StreamSource):
-                self.pollers.append(StreamPoller(
-                    name=f"stream:{source.table}",
-                    stream_arn=self.provisioned.stream_arns[source.table],
-                    invoke=invoke, activity=self.activity, batch_size=source.batch_size,
-                ))
+                self.pollers.append(
+                    StreamPoller(
+                        name=f"stream:{source.table}",
+                        stream_arn=self.provisioned.stream_arns[source.table],
+                        invoke=invoke,
+                        activity=self.activity,
+                        batch_size=source.batch_size,
+                    )
+                )
         self.scheduler = Scheduler(group=SCHEDULER_GROUP, activity=self.activity)
         self.pollers.append(self.scheduler)
 
     def _check_health(self) -> None:
         answer = httpx.get(f"{self.api_url}/v1/health", timeout=30)
         if answer.status_code != 200 or answer.json() != {"status": "ok"}:
-            raise RuntimeError(
-                f"GET /v1/health answered {answer.status_code}: {answer.text[:500]}"
-            )
+            raise RuntimeError(f"GET /v1/health answered {answer.status_code}: {answer.text[:500]}")
 
     def _after_reset(self) -> None:
         """Bootstrap the admin credentials, export them, and write `dev.env`."""

@@ -160,3 +160,7 @@ def delete_app(principal: Principal, app_ref: str) -> None:
     app = get_app(principal, app_ref)
     _require(principal, UPDATE_ACTION, app.name)
     registry_store.delete_app(app)
+    if app.kind == "pull":  # issue 5: its task queue goes with it
+        from ezgh_engine.service.pull import delete_task_queue
+
+        delete_task_queue(app.id)

@@ -22,7 +22,7 @@ from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.errors import StaleInvocation
-from ezgh_engine.service import outcomes
+from ezgh_engine.service import outcomes, timers
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,31 @@ def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None
     if kind == "invoke":
         return invoke(str(message["runId"]), int(message["seq"]))
     if kind == "timer":
-        fire_timer(message)
+        timers.fire_timer(message)
         return None
+    if kind == "branch":  # issue 3: one parallel step in an invocation of its own
+        from ezgh_engine.service import branches
+
+        return branches.invoke_branch(str(message["runId"]), str(message["stepId"]))
+    if kind == "cron":  # issue 5: a schedule fired
+        from ezgh_engine.service import schedules
+
+        schedules.fire(message)
+        return None
+    if kind == "task-watch":  # issue 5: a pull app's task may need delivering again
+        from ezgh_engine.service import pull
+
+        return pull.watch(message)
     log.error("dropping a message of unknown type: %r", body[:200])
     return None
 
 
 def fire_timer(message: dict[str, Any]) -> None:
+    """Kept for callers of the first version; timers live in `service.timers` now."""
+    timers.fire_timer(message)
+
+
+def _fire_sleep_timer(message: dict[str, Any]) -> None:
     wake_at = clock.parse_iso(message["wakeAt"])
     if wake_at > clock.now() + timedelta(milliseconds=500):
         messages.resend_timer(message, wake_at)
@@ -88,13 +106,19 @@ def invoke(run_id: str, seq: int) -> Retry | None:
     # reason's effects are in `full` already, so one invocation covers them all.
     seq = run.invoke_seq
     app = registry_store.get_app(run.project_id, run.app_id)
-    if run.status == "cancelling":
-        _end(run, seq, "cancelled", None, invocation_id, started_at)
+    # A cancelling run is invoked like any other: the SDK raises its cancellation error in
+    # the workflow, whose cleanup may still run steps (issue 3).
+    if _past_deadline(run):
+        timers.time_out(run.id)
         return None
     if app is None:
         error = RunError("workflows.app_not_found", "AppNotFound", "the run's app was deleted")
         _end(run, seq, "failed", error, invocation_id, started_at)
         return None
+    if app.kind == "pull":  # issue 5: queue a task for the app's workers; don't wait
+        from ezgh_engine.service import pull
+
+        return pull.dispatch(app, run, seq, invocation_id, started_at)
     request = _request(run, invocation_id, lease_ms, now_ms)
     try:
         answer = invoke_app(app, request)
@@ -132,18 +156,27 @@ def _why_not_leased(run_id: str, seq: int, now_ms: int) -> Retry | None:
     return Retry(after_seconds=1)
 
 
-def _request(run: Run, invocation_id: str, lease_ms: int, now_ms: int) -> dict[str, Any]:
+def _request(
+    run: Run,
+    invocation_id: str,
+    lease_ms: int,
+    now_ms: int,
+    *,
+    branch_step: str | None = None,
+    branch_epoch: int = 0,
+) -> dict[str, Any]:
     cfg = settings()
     claims = tokens.InvocationClaims(
-        run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
+        run.id,
+        run.project_id,
+        branch_epoch if branch_step else run.epoch,
+        run.attempt,
+        now_ms + lease_ms,
+        branch_step,
     )
-    steps = []
-    for step in run.steps:
-        body = step.to_api()
-        if step.output_ref:
-            body.pop("outputRef")
-            body["output"] = payloads.get(run.project_id, run.id, step.output_ref)
-        steps.append(body)
+    from ezgh_engine.service import wire
+
+    steps = [wire.step_body(run.project_id, run.id, step) for step in run.steps]
     return {
         "protocol": PROTOCOL_VERSION,
         "type": "invoke",
@@ -160,7 +193,16 @@ def _request(run: Run, invocation_id: str, lease_ms: int, now_ms: int) -> dict[s
         },
         "steps": steps,
         "api": {"url": cfg.api_url, "token": tokens.mint(cfg.token_secret, claims)},
+        **({"branch": {"stepId": branch_step}} if branch_step else {}),
     }
+
+
+def _past_deadline(run: Run) -> bool:
+    """A run without a time limit of its own still lasts at most a year (checked here, when
+    it is invoked, rather than with a timer per run)."""
+    if run.deadline_at is not None:
+        return clock.parse_iso(run.deadline_at) <= clock.now()
+    return clock.parse_iso(run.created_at) + timedelta(days=366) <= clock.now()  # a day of grace
 
 
 def _delivery_failed(
@@ -168,6 +210,9 @@ def _delivery_failed(
 ) -> Retry | None:
     failures = run.invoke_failures + 1
     log.warning("run %s: delivery %d failed: %s", run.id, failures, exc.message)
+    if failures >= settings().invoke_max_attempts and run.status == "cancelling":
+        _end(run, seq, "cancelled", None, invocation_id, started_at)
+        return None
     if failures >= settings().invoke_max_attempts:
         error = RunError(
             "workflows.app_unreachable",

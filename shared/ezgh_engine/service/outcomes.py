@@ -43,6 +43,8 @@ def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_a
     events = _events(run, outcome, invocation_id, started_at, at)
     expires = int(now.timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
     if outcome.kind == "suspended":
+        from ezgh_engine.service import waits
+
         known = {s.id for s in run.steps}
         puts = [
             store.put_sleep_step(
@@ -57,8 +59,13 @@ def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_a
             for s in outcome.sleeps
             if s.step_id not in known
         ]
+        for wait in outcome.waits:
+            if wait.step_id not in known:
+                puts += waits.suspend_actions(run, wait, at=at, order=ids.time_ordered_id())
         store.suspend(run, seq, step_puts=puts, events=events)
         return
+    if outcome.kind == "branch":
+        return  # only branch invocations answer this (service.branches)
     if outcome.kind == "aborted":
         return  # the invocation gave up its lease to a newer one: nothing to write
     status, error, text, ref = _ending(run, outcome)
@@ -83,10 +90,15 @@ def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_a
         error=error,
         events=events,
     )
+    if status == "cancelled":
+        from ezgh_engine.service import waits
+
+        waits.cancel_leftovers(run.id)
 
 
 def _ending(run: Run, outcome: Outcome) -> tuple[str, RunError | None, str | None, str | None]:
-    if outcome.kind == "cancelled":
+    # Once cancelling, the run ends cancelled however the workflow ended.
+    if outcome.kind == "cancelled" or run.status == "cancelling":
         return "cancelled", None, None, None
     if outcome.kind == "failed":
         return "failed", outcome.error, None, None

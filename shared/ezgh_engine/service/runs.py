@@ -5,6 +5,7 @@ Permission checks happen here, against the run's app and workflow (`<app name>/<
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import unquote
 
@@ -16,6 +17,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import ENDED_STATUSES, App, Principal, Run
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
 
+MAX_TIMEOUT_SECONDS = 365 * 86_400  # a run lasts at most a year (the default too)
 RUN_STATUSES = ("running", "cancelling", "completed", "failed", "cancelled", "timedOut")
 
 
@@ -77,6 +79,14 @@ def start_run(
     if workflow not in app.workflows:
         raise NotFound(f"workflow {workflow} not found in app {app.name}")
     run = _new_run(principal, app, workflow, input, run_key)
+    if timeout_seconds is not None:
+        if isinstance(timeout_seconds, bool) or not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            raise ValidationError("timeoutSeconds must be from 1 to 31536000 (a year)")
+        from dataclasses import replace
+        from datetime import timedelta
+
+        deadline = clock.parse_iso(run.created_at) + timedelta(seconds=timeout_seconds)
+        run = replace(run, deadline_at=clock.iso(deadline))
     try:
         runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
     except runs_store.RunKeyTaken as taken:
@@ -86,6 +96,13 @@ def start_run(
 
 def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run:
     existing = runs_store.get_run(run_id)
+    for pause in (0.02, 0.05, 0.1):
+        if existing is not None:
+            break
+        # DynamoDB writes the key and the run atomically; an emulator may show the key a
+        # moment before the run. Only a run deleted meanwhile stays missing.
+        time.sleep(pause)
+        existing = runs_store.get_run(run_id)
     if existing is None:  # deleted between the two reads: the key is free again
         raise Conflict("run key is being released; try again", code="run_key_conflict")
     existing = _hydrate(existing)
@@ -168,6 +185,12 @@ def cancel_run(principal: Principal, run_id: str) -> Run:
     if run.status in ENDED_STATUSES:
         raise Conflict(f"run {run_id} has ended ({run.status})", code="invalid_state")
     control.request_cancel(run, at=clock.iso(clock.now()))
+    from ezgh_engine.service import waits
+
+    current = runs_store.get_run(run_id)
+    for step in current.steps if current else ():  # its running children too
+        if step.kind == "invoke" and step.child_run_id and step.status == "waiting":
+            waits.cancel_run_quietly(step.child_run_id)
     return _visible_run(principal, run_id, "workflows.runs.read")
 
 

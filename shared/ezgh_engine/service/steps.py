@@ -8,9 +8,12 @@ from ezgh_engine import clock, ids
 from ezgh_engine.adapters import payloads, runs_store
 from ezgh_engine.adapters import steps_store as store
 from ezgh_engine.config import settings
-from ezgh_engine.core import tokens, validation
+from ezgh_engine.core import retries, tokens, validation
 from ezgh_engine.core.models import RunError, Step
-from ezgh_engine.errors import ValidationError
+from ezgh_engine.errors import Forbidden, ValidationError
+
+OP_KINDS = ("start", "complete", "fail", "record", "callback", "cancel", "reject")
+STEP_KINDS = ("run", "sleep", "value", "callback", "invoke", "message")
 
 MAX_OPS = 25
 
@@ -33,7 +36,7 @@ def apply_ops(token: str, body: Any) -> dict[str, Any]:
 class _OpContext:
     def __init__(self, claims: tokens.InvocationClaims, deployment_id: str | None) -> None:
         self.claims = claims
-        self.lease = store.Lease(claims.run_id, claims.epoch)
+        self.lease = store.Lease(claims.run_id, claims.epoch, claims.step_id)
         self.deployment_id = deployment_id
 
     def apply(self, op: Any) -> dict[str, Any]:
@@ -41,13 +44,23 @@ class _OpContext:
             raise ValidationError("each op must be an object")
         step_id = validation.check_step_id(op.get("stepId"))
         kind = op.get("op")
+        if kind not in OP_KINDS:
+            raise ValidationError(f"op must be one of {', '.join(OP_KINDS)}")
+        if self.claims.step_id is not None and (
+            step_id != self.claims.step_id or kind not in ("start", "complete", "fail")
+        ):
+            raise Forbidden(
+                f"this branch invocation may only run step {self.claims.step_id}, not {step_id}"
+            )
         if kind == "start":
             return self._start(step_id, op)
         if kind in ("complete", "fail"):
             return self._finish(step_id, op)
         if kind == "record":
             return self._record(step_id, op)
-        raise ValidationError("op must be one of start, complete, fail, record")
+        if kind == "callback":
+            return self._callback(step_id, op)
+        return self._cancel_or_reject(step_id, op)
 
     def _expires(self) -> int:
         return int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
@@ -69,6 +82,87 @@ class _OpContext:
         if step is None:
             raise ValidationError(f"step {step_id} was never started")
         return {"stepId": step_id, "result": "recorded", "step": _wire_step(self.claims, step)}
+
+    def _callback(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        from ezgh_engine.service import callbacks
+
+        name = validation.check_step_name(op.get("name"))
+        timeout = op.get("timeoutSeconds")
+        if timeout is not None and (
+            not isinstance(timeout, int)
+            or isinstance(timeout, bool)
+            or not 1 <= timeout <= 365 * 86_400
+        ):
+            raise ValidationError("timeoutSeconds must be null or 1 to 31536000")
+        now = clock.iso(clock.now())
+        actions, url = callbacks.create_actions(
+            self.claims.run_id,
+            self.claims.project_id,
+            step_id,
+            name,
+            timeout,
+            order=ids.time_ordered_id(),
+            at=now,
+            expires=self._expires(),
+        )
+        try:
+            store.put_under_lease(self.lease, [*actions, self._event("step.waiting", step_id, now)])
+        except store.AlreadyRecorded:
+            return self._recorded(step_id)
+        return {"stepId": step_id, "result": "ok", "url": url}
+
+    def _cancel_or_reject(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        """`cancel`: a cancelling run ends a step with the cancellation; `reject`: a step
+        that can't be (a sleep over a year) fails at once. Both refuse an ended step."""
+        from ezgh_engine.adapters import waits_store as ws
+        from ezgh_engine.service import waits
+
+        name = validation.check_step_name(op.get("name"))
+        kind = op.get("kind")
+        if kind not in STEP_KINDS:
+            raise ValidationError(f"kind must be one of {', '.join(STEP_KINDS)}")
+        if op["op"] == "cancel":
+            status, error = "cancelled", waits.CANCELLED_ERROR
+        else:
+            if not isinstance(op.get("error"), dict):
+                raise ValidationError("reject needs an error object")
+            status, error = "failed", RunError.from_api(op["error"])
+        now = clock.iso(clock.now())
+        existing = store.get_step(self.claims.run_id, step_id)
+        sets = {"status": status, "endedAt": now, "error": error.to_api()}
+        event = self._event(f"step.{status}", step_id, now, error=error.to_api())
+        if existing is None:
+            values = {
+                **sets,
+                "name": name,
+                "kind": kind,
+                "attempt": 1,
+                "order": ids.time_ordered_id(),
+                "startedAt": now,
+                "ttl": self._expires(),
+            }
+            actions = [ws.step_put(self.claims.run_id, step_id, values)]
+        elif existing.status in ("completed", "failed", "cancelled"):
+            return self._recorded(step_id)
+        else:
+            actions = [
+                ws.step_update(
+                    self.claims.run_id,
+                    step_id,
+                    sets=sets,
+                    when="#status = :was",
+                    when_values={":was": existing.status},
+                    remove=("wakeAt",),
+                ),
+                *waits.cancel_step_actions(None, self.claims.run_id, existing),
+            ]
+        try:
+            store.put_under_lease(self.lease, [*actions, event])
+        except store.AlreadyRecorded:
+            return self._recorded(step_id)
+        if existing is not None and existing.kind == "invoke" and existing.child_run_id:
+            waits.cancel_run_quietly(existing.child_run_id)
+        return {"stepId": step_id, "result": "ok"}
 
     def _start(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
         name = validation.check_step_name(op.get("name"))
@@ -104,11 +198,15 @@ class _OpContext:
         now = clock.iso(clock.now())
         error: RunError | None = None
         text = ref = None
+        retry_at: str | None = None
+        attempt: int | None = None
         if op["op"] == "fail":
             if not isinstance(op.get("error"), dict):
                 raise ValidationError("fail needs an error object")
             error = RunError.from_api(op["error"])
-            event = self._event("step.failed", step_id, now, error=error.to_api())
+            retry_at, attempt = _retry_at(op)
+            kind = "step.retrying" if retry_at else "step.failed"
+            event = self._event(kind, step_id, now, error=error.to_api(), stepAttempt=attempt)
         else:
             if "output" not in op:
                 raise ValidationError("complete needs an output")
@@ -123,9 +221,16 @@ class _OpContext:
                 output_ref=ref,
                 error=error,
                 event=event,
+                retry_at=retry_at,
+                attempt=attempt,
             )
         except store.AlreadyRecorded:
+            step = store.get_step(self.claims.run_id, step_id)
+            if step is not None and step.status == "retrying" and retry_at and step.wake_at:
+                return {"stepId": step_id, "result": "retry", "retryAt": step.wake_at}
             return self._recorded(step_id)
+        if retry_at:
+            return {"stepId": step_id, "result": "retry", "retryAt": retry_at}
         return {"stepId": step_id, "result": "ok"}
 
     def _record(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
@@ -154,10 +259,25 @@ class _OpContext:
         return {"stepId": step_id, "result": "ok"}
 
 
+def _retry_at(op: dict[str, Any]) -> tuple[str | None, int | None]:
+    """When a failed attempt runs again (None: the step fails), and the attempt's number."""
+    if not op.get("retryable"):
+        return None, None
+    attempt, allowed = op.get("attempt"), op.get("retries")
+    for value, field in ((attempt, "attempt"), (allowed, "retries")):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValidationError(f"{field} must be an integer >= 0")
+    assert isinstance(attempt, int) and isinstance(allowed, int)
+    if attempt > min(allowed, retries.MAX_RETRIES):
+        return None, attempt
+    from datetime import timedelta
+
+    delay = retries.delay_seconds(attempt, ids.random_fraction())
+    return clock.iso(clock.now() + timedelta(seconds=delay)), attempt
+
+
 def _wire_step(claims: tokens.InvocationClaims, step: Step) -> dict[str, Any]:
-    """A recorded step as the invoke request shows it, large outputs read back inline."""
-    body = step.to_api()
-    if step.output_ref:
-        body.pop("outputRef")
-        body["output"] = payloads.get(claims.project_id, claims.run_id, step.output_ref)
-    return body
+    """A recorded step as the invoke request shows it (see `service.wire`)."""
+    from ezgh_engine.service import wire
+
+    return wire.step_body(claims.project_id, claims.run_id, step)

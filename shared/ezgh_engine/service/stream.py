@@ -12,6 +12,7 @@ from typing import Any
 
 from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, messages
+from ezgh_engine.service import notifications
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def wants_invocation(run: dict[str, Any] | None) -> bool:
 
 
 def _on_run(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    _on_run_waits(old, new)
     if not wants_invocation(new):
         return
     assert new is not None
@@ -41,11 +43,32 @@ def _on_run(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
 
 
 def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-    if not new or new.get("status") != "sleeping" or not new.get("wakeAt"):
+    if not new:
         return
-    if old and old.get("status") == "sleeping":
+    # A parallel step waiting for its branch invocation (new, or a retry that came due).
+    waiting = new.get("branch") and new.get("status") == "waiting"
+    if waiting and (not old or old.get("status") != "waiting"):
+        messages.send_branch(str(new["runId"]), str(new["stepId"]))
+    # Sleeps, retries and waits with a deadline get a timer for their (new) wake time.
+    if new.get("status") not in ("sleeping", "retrying", "waiting") or not new.get("wakeAt"):
+        return
+    if old and old.get("wakeAt") == new.get("wakeAt") and old.get("status") == new["status"]:
         return
     messages.schedule_timer(str(new["runId"]), str(new["stepId"]), clock.parse_iso(new["wakeAt"]))
+
+
+def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    """Issue 3: a run's time limit gets its timer; a run that ends resumes its parent."""
+    if not new:
+        return
+    deadline = new.get("deadlineAt")
+    if deadline and (not old or old.get("deadlineAt") != deadline):
+        messages.schedule_timer(str(new["id"]), "$deadline", clock.parse_iso(deadline))
+    ended = ("completed", "failed", "cancelled", "timedOut")
+    if new.get("status") in ended and (not old or old.get("status") not in ended):
+        from ezgh_engine.service import waits
+
+        waits.on_run_ended(new)
 
 
 def handle_record(record: dict[str, Any]) -> None:
@@ -57,6 +80,7 @@ def handle_record(record: dict[str, Any]) -> None:
     item_type = item.get("type")
     if item_type == "run":
         _on_run(old, new)
+        notifications.on_run_change(old, new)  # issue 4: run-result notifications
     elif item_type == "step":
         _on_step(old, new)
 

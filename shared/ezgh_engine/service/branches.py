@@ -1,0 +1,175 @@
+"""Branch invocations: each parallel step runs in an invocation of its own (issue 3).
+
+When steps are awaited together, the main invocation suspends and the engine records each
+unrecorded `run` step as `waiting` with `branch` set. The stream sends one `branch` message per
+such step; handling it takes the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`), so
+two deliveries never run one step at once, and invokes the app with `branch.stepId`: the SDK
+replays up to that step, runs only it, and answers `branch`. The invocation's token carries the
+step ID and its branch epoch: it authorizes that step's start/complete/fail and nothing else.
+Ending the step bumps the run's `invokeSeq` (steps_store), which resumes the workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import registry_store, runs_store, steps_store
+from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.adapters.push import AppUnreachable, invoke_app
+from ezgh_engine.config import settings
+from ezgh_engine.core import outcomes as outcome_rules
+from ezgh_engine.core.models import RunError
+
+log = logging.getLogger(__name__)
+
+LEASE_MARGIN_MS = 60_000
+BACKOFF_BASE_SECONDS = 2.0
+BACKOFF_MAX_SECONDS = 300.0
+
+
+def _take_lease(run_id: str, step_id: str, now_ms: int, lease_ms: int) -> bool:
+    update = {
+        "Update": {
+            "TableName": ws._table(),
+            "Key": {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": f"STEP#{step_id}"}},
+            "UpdateExpression": "SET branchEpoch = branchEpoch + :one, branchLeaseUntil = :until",
+            "ConditionExpression": (
+                "branch = :true AND #status IN (:waiting, :running) AND branchLeaseUntil < :now"
+            ),
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":one": {"N": "1"},
+                ":true": {"BOOL": True},
+                ":waiting": {"S": "waiting"},
+                ":running": {"S": "running"},
+                ":now": {"N": str(now_ms)},
+                ":until": {"N": str(now_ms + lease_ms)},
+            },
+        }
+    }
+    live = ws.bump_run(run_id)["Update"]
+    check = {k: v for k, v in live.items() if k != "UpdateExpression"}
+    check["ExpressionAttributeValues"] = ws.LIVE
+    return ws.transact([update, {"ConditionCheck": check}])
+
+
+def _end_step(run_id: str, step_id: str, epoch: int, status: str, error: RunError) -> None:
+    """End the branch's step with an error (cancelled run, unreachable app) and resume."""
+    update = ws.step_update(
+        run_id,
+        step_id,
+        sets={
+            "status": status,
+            "endedAt": clock.iso(clock.now()),
+            "error": error.to_api(),
+            "branchLeaseUntil": 0,
+        },
+        when="branchEpoch = :e AND #status IN (:waiting, :running)",
+        when_values={":e": epoch, ":waiting": "waiting", ":running": "running"},
+    )
+    ws.transact([update, ws.bump_run(run_id)])
+
+
+def _release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int) -> None:
+    update = ws.step_update(
+        run_id,
+        step_id,
+        sets={"branchLeaseUntil": until_ms, "branchFailures": failures},
+        when="branchEpoch = :e",
+        when_values={":e": epoch},
+    )
+    ws.transact([update])
+
+
+def invoke_branch(run_id: str, step_id: str) -> Any:
+    """Handle one `branch` message; a `Retry` when it must come back later."""
+    from ezgh_engine.service.invoker import Retry, _request
+
+    cfg = settings()
+    now_ms = clock.now_ms()
+    lease_ms = int(cfg.invoke_timeout_seconds * 1000) + LEASE_MARGIN_MS
+    if not _take_lease(run_id, step_id, now_ms, lease_ms):
+        raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+        held = int(raw.get("branchLeaseUntil", 0))
+        if raw.get("status") in ("waiting", "running") and held > now_ms:
+            return Retry(after_seconds=(held - now_ms) / 1000 + 1)
+        return None  # ended, or its run did: nothing to do
+    raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+    epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
+    run = runs_store.get_run(run_id)
+    if run is None:
+        return None
+    if run.status == "cancelling":
+        from ezgh_engine.service import waits
+
+        _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
+        return None
+    app = registry_store.get_app(run.project_id, run.app_id)
+    if app is None:
+        return None  # the main invocation fails the run
+    invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
+    request = _request(
+        run, invocation_id, lease_ms, now_ms, branch_step=step_id, branch_epoch=epoch
+    )
+    try:
+        outcome = outcome_rules.parse(invoke_app(app, request), clock.now())
+    except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
+        failures += 1
+        if failures >= cfg.invoke_max_attempts:
+            error = RunError(
+                "workflows.app_unreachable",
+                "AppUnreachable",
+                f"the app could not be reached after {failures} attempts: {exc}",
+            )
+            _end_step(run_id, step_id, epoch, "failed", error)
+            return None
+        delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
+        _release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
+        return Retry(after_seconds=delay)
+    _record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
+    step = steps_store.get_step(run_id, step_id)
+    if step is not None and step.status in ("waiting", "running"):
+        # The SDK answered without ending its step (it never reached it): fail it, so the
+        # main invocation replays and meets whatever went wrong itself.
+        error = RunError(
+            "workflows.nondeterminism",
+            "BranchNotRun",
+            f"the branch invocation did not run step {step_id}",
+        )
+        _end_step(run_id, step_id, epoch, "failed", error)
+    else:
+        _release(run_id, step_id, epoch, 0, 0)
+    return None
+
+
+def _record_invocation(
+    run_id: str,
+    attempt: int,
+    step_id: str,
+    invocation_id: str,
+    started_at: str,
+    outcome: outcome_rules.Outcome,
+) -> None:
+    expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
+    common = {
+        "invocationId": invocation_id,
+        "deploymentId": outcome.deployment_id,
+        "stepId": step_id,
+    }
+    ws.transact(
+        [
+            runs_store.event_put(
+                run_id, attempt, "invocation.started", started_at, expires, **common
+            ),
+            runs_store.event_put(
+                run_id,
+                attempt,
+                f"invocation.{outcome.kind}",
+                clock.iso(clock.now()),
+                expires,
+                **common,
+            ),
+        ]
+    )

@@ -1,0 +1,114 @@
+"""Timer messages: a sleep ends, a retry is due, a wait times out, a run passes its limit.
+
+Every timer is `{"type":"timer","runId","stepId","wakeAt"}` (the run's own time limit uses
+the step ID `$deadline`). A timer acts only if the step (or run) still holds that wake time,
+with a conditional write, so a timer delivered twice, or one made stale by a newer wait, does
+nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import invocations_store as store
+from ezgh_engine.adapters import messages, runs_store
+from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.core.models import RunError
+
+DEADLINE_STEP = "$deadline"
+
+
+def fire_timer(message: dict[str, Any]) -> None:
+    wake_at = clock.parse_iso(message["wakeAt"])
+    if wake_at > clock.now() + timedelta(milliseconds=500):
+        messages.resend_timer(message, wake_at)
+        return
+    run = runs_store.get_run(message["runId"], with_steps=False)
+    if run is None or run.ended:
+        return
+    if message["stepId"] == DEADLINE_STEP:
+        if run.deadline_at == message["wakeAt"]:
+            time_out(run.id)
+        return
+    from ezgh_engine.adapters import steps_store
+
+    step = steps_store.get_step(run.id, message["stepId"])
+    if step is None or step.wake_at != message["wakeAt"]:
+        return
+    at = clock.iso(clock.now())
+    expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
+    if step.status == "sleeping":
+        event = runs_store.event_put(
+            run.id, run.attempt, "step.completed", at, expires, stepId=step.id
+        )
+        store.wake_sleep(run.id, step.id, ended_at=at, event=event)
+    elif step.status == "retrying":
+        _retry_due(run.id, step.id, step.branch, message["wakeAt"])
+    elif step.status == "waiting":  # a callback or message wait timed out: it gives null
+        from ezgh_engine.service import waits
+
+        actions = waits.end_wait_actions(run.id, run.attempt, step.id, output=None)
+        ws.transact(actions + waits.cancel_step_actions(run, run.id, step))
+
+
+def _retry_due(run_id: str, step_id: str, branch: bool, wake_at: str) -> None:
+    """The step may run again: without a wake time it is due. A branch's step goes back to
+    `waiting` (the stream sends its branch invocation); another step's run is invoked."""
+    sets = {"status": "waiting"} if branch else {"retryDueAt": wake_at}
+    update = ws.step_update(
+        run_id,
+        step_id,
+        sets=sets,
+        when="#status = :retrying AND #wakeAt = :w",
+        when_values={":retrying": "retrying", ":w": wake_at},
+        remove=("wakeAt",),
+    )
+    ws.transact([update] if branch else [update, ws.bump_run(run_id)])
+
+
+def time_out(run_id: str) -> bool:
+    """End a live run `timedOut` now, whatever invocation holds it (its writes then fail)."""
+    from ezgh_engine.service import waits
+
+    run = runs_store.get_run(run_id, with_steps=False)
+    if run is None or run.ended:
+        return False
+    at = clock.iso(clock.now())
+    now_s = int(clock.now().timestamp())
+    error = RunError("workflows.timed_out", "RunTimedOut", "the run went past its time limit")
+    update = {
+        "Update": {
+            "TableName": ws._table(),
+            "Key": {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "RUN"}},
+            "UpdateExpression": (
+                "SET #status = :t, endedAt = :at, #error = :e, handledSeq = invokeSeq, "
+                "epoch = epoch + :one, leaseUntil = :zero, version = version + :one, #ttl = :ttl"
+            ),
+            "ConditionExpression": "#status IN (:running, :cancelling) AND version = :v",
+            "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
+            "ExpressionAttributeValues": {
+                **ws.LIVE,
+                ":t": {"S": "timedOut"},
+                ":at": {"S": at},
+                ":e": ws.ddb.to_attr(error.to_api()),
+                ":one": {"N": "1"},
+                ":zero": {"N": "0"},
+                ":v": {"N": str(run.version)},
+                ":ttl": {"N": str(now_s + runs_store.RETENTION_SECONDS)},
+            },
+        }
+    }
+    event = runs_store.event_put(
+        run_id,
+        run.attempt,
+        "run.timedOut",
+        at,
+        now_s + runs_store.CHILD_ITEM_TTL_SECONDS,
+        error=error.to_api(),
+    )
+    if not ws.transact([update, event]):
+        return False
+    waits.cancel_leftovers(run_id)
+    return True

@@ -1,0 +1,276 @@
+"""Waits: what a suspended invocation asks to wait for, and what ends each wait.
+
+- A new wait becomes a step item written in the suspend transaction: a child run (`invoke`,
+  the child itself in the same transaction, its ID derived from the parent and the step), a
+  message wait (`message`, with its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
+  `<runId>#<stepId>`), or a parallel branch (`run` with `branch`).
+- A wait ends with a conditional step update and an `invokeSeq` bump in one transaction
+  (`adapters.waits_store`): a message (`resume_message_waiters`), the child's end (from the
+  stream), a timeout (`service.timers`), a callback (`service.callbacks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import payloads, runs_store
+from ezgh_engine.adapters import run_control_store as control
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.config import settings
+from ezgh_engine.core import validation
+from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core.outcomes import Wait
+from ezgh_engine.errors import Conflict
+
+log = logging.getLogger(__name__)
+
+CANCELLED_ERROR = RunError("workflows.cancelled", "RunCancelledError", "the run was cancelled")
+
+
+def _expires() -> int:
+    return int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
+
+
+def child_run_id(parent: Run, step_id: str) -> str:
+    """Exactly one child per parent step (per parent attempt after a RetryRun)."""
+    if parent.attempt == 1:
+        return ids.derived_id(parent.id, step_id)
+    return ids.derived_id(parent.id, step_id, str(parent.attempt))
+
+
+def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[str, Any]]:
+    """Transaction items recording a new wait (not a sleep) of a suspended invocation."""
+    base = {
+        "name": wait.name,
+        "kind": wait.kind,
+        "attempt": 1,
+        "order": order,
+        "startedAt": at,
+        "ttl": _expires(),
+    }
+    if wait.kind == "run" and wait.parallel:  # a parallel branch, run by its own invocation
+        values = {
+            **base,
+            "status": "waiting",
+            "attempt": 0,
+            "branch": True,
+            "branchEpoch": 0,
+            "branchLeaseUntil": 0,
+        }
+        return [ws.step_put(run.id, wait.step_id, values)]
+    if wait.kind == "message":
+        wake = clock.iso(clock.now() + wait.timeout) if wait.timeout else None
+        values = {
+            **base,
+            "status": "waiting",
+            "wakeAt": wake,
+            "queueId": wait.queue_id,
+            "msgKey": wait.key,
+            "projectId": run.project_id,
+        }
+        index = {
+            "pk": ws.msgwait_pk(run.project_id, wait.queue_id or "", wait.key or ""),
+            "sk": f"{run.id}#{wait.step_id}",
+            "type": "msgwait",
+            "runId": run.id,
+            "stepId": wait.step_id,
+            "ttl": _expires(),
+        }
+        return [ws.step_put(run.id, wait.step_id, values), ws.plain_put(index, only_new=False)]
+    if wait.kind == "invoke":
+        child_id = child_run_id(run, wait.step_id)
+        values = {**base, "status": "waiting", "childRunId": child_id}
+        actions = [ws.step_put(run.id, wait.step_id, values)]
+        if runs_store.get_run(child_id, with_steps=False) is None:
+            actions += _child_actions(run, child_id, wait, at)
+        return actions
+    return []  # callbacks and retries exist already
+
+
+def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict[str, Any]]:
+    text = validation.encode_value(wait.input, "input")
+    large = len(text.encode()) > settings().payload_inline_bytes
+    if large:
+        payloads.put(parent.project_id, child_id, payloads.RUN_INPUT_PATH, text)
+    child = Run(
+        id=child_id,
+        org_id=parent.org_id,
+        project_id=parent.project_id,
+        app_id=parent.app_id,
+        workflow=wait.workflow or "",
+        status="running",
+        input=wait.input,
+        input_ref=payloads.RUN_INPUT_PATH if large else None,
+        attempt=1,
+        created_at=at,
+        started_at=at,
+        version=1,
+        parent_run_id=parent.id,
+        parent_step_id=wait.step_id,
+    )
+    return [
+        ws.plain_put(items.run_values(child)),
+        runs_store.event_put(
+            child_id,
+            1,
+            "run.started",
+            at,
+            _expires(),
+            workflow=child.workflow,
+            parentRunId=parent.id,
+        ),
+    ]
+
+
+def end_wait_actions(
+    run_id: str,
+    attempt: int,
+    step_id: str,
+    *,
+    status: str = "completed",
+    output: Any = None,
+    error: RunError | None = None,
+    kind: str | None = None,
+    project_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """End a `waiting` step (of `kind`, if given) with an output or an error; bump the run.
+    A large output goes to the run's payloads (`project_id` needed)."""
+    at = clock.iso(clock.now())
+    sets: dict[str, Any] = {"status": status, "endedAt": at}
+    if error is not None:
+        sets["error"] = error.to_api()
+    else:
+        text = validation.encode_value(output, "output")
+        if project_id and len(text.encode()) > settings().payload_inline_bytes:
+            path = payloads.step_output_path(step_id)
+            payloads.put(project_id, run_id, path, text)
+            sets["outputRef"] = path
+        else:
+            sets["output"] = text
+    when, values = "#status = :waiting", {":waiting": "waiting"}
+    if kind is not None:
+        when, values = when + " AND #kind = :kind", {**values, ":kind": kind}
+    event_type = "step.completed" if status == "completed" else f"step.{status}"
+    return [
+        ws.step_update(
+            run_id, step_id, sets=sets, when=when, when_values=values, remove=("wakeAt",)
+        ),
+        ws.bump_run(run_id),
+        runs_store.event_put(
+            run_id,
+            attempt,
+            event_type,
+            at,
+            _expires(),
+            stepId=step_id,
+            error=error.to_api() if error else None,
+        ),
+    ]
+
+
+def resume_message_waiters(project_id: str, queue_id: str, key: str, message: dict) -> int:
+    """Complete every step waiting on (queue_id, key) in the project with `message`, each in
+    its own transaction with its run's `invokeSeq` bump; answer how many were resumed."""
+    resumed = 0
+    for waiter in ws.query_pk(ws.msgwait_pk(project_id, queue_id, key)):
+        run_id, step_id = str(waiter["runId"]), str(waiter["stepId"])
+        actions = end_wait_actions(
+            run_id, 1, step_id, output=message, kind="message", project_id=project_id
+        )
+        actions.append(ws.delete(waiter["pk"], waiter["sk"]))
+        if ws.transact(actions):
+            resumed += 1
+        else:  # the wait ended otherwise (timeout, cancel) or its run ended: drop the index
+            ws.transact([ws.delete(waiter["pk"], waiter["sk"])])
+    return resumed
+
+
+def on_run_ended(new: dict[str, Any]) -> None:
+    """The stream saw a run end: a child's end ends its parent's `invoke` step, and a run's
+    own running children are cancelled with it."""
+    run = items.run_from(new)
+    if run.parent_run_id and run.parent_step_id:
+        _end_parent_step(run)
+    if run.status in ("cancelled", "timedOut", "failed"):
+        full = runs_store.get_run(run.id)
+        for step in full.steps if full else ():
+            if step.kind == "invoke" and step.child_run_id and step.status == "waiting":
+                cancel_run_quietly(step.child_run_id)
+
+
+def _end_parent_step(child: Run) -> None:
+    if child.status == "completed":
+        output = child.output
+        if child.output_ref:
+            output = payloads.get(child.project_id, child.id, child.output_ref)
+        actions = end_wait_actions(
+            child.parent_run_id or "",
+            1,
+            child.parent_step_id or "",
+            output=output,
+            kind="invoke",
+            project_id=child.project_id,
+        )
+    else:
+        inner = child.error or RunError("workflows." + child.status, "ChildRunError", "")
+        code = {"cancelled": "workflows.child_cancelled"}.get(child.status, inner.code)
+        error = RunError(
+            code,
+            inner.name if child.status != "cancelled" else "ChildRunCancelled",
+            f"child run {child.id} ended {child.status}"
+            + (f": {inner.message}" if inner.message else ""),
+        )
+        actions = end_wait_actions(
+            child.parent_run_id or "",
+            1,
+            child.parent_step_id or "",
+            status="failed",
+            error=error,
+            kind="invoke",
+        )
+    ws.transact(actions)  # refused: already ended (a repeated record) or the parent ended
+
+
+def cancel_run_quietly(run_id: str) -> None:
+    run = runs_store.get_run(run_id, with_steps=False)
+    if run is None or run.status != "running":
+        return
+    with contextlib.suppress(Conflict):  # it ended meanwhile
+        control.request_cancel(run, at=clock.iso(clock.now()))
+
+
+def cancel_step_actions(run: Run | None, run_id: str, step: Any) -> list[dict[str, Any]]:
+    """Extra writes when a pending step is cancelled: its message index item."""
+    if step is not None and getattr(step, "kind", None) == "message":
+        raw = ws.get(items.run_pk(run_id), items.STEP_PREFIX + step.id) or {}
+        if raw.get("queueId") and raw.get("projectId"):
+            pk = ws.msgwait_pk(raw["projectId"], raw["queueId"], raw.get("msgKey", ""))
+            return [ws.delete(pk, f"{run_id}#{step.id}")]
+    return []
+
+
+def cancel_leftovers(run_id: str) -> None:
+    """After a run ended: pending steps become `cancelled`, message waits leave the index,
+    children are cancelled. Best effort: each is its own conditional write."""
+    run = runs_store.get_run(run_id)
+    if run is None:
+        return
+    at = clock.iso(clock.now())
+    for step in run.steps:
+        if step.status not in ("sleeping", "waiting", "retrying", "running"):
+            continue
+        update = ws.step_update(
+            run.id,
+            step.id,
+            sets={"status": "cancelled", "endedAt": at, "error": CANCELLED_ERROR.to_api()},
+            when="#status = :was",
+            when_values={":was": step.status},
+            remove=("wakeAt",),
+        )
+        ws.transact([update, *cancel_step_actions(run, run.id, step)])
+        if step.kind == "invoke" and step.child_run_id:
+            cancel_run_quietly(step.child_run_id)
