@@ -24,7 +24,10 @@ def register(subparsers: Any) -> None:
         "--state-dir", default=".ezgh", help="where dev.env is written (default .ezgh)"
     )
     parser.add_argument(
-        "--app", action="append", default=[], metavar="MODULE:ATTR",
+        "--app",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
         help="serve this PushApp, register and sync it (repeatable)",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help=argparse.SUPPRESS)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules under ezgh_engine.cli, each with `register(subparsers)`.
-_COMMANDS = ("dev", "bootstrap")
+_COMMANDS = ("dev", "bootstrap", "workflows", "queues")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,19 @@
+"""Lambda handler for subscriptions: one EZGH queue message, delivered to its subscription.
+
+Its event source mappings are made at run time, one per subscription (see
+`ezgh_engine.adapters.event_sources`), with batch size 1 and ReportBatchItemFailures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from ezgh_engine.service.deliver import handle_batch
+
+logger = Logger(service="ezgh-deliver")
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    failed = handle_batch(event.get("Records", []))
+    return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}

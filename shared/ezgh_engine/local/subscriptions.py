@@ -1,0 +1,77 @@
+"""Event source mappings made at run time (queue subscriptions), run as local pollers.
+
+In AWS the api creates a Lambda event source mapping per subscription. Locally the same
+adapter call (`adapters.event_sources.LOCAL`, selected by `EZGH_EVENT_SOURCES=local`) lands
+here, in-process: each mapping becomes an `SqsPoller` on the subscription's queue calling the
+same handler (`deliver`) with the same events, batch size and concurrency. The runtime installs
+this host on start, and drops every mapping on reset and stop (their queues are gone then).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from ezgh_engine.adapters import event_sources
+from ezgh_engine.local.pollers import SqsPoller
+
+if TYPE_CHECKING:
+    from ezgh_engine.local.runtime import LocalRuntime
+
+
+class SubscriptionPoller(SqsPoller):
+    """An `SqsPoller` on a user's queue: it never puts a wake-up message on it."""
+
+    def interrupt(self) -> None:
+        """Never send to a user's queue; a long poll ends by itself within `wait_seconds`."""
+
+
+class SubscriptionSources:
+    """The `LocalHost` of `event_sources.LOCAL`: one poller per enabled mapping."""
+
+    def __init__(self, runtime: LocalRuntime) -> None:
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self.pollers: dict[str, SubscriptionPoller] = {}
+
+    def install(self) -> None:
+        self._runtime.emulator.apply_env({event_sources.ENV_EVENT_SOURCES: "local"})
+        event_sources.LOCAL.install(self)
+
+    def add_event_source(self, mapping: event_sources.Mapping) -> None:
+        poller = SubscriptionPoller(
+            name=f"subscription:{mapping.id}",
+            queue_url=mapping.queue_url,
+            queue_arn=mapping.queue_arn,
+            invoke=self._runtime.invokers[mapping.function],
+            activity=self._runtime.activity,
+            batch_size=mapping.batch_size,
+            max_concurrency=mapping.max_concurrency,
+        )
+        with self._lock:
+            old = self.pollers.pop(mapping.id, None)
+            self.pollers[mapping.id] = poller
+        if old is not None:
+            old.stop(timeout=0)
+        poller.start()
+
+    def remove_event_source(self, mapping_id: str) -> None:
+        with self._lock:
+            poller = self.pollers.pop(mapping_id, None)
+        if poller is not None:
+            poller.stop(timeout=0)
+
+    def clear(self, *, wait: bool = False) -> None:
+        """Drop every mapping and stop their pollers (before a reset, or on stop)."""
+        event_sources.LOCAL.clear()
+        with self._lock:
+            pollers, self.pollers = list(self.pollers.values()), {}
+        for poller in pollers:
+            poller.stop(timeout=0)
+        if wait:
+            for poller in pollers:
+                poller.stop(timeout=3)
+
+    def uninstall(self) -> None:
+        self.clear(wait=True)
+        event_sources.LOCAL.install(None)

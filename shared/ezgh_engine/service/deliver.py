@@ -1,0 +1,164 @@
+"""The `deliver` function: one EZGH queue message to its queue's subscription.
+
+A message is acknowledged (deleted by the event source) when its delivery succeeded; a failed
+one is reported as a batch item failure, its status recorded on the subscription, and its
+visibility stretched (exponential backoff from the queue's visibility timeout, at most 15
+minutes), so it comes back later and, after the queue's `maxReceiveCount` receives, moves to
+the dead-letter queue. Targets:
+
+- `https`: POST the message (the seed's shape) as JSON; a 2xx acknowledges.
+- `workflow` / `start`: start a run with the message as input and the ID
+  `derived_id("queue-start", project, queue, message)`: a redelivered message finds its run
+  (accepted). An app not synced (or not hosting the workflow) is refused and retried.
+- `workflow` / `resume`: read the correlation attribute, check the key, and resume every run
+  waiting on (queue, key) through `service.waits.resume_message_waiters`; none resumed, or a
+  missing or invalid attribute, is `No run to resume (message)` and retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import push, queues_store, sqs_queues
+from ezgh_engine.core.queues import (
+    MESSAGE_KEY_RE,
+    NO_RUN_TO_RESUME,
+    QueueRecord,
+    Subscription,
+    delivered_message,
+)
+from ezgh_engine.errors import EngineError, ValidationError
+
+log = logging.getLogger(__name__)
+
+HTTPS_TIMEOUT_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 900
+
+
+class DeliveryFailed(Exception):
+    """The message was not delivered; `status` is what the subscription shows."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def start_run_id(project_id: str, queue_id: str, message_id: str) -> str:
+    return ids.derived_id("queue-start", project_id, queue_id, message_id)
+
+
+def _deliver_https(sub: Subscription, message: dict[str, Any]) -> None:
+    url = str(sub.target["url"])
+    try:
+        push.check_app_url(url)
+    except ValidationError as err:
+        raise DeliveryFailed(f"{url}: {err.message}") from None
+    try:
+        answer = httpx.post(
+            url,
+            json=message,
+            timeout=HTTPS_TIMEOUT_SECONDS,
+            headers={
+                "X-EZGH-Subscription-Id": sub.id,
+                "X-EZGH-Queue-Id": sub.queue_id,
+                "X-EZGH-Message-Id": str(message["messageId"]),
+            },
+        )
+    except httpx.HTTPError as err:
+        raise DeliveryFailed(f"POST {url} failed: {type(err).__name__}") from None
+    if not 200 <= answer.status_code < 300:
+        raise DeliveryFailed(f"POST {url} answered {answer.status_code}")
+
+
+def _deliver_start(sub: Subscription, message: dict[str, Any]) -> None:
+    from ezgh_engine.service.derived_runs import NotStartable, start_derived_run
+
+    target = sub.target
+    try:
+        start_derived_run(
+            run_id=start_run_id(sub.project_id, sub.queue_id, str(message["messageId"])),
+            org_id=sub.org_id,
+            project_id=sub.project_id,
+            app_ref=str(target["appId"]),
+            workflow=str(target["workflow"]),
+            input=message,
+        )
+    except NotStartable as err:
+        raise DeliveryFailed(f"Run not started: {err}") from None
+
+
+def _deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
+    key = message["attributes"].get(str(sub.target["correlationAttribute"]))
+    if not isinstance(key, str) or not MESSAGE_KEY_RE.match(key):
+        raise DeliveryFailed(NO_RUN_TO_RESUME)
+    # Written with the message-wait primitive (issue 3); imported when first needed.
+    from ezgh_engine.service.waits import resume_message_waiters
+
+    if resume_message_waiters(sub.project_id, sub.queue_id, key, message) <= 0:
+        raise DeliveryFailed(NO_RUN_TO_RESUME)
+
+
+_TARGETS: dict[tuple[str, str | None], Callable[[Subscription, dict[str, Any]], None]] = {
+    ("https", None): _deliver_https,
+    ("workflow", "start"): _deliver_start,
+    ("workflow", "resume"): _deliver_resume,
+}
+
+
+def _backoff(record: dict[str, Any], queue: QueueRecord) -> None:
+    receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount", 1) or 1)
+    base = max(1, queue.visibility_timeout_seconds)
+    seconds = min(MAX_BACKOFF_SECONDS, base * 2 ** min(receives - 1, 20))
+    receipt = record.get("receiptHandle")
+    if receipt:
+        sqs_queues.change_visibility(str(record.get("eventSourceARN", "")), receipt, seconds)
+
+
+def deliver_record(record: dict[str, Any]) -> bool:
+    """Deliver one SQS record; True when it may be acknowledged."""
+    queue_id = sqs_queues.queue_id_from_arn(str(record.get("eventSourceARN", "")))
+    queue = queues_store.get_queue_by_id(queue_id) if queue_id else None
+    if queue is None:
+        log.warning("message %s from an unknown queue; dropped", record.get("messageId"))
+        return True
+    sub = queues_store.subscription_for_queue(queue.id)
+    if sub is None:
+        # Deleted a moment ago; its mapping is going away. Let the message wait for the next.
+        _backoff(record, queue)
+        return False
+    message = delivered_message(record, queue)
+    target = (str(sub.target.get("kind")), sub.target.get("mode"))
+    deliver = _TARGETS.get(target)
+    try:
+        if deliver is None:
+            raise DeliveryFailed(f"unknown target {target}")
+        deliver(sub, message)
+    except DeliveryFailed as failed:
+        status = failed.status
+    except EngineError as err:
+        status = f"Delivery failed: {err.message}"
+        log.warning("delivery of %s failed: %s", message["messageId"], err.message)
+    else:
+        return True
+    queues_store.record_failure(sub.id, status, str(message["messageId"]), clock.iso(clock.now()))
+    _backoff(record, queue)
+    return False
+
+
+def handle_batch(records: list[dict[str, Any]]) -> list[str]:
+    """Deliver each record; answers the message IDs to report as batch item failures."""
+    failed = []
+    for record in records:
+        try:
+            ok = deliver_record(record)
+        except Exception:
+            log.exception("delivery of %s raised", record.get("messageId"))
+            ok = False
+        if not ok:
+            failed.append(str(record.get("messageId")))
+    return failed

@@ -1,0 +1,196 @@
+"""Subscriptions: a queue's deliveries to an HTTPS endpoint or a workflow.
+
+Rules:
+
+- One subscription per queue (SQS hands each message to one consumer, so two subscriptions
+  would split a queue's messages between them); a second one is `409 invalid_state`.
+- Permissions (seed 004), checked at create and at every change: `queues.subscriptions.create`
+  on the queue, and for a workflow target `workflows.runs.start` (mode `start`) or
+  `workflows.runs.resume` (mode `resume`) on `<app name>/<workflow>`. Deliveries are not
+  checked again.
+- The target's `kind` cannot change; a PATCH may change `maxConcurrency` and, within the same
+  kind, the target. Pause and resume enable and disable the event source mapping.
+- `maxConcurrency` 1 to 1000 (default 10). See `adapters.event_sources` for how 1 maps onto
+  AWS's minimum of 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import event_sources, push, queues_store, registry_store
+from ezgh_engine.core.models import Principal
+from ezgh_engine.core.queues import (
+    ATTRIBUTE_NAME_RE,
+    DEFAULT_MAX_CONCURRENCY,
+    MAX_CONCURRENCY,
+    Subscription,
+)
+from ezgh_engine.errors import Conflict, NotFound, ValidationError
+from ezgh_engine.service.queues import get_queue, require
+
+CREATE_ACTION = "queues.subscriptions.create"
+_MODE_ACTION = {"start": "workflows.runs.start", "resume": "workflows.runs.resume"}
+
+
+def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any]:
+    """Validate a target and check the caller's workflow permission; its stored shape."""
+    kind = target.get("kind")
+    if kind == "https":
+        url = target.get("url")
+        if not isinstance(url, str) or not url:
+            raise ValidationError("target.url: an https URL is required")
+        try:
+            push.check_app_url(url)
+        except ValidationError as err:
+            raise ValidationError(f"target.url: {err.message}") from None
+        return {"kind": "https", "url": url}
+    if kind != "workflow":
+        raise ValidationError("target.kind: 'https' or 'workflow'")
+    mode = target.get("mode", "start")
+    if mode not in _MODE_ACTION:
+        raise ValidationError("target.mode: 'start' or 'resume'")
+    app_ref, workflow = target.get("appId"), target.get("workflow")
+    if not isinstance(app_ref, str) or not app_ref:
+        raise ValidationError("target.appId: the app's ID is required")
+    if not isinstance(workflow, str) or not workflow:
+        raise ValidationError("target.workflow: the workflow's name is required")
+    app = registry_store.get_app(principal.project_id, app_ref)
+    if app is None:
+        raise NotFound(f"app {app_ref} not found")
+    # A pending app has no workflow list yet: starts are refused and retried until it syncs.
+    if app.status == "synced" and workflow not in app.workflows:
+        raise NotFound(f"workflow {workflow} not found in app {app.name}")
+    require(principal, _MODE_ACTION[mode], f"{app.name}/{workflow}")
+    stored: dict[str, Any] = {
+        "kind": "workflow",
+        "mode": mode,
+        "appId": app.id,
+        "workflow": workflow,
+    }
+    attribute = target.get("correlationAttribute")
+    if mode == "resume":
+        if not isinstance(attribute, str) or not ATTRIBUTE_NAME_RE.match(attribute):
+            raise ValidationError(
+                "target.correlationAttribute: resume mode needs the message attribute that "
+                "holds the key"
+            )
+        stored["correlationAttribute"] = attribute
+    elif attribute is not None:
+        raise ValidationError("target.correlationAttribute: only in resume mode")
+    return stored
+
+
+def _check_concurrency(value: int | None) -> int:
+    concurrency = DEFAULT_MAX_CONCURRENCY if value is None else value
+    if isinstance(concurrency, bool) or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValidationError(f"maxConcurrency: from 1 to {MAX_CONCURRENCY}")
+    return concurrency
+
+
+def create_subscription(
+    principal: Principal, *, queue_ref: str, target: dict[str, Any], max_concurrency: int | None
+) -> Subscription:
+    queue = get_queue(principal, queue_ref)
+    require(principal, CREATE_ACTION, queue.id)
+    stored = _check_target(principal, target)
+    concurrency = _check_concurrency(max_concurrency)
+    if queues_store.subscription_for_queue(queue.id) is not None:
+        raise Conflict(
+            f"queue {queue.name} already has a subscription; change or delete it",
+            code="invalid_state",
+        )
+    sources = event_sources.event_sources()
+    mapping_id = sources.create(
+        queue_arn=queue.arn, queue_url=queue.url, max_concurrency=concurrency, enabled=False
+    )
+    sub = Subscription(
+        id=ids.new_id(),
+        org_id=principal.org_id,
+        project_id=principal.project_id,
+        queue_id=queue.id,
+        target=stored,
+        max_concurrency=concurrency,
+        paused=False,
+        mapping_id=mapping_id,
+        created_at=clock.iso(clock.now()),
+    )
+    try:
+        queues_store.create_subscription(sub)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            sources.delete(mapping_id)
+        raise
+    # Enabled only once the record exists: the first delivery must find its subscription.
+    sources.update(mapping_id, enabled=True)
+    return sub
+
+
+def get_subscription(principal: Principal, sub_id: str) -> Subscription:
+    sub = queues_store.get_subscription(principal.project_id, sub_id)
+    if sub is None:
+        raise NotFound(f"subscription {sub_id} not found")
+    return sub
+
+
+def list_subscriptions(principal: Principal, queue_ref: str | None = None) -> list[Subscription]:
+    subs = queues_store.list_subscriptions(principal.project_id)
+    if queue_ref is not None:
+        queue = get_queue(principal, queue_ref)
+        subs = [s for s in subs if s.queue_id == queue.id]
+    return subs
+
+
+def _require_change(principal: Principal, sub: Subscription) -> None:
+    require(principal, CREATE_ACTION, sub.queue_id)
+
+
+def update_subscription(
+    principal: Principal,
+    sub_id: str,
+    *,
+    target: dict[str, Any] | None = None,
+    max_concurrency: int | None = None,
+) -> Subscription:
+    sub = get_subscription(principal, sub_id)
+    _require_change(principal, sub)
+    new_target = sub.target
+    if target is not None:
+        if target.get("kind") != sub.target.get("kind"):
+            raise ValidationError("target.kind: a subscription's target kind can't change")
+        merged = {**sub.target, **target}
+        if merged.get("mode") != "resume" and "correlationAttribute" not in target:
+            merged.pop("correlationAttribute", None)
+        new_target = _check_target(principal, merged)
+    elif sub.target.get("kind") == "workflow":
+        _check_target(principal, dict(sub.target))  # the seed: checked on every change
+    concurrency = (
+        sub.max_concurrency if max_concurrency is None else _check_concurrency(max_concurrency)
+    )
+    changed = replace(sub, target=new_target, max_concurrency=concurrency)
+    if changed == sub:
+        return sub
+    saved = queues_store.save_subscription(changed)
+    if concurrency != sub.max_concurrency:
+        event_sources.event_sources().update(sub.mapping_id, max_concurrency=concurrency)
+    return saved
+
+
+def set_paused(principal: Principal, sub_id: str, paused: bool) -> Subscription:
+    sub = get_subscription(principal, sub_id)
+    _require_change(principal, sub)
+    if sub.paused == paused:
+        return sub
+    saved = queues_store.save_subscription(replace(sub, paused=paused))
+    event_sources.event_sources().update(sub.mapping_id, enabled=not paused)
+    return saved
+
+
+def delete_subscription(principal: Principal, sub_id: str) -> None:
+    sub = get_subscription(principal, sub_id)
+    _require_change(principal, sub)
+    event_sources.event_sources().delete(sub.mapping_id)
+    queues_store.delete_subscription(sub)

@@ -1,0 +1,365 @@
+"""Queues and subscriptions through the API handler (moto in-process, no runtime)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from ezgh_engine.adapters import event_sources
+
+from tests.api.conftest import Project
+
+
+@pytest.fixture(autouse=True)
+def _local_sources(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Mappings recorded in-process (no runtime host installed: nothing polls)."""
+    monkeypatch.setenv(event_sources.ENV_EVENT_SOURCES, "local")
+    event_sources.LOCAL.clear()
+    yield
+    event_sources.LOCAL.clear()
+
+
+def _queue(project: Project, name: str = "orders", **extra: Any) -> dict[str, Any]:
+    answer = project.call("POST", "/queues", body={"name": name, **extra})
+    assert answer.status == 201, answer.body
+    return dict(answer.body)
+
+
+def _sqs_messages(url: str) -> list[dict[str, Any]]:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    got: list[dict[str, Any]] = []
+    while True:
+        batch = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+            VisibilityTimeout=60,
+        ).get("Messages", [])
+        if not batch:
+            return got
+        got.extend(batch)
+
+
+def _url(queue_id: str, fifo: bool = False) -> str:
+    name = f"ezgh-q-{queue_id}{'.fifo' if fifo else ''}"
+    return str(
+        boto3.client("sqs", region_name="us-east-1").get_queue_url(QueueName=name)["QueueUrl"]
+    )
+
+
+def test_create_get_list_delete_queue(project: Project) -> None:
+    queue = _queue(project, "orders", maxReceiveCount=3, visibilityTimeoutSeconds=5)
+    assert queue["name"] == "orders" and queue["fifo"] is False
+    assert queue["maxReceiveCount"] == 3 and queue["visibilityTimeoutSeconds"] == 5
+    by_name = project.call("GET", "/queues/orders")
+    by_id = project.call("GET", f"/queues/{queue['id']}")
+    assert by_name.body == by_id.body == queue
+    assert [q["id"] for q in project.call("GET", "/queues").body["queues"]] == [queue["id"]]
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    attrs = sqs.get_queue_attributes(QueueUrl=_url(queue["id"]), AttributeNames=["All"])[
+        "Attributes"
+    ]
+    assert json.loads(attrs["RedrivePolicy"])["maxReceiveCount"] in (3, "3")
+    assert project.call("DELETE", "/queues/orders").status == 204
+    assert project.call("GET", f"/queues/{queue['id']}").status == 404
+
+
+def test_queue_name_rules_and_uniqueness(project: Project) -> None:
+    bad = project.call("POST", "/queues", body={"name": "Bad Name"})
+    assert bad.status == 400 and bad.body["error"]["code"] == "validation_error"
+    assert "name" in bad.body["error"]["message"]
+    _queue(project, "orders")
+    again = project.call("POST", "/queues", body={"name": "orders"})
+    assert again.status == 409 and again.body["error"]["code"] == "invalid_state"
+
+
+def test_fifo_queue_send_answers_seq(project: Project) -> None:
+    queue = _queue(project, "runs", fifo=True)
+    answer = project.call(
+        "POST",
+        f"/queues/{queue['id']}/messages",
+        body={
+            "messages": [
+                {"body": "a", "groupId": "g"},
+                {"body": "b", "groupId": "g", "dedupId": "d"},
+            ]
+        },
+    )
+    assert answer.status == 200, answer.body
+    sent = answer.body["messages"]
+    assert len(sent) == 2 and all(m["messageId"] and m["seq"] for m in sent)
+    assert sent[0]["messageId"] != sent[1]["messageId"]
+
+
+@pytest.mark.parametrize(
+    ("messages", "fifo", "field"),
+    [
+        ([{"body": str(i)} for i in range(11)], False, "messages"),
+        ([{"body": "ok", "groupId": "g"}, {"body": "no group"}], True, "messages[1].groupId"),
+        ([{"body": "ok"}, {"body": "x" * (256 * 1024 + 1)}], False, "messages[1]"),
+        (
+            [{"body": "ok"}, {"body": "ok", "attributes": {"n": 5}}],
+            False,
+            "messages[1].attributes.n",
+        ),
+        ([{"body": 5}], False, "messages[0].body"),
+        ([], False, "messages"),
+    ],
+)
+def test_bad_messages_are_400_and_nothing_is_sent(
+    project: Project, messages: list[Any], fifo: bool, field: str
+) -> None:
+    queue = _queue(project, "q", fifo=fifo)
+    answer = project.call("POST", f"/queues/{queue['id']}/messages", body={"messages": messages})
+    assert answer.status in (400, 413), answer.body
+    assert answer.body["error"]["code"] in ("validation_error", "payload_too_large")
+    if answer.status == 400:
+        assert field in answer.body["error"]["message"]
+    assert _sqs_messages(_url(queue["id"], fifo)) == []
+
+
+def test_send_idempotency_key_stores_one_copy(project: Project) -> None:
+    queue = _queue(project)
+    body = {"messages": [{"body": "hello", "attributes": {"source": "web"}}]}
+    headers = {"Idempotency-Key": "k-1"}
+    first = project.call("POST", f"/queues/{queue['id']}/messages", body=body, headers=headers)
+    second = project.call("POST", f"/queues/{queue['id']}/messages", body=body, headers=headers)
+    assert first.status == second.status == 200
+    assert first.body == second.body
+    other = project.call(
+        "POST",
+        f"/queues/{queue['id']}/messages",
+        body={"messages": [{"body": "other"}]},
+        headers=headers,
+    )
+    assert other.status == 409 and other.body["error"]["code"] == "idempotency_conflict"
+    stored = _sqs_messages(_url(queue["id"]))
+    assert len(stored) == 1
+    assert stored[0]["Body"] == "hello"
+    assert stored[0]["MessageAttributes"]["source"]["StringValue"] == "web"
+
+
+def test_send_needs_permission_on_the_queue(project: Project) -> None:
+    queue = _queue(project)
+    other = _queue(project, "other")
+    key = project.call(
+        "POST",
+        "/apiKeys",
+        body={
+            "name": "s",
+            "permissions": [{"action": "queues.messages.send", "resource": queue["id"]}],
+        },
+    ).body["key"]
+    ok = project.call(
+        "POST", f"/queues/{queue['id']}/messages", key=key, body={"messages": [{"body": "x"}]}
+    )
+    assert ok.status == 200
+    no = project.call(
+        "POST", f"/queues/{other['id']}/messages", key=key, body={"messages": [{"body": "x"}]}
+    )
+    assert no.status == 403 and no.body["error"]["code"] == "forbidden"
+
+
+def test_redrive_moves_dead_letters_back(project: Project) -> None:
+    queue = _queue(project, maxReceiveCount=1, visibilityTimeoutSeconds=0)
+    project.call(
+        "POST",
+        f"/queues/{queue['id']}/messages",
+        body={"messages": [{"body": "x", "attributes": {"a": "b"}}]},
+    )
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    url = _url(queue["id"])
+    for _ in range(3):  # received once, then moved to the DLQ on the next receive
+        sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)
+    assert _sqs_messages(url) == []
+    answer = project.call("POST", f"/queues/{queue['id']}/redrive")
+    assert answer.status == 200 and answer.body["moved"] == 1, answer.body
+    back = _sqs_messages(url)
+    assert [m["Body"] for m in back] == ["x"]
+    assert back[0]["MessageAttributes"]["a"]["StringValue"] == "b"
+
+
+# --- subscriptions -------------------------------------------------------------------------
+
+
+def _synced_app(
+    project: Project, name: str = "billing-jobs", workflows: tuple[str, ...] = ("chargeCustomer",)
+) -> dict[str, Any]:
+    from ezgh_engine.adapters import registry_store
+
+    app = project.call("POST", "/apps", body={"name": name, "kind": "pull"}).body
+    stored = registry_store.get_app(project.project_id, app["id"])
+    assert stored is not None
+    return registry_store.update_app_after_sync(stored, list(workflows)).to_api()
+
+
+def test_subscription_lifecycle(project: Project) -> None:
+    queue = _queue(project)
+    app = _synced_app(project)
+    created = project.call(
+        "POST",
+        "/subscriptions",
+        body={
+            "queueId": "orders",
+            "target": {
+                "kind": "workflow",
+                "mode": "start",
+                "appId": app["id"],
+                "workflow": "chargeCustomer",
+            },
+            "maxConcurrency": 3,
+        },
+    )
+    assert created.status == 201, created.body
+    sub = created.body
+    assert sub["queueId"] == queue["id"] and sub["maxConcurrency"] == 3
+    assert sub["target"] == {
+        "kind": "workflow",
+        "mode": "start",
+        "appId": app["id"],
+        "workflow": "chargeCustomer",
+    }
+    assert sub["state"] == "active" and sub["status"] == "ok"
+    (mapping,) = event_sources.LOCAL.mappings.values()
+    assert mapping.enabled and mapping.max_concurrency == 3 and mapping.batch_size == 1
+    assert mapping.queue_arn.endswith(f"ezgh-q-{queue['id']}")
+
+    assert project.call("GET", f"/subscriptions/{sub['id']}").body == sub
+    assert [s["id"] for s in project.call("GET", "/subscriptions").body["subscriptions"]] == [
+        sub["id"]
+    ]
+    paused = project.call("POST", f"/subscriptions/{sub['id']}/pause").body
+    assert paused["state"] == "paused" and not event_sources.LOCAL.mappings[mapping.id].enabled
+    resumed = project.call("POST", f"/subscriptions/{sub['id']}/resume").body
+    assert resumed["state"] == "active" and event_sources.LOCAL.mappings[mapping.id].enabled
+    changed = project.call("PATCH", f"/subscriptions/{sub['id']}", body={"maxConcurrency": 1})
+    assert changed.status == 200 and changed.body["maxConcurrency"] == 1
+    assert event_sources.LOCAL.mappings[mapping.id].max_concurrency == 1
+    kind = project.call(
+        "PATCH",
+        f"/subscriptions/{sub['id']}",
+        body={"target": {"kind": "https", "url": "https://hooks.example.com/x"}},
+    )
+    assert kind.status == 400 and "kind" in kind.body["error"]["message"]
+    second = project.call(
+        "POST",
+        "/subscriptions",
+        body={
+            "queueId": queue["id"],
+            "target": {"kind": "https", "url": "https://hooks.example.com/x"},
+        },
+    )
+    assert second.status == 409
+    assert project.call("DELETE", f"/subscriptions/{sub['id']}").status == 204
+    assert event_sources.LOCAL.mappings == {}
+    assert project.call("GET", f"/subscriptions/{sub['id']}").status == 404
+
+
+def test_resume_mode_needs_a_correlation_attribute(project: Project) -> None:
+    _queue(project, "payments")
+    app = _synced_app(project, workflows=("order",))
+    target = {"kind": "workflow", "mode": "resume", "appId": app["id"], "workflow": "order"}
+    bad = project.call("POST", "/subscriptions", body={"queueId": "payments", "target": target})
+    assert bad.status == 400 and "correlationAttribute" in bad.body["error"]["message"]
+    ok = project.call(
+        "POST",
+        "/subscriptions",
+        body={"queueId": "payments", "target": {**target, "correlationAttribute": "orderKey"}},
+    )
+    assert ok.status == 201 and ok.body["target"]["correlationAttribute"] == "orderKey"
+
+
+def test_subscription_permissions_at_create_and_update(project: Project) -> None:
+    queue = _queue(project)
+    app = _synced_app(project, workflows=("chargeCustomer", "order"))
+    start = {"kind": "workflow", "mode": "start", "appId": app["id"], "workflow": "chargeCustomer"}
+
+    def key(*perms: tuple[str, str]) -> str:
+        permissions = [{"action": a, "resource": r} for a, r in perms]
+        return str(
+            project.call("POST", "/apiKeys", body={"name": "k", "permissions": permissions}).body[
+                "key"
+            ]
+        )
+
+    only_queue = key(("queues.subscriptions.create", queue["id"]))
+    refused = project.call(
+        "POST", "/subscriptions", key=only_queue, body={"queueId": queue["id"], "target": start}
+    )
+    assert refused.status == 403
+    only_run = key(("workflows.runs.start", "billing-jobs/chargeCustomer"))
+    refused = project.call(
+        "POST", "/subscriptions", key=only_run, body={"queueId": queue["id"], "target": start}
+    )
+    assert refused.status == 403
+    both = key(
+        ("queues.subscriptions.create", queue["id"]),
+        ("workflows.runs.start", "billing-jobs/chargeCustomer"),
+    )
+    created = project.call(
+        "POST", "/subscriptions", key=both, body={"queueId": queue["id"], "target": start}
+    )
+    assert created.status == 201, created.body
+    # Changing the workflow needs the permission on the new one too.
+    change = project.call(
+        "PATCH",
+        f"/subscriptions/{created.body['id']}",
+        key=both,
+        body={"target": {**start, "workflow": "order"}},
+    )
+    assert change.status == 403
+    resume = key(
+        ("queues.subscriptions.create", queue["id"]),
+        ("workflows.runs.start", "billing-jobs/chargeCustomer"),
+    )
+    assert resume  # start permission does not grant resume
+    refused = project.call(
+        "PATCH",
+        f"/subscriptions/{created.body['id']}",
+        key=resume,
+        body={"target": {**start, "mode": "resume", "correlationAttribute": "k"}},
+    )
+    assert refused.status == 403
+
+
+def test_subscription_create_is_idempotent(project: Project) -> None:
+    _queue(project)
+    body = {"queueId": "orders", "target": {"kind": "https", "url": "https://hooks.example.com/in"}}
+    first = project.call("POST", "/subscriptions", body=body, headers={"Idempotency-Key": "s-1"})
+    again = project.call("POST", "/subscriptions", body=body, headers={"Idempotency-Key": "s-1"})
+    assert first.status == again.status == 201 and first.body == again.body
+    assert len(event_sources.LOCAL.mappings) == 1
+
+
+def test_deleting_a_queue_deletes_its_subscription(project: Project) -> None:
+    _queue(project)
+    sub = project.call(
+        "POST",
+        "/subscriptions",
+        body={
+            "queueId": "orders",
+            "target": {"kind": "https", "url": "https://hooks.example.com/in"},
+        },
+    ).body
+    assert project.call("DELETE", "/queues/orders").status == 204
+    assert project.call("GET", f"/subscriptions/{sub['id']}").status == 404
+    assert event_sources.LOCAL.mappings == {}
+
+
+def test_openapi_lists_the_queue_paths(api: Any) -> None:
+    paths = api("GET", "/v1/openapi.json").body["paths"]
+    prefix = "/v1/organizations/{orgId}/projects/{projectId}"
+    for path in (
+        "/queues",
+        "/queues/{queueId}",
+        "/queues/{queueId}/messages",
+        "/queues/{queueId}/redrive",
+        "/subscriptions",
+        "/subscriptions/{subId}",
+        "/subscriptions/{subId}/pause",
+    ):
+        assert prefix + path in paths
