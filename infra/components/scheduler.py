@@ -45,7 +45,12 @@ class Scheduler(Construct):
         """Let `grantee` create and delete schedules in this group, handing them the role."""
         iam.Grant.add_to_principal(
             grantee=grantee,
-            actions=["scheduler:CreateSchedule", "scheduler:DeleteSchedule"],
+            # Update: cron schedules (issue 5) are paused, resumed and changed in place.
+            actions=[
+                "scheduler:CreateSchedule",
+                "scheduler:DeleteSchedule",
+                "scheduler:UpdateSchedule",
+            ],
             resource_arns=[self.schedules_arn],
         )
         iam.Grant.add_to_principal(

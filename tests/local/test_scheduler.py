@@ -36,13 +36,25 @@ def target(resources: Provisioned) -> tuple[str, str]:
     return make_queue("timers")
 
 
-def _create(name: str, expression: str, arn: str, body: dict[str, Any], tz: str = "UTC",
-            after: str = "DELETE") -> None:
+def _create(
+    name: str,
+    expression: str,
+    arn: str,
+    body: dict[str, Any],
+    tz: str = "UTC",
+    after: str = "DELETE",
+) -> None:
     aws.client("scheduler").create_schedule(
-        Name=name, GroupName=GROUP, ScheduleExpression=expression,
-        ScheduleExpressionTimezone=tz, FlexibleTimeWindow={"Mode": "OFF"},
-        Target={"Arn": arn, "RoleArn": "arn:aws:iam::123456789012:role/x",
-                "Input": json.dumps(body)},
+        Name=name,
+        GroupName=GROUP,
+        ScheduleExpression=expression,
+        ScheduleExpressionTimezone=tz,
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={
+            "Arn": arn,
+            "RoleArn": "arn:aws:iam::123456789012:role/x",
+            "Input": json.dumps(body),
+        },
         ActionAfterCompletion=after,
     )
 
@@ -76,9 +88,11 @@ def test_due_schedule_fires_once_and_is_deleted(
     assert sorted(_names()) == ["cron", "later"]
 
     skip_clock.advance(timedelta(hours=1, seconds=1))  # the SkipClock makes "later" due
-    assert scheduler.scan() == 1
-    assert _bodies(url) == [{"wake": 2}]
-    assert _names() == ["cron"]  # cron is not handled (yet) and never fires
+    # ... and the top of the next hour passed: the cron schedule fires that occurrence once.
+    assert scheduler.scan() == 2
+    assert scheduler.scan() == 0
+    assert sorted(_bodies(url), key=lambda b: b["wake"]) == [{"wake": 2}, {"wake": 3}]
+    assert _names() == ["cron"]  # recurring: kept
 
 
 def test_time_zone_and_keep_after_completion(target: tuple[str, str]) -> None:

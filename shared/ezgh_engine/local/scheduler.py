@@ -1,9 +1,10 @@
 """EventBridge Scheduler emulation: fire due schedules from moto, which only stores them.
 
 Every half second (or when kicked) the scheduler lists the schedules in its group and fires
-those due by `ezgh_engine.clock.now()`, so a test with a `SkipClock` skips the wait. Only
-`at(...)` one-time schedules are handled now; an expression kind is handled by a function
-in `_DUE`, which is where `cron(...)` goes.
+those due by `ezgh_engine.clock.now()`, so a test with a `SkipClock` skips the wait.
+`at(...)` one-time schedules and `cron(...)` schedules (each occurrence once, in its time zone,
+with `<aws.scheduler.scheduled-time>` in the input replaced as Scheduler does) are handled; an
+expression kind is handled by a function in `_DUE`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws
+from ezgh_engine.core import cron
 from ezgh_engine.local.pollers import Activity, Poller
 
 log = logging.getLogger("ezgh.local.scheduler")
@@ -36,8 +38,31 @@ def _due_at(schedule: dict[str, Any], now: datetime) -> bool:
     return when.astimezone(UTC) <= now
 
 
+def _cron_occurrence(schedule: dict[str, Any], now: datetime) -> datetime | None:
+    """A `cron(...)` schedule's latest planned time at or before `now` (UTC), in its zone."""
+    expression = cron.from_aws(schedule["ScheduleExpression"])
+    if expression is None:
+        return None
+    try:
+        return cron.latest(expression, schedule.get("ScheduleExpressionTimezone") or "UTC", now)
+    except Exception as error:
+        log.debug("scheduler: cannot evaluate %s: %s", schedule.get("Name"), error)
+        return None
+
+
+def _due_cron(schedule: dict[str, Any], now: datetime) -> bool:
+    return _cron_occurrence(schedule, now) is not None
+
+
 # Expression kind ("at", "cron", "rate") -> is it due now. Kinds not here are ignored.
-_DUE: dict[str, Callable[[dict[str, Any], datetime], bool]] = {"at": _due_at}
+_DUE: dict[str, Callable[[dict[str, Any], datetime], bool]] = {"at": _due_at, "cron": _due_cron}
+# Recurring kinds: their latest occurrence; each occurrence fires once, and only occurrences
+# after the schedule (this version of it) was first seen, as EventBridge does not backfill.
+_RECURRING: dict[str, Callable[[dict[str, Any], datetime], datetime | None]] = {
+    "cron": _cron_occurrence
+}
+# The Scheduler context attribute replaced in a target's input when it fires.
+_SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 
 
 def _kind(expression: str) -> str:
@@ -56,6 +81,8 @@ class Scheduler(Poller):
         # name -> (LastModificationDate, schedule) so unchanged schedules are fetched once.
         self._cache: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._fired: set[tuple[str, Any]] = set()  # fire once even if the delete fails
+        # (name, LastModificationDate) of a recurring schedule -> engine time first seen.
+        self._seen: dict[tuple[str, Any], datetime] = {}
         self._queue_urls: dict[str, str] = {}
         self.fired_count = 0
 
@@ -64,6 +91,7 @@ class Scheduler(Poller):
         with self._scan_lock:
             self._cache.clear()
             self._fired.clear()
+            self._seen.clear()
             self._queue_urls.clear()
 
     def _wake(self) -> None:
@@ -100,17 +128,30 @@ class Scheduler(Poller):
                 schedule = self._get(summary)
                 if schedule is None:
                     continue
-                is_due = _DUE.get(_kind(schedule.get("ScheduleExpression", "")))
-                key = (name, summary.get("LastModificationDate"))
+                kind = _kind(schedule.get("ScheduleExpression", ""))
+                is_due = _DUE.get(kind)
+                key: tuple[str, Any] = (name, summary.get("LastModificationDate"))
+                planned: datetime | None = None
+                if kind in _RECURRING:
+                    start = schedule.get("StartDate")
+                    if not isinstance(start, datetime):  # no StartDate: from first seen
+                        start = self._seen.setdefault(key, now).replace(microsecond=0)
+                    planned = _RECURRING[kind](schedule, now)
+                    if planned is None or planned < start:
+                        continue
+                    key = (name, planned)
                 if is_due is None or key in self._fired or not is_due(schedule, now):
                     continue
                 with self.activity.track():
-                    self._fire(schedule)
+                    self._fire(schedule, planned)
+                if planned is not None:  # keep only the latest occurrence per schedule
+                    self._fired = {k for k in self._fired if k[0] != name}
                 self._fired.add(key)
                 fired += 1
             for name in set(self._cache) - names:  # forget deleted schedules
                 self._cache.pop(name, None)
             self._fired = {key for key in self._fired if key[0] in names}
+            self._seen = {key: t for key, t in self._seen.items() if key[0] in names}
             self.fired_count += fired
             return fired
 
@@ -141,17 +182,22 @@ class Scheduler(Poller):
         self._cache[name] = (modified, schedule)
         return schedule
 
-    def _fire(self, schedule: dict[str, Any]) -> None:
+    def _fire(self, schedule: dict[str, Any], planned: datetime | None = None) -> None:
         name = schedule["Name"]
-        target = schedule.get("Target", {})
+        target = dict(schedule.get("Target", {}))
         arn = str(target.get("Arn", ""))
+        if isinstance(target.get("Input"), str) and _SCHEDULED_TIME in target["Input"]:
+            when = (planned or clock.now()).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            target["Input"] = target["Input"].replace(_SCHEDULED_TIME, when)
         if arn.startswith("arn:aws:sqs:"):
             self._send_sqs(arn, target)
         else:
-            log.warning("scheduler: %s targets %s, which the local scheduler cannot call",
-                        name, arn)
+            log.warning(
+                "scheduler: %s targets %s, which the local scheduler cannot call", name, arn
+            )
         log.debug("scheduler: fired %s", name)
-        if schedule.get("ActionAfterCompletion") == "DELETE":
+        # A recurring schedule completes only at its EndDate, never after one fire.
+        if planned is None and schedule.get("ActionAfterCompletion") == "DELETE":
             try:
                 aws.client("scheduler").delete_schedule(GroupName=self.group, Name=name)
             except Exception as error:  # already gone; `_fired` keeps it from firing again

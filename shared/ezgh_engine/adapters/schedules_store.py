@@ -1,0 +1,249 @@
+"""Schedules: their records in the `registry` table and their EventBridge Scheduler schedules.
+
+Items (docs/architecture.md, "registry"):
+
+- `SCHEDULE#<id>` / `SCHEDULE`: every field; gsi1 `SCHEDULES#<projectId>` / `<createdAt>#<id>`.
+- `SCHEDSLUG#<slug>` / `SCHEDSLUG`: `scheduleId` (get by `wfs_` slug).
+
+Each schedule has one EventBridge Scheduler schedule `c-<id>` in the engine's schedule group:
+`cron(...)` with `ScheduleExpressionTimezone`, targeting the invocations queue with the input
+`{"type": "cron", "scheduleId", "scheduledTime": "<aws.scheduler.scheduled-time>"}`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import ddb as ddb_util
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.registry_store import ddb, get_item, item_key, table
+from ezgh_engine.config import settings
+from ezgh_engine.core import cron
+from ezgh_engine.errors import Conflict, NotFound
+
+SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"  # a Scheduler context attribute
+
+
+@dataclass(frozen=True)
+class Schedule:
+    id: str
+    slug: str
+    org_id: str
+    project_id: str
+    app_id: str
+    workflow: str
+    cron: str
+    timezone: str
+    input: Any
+    status: Literal["active", "paused"]
+    created_at: str
+    updated_at: str
+    version: int = 1
+
+    def to_api(self, next_run_at: str | None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "slug": self.slug,
+            "appId": self.app_id,
+            "workflow": self.workflow,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "input": self.input,
+            "status": self.status,
+            "nextRunAt": next_run_at,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _item(s: Schedule) -> dict[str, Any]:
+    return {
+        **item_key(f"SCHEDULE#{s.id}", "SCHEDULE"),
+        "id": _s(s.id),
+        "slug": _s(s.slug),
+        "orgId": _s(s.org_id),
+        "projectId": _s(s.project_id),
+        "appId": _s(s.app_id),
+        "workflow": _s(s.workflow),
+        "cron": _s(s.cron),
+        "timezone": _s(s.timezone),
+        "input": _s(json.dumps(s.input, separators=(",", ":"), ensure_ascii=False)),
+        "status": _s(s.status),
+        "createdAt": _s(s.created_at),
+        "updatedAt": _s(s.updated_at),
+        "version": {"N": str(s.version)},
+        "gsi1pk": _s(f"SCHEDULES#{s.project_id}"),
+        "gsi1sk": _s(f"{s.created_at}#{s.id}"),
+    }
+
+
+def _from(item: dict[str, Any]) -> Schedule:
+    v = ddb_util.from_item(item)
+    return Schedule(
+        id=v["id"],
+        slug=v["slug"],
+        org_id=v["orgId"],
+        project_id=v["projectId"],
+        app_id=v["appId"],
+        workflow=v["workflow"],
+        cron=v["cron"],
+        timezone=v["timezone"],
+        input=json.loads(v["input"]),
+        status=v["status"],
+        created_at=v["createdAt"],
+        updated_at=v.get("updatedAt", v["createdAt"]),
+        version=int(v.get("version", 1)),
+    )
+
+
+def create(s: Schedule) -> None:
+    slug_item = {**item_key(f"SCHEDSLUG#{s.slug}", "SCHEDSLUG"), "scheduleId": _s(s.id)}
+    ddb().transact_write_items(
+        TransactItems=[
+            {
+                "Put": {
+                    "TableName": table(),
+                    "Item": item,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+            for item in (_item(s), slug_item)
+        ]
+    )
+
+
+def get(schedule_id: str) -> Schedule | None:
+    item = get_item(f"SCHEDULE#{schedule_id}", "SCHEDULE")
+    return _from(item) if item else None
+
+
+def find(project_id: str, ref: str) -> Schedule | None:
+    """A schedule of the project by UUID or `wfs_` slug, or None."""
+    schedule_id = ref
+    if ref.startswith("wfs_"):
+        pointer = get_item(f"SCHEDSLUG#{ref}", "SCHEDSLUG")
+        if not pointer:
+            return None
+        schedule_id = pointer["scheduleId"]["S"]
+    found = get(schedule_id)
+    return found if found and found.project_id == project_id else None
+
+
+def list_for(project_id: str) -> list[Schedule]:
+    out: list[Schedule] = []
+    kwargs: dict[str, Any] = {
+        "TableName": table(),
+        "IndexName": "gsi1",
+        "KeyConditionExpression": "gsi1pk = :p",
+        "ExpressionAttributeValues": {":p": _s(f"SCHEDULES#{project_id}")},
+    }
+    while True:
+        page = ddb().query(**kwargs)
+        out.extend(_from(i) for i in page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return out
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def save(old: Schedule, new: Schedule) -> Schedule:
+    """Write `new` over `old` if nobody changed it meanwhile (its version)."""
+    from dataclasses import replace
+
+    saved = replace(new, version=old.version + 1)
+    try:
+        ddb().put_item(
+            TableName=table(),
+            Item=_item(saved),
+            ConditionExpression="version = :v",
+            ExpressionAttributeValues={":v": {"N": str(old.version)}},
+        )
+    except ClientError as err:
+        if ddb_util.is_condition_failure(err):
+            raise Conflict(f"schedule {old.id} changed or was deleted meanwhile; retry") from err
+        raise
+    return saved
+
+
+def delete(s: Schedule) -> None:
+    ddb().transact_write_items(
+        TransactItems=[
+            {"Delete": {"TableName": table(), "Key": item_key(f"SCHEDULE#{s.id}", "SCHEDULE")}},
+            {"Delete": {"TableName": table(), "Key": item_key(f"SCHEDSLUG#{s.slug}", "SCHEDSLUG")}},
+        ]
+    )
+
+
+# --- EventBridge Scheduler -------------------------------------------------------------------
+
+
+def schedule_name(schedule_id: str) -> str:
+    return f"c-{schedule_id}"
+
+
+def fire_body(schedule_id: str) -> dict[str, str]:
+    return {"type": "cron", "scheduleId": schedule_id, "scheduledTime": SCHEDULED_TIME}
+
+
+def _definition(s: Schedule) -> dict[str, Any]:
+    cfg = settings()
+    return {
+        "Name": schedule_name(s.id),
+        "GroupName": cfg.scheduler_group,
+        "ScheduleExpression": cron.to_aws(s.cron),
+        "ScheduleExpressionTimezone": s.timezone,
+        "FlexibleTimeWindow": {"Mode": "OFF"},
+        "State": "ENABLED" if s.status == "active" else "DISABLED",
+        # Fire from now on: occurrences missed before (or while paused) are not made up.
+        "StartDate": clock.now().replace(microsecond=0),
+        "Description": f"ezgh schedule {s.slug}: {s.workflow}",
+        "Target": {
+            "Arn": cfg.invocations_queue_arn,
+            "RoleArn": cfg.scheduler_role_arn,
+            "Input": json.dumps(fire_body(s.id), separators=(",", ":")),
+            # A fire that cannot be delivered is retried by Scheduler; the run ID is derived
+            # from the planned time, so a retried fire starts nothing twice.
+            "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 10},
+        },
+    }
+
+
+def put_timer(s: Schedule, *, create: bool) -> None:
+    """Create (or update) the Scheduler schedule of `s`."""
+    scheduler = client("scheduler")
+    definition = _definition(s)
+    if create:
+        try:
+            scheduler.create_schedule(**definition)
+            return
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConflictException":
+                raise
+    try:
+        scheduler.update_schedule(**definition)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        scheduler.create_schedule(**definition)
+
+
+def delete_timer(schedule_id: str) -> None:
+    try:
+        client("scheduler").delete_schedule(
+            Name=schedule_name(schedule_id), GroupName=settings().scheduler_group
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+
+
+def not_found(ref: str) -> NotFound:
+    return NotFound(f"schedule {ref} not found")

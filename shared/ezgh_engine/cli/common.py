@@ -1,0 +1,198 @@
+"""What the API subcommands (`ezgh workflows …`, `ezgh queues …`) share: where the API is and
+which key to use, one HTTP call with errors as messages, tables for people, `--json` for
+scripts.
+
+Settings come from, in order: the flags (`--api-url`, `--api-key`, `--org-id`,
+`--project-id`), the environment (`EZGH_API_URL`, `EZGH_API_KEY`, `EZGH_ORG_ID`,
+`EZGH_PROJECT_ID`), then `<state-dir>/dev.env` (`--state-dir`, default `.ezgh`, as written by
+`ezgh dev`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+ENV = {
+    "api_url": "EZGH_API_URL",
+    "api_key": "EZGH_API_KEY",
+    "org_id": "EZGH_ORG_ID",
+    "project_id": "EZGH_PROJECT_ID",
+}
+UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+
+
+class CliError(Exception):
+    """A failure to report on stderr (exit code 1), never a stack trace."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+def connection_parent() -> argparse.ArgumentParser:
+    """A parent parser with the connection flags and `--json`."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("connection")
+    group.add_argument("--api-url", help="engine API base URL (EZGH_API_URL)")
+    group.add_argument("--api-key", help="API key (EZGH_API_KEY)")
+    group.add_argument("--org-id", help="organization ID (EZGH_ORG_ID)")
+    group.add_argument("--project-id", help="project ID (EZGH_PROJECT_ID)")
+    group.add_argument(
+        "--state-dir", default=".ezgh", help="read <dir>/dev.env as a fallback (default .ezgh)"
+    )
+    parent.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+    return parent
+
+
+def _dev_env(state_dir: str | None) -> dict[str, str]:
+    path = Path(state_dir or ".ezgh") / "dev.env"
+    values: dict[str, str] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return values
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and not name.startswith("#"):
+            values[name.strip()] = value.strip()
+    return values
+
+
+def settings_from(args: argparse.Namespace) -> dict[str, str]:
+    dev = _dev_env(getattr(args, "state_dir", None))
+    found: dict[str, str] = {}
+    for attr, env in ENV.items():
+        value = getattr(args, attr, None) or os.environ.get(env) or dev.get(env)
+        if not value:
+            flag = "--" + attr.replace("_", "-")
+            raise CliError(f"no {attr.replace('_', ' ')}: pass {flag}, set {env}, or run ezgh dev")
+        found[attr] = value
+    return found
+
+
+def segment(value: str) -> str:
+    return quote(str(value), safe="")
+
+
+class Api:
+    """The project's API: `request(method, path)` under `/v1/organizations/…/projects/…`."""
+
+    def __init__(self, args: argparse.Namespace, *, timeout: float = 30.0) -> None:
+        cfg = settings_from(args)
+        self.base_url = cfg["api_url"].rstrip("/")
+        self.prefix = (
+            f"/v1/organizations/{segment(cfg['org_id'])}/projects/{segment(cfg['project_id'])}"
+        )
+        self._headers = {"Authorization": f"Bearer {cfg['api_key']}"}
+        self._timeout = timeout
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs: dict[str, Any] = {"headers": self._headers, "timeout": self._timeout}
+        if body is not None:
+            kwargs["json"] = body
+        if params:
+            kwargs["params"] = {k: v for k, v in params.items() if v is not None}
+        url = self.base_url + self.prefix + path
+        try:
+            answer = httpx.request(method, url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach {self.base_url}: {exc}") from None
+        if answer.status_code >= 400:
+            try:
+                error = answer.json()["error"]
+                code, message = str(error["code"]), str(error.get("message", ""))
+            except (ValueError, KeyError, TypeError):
+                code, message = "http_error", answer.text[:300]
+            raise CliError(f"{answer.status_code} {code}: {message}", answer.status_code, code)
+        if not answer.content:
+            return {}
+        return answer.json()
+
+
+def parse_json(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"{flag}: not valid JSON ({exc})") from None
+
+
+def csv(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], out: Any = None) -> None:
+    """Rows as an aligned text table with a header."""
+    out = out or sys.stdout
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c.upper())] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print(
+        "  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(),
+        file=out,
+    )
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), file=out)
+    if not rows:
+        print("(none)", file=out)
+
+
+def record(item: dict[str, Any], fields: Sequence[str] | None = None, out: Any = None) -> None:
+    """One resource as `field: value` lines."""
+    out = out or sys.stdout
+    keys = list(fields) if fields else list(item)
+    width = max((len(k) for k in keys), default=0)
+    for key in keys:
+        if key in item:
+            print(f"{key.ljust(width)}  {_cell(item[key])}", file=out)
+
+
+def emit(args: argparse.Namespace, data: Any, human: Callable[[Any], None]) -> int:
+    """Print `data` as JSON (`--json`) or through `human`; answers exit code 0."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        human(data)
+    return 0
+
+
+def guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report a `CliError` on stderr with exit code 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except CliError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 1
+
+    return run

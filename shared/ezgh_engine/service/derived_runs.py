@@ -1,0 +1,74 @@
+"""Runs the engine starts by itself (schedules; later queue subscriptions), with derived IDs.
+
+A derived ID is the same for the same cause, so "start exactly once" is the conditional put
+of the run item: a second start with the same ID starts nothing and answers None. These
+starts are admitted like API starts, without a caller's permission check (whoever set up the
+cause was checked then); the app must be synced and host the workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import payloads, registry_store, runs_store
+from ezgh_engine.config import settings
+from ezgh_engine.core import validation
+from ezgh_engine.core.models import Run
+
+log = logging.getLogger(__name__)
+
+
+class NotStartable(Exception):
+    """The app is gone, not synced, or does not host the workflow."""
+
+
+def start_derived_run(
+    *,
+    run_id: str,
+    org_id: str,
+    project_id: str,
+    app_ref: str,
+    workflow: str,
+    input: Any,
+    schedule_id: str | None = None,
+    parent_run_id: str | None = None,
+) -> Run | None:
+    """Start run `run_id` unless it exists; answers the new run, or None when it existed.
+
+    Raises `NotStartable` when the app cannot run the workflow now.
+    """
+    app = registry_store.get_app(project_id, app_ref)
+    if app is None:
+        raise NotStartable(f"app {app_ref} not found")
+    if app.status != "synced":
+        raise NotStartable(f"app {app.name} has not synced yet")
+    if workflow not in app.workflows:
+        raise NotStartable(f"workflow {workflow} not found in app {app.name}")
+    text = validation.encode_value(input, "input")
+    now = clock.iso(clock.now())
+    large = len(text.encode()) > settings().payload_inline_bytes
+    if large:
+        payloads.put(project_id, run_id, payloads.RUN_INPUT_PATH, text)
+    run = Run(
+        id=run_id,
+        org_id=org_id,
+        project_id=project_id,
+        app_id=app.id,
+        workflow=workflow,
+        status="running",
+        input=input,
+        input_ref=payloads.RUN_INPUT_PATH if large else None,
+        attempt=1,
+        created_at=now,
+        started_at=now,
+        version=1,
+        schedule_id=schedule_id,
+        parent_run_id=parent_run_id,
+    )
+    try:
+        runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
+    except runs_store.RunExists:
+        return None
+    return run

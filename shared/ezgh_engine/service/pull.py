@@ -1,0 +1,313 @@
+"""Pull apps: workers announce themselves, long-poll tasks, post outcomes and heartbeats.
+
+How an invocation of a pull app runs (docs/architecture.md, "Pull apps"):
+
+1. The invoker takes the run's lease as for a push app, then `dispatch` shortens it to the
+   pull lease (`EZGH_PULL_LEASE_SECONDS`, default 60), puts the invoke request (protocol §1.2,
+   plus `taskId` and `leaseSeconds`) on the app's task queue, sends itself a delayed
+   `task-watch` message, and returns without waiting. The lease stays held.
+2. A worker's `POST /apps/{app}/tasks/poll` receives the task (deleting it from the queue) and
+   runs it with the same replay driver as a push app. Step calls carry the invocation token,
+   checked against the lease epoch as always.
+3. While it runs, the worker extends the lease (`POST /v1/invocations/heartbeat`).
+4. It posts the outcome to `POST /v1/invocations/outcome`; the engine applies it with
+   `service.outcomes.apply` under the lease, exactly as the invoker does for a push app.
+5. `task-watch` comes back when the lease would end. Outcome written: nothing to do. Lease
+   extended: watch again later. Lease ended: the worker is gone; the invoker takes a new lease
+   (epoch + 1, so the old worker's calls are refused) and a new task goes out.
+
+`taskId` is an HMAC-signed token naming the run, the epoch, the reason (`seq`) the
+invocation answers, its ID and start time, so the outcome can be applied without any lookup
+beyond the run itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import ddb, registry_store, runs_store, task_queues
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.config import settings
+from ezgh_engine.core import outcomes as outcome_rules
+from ezgh_engine.core import tokens
+from ezgh_engine.core.models import App, Principal, Run
+from ezgh_engine.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    StaleInvocation,
+    Unauthorized,
+    ValidationError,
+)
+from ezgh_engine.service import outcomes
+
+log = logging.getLogger(__name__)
+
+ENV_PULL_LEASE = "EZGH_PULL_LEASE_SECONDS"
+DEFAULT_PULL_LEASE_SECONDS = 60
+# Step calls are guarded by the lease epoch; the token itself may live long, so a worker that
+# keeps heartbeating can run a step for hours.
+TOKEN_LIFETIME_MS = 24 * 3600 * 1000
+MAX_POLL_SECONDS = 20
+UPDATE_ACTION = "workflows.apps.update"
+WORKFLOW_NAME_MAX = 64
+
+
+def pull_lease_seconds() -> int:
+    return max(1, int(os.environ.get(ENV_PULL_LEASE, str(DEFAULT_PULL_LEASE_SECONDS))))
+
+
+# --- task IDs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskClaims:
+    run_id: str
+    epoch: int
+    seq: int
+    invocation_id: str
+    started_at: str
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _sign(payload: str) -> str:
+    key = hmac.new(settings().token_secret.encode(), b"ezgh-task", hashlib.sha256).digest()
+    return _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
+
+
+def mint_task_id(c: TaskClaims) -> str:
+    body = {"r": c.run_id, "e": c.epoch, "s": c.seq, "i": c.invocation_id, "t": c.started_at}
+    payload = _b64(json.dumps(body, separators=(",", ":")).encode())
+    return f"{payload}.{_sign(payload)}"
+
+
+def verify_task_id(task_id: Any) -> TaskClaims:
+    if not isinstance(task_id, str):
+        raise ValidationError("taskId: required")
+    payload, _, signature = task_id.partition(".")
+    if not payload or not hmac.compare_digest(signature, _sign(payload)):
+        raise Unauthorized("invalid taskId")
+    try:
+        body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return TaskClaims(
+            str(body["r"]), int(body["e"]), int(body["s"]), str(body["i"]), str(body["t"])
+        )
+    except (ValueError, KeyError, TypeError):
+        raise Unauthorized("invalid taskId") from None
+
+
+# --- the lease -------------------------------------------------------------------------------
+
+
+def set_lease(run_id: str, epoch: int, until_ms: int) -> None:
+    """Set the lease's end for the invocation holding `epoch`; StaleInvocation otherwise."""
+    try:
+        client("dynamodb").update_item(
+            TableName=settings().runs_table,
+            Key=items.run_key(run_id),
+            UpdateExpression="SET leaseUntil = :until",
+            ConditionExpression=(
+                "epoch = :epoch AND #status IN (:running, :cancelling) AND handledSeq < invokeSeq"
+            ),
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={
+                ":until": {"N": str(until_ms)},
+                ":epoch": {"N": str(epoch)},
+                ":running": {"S": "running"},
+                ":cancelling": {"S": "cancelling"},
+            },
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            raise StaleInvocation(
+                "the invocation's lease was taken over, or the run ended or was answered"
+            ) from None
+        ddb.raise_transient(exc)
+        raise
+
+
+def _send_watch(run_id: str, seq: int, epoch: int, delay_seconds: float) -> None:
+    body = {"type": "task-watch", "runId": run_id, "seq": seq, "epoch": epoch}
+    client("sqs").send_message(
+        QueueUrl=settings().invocations_queue_url,
+        MessageBody=json.dumps(body, separators=(",", ":")),
+        DelaySeconds=max(0, min(math.ceil(delay_seconds), 900)),
+    )
+
+
+# --- the invoker's side ----------------------------------------------------------------------
+
+
+def dispatch(app: App, run: Run, seq: int, invocation_id: str, started_at: str) -> Any:
+    """Answers None (the invoker's message is done): the watch message takes over."""
+    """Queue the invocation of `run` (leased by the invoker) as a task of pull app `app`."""
+    from ezgh_engine.service import invoker
+
+    lease_s = pull_lease_seconds()
+    now_ms = clock.now_ms()
+    try:
+        set_lease(run.id, run.epoch, now_ms + lease_s * 1000)
+    except StaleInvocation:
+        return None
+    request = invoker._request(run, invocation_id, TOKEN_LIFETIME_MS, now_ms)
+    claims = TaskClaims(run.id, run.epoch, seq, invocation_id, started_at)
+    task = {**request, "taskId": mint_task_id(claims), "leaseSeconds": lease_s}
+    task_queues.send_task(app.id, task)
+    _send_watch(run.id, seq, run.epoch, lease_s + 1)
+    log.debug("run %s: task queued for pull app %s (epoch %d)", run.id, app.name, run.epoch)
+    return None
+
+
+def watch(message: dict[str, Any]) -> Any:
+    """A lease's end came: deliver the task again if its worker is gone."""
+    from ezgh_engine.service import invoker
+
+    run_id, seq = str(message["runId"]), int(message["seq"])
+    run = runs_store.get_run(run_id, with_steps=False)
+    if run is None or run.ended or run.handled_seq >= seq:
+        return None
+    now_ms = clock.now_ms()
+    if run.lease_until_ms > now_ms:
+        # A live worker extended the lease (or a newer invocation holds it): look again then.
+        _send_watch(run_id, seq, run.epoch, (run.lease_until_ms - now_ms) / 1000 + 1)
+        return None
+    log.info(
+        "run %s: the lease of epoch %d ended without an outcome; delivering again",
+        run_id,
+        run.epoch,
+    )
+    return invoker.invoke(run_id, seq)
+
+
+# --- the API's side --------------------------------------------------------------------------
+
+
+def _pull_app(principal: Principal, app_ref: str) -> App:
+    app = registry_store.get_app(principal.project_id, app_ref)
+    if app is None:
+        raise NotFound(f"app {app_ref} not found")
+    if not principal.allows(UPDATE_ACTION, app.name):
+        raise Forbidden(f"this API key lacks {UPDATE_ACTION!r} on {app.name!r}")
+    if app.kind != "pull":
+        raise Conflict(f"app {app.name} is a push app; only pull apps have workers and tasks")
+    return app
+
+
+def announce(principal: Principal, app_ref: str, *, worker_id: str, workflows: list[str]) -> App:
+    """A worker says which workflows it runs: they join the app's, which becomes `synced`."""
+    from ezgh_engine.service.apps import WORKFLOW_NAME_RE
+
+    app = _pull_app(principal, app_ref)
+    bad = [w for w in workflows if not WORKFLOW_NAME_RE.match(w)]
+    if bad:
+        raise ValidationError(f"workflows: invalid names {bad[:5]} (^[A-Za-z0-9_-]{{1,64}}$)")
+    merged = list(dict.fromkeys([*app.workflows, *workflows]))
+    task_queues.ensure_queue(app.id)
+    if app.status == "synced" and merged == list(app.workflows):
+        return app
+    log.info("pull app %s: worker %s announced %s", app.name, worker_id, workflows)
+    return registry_store.update_app_after_sync(app, merged)
+
+
+def poll(principal: Principal, app_ref: str, wait_seconds: int = MAX_POLL_SECONDS) -> Any:
+    """The next task of the app, waiting up to `wait_seconds` (≤ 20); None when none came."""
+    app = _pull_app(principal, app_ref)
+    wait_seconds = max(0, min(wait_seconds, MAX_POLL_SECONDS))
+    deadline = clock.monotonic() + wait_seconds
+    while True:
+        remaining = max(0, math.ceil(deadline - clock.monotonic()))
+        for body, receipt in task_queues.receive_task(app.id, remaining):
+            task_queues.delete_task(app.id, receipt)
+            task = _live_task(body)
+            if task is not None:
+                return task
+        if clock.monotonic() >= deadline:
+            return None
+
+
+def delete_task_queue(app_id: str) -> None:
+    """Best effort: a queue left behind only costs its name."""
+    try:
+        task_queues.delete_queue(app_id)
+    except Exception as exc:
+        log.warning("could not delete the task queue of app %s: %s", app_id, exc)
+
+
+def _live_task(body: str) -> dict[str, Any] | None:
+    """The task, unless its invocation was superseded or answered meanwhile."""
+    try:
+        task = json.loads(body)
+        claims = verify_task_id(task.get("taskId"))
+    except Exception:
+        log.warning("dropping a malformed task: %r", body[:200])
+        return None
+    run = runs_store.get_run(claims.run_id, with_steps=False)
+    if (
+        run is None
+        or run.ended
+        or run.epoch != claims.epoch
+        or run.handled_seq >= claims.seq
+        or run.lease_until_ms <= clock.now_ms()
+    ):
+        return None
+    if not isinstance(task, dict):
+        return None
+    return task
+
+
+def _claims(token: str, body: Any) -> tuple[tokens.InvocationClaims, TaskClaims]:
+    claims = tokens.verify(settings().token_secret, token, clock.now_ms())
+    if not isinstance(body, dict):
+        raise ValidationError("body must be a JSON object")
+    task = verify_task_id(body.get("taskId"))
+    if (task.run_id, task.epoch) != (claims.run_id, claims.epoch):
+        raise Unauthorized("the taskId does not belong to this invocation token")
+    return claims, task
+
+
+def heartbeat(token: str, body: Any) -> dict[str, Any]:
+    """Extend the invocation's lease by the pull lease; 409 when it was lost."""
+    claims, _ = _claims(token, body)
+    lease_s = pull_lease_seconds()
+    until = clock.now_ms() + lease_s * 1000
+    set_lease(claims.run_id, claims.epoch, until)
+    from datetime import UTC, datetime
+
+    return {
+        "leaseSeconds": lease_s,
+        "leaseExpiresAt": clock.iso(datetime.fromtimestamp(until / 1000, tz=UTC)),
+    }
+
+
+def post_outcome(token: str, body: Any) -> dict[str, Any]:
+    """Apply a worker's outcome under the invocation's lease (as the invoker does for push)."""
+    claims, task = _claims(token, body)
+    run = runs_store.get_run(claims.run_id)
+    if run is None:
+        raise NotFound(f"run {claims.run_id} not found")
+    if run.ended or run.epoch != claims.epoch or run.handled_seq >= task.seq:
+        raise StaleInvocation("the invocation's lease was taken over or the run ended")
+    try:
+        outcome = outcome_rules.parse(body, clock.now())
+    except outcome_rules.MalformedOutcome as exc:
+        raise ValidationError(f"outcome: {exc}") from None
+    run = replace(run, epoch=claims.epoch)
+    outcomes.apply(
+        run, task.seq, outcome, invocation_id=task.invocation_id, started_at=task.started_at
+    )
+    return {"result": "ok"}

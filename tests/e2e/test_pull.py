@@ -1,0 +1,186 @@
+"""Pull apps end to end: workers announce, long-poll tasks, run them with the replay driver,
+heartbeat, and a crashed worker's task goes to another worker when its lease ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from ezgh_engine.local.runtime import LocalRuntime
+from ezgh_workflows import ApiError, Context, Worker, WorkflowsClient, workflow
+
+pytestmark = pytest.mark.e2e
+
+CALLS: Counter[str] = Counter()
+GATE = threading.Event()
+
+
+def _slow_step() -> str:
+    CALLS["slow"] += 1
+    if CALLS["slow"] == 1:
+        GATE.wait(60)  # the first worker "dies" here
+    return "done"
+
+
+@workflow("crashy")
+async def crashy(ctx: Context) -> Any:
+    first = await ctx.step.run("first", lambda: CALLS.update(["first"]) or "one")
+    slow = await ctx.step.run("slow", _slow_step)
+    return [first, slow]
+
+
+@workflow("long-step")
+def long_step(ctx: Context) -> Any:
+    def work() -> int:
+        CALLS["long"] += 1
+        time.sleep(float(ctx.input.get("seconds", 3)))
+        return CALLS["long"]
+
+    return ctx.step.run("work", work)
+
+
+@workflow("quick")
+async def quick(ctx: Context) -> Any:
+    def work() -> int:
+        time.sleep(0.3)
+        return int(ctx.input["n"]) * 2
+
+    return await ctx.step.run("double", work)
+
+
+WORKFLOWS = [crashy, long_step, quick]
+
+
+class DeadWorker(Worker):
+    """Simulates a crash mid-step: no heartbeats, no outcome."""
+
+    def _heartbeat(self, task: dict[str, Any], done: threading.Event) -> None:
+        return
+
+    def _post_outcome(self, task: dict[str, Any], outcome: dict[str, Any]) -> None:
+        return
+
+
+class CountingWorker(Worker):
+    ran: Counter[str] = Counter()
+
+    def _execute(self, task: dict[str, Any]) -> dict[str, Any] | None:
+        CountingWorker.ran[self.worker_id] += 1
+        return super()._execute(task)
+
+
+@pytest.fixture()
+def pull(engine: LocalRuntime, client: WorkflowsClient, monkeypatch) -> Iterator[Any]:
+    CALLS.clear()
+    GATE.clear()
+    CountingWorker.ran.clear()
+    monkeypatch.setenv("EZGH_PULL_LEASE_SECONDS", "2")
+    app = client.create_app("pulled", "pull")
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    class Env:
+        app_id = app["id"]
+
+        def worker(self, cls: type[Worker] = Worker, **kw: Any) -> Worker:
+            w = cls(
+                app["id"],
+                WORKFLOWS,
+                api_key=engine.api_key,
+                base_url=engine.api_url,
+                organization_id=engine.org_id,
+                project_id=engine.project_id,
+                poll_wait_seconds=1,
+                **kw,
+            )
+            t = threading.Thread(target=w.run, daemon=True)
+            t.start()
+            started.append((w, t))
+            return w
+
+    yield Env()
+    GATE.set()
+    for w, _ in started:
+        w.stop()
+    for _, t in started:
+        t.join(timeout=15)
+
+
+def test_announce_syncs_the_app_and_poll_answers_204(engine, client, pull):
+    assert client.get_app(pull.app_id)["status"] == "pending"
+    with pytest.raises(ApiError) as err:
+        client.start_run(pull.app_id, "quick", {"n": 1})
+    assert err.value.code == "app_not_synced"
+    app = client.request(
+        "POST",
+        f"/apps/{pull.app_id}/workers",
+        json={"workerId": "w1", "workflows": ["quick", "crashy"]},
+    )
+    assert app["status"] == "synced" and app["workflows"] == ["quick", "crashy"]
+    t0 = time.monotonic()
+    answer = client._http.post(
+        f"{engine.api_prefix}/apps/{pull.app_id}/tasks/poll",
+        json={"waitSeconds": 1},
+        headers={"Authorization": f"Bearer {engine.api_key}"},
+    )
+    assert answer.status_code == 204 and time.monotonic() - t0 >= 0.9
+
+
+def test_a_worker_runs_runs_with_replay(engine, client, pull):
+    pull.worker()
+    engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
+    run = client.start_run(pull.app_id, "quick", {"n": 21})
+    done = client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    assert done["status"] == "completed" and done["output"] == 42
+    assert [s["name"] for s in done["steps"]] == ["double"]
+
+
+def test_a_crashed_workers_task_is_finished_by_another_worker(engine, client, pull):
+    pull.worker(DeadWorker, worker_id="doomed")
+    engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
+    run = client.start_run(pull.app_id, "crashy", {})
+    engine.wait_for(lambda: CALLS["slow"] == 1, timeout=20)
+    mid = client.get_run(run["id"])
+    assert [(s["name"], s["status"]) for s in mid["steps"]] == [
+        ("first", "completed"),
+        ("slow", "running"),
+    ]
+    # The worker is gone (no heartbeat, no outcome). Skip past its lease.
+    engine.clock.advance(timedelta(seconds=3))
+    pull.worker(worker_id="rescuer")
+    done = client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    assert done["status"] == "completed", done
+    assert done["output"] == ["one", "done"]
+    assert CALLS["first"] == 1  # recorded: not run again
+    assert CALLS["slow"] == 2  # the dead worker's attempt, then the rescuer's
+    slow = next(s for s in done["steps"] if s["name"] == "slow")
+    assert slow["attempt"] == 2
+    # The dead worker wakes up: its late step call is refused; the run stays as it was.
+    GATE.set()
+    time.sleep(1.0)  # (workers' long polls keep the engine busy: no wait_idle here)
+    assert client.get_run(run["id"])["output"] == ["one", "done"]
+
+
+def test_a_live_worker_keeps_its_task_past_the_lease(engine, client, pull):
+    pull.worker(worker_id="steady")
+    pull.worker(worker_id="other")
+    engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
+    run = client.start_run(pull.app_id, "long-step", {"seconds": 5})  # lease is 2 s
+    done = client.wait_for_run(run["id"], timeout=40, interval=0.1)
+    assert done["status"] == "completed"
+    assert CALLS["long"] == 1 and done["output"] == 1
+
+
+def test_several_workers_share_the_load(engine, client, pull):
+    workers = [pull.worker(CountingWorker, worker_id=f"w{i}", concurrency=1) for i in range(3)]
+    engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
+    runs = [client.start_run(pull.app_id, "quick", {"n": n}) for n in range(9)]
+    for n, run in enumerate(runs):
+        done = client.wait_for_run(run["id"], timeout=40, interval=0.1)
+        assert done["status"] == "completed" and done["output"] == n * 2
+    assert sum(CountingWorker.ran.values()) == 9
+    assert len([w for w in workers if CountingWorker.ran[w.worker_id]]) >= 2
