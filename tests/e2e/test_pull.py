@@ -140,10 +140,11 @@ def test_a_worker_runs_runs_with_replay(engine, client, pull):
 
 
 def test_a_crashed_workers_task_is_finished_by_another_worker(engine, client, pull):
-    pull.worker(DeadWorker, worker_id="doomed")
+    doomed = pull.worker(DeadWorker, worker_id="doomed")
     engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
     run = client.start_run(pull.app_id, "crashy", {})
     engine.wait_for(lambda: CALLS["slow"] == 1, timeout=20)
+    doomed.stop()  # a crashed process polls no more (else it could take the task again)
     mid = client.get_run(run["id"])
     assert [(s["name"], s["status"]) for s in mid["steps"]] == [
         ("first", "completed"),
@@ -152,7 +153,7 @@ def test_a_crashed_workers_task_is_finished_by_another_worker(engine, client, pu
     # The worker is gone (no heartbeat, no outcome). Skip past its lease.
     engine.clock.advance(timedelta(seconds=3))
     pull.worker(worker_id="rescuer")
-    done = client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    done = client.wait_for_run(run["id"], timeout=60, interval=0.1)
     assert done["status"] == "completed", done
     assert done["output"] == ["one", "done"]
     assert CALLS["first"] == 1  # recorded: not run again
