@@ -9,7 +9,6 @@ import zlib
 import boto3
 import pytest
 from ezgh_engine.api import idempotency
-from ezgh_engine.ids import sha256_hex
 from ezgh_engine.service import apps as apps_service
 
 CONTRACT_PATHS = [
@@ -63,6 +62,43 @@ def test_a_body_must_be_a_json_object(project, raw):
 def test_base64_bodies_are_decoded(project):
     answer = project.call("POST", "/apps", body=APP, base64_body=True)
     assert answer.status == 201
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/apps",  # a validated body (Powertools' request validation)
+        "/apiKeys",
+        "/apps/jobs/tasks/poll",  # a body the route reads itself
+    ],
+)
+@pytest.mark.parametrize("encoded", ["1lnJBw==", "pg==", "not base64!"])
+def test_a_base64_body_that_is_not_utf8_is_a_validation_error(project, path, encoded):
+    """Found by tests/api/test_fuzz_openapi.py: such a body raised UnicodeDecodeError inside
+    Powertools (500). Bodies are decoded once at the edge (`api.events`) and refused 400."""
+    from functions.api.handler import handler
+    from tests.api.conftest import LambdaContext, make_event
+
+    if path.startswith("/apps/jobs"):
+        project.call("POST", "/apps", body={"name": "jobs", "kind": "pull"})
+    event = make_event("POST", project.prefix + path, headers=project.auth())
+    event["body"], event["isBase64Encoded"] = encoded, True
+    answer = handler(event, LambdaContext())
+    assert answer["statusCode"] == 400, answer
+    assert json.loads(answer["body"]) == {
+        "error": {"code": "validation_error", "message": "request body is not UTF-8 text"}
+    }
+
+
+def test_a_callback_body_that_is_not_utf8_is_a_validation_error(project):
+    from functions.api.handler import handler
+    from tests.api.conftest import LambdaContext, make_event
+
+    event = make_event("POST", "/v1/callbacks/whatever")
+    event["body"], event["isBase64Encoded"] = "1lnJBw==", True
+    answer = handler(event, LambdaContext())
+    assert answer["statusCode"] == 400, answer
+    assert json.loads(answer["body"])["error"]["code"] == "validation_error"
 
 
 def test_a_body_over_1_mib_is_payload_too_large(project):
@@ -161,12 +197,18 @@ def test_a_failed_first_request_lets_the_key_go(project):
     assert project.call("POST", "/apps", body=APP, headers=headers).status == 201
 
 
+def _principal(project):
+    from ezgh_engine.service.auth import authenticate
+
+    return authenticate(f"Bearer {project.api_key}")
+
+
 def test_a_request_still_in_progress_is_a_conflict(project, monkeypatch):
     from ezgh_engine.adapters import idempotency_store
 
     monkeypatch.setattr(idempotency, "WAIT_SECONDS", 0.2)
     body = idempotency._request_hash(APP)
-    pk = f"IDEM#{project.project_id}#POST /apps#{sha256_hex('busy')}"
+    pk = idempotency.record_pk(_principal(project), "POST /apps", "busy")
     token, _ = idempotency_store.claim(pk, body, 3600, stale_before_ms=0)
     assert token is not None
     answer = project.call("POST", "/apps", body=APP, headers={"idempotency-key": "busy"})
@@ -177,7 +219,7 @@ def test_a_request_still_in_progress_is_a_conflict(project, monkeypatch):
 def test_an_abandoned_claim_is_taken_over(project, monkeypatch):
     from ezgh_engine.adapters import idempotency_store
 
-    pk = f"IDEM#{project.project_id}#POST /apps#{sha256_hex('dead')}"
+    pk = idempotency.record_pk(_principal(project), "POST /apps", "dead")
     idempotency_store.claim(pk, idempotency._request_hash(APP), 3600, stale_before_ms=0)
     monkeypatch.setattr(idempotency, "STALE_CLAIM_MS", -10_000)  # every claim is old now
     answer = project.call("POST", "/apps", body=APP, headers={"idempotency-key": "dead"})

@@ -33,35 +33,38 @@ def sign(signing_key: str, timestamp: int, body: bytes) -> str:
     return "v1=" + mac.hexdigest()
 
 
-def _forbidden_address(address: str) -> bool:
+def _forbidden_address(address: str, *, allow_local: bool = False) -> bool:
+    """Never link-local (the instance metadata service), multicast, reserved or unspecified;
+    loopback and private only when `allow_local` (`ezgh dev`)."""
     ip = ipaddress.ip_address(address)
-    return (
-        ip.is_loopback
-        or ip.is_link_local
-        or ip.is_private
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-    )
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    reserved = ip.is_reserved and not ip.is_loopback  # ::1 sits in the reserved ::/8
+    if ip.is_link_local or ip.is_multicast or reserved or ip.is_unspecified:
+        return True
+    return not allow_local and (ip.is_loopback or ip.is_private)
 
 
 def check_app_url(url: str, *, allow_loopback: bool | None = None) -> str:
-    """Refuse URLs a deployed engine must not call: not http(s), or a loopback, link-local
-    or private host (allowed only under `ezgh dev`). Answers the URL."""
+    """Refuse URLs the engine must not call: not http(s); a link-local (metadata),
+    multicast or reserved host always; a loopback or private host except under `ezgh dev`.
+    Answers the URL."""
     allow = settings().allow_loopback_apps if allow_loopback is None else allow_loopback
     parts = urlsplit(url)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise ValidationError("url must be an absolute https URL")
     if parts.scheme == "http" and not allow:
         raise ValidationError("url must use https")
-    if allow:
-        return url
     try:
         infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
     except OSError:
         return url  # unresolvable now; checked again when called
-    if any(_forbidden_address(str(info[4][0])) for info in infos):
-        raise ValidationError("url must not point at a loopback, link-local or private address")
+    if any(_forbidden_address(str(info[4][0]), allow_local=allow) for info in infos):
+        raise ValidationError(
+            "url must not point at a link-local or metadata address"
+            if allow
+            else "url must not point at a loopback, link-local or private address"
+        )
     return url
 
 

@@ -45,6 +45,10 @@ def parse_json_body(raw: str) -> Any:
     Installed as the resolver's JSON deserializer, so it runs before any validation and
     every route reads its body through it.
     """
+    from ezgh_engine.api.events import UNDECODABLE_BODY
+
+    if raw == UNDECODABLE_BODY:
+        raise ValidationError("request body is not UTF-8 text")
     if len(raw.encode()) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
     try:

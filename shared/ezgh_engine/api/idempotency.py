@@ -1,6 +1,6 @@
 """`Idempotency-Key` on creating POSTs: the same key and body answer the first answer again.
 
-A record `IDEM#<projectId>#<operation>#<key>` is claimed (conditional put) before the request
+A record `IDEM#<projectId>#<apiKeyId>#<operation>#<key>` is claimed (conditional put) before the request
 runs and then holds the first answer for 48 hours. Rules:
 
 - same key, same body, answer known: that answer (status and body) again;
@@ -85,6 +85,13 @@ def _conflict(message: str) -> Conflict:
     return Conflict(message, code="idempotency_conflict")
 
 
+def record_pk(principal: Principal, operation: str, key: str) -> str:
+    """The record of one Idempotency-Key. Scoped to the calling API key: a replay skips the
+    request's permission checks, so one key's answer (e.g. a new key's secret) must never be
+    answered to another key."""
+    return f"IDEM#{principal.project_id}#{principal.key_id}#{operation}#{ids.sha256_hex(key)}"
+
+
 def answer_once(
     principal: Principal,
     operation: str,
@@ -101,7 +108,7 @@ def answer_once(
         return _response(*run())
     if not _KEY_RE.match(key):
         raise ValidationError("Idempotency-Key: 1 to 255 printable ASCII characters")
-    pk = f"IDEM#{principal.project_id}#{operation}#{ids.sha256_hex(key)}"
+    pk = record_pk(principal, operation, key)
     digest = _request_hash(body)
     deadline = clock.monotonic() + WAIT_SECONDS
     while True:
