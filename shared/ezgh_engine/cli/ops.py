@@ -1,0 +1,74 @@
+"""`ezgh ops …`: operator commands that read the engine's tables directly (not the API).
+
+    ezgh ops stuck-runs [--project-id UUID] [--older-than 300] [--json] [--stack EzghWorkflows]
+
+Where the tables are: with `--stack`, from that CloudFormation stack's outputs (as
+`ezgh bootstrap` reads them, with the operator's AWS credentials); without it, from the
+environment variables the engine's handlers read (`EZGH_RUNS_TABLE`, ...; `AWS_ENDPOINT_URL`
+for an emulator). `stuck-runs` without `--project-id` scans the whole runs table (see
+`ezgh_engine.service.ops`). Exit code: 0 none stuck, 1 some stuck, 2 could not check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ezgh_engine import config
+
+# `ops` never calls the API, but the engine's settings require its URL.
+_NO_API_URL = "http://ezgh-ops.invalid"
+
+
+def _configure(stack: str | None) -> None:
+    if stack:
+        from ezgh_engine.cli.bootstrap import engine_env, stack_outputs
+
+        os.environ.update(engine_env(stack_outputs(stack)))
+    os.environ.setdefault(config.ENV_API_URL, _NO_API_URL)
+    config.reset_settings()
+
+
+def _stuck_runs(args: argparse.Namespace) -> int:
+    from ezgh_engine.service.ops import find_stuck_runs
+
+    try:
+        _configure(args.stack)
+        stuck = find_stuck_runs(args.project_id, older_than_seconds=args.older_than)
+    except Exception as exc:  # an operator command: say what failed, no stack trace
+        print(f"ezgh ops stuck-runs: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"stuckRuns": [s.to_json() for s in stuck]}, indent=2))
+    elif not stuck:
+        print("no stuck runs")
+    else:
+        for s in stuck:
+            print(f"{s.run_id}  {s.workflow}  {s.status}  project {s.project_id}\n    {s.why}")
+    return 1 if stuck else 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "ops", help="operator checks over the engine's tables", description=__doc__
+    )
+    commands = parser.add_subparsers(dest="ops_command", metavar="COMMAND", required=True)
+    stuck = commands.add_parser(
+        "stuck-runs",
+        help="runs that are running/cancelling with nothing pending (no lease, no owed "
+        "invocation, no sleeping/waiting/retrying/running step)",
+    )
+    stuck.add_argument("--project-id", help="one project (a query, not a table scan)")
+    stuck.add_argument(
+        "--older-than",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="only runs quiet at least this long (default 300)",
+    )
+    stuck.add_argument("--stack", help="read table names from this CloudFormation stack")
+    stuck.add_argument("--json", action="store_true", help="JSON for scripts")
+    stuck.set_defaults(func=_stuck_runs)
