@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
@@ -66,8 +69,15 @@ class EventSources(Construct):
                         retry_attempts=STREAM_RETRY_ATTEMPTS,
                         max_record_age=STREAM_MAX_RECORD_AGE,
                         on_failure=sources.SqsDlq(dlq),
+                        filters=_filters(spec),
                     )
                 )
+
+
+def _filters(spec: StreamSource) -> list[dict[str, Any]] | None:
+    """The topology's filter as Lambda FilterCriteria (one pattern, JSON-encoded)."""
+    pattern = spec.filter_pattern()
+    return None if pattern is None else [{"pattern": json.dumps(pattern)}]
 
 
 def _check_visibility(queue: sqs.Queue, function: lambda_.Function, spec: SqsSource) -> None:

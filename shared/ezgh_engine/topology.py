@@ -9,7 +9,7 @@ twice.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,35 @@ class SqsSource:
 
 @dataclass(frozen=True)
 class StreamSource:
-    """A DynamoDB stream event source mapping: `table`'s stream feeds `function`."""
+    """A DynamoDB stream event source mapping: `table`'s stream feeds `function`.
+
+    With `item_types`, only inserts and modifications of items whose `type` attribute is one
+    of them reach the function (a Lambda filter in AWS, the same test in the local poller):
+    the rest (events, index items, removals) would only cost an invocation each.
+    """
 
     table: str
     function: str
     batch_size: int = 100
+    item_types: tuple[str, ...] = ()
     kind: Literal["stream"] = "stream"
+
+    def filter_pattern(self) -> dict[str, Any] | None:
+        """The Lambda event filter pattern, or None to deliver every record."""
+        if not self.item_types:
+            return None
+        return {
+            "eventName": ["INSERT", "MODIFY"],
+            "dynamodb": {"NewImage": {"type": {"S": list(self.item_types)}}},
+        }
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        """Whether a stream record passes `filter_pattern` (for the local poller)."""
+        if not self.item_types:
+            return True
+        image = (record.get("dynamodb") or {}).get("NewImage") or {}
+        item_type = (image.get("type") or {}).get("S")
+        return record.get("eventName") in ("INSERT", "MODIFY") and item_type in self.item_types
 
 
 @dataclass(frozen=True)
@@ -135,7 +158,8 @@ TOPOLOGY = Topology(
     queues=(INVOCATIONS_QUEUE, NOTIFICATIONS_QUEUE),
     functions=(API_FUNCTION, STREAM_FUNCTION, INVOKER_FUNCTION, DELIVER_FUNCTION, NOTIFY_FUNCTION),
     sources=(
-        StreamSource(table="runs", function="stream"),
+        # Only runs and steps cause anything (service/stream.py); events and index items don't.
+        StreamSource(table="runs", function="stream", item_types=("run", "step")),
         SqsSource(queue="invocations", function="invoker", batch_size=1),
         SqsSource(queue="notifications", function="notify", batch_size=1),
     ),

@@ -97,7 +97,9 @@ def test_stream_to_queue_to_invoker_then_idle(engine: LocalRuntime, recorder: Re
     table = os.environ["EZGH_RUNS_TABLE"]
     for i in range(3):
         aws.client("dynamodb").put_item(
-            TableName=table, Item={"pk": {"S": f"RUN#{i}"}, "sk": {"S": "RUN"}}
+            # `type` run: the topology's stream filter passes only run and step items.
+            TableName=table,
+            Item={"pk": {"S": f"RUN#{i}"}, "sk": {"S": "RUN"}, "type": {"S": "run"}},
         )
     engine.wait_idle(timeout=10)
     assert sorted(recorder.invoker) == ["RUN#0", "RUN#1", "RUN#2"]
@@ -106,11 +108,16 @@ def test_stream_to_queue_to_invoker_then_idle(engine: LocalRuntime, recorder: Re
 
 def test_reset_empties_everything(engine: LocalRuntime, recorder: Recorder) -> None:
     table = os.environ["EZGH_RUNS_TABLE"]
-    aws.client("dynamodb").put_item(TableName=table, Item={"pk": {"S": "x"}, "sk": {"S": "y"}})
+    run = {"type": {"S": "run"}}
+    aws.client("dynamodb").put_item(
+        TableName=table, Item={"pk": {"S": "x"}, "sk": {"S": "y"}, **run}
+    )
     engine.wait_idle(timeout=10)
     engine.reset()
     assert aws.client("dynamodb").scan(TableName=table)["Items"] == []
-    aws.client("dynamodb").put_item(TableName=table, Item={"pk": {"S": "z"}, "sk": {"S": "y"}})
+    aws.client("dynamodb").put_item(
+        TableName=table, Item={"pk": {"S": "z"}, "sk": {"S": "y"}, **run}
+    )
     engine.wait_for(lambda: "z" in recorder.invoker, timeout=10)  # pollers follow the reset
 
 

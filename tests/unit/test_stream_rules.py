@@ -24,3 +24,23 @@ def test_ended_run_does_not():
 
 def test_cancelling_run_does():
     assert wants_invocation(run(status="cancelling", invokeSeq=2, handledSeq=1))
+
+
+def _record(event_name: str, item_type: str | None) -> dict:
+    image = {"type": {"S": item_type}} if item_type else {}
+    return {"eventName": event_name, "dynamodb": {"NewImage": image}}
+
+
+def test_the_runs_stream_delivers_only_run_and_step_changes():
+    from ezgh_engine.topology import TOPOLOGY, StreamSource
+
+    source = next(s for s in TOPOLOGY.sources if isinstance(s, StreamSource))
+    assert source.matches(_record("INSERT", "run"))
+    assert source.matches(_record("MODIFY", "step"))
+    assert not source.matches(_record("INSERT", "run.started"))  # an event item
+    assert not source.matches(_record("REMOVE", "run"))
+    assert not source.matches(_record("INSERT", None))
+    assert source.filter_pattern() == {
+        "eventName": ["INSERT", "MODIFY"],
+        "dynamodb": {"NewImage": {"type": {"S": ["run", "step"]}}},
+    }

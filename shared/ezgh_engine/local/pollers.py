@@ -241,9 +241,13 @@ class StreamPoller(Poller):
         max_attempts: int = 5,
         backoff_seconds: float = 0.2,
         idle_wait_seconds: float = 1.0,
+        accepts: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         super().__init__(name, activity)
         self.stream_arn = stream_arn
+        # The mapping's event filter (topology `StreamSource.matches`): records it refuses
+        # never reach the handler, as in AWS.
+        self.accepts = accepts or (lambda record: True)
         self.invoke = invoke
         self.batch_size = max(1, min(batch_size, 1000))
         self.max_attempts = max_attempts
@@ -309,7 +313,7 @@ class StreamPoller(Poller):
                 else:
                     self._iterators.pop(shard_id, None)
                     self._closed.add(shard_id)
-                records = answer.get("Records", [])
+                records = [r for r in answer.get("Records", []) if self.accepts(r)]
                 if records and generation == self.generation:
                     got_any = True
                     self._process(records)

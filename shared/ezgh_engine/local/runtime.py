@@ -301,6 +301,7 @@ class LocalRuntime:
                         invoke=invoke,
                         activity=self.activity,
                         batch_size=source.batch_size,
+                        accepts=source.matches,
                     )
                 )
         self.scheduler = Scheduler(group=SCHEDULER_GROUP, activity=self.activity)
