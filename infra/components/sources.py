@@ -75,9 +75,9 @@ class EventSources(Construct):
 
 
 def _filters(spec: StreamSource) -> list[dict[str, Any]] | None:
-    """The topology's filter as Lambda FilterCriteria (one pattern, JSON-encoded)."""
-    pattern = spec.filter_pattern()
-    return None if pattern is None else [{"pattern": json.dumps(pattern)}]
+    """The topology's filters as Lambda FilterCriteria (JSON-encoded patterns, any passes)."""
+    patterns = spec.filter_patterns()
+    return [{"pattern": json.dumps(p)} for p in patterns] or None
 
 
 def _check_visibility(queue: sqs.Queue, function: lambda_.Function, spec: SqsSource) -> None:

@@ -60,33 +60,39 @@ class SqsSource:
 class StreamSource:
     """A DynamoDB stream event source mapping: `table`'s stream feeds `function`.
 
-    With `item_types`, only inserts and modifications of items whose `type` attribute is one
-    of them reach the function (a Lambda filter in AWS, the same test in the local poller):
-    the rest (events, index items, removals) would only cost an invocation each.
+    With `filters`, only inserts and modifications whose new image matches one of them reach
+    the function (Lambda FilterCriteria in AWS, the same test in the local poller); each
+    filter maps attributes to the values they may hold. Everything else (events, index items,
+    removals, steps merely running or done) would only cost an invocation each.
     """
 
     table: str
     function: str
     batch_size: int = 100
-    item_types: tuple[str, ...] = ()
+    filters: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = ()
     kind: Literal["stream"] = "stream"
 
-    def filter_pattern(self) -> dict[str, Any] | None:
-        """The Lambda event filter pattern, or None to deliver every record."""
-        if not self.item_types:
-            return None
-        return {
-            "eventName": ["INSERT", "MODIFY"],
-            "dynamodb": {"NewImage": {"type": {"S": list(self.item_types)}}},
-        }
+    def filter_patterns(self) -> list[dict[str, Any]]:
+        """The Lambda event filter patterns (any one passes); empty to deliver everything."""
+        return [
+            {
+                "eventName": ["INSERT", "MODIFY"],
+                "dynamodb": {"NewImage": {name: {"S": list(values)} for name, values in f}},
+            }
+            for f in self.filters
+        ]
 
     def matches(self, record: dict[str, Any]) -> bool:
-        """Whether a stream record passes `filter_pattern` (for the local poller)."""
-        if not self.item_types:
+        """Whether a stream record passes `filter_patterns` (for the local poller)."""
+        if not self.filters:
             return True
+        if record.get("eventName") not in ("INSERT", "MODIFY"):
+            return False
         image = (record.get("dynamodb") or {}).get("NewImage") or {}
-        item_type = (image.get("type") or {}).get("S")
-        return record.get("eventName") in ("INSERT", "MODIFY") and item_type in self.item_types
+        return any(
+            all((image.get(name) or {}).get("S") in values for name, values in f)
+            for f in self.filters
+        )
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,16 @@ TOPOLOGY = Topology(
     queues=(INVOCATIONS_QUEUE, NOTIFICATIONS_QUEUE),
     functions=(API_FUNCTION, STREAM_FUNCTION, INVOKER_FUNCTION, DELIVER_FUNCTION, NOTIFY_FUNCTION),
     sources=(
-        # Only runs and steps cause anything (service/stream.py); events and index items don't.
-        StreamSource(table="runs", function="stream", item_types=("run", "step")),
+        # What service/stream.py reacts to: run items, and steps that start to wait (timers,
+        # branches). Events, index items and steps merely running or done cause nothing.
+        StreamSource(
+            table="runs",
+            function="stream",
+            filters=(
+                (("type", ("run",)),),
+                (("type", ("step",)), ("status", ("sleeping", "retrying", "waiting"))),
+            ),
+        ),
         SqsSource(queue="invocations", function="invoker", batch_size=1),
         SqsSource(queue="notifications", function="notify", batch_size=1),
     ),

@@ -223,12 +223,12 @@ def test_event_source_mapping(stack: EzghStack, template: dict[str, Any], spec: 
         assert 0 < m["MaximumRecordAgeInSeconds"] <= 7 * 24 * 3600
         dlq = logical_id(stack, stack.sources.stream_dlqs[spec.table])
         assert m["DestinationConfig"] == {"OnFailure": {"Destination": getatt(dlq)}}
-        pattern = spec.filter_pattern()
-        if pattern is None:
+        patterns = spec.filter_patterns()
+        if not patterns:
             assert "FilterCriteria" not in m
-        else:  # the same filter the local poller applies
+        else:  # the same filters the local poller applies
             filters = m["FilterCriteria"]["Filters"]
-            assert [json.loads(f["Pattern"]) for f in filters] == [pattern]
+            assert [json.loads(f["Pattern"]) for f in filters] == patterns
 
 
 def test_every_mapping_comes_from_the_topology(template: dict[str, Any]) -> None:
