@@ -12,10 +12,9 @@ import logging
 from typing import Any
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import payloads, registry_store, runs_store
-from ezgh_engine.config import settings
-from ezgh_engine.core import validation
+from ezgh_engine.adapters import registry_store, runs_store
 from ezgh_engine.core.models import Run
+from ezgh_engine.service.new_runs import new_run
 
 log = logging.getLogger(__name__)
 
@@ -46,24 +45,13 @@ def start_derived_run(
         raise NotStartable(f"app {app.name} has not synced yet")
     if workflow not in app.workflows:
         raise NotStartable(f"workflow {workflow} not found in app {app.name}")
-    text = validation.encode_value(input, "input")
-    now = clock.iso(clock.now())
-    large = len(text.encode()) > settings().payload_inline_bytes
-    if large:
-        payloads.put(project_id, run_id, payloads.RUN_INPUT_PATH, text)
-    run = Run(
-        id=run_id,
+    run = new_run(
+        run_id=run_id,
         org_id=org_id,
         project_id=project_id,
-        app_id=app.id,
+        app=app,
         workflow=workflow,
-        status="running",
-        input=input,
-        input_ref=payloads.RUN_INPUT_PATH if large else None,
-        attempt=1,
-        created_at=now,
-        started_at=now,
-        version=1,
+        value=input,
         schedule_id=schedule_id,
         parent_run_id=parent_run_id,
     )

@@ -12,10 +12,10 @@ from urllib.parse import unquote
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import payloads, registry_store, runs_store
 from ezgh_engine.adapters import run_control_store as control
-from ezgh_engine.config import settings
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import ENDED_STATUSES, App, Principal, Run
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+from ezgh_engine.service.new_runs import new_run
 
 MAX_TIMEOUT_SECONDS = 365 * 86_400  # a run lasts at most a year (the default too)
 RUN_STATUSES = ("running", "cancelling", "completed", "failed", "cancelled", "timedOut")
@@ -35,25 +35,13 @@ def _app(principal: Principal, app_ref: str) -> App:
 
 
 def _new_run(principal: Principal, app: App, workflow: str, value: Any, run_key: str | None) -> Run:
-    run_id = ids.new_id()
-    text = validation.encode_value(value, "input")
-    now = clock.iso(clock.now())
-    large = len(text.encode()) > settings().payload_inline_bytes
-    if large:
-        payloads.put(principal.project_id, run_id, payloads.RUN_INPUT_PATH, text)
-    return Run(
-        id=run_id,
+    return new_run(
+        run_id=ids.new_id(),
         org_id=principal.org_id,
         project_id=principal.project_id,
-        app_id=app.id,
+        app=app,
         workflow=workflow,
-        status="running",
-        input=value,
-        input_ref=payloads.RUN_INPUT_PATH if large else None,
-        attempt=1,
-        created_at=now,
-        started_at=now,
-        version=1,
+        value=value,
         run_key=run_key,
     )
 
