@@ -19,8 +19,8 @@ from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.errors import StaleInvocation
 
-_LIVE = {":running": {"S": "running"}, ":cancelling": {"S": "cancelling"}}
-_LIVE_CONDITION = "#status IN (:running, :cancelling)"
+_LIVE = items.LIVE_VALUES
+_LIVE_CONDITION = items.LIVE_CONDITION
 
 
 def _ddb() -> Any:

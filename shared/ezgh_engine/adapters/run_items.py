@@ -8,6 +8,12 @@ from typing import Any
 from ezgh_engine.core.models import Run, RunError, Step
 
 RUN_SK = "RUN"
+
+# The condition that a run is live (running or cancelling), for every conditional write that
+# needs it; its names map `#status`, its values `:running` and `:cancelling`.
+LIVE_CONDITION = "#status IN (:running, :cancelling)"
+LIVE_NAMES = {"#status": "status"}
+LIVE_VALUES = {":running": {"S": "running"}, ":cancelling": {"S": "cancelling"}}
 STEP_PREFIX = "STEP#"
 EVENT_PREFIX = "EVT#"
 

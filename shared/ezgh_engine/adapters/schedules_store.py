@@ -13,7 +13,7 @@ Each schedule has one EventBridge Scheduler schedule `c-<id>` in the engine's sc
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from botocore.exceptions import ClientError
@@ -156,8 +156,6 @@ def list_for(project_id: str) -> list[Schedule]:
 
 def save(old: Schedule, new: Schedule) -> Schedule:
     """Write `new` over `old` if nobody changed it meanwhile (its version)."""
-    from dataclasses import replace
-
     saved = replace(new, version=old.version + 1)
     try:
         ddb().put_item(

@@ -46,36 +46,25 @@ def _lease_check(lease: Lease, *, bump: bool = False) -> dict[str, Any]:
     if lease.branch_step is not None:
         # A branch's step writes check its own branch epoch; the run need only be live. A
         # branch that ends its step asks for the run's next invocation in the same write.
-        live = {
+        live: dict[str, Any] = {
             "TableName": _table(),
             "Key": items.run_key(lease.run_id),
-            "ConditionExpression": "#status IN (:running, :cancelling)",
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": {
-                ":running": {"S": "running"},
-                ":cancelling": {"S": "cancelling"},
-            },
+            "ConditionExpression": items.LIVE_CONDITION,
+            "ExpressionAttributeNames": items.LIVE_NAMES,
+            "ExpressionAttributeValues": items.LIVE_VALUES,
         }
         if not bump:
             return {"ConditionCheck": live}
         live["UpdateExpression"] = "SET invokeSeq = invokeSeq + :one, version = version + :one"
-        live["ExpressionAttributeValues"] = {
-            ":running": {"S": "running"},
-            ":cancelling": {"S": "cancelling"},
-            ":one": {"N": "1"},
-        }
+        live["ExpressionAttributeValues"] = {**items.LIVE_VALUES, ":one": {"N": "1"}}
         return {"Update": live}
     return {
         "ConditionCheck": {
             "TableName": _table(),
             "Key": items.run_key(lease.run_id),
-            "ConditionExpression": "epoch = :epoch AND #status IN (:running, :cancelling)",
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": {
-                ":epoch": {"N": str(lease.epoch)},
-                ":running": {"S": "running"},
-                ":cancelling": {"S": "cancelling"},
-            },
+            "ConditionExpression": f"epoch = :epoch AND {items.LIVE_CONDITION}",
+            "ExpressionAttributeNames": items.LIVE_NAMES,
+            "ExpressionAttributeValues": {":epoch": {"N": str(lease.epoch)}, **items.LIVE_VALUES},
         }
     }
 

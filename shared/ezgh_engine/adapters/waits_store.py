@@ -17,8 +17,8 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 
-LIVE = {":running": {"S": "running"}, ":cancelling": {"S": "cancelling"}}
-LIVE_CONDITION = "#status IN (:running, :cancelling)"
+LIVE = items.LIVE_VALUES
+LIVE_CONDITION = items.LIVE_CONDITION
 
 
 def _ddb() -> Any:

@@ -85,7 +85,7 @@ def _release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int
 
 def invoke_branch(run_id: str, step_id: str) -> Any:
     """Handle one `branch` message; a `Retry` when it must come back later."""
-    from ezgh_engine.service.invoker import Retry, _request
+    from ezgh_engine.service.invoker import Retry, invoke_request
 
     cfg = settings()
     now_ms = clock.now_ms()
@@ -110,7 +110,7 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
     if app is None:
         return None  # the main invocation fails the run
     invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
-    request = _request(
+    request = invoke_request(
         run, invocation_id, lease_ms, now_ms, branch_step=step_id, branch_epoch=epoch
     )
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -119,7 +119,7 @@ def invoke(run_id: str, seq: int) -> Retry | None:
         from ezgh_engine.service import pull
 
         return pull.dispatch(app, run, seq, invocation_id, started_at)
-    request = _request(run, invocation_id, lease_ms, now_ms)
+    request = invoke_request(run, invocation_id, lease_ms, now_ms)
     try:
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
@@ -136,8 +136,6 @@ def invoke(run_id: str, seq: int) -> Retry | None:
 
 
 def _with_lease(full: Run, leased: Run) -> Run:
-    from dataclasses import replace
-
     return replace(
         full,
         epoch=leased.epoch,
@@ -156,7 +154,7 @@ def _why_not_leased(run_id: str, seq: int, now_ms: int) -> Retry | None:
     return Retry(after_seconds=1)
 
 
-def _request(
+def invoke_request(
     run: Run,
     invocation_id: str,
     lease_ms: int,

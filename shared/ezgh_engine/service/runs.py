@@ -6,6 +6,7 @@ Permission checks happen here, against the run's app and workflow (`<app name>/<
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -70,7 +71,6 @@ def start_run(
     if timeout_seconds is not None:
         if isinstance(timeout_seconds, bool) or not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
             raise ValidationError("timeoutSeconds must be from 1 to 31536000 (a year)")
-        from dataclasses import replace
         from datetime import timedelta
 
         deadline = clock.parse_iso(run.created_at) + timedelta(seconds=timeout_seconds)
@@ -109,8 +109,6 @@ def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run:
 def _hydrate(run: Run) -> Run:
     """Fill in an input stored outside the item."""
     if run.input_ref and run.input is None:
-        from dataclasses import replace
-
         return replace(run, input=payloads.get(run.project_id, run.id, run.input_ref))
     return run
 
