@@ -191,7 +191,8 @@ def test_duplicate_message_during_a_running_step_is_held_off(engine, client, app
     done = wait_ended(engine, client, run["id"])
     assert done["status"] == "completed"
     assert CALLS["gated"] == 1
-    assert _in_flight() == 1  # still held; when it returns the run has ended and it is dropped
+    # Still held, or already back and dropped (the run has ended): never a second run of it.
+    assert _in_flight() <= 1
 
 
 def _in_flight() -> int:

@@ -30,6 +30,7 @@ class FakeEngine:
         self.deployment_ids: list[str | None] = []
         self.conflict = False
         self.status = "running"  # the run's status in invoke requests ("cancelling")
+        self.protocol = "1.3"  # the version the fake speaks ("1.2": no ops in answers)
 
     # StepTransport factory -------------------------------------------------------------
     def transport(self, api: ApiInfo, deployment_id: str | None) -> FakeTransport:
@@ -78,7 +79,7 @@ class FakeEngine:
         self, workflow: str, input: Any = None, attempt: int = 1, branch: str | None = None
     ) -> dict[str, Any]:
         body = {
-            "protocol": "1.2",
+            "protocol": self.protocol,
             "type": "invoke",
             "invocationId": f"inv-{len(self.calls)}",
             "run": {
@@ -95,6 +96,16 @@ class FakeEngine:
         if branch is not None:
             body["branch"] = {"stepId": branch}
         return body
+
+    def apply_answer_ops(self, outcome: dict[str, Any]) -> None:
+        """The step ends an answer carries (1.3), applied before its outcome, as one call."""
+        ops = outcome.get("ops")
+        if ops:
+            assert outcome["outcome"] not in ("aborted", "branch"), outcome
+            self.calls.append(copy.deepcopy(ops))
+            for op in ops:
+                result = self.apply(op)
+                assert result["result"] == "ok", (op, result)
 
     def note_waits(self, outcome: dict[str, Any]) -> None:
         for wait in outcome.get("waits", []):
@@ -185,7 +196,8 @@ def invoke(
     answer = post(app, engine.invoke_body(workflow, input, branch=branch))
     assert answer.status_code == 200, answer.text
     outcome: dict[str, Any] = answer.json()
-    assert outcome["protocol"] == "1.2"
+    assert outcome["protocol"] == "1.3"
+    engine.apply_answer_ops(outcome)
     engine.note_waits(outcome)
     return outcome
 

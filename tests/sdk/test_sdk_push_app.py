@@ -19,7 +19,7 @@ async def hello(ctx: Context) -> str:
     return await ctx.step.run("greet", lambda: f"hello {ctx.input['name']}")
 
 
-SYNC = {"protocol": "1.2", "type": "sync"}
+SYNC = {"protocol": "1.3", "type": "sync"}
 
 
 def test_sync_lists_workflows(engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +27,7 @@ def test_sync_lists_workflows(engine: FakeEngine, monkeypatch: pytest.MonkeyPatc
     answer = post(make_app(engine, hello), SYNC)
     assert answer.status_code == 200
     assert answer.json() == {
-        "protocol": "1.2",
+        "protocol": "1.3",
         "sdk": "ezgh-workflows-python/0.3.0",
         "deploymentId": "dep-7",
         "workflows": [{"name": "hello"}],
@@ -42,7 +42,7 @@ def test_deployment_id_goes_with_outcomes_and_step_calls(
     assert answer.json()["outcome"] == "completed"
     assert answer.json()["output"] == "hello ada"
     assert answer.json()["deploymentId"] == "dep-9"
-    assert engine.deployment_ids == ["dep-9", "dep-9"]
+    assert engine.deployment_ids == ["dep-9"]  # the step's end rides the answer
 
 
 def _body(payload: Any) -> bytes:
@@ -148,7 +148,7 @@ def test_get_describes_and_other_methods_are_405(engine: FakeEngine) -> None:
         [{"type": "http.request", "body": b""}],
     )
     assert sent[0]["status"] == 200
-    assert json.loads(sent[1]["body"])["protocol"] == "1.2"
+    assert json.loads(sent[1]["body"])["protocol"] == "1.3"
     sent = _asgi(
         app,
         {"type": "http", "method": "PUT", "headers": []},

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ezgh_workflows import Context, StepError, workflow
-from sdk_fakes import FakeEngine, invoke, make_app, run_to_end
+from sdk_fakes import FakeEngine, invoke, make_app, post, run_to_end
 
 
 class CardDeclinedError(Exception):
@@ -21,10 +21,11 @@ def test_repeated_names_get_counted_ids(engine: FakeEngine) -> None:
 
     outcome = invoke(make_app(engine, loop), engine, "loop")
     assert outcome == {
-        "protocol": "1.2",
+        "protocol": "1.3",
         "deploymentId": None,
         "outcome": "completed",
         "output": [0, 1, 2],
+        "ops": [{"op": "complete", "stepId": "send#3", "output": 2}],
     }
     assert [op["stepId"] for op in engine.ops("start")] == ["send#1", "send#2", "send#3"]
     assert [op["output"] for op in engine.ops("complete")] == [0, 1, 2]
@@ -37,9 +38,71 @@ def test_ops_follow_the_protocol(engine: FakeEngine) -> None:
 
     invoke(make_app(engine, one), engine, "one")
     assert engine.calls == [
-        [{"op": "start", "stepId": "load#1", "name": "load", "kind": "run"}],
-        [{"op": "complete", "stepId": "load#1", "output": "x"}],
+        [{"op": "start", "stepId": "load#1", "name": "load", "kind": "run", "attempt": 1}],
+        [{"op": "complete", "stepId": "load#1", "output": "x"}],  # carried by the answer
     ]
+
+
+def test_a_step_end_rides_the_next_start_one_call_per_step(engine: FakeEngine) -> None:
+    @workflow("three")
+    async def three(ctx: Context) -> list[str]:
+        a = await ctx.step.run("a", lambda: "A")
+        b = await ctx.step.run("b", lambda: a + "B")
+        now = await ctx.step.now("t")
+        c = await ctx.step.run("c", lambda: b + "C")
+        return [a, b, c, type(now).__name__]
+
+    outcome = invoke(make_app(engine, three), engine, "three")
+    assert outcome["output"] == ["A", "AB", "ABC", "datetime"]
+    shapes = [[(op["op"], op["stepId"]) for op in call] for call in engine.calls]
+    assert shapes == [
+        [("start", "a#1")],
+        [("complete", "a#1"), ("start", "b#1")],
+        [("complete", "b#1"), ("record", "t#1"), ("start", "c#1")],
+        [("complete", "c#1")],  # the answer's ops
+    ]
+    assert outcome["ops"] == [{"op": "complete", "stepId": "c#1", "output": "ABC"}]
+
+
+def test_an_engine_speaking_1_2_gets_every_end_at_once(engine: FakeEngine) -> None:
+    engine.protocol = "1.2"
+
+    @workflow("two")
+    async def two(ctx: Context) -> str:
+        a = await ctx.step.run("a", lambda: "A")
+        return await ctx.step.run("b", lambda: a + "B")
+
+    answer = post(make_app(engine, two), engine.invoke_body("two"))
+    assert "ops" not in answer.json()
+    shapes = [[(op["op"], op["stepId"]) for op in call] for call in engine.calls]
+    assert shapes == [
+        [("start", "a#1")],
+        [("complete", "a#1")],
+        [("start", "b#1")],
+        [("complete", "b#1")],
+    ]
+
+
+def test_a_held_end_recorded_otherwise_aborts_the_invocation(engine: FakeEngine) -> None:
+    ran: list[str] = []
+
+    @workflow("raced")
+    async def raced(ctx: Context) -> str:
+        a = await ctx.step.run("a", lambda: "mine")
+        return await ctx.step.run("b", lambda: ran.append(a) or a)
+
+    real_apply = engine.apply
+
+    def other_invocation_won(op: dict[str, Any]) -> dict[str, Any]:
+        if op["op"] == "complete" and op["stepId"] == "a#1":  # recorded first, elsewhere
+            engine.steps["a#1"].update(status="completed", output="theirs")
+        return real_apply(op)
+
+    engine.apply = other_invocation_won  # type: ignore[method-assign]
+    answer = post(make_app(engine, raced), engine.invoke_body("raced"))
+    assert answer.json()["outcome"] == "aborted"
+    assert "another outcome" in answer.json()["reason"]
+    assert ran == []  # step b never ran on a value the run does not hold
 
 
 def test_replay_returns_recorded_values_without_running(engine: FakeEngine) -> None:

@@ -37,7 +37,7 @@ def test_push_app_under_uvicorn() -> None:
         deadline = time.monotonic() + 10
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.02)
-        body = json.dumps({"protocol": "1.2", "type": "sync"}).encode()
+        body = json.dumps({"protocol": "1.3", "type": "sync"}).encode()
         ts = str(int(time.time()))
         headers = {
             "content-type": "application/json",

@@ -1,4 +1,4 @@
-"""The invocation driver: runs a workflow once, replaying recorded steps (protocol 1.2).
+"""The invocation driver: runs a workflow once, replaying recorded steps (protocol 1.3).
 
 The workflow runs on the driver's event loop (``async def``) or in a thread of its own (plain
 ``def``, whose blocking step calls are submitted to this loop). Step calls register pending
@@ -48,6 +48,7 @@ from .runner import (
     reject_step,
     run_step,
 )
+from .step_calls import StepCalls
 from .step_context import current_step
 from .steps import BlockingSteps, StepRequest, Steps
 from .transport import StepTransport
@@ -73,7 +74,7 @@ class Invocation:
     ) -> None:
         self._workflow = workflow
         self._request = request
-        self._transport = transport
+        self._calls = StepCalls(transport, hold=request.holds_step_ends)
         self._deployment_id = deployment_id
         self._recorded = {step.id: step for step in request.steps}
         self._ids = StepIds()
@@ -158,7 +159,7 @@ class Invocation:
         self._wake = asyncio.Event()
         self._main = self._start_workflow()
         try:
-            return await self._drive()
+            answer = await self._drive()
         except AbortInvocation as exc:
             await self._stop_workflow(exc)
             return protocol.aborted(exc.reason, self._deployment_id)
@@ -166,7 +167,8 @@ class Invocation:
             await self._stop_workflow(AbortInvocation("the SDK failed"))
             raise
         finally:
-            await self._transport.aclose()
+            await self._calls.aclose()
+        return protocol.with_ops(answer, self._calls.take_held())
 
     async def _drive(self) -> dict[str, Any]:
         while True:
@@ -274,20 +276,22 @@ class Invocation:
             return await self._run(pending)
         if cancel_round:  # this round delivers the cancellation, to all its steps
             self._cancel_delivered = True
-            return await cancel_step(self._transport, pending.step_id, request)
+            return await cancel_step(self._calls, pending.step_id, request)
         if request.reject is not None:
-            return await reject_step(self._transport, pending.step_id, request)
+            return await reject_step(self._calls, pending.step_id, request)
         if pending.is_wait:
             return None
         if request.kind == "value":
-            return await record_value(self._transport, pending.step_id, request)
+            return await record_value(self._calls, pending.step_id, request)
         if request.kind == "callback":
-            return await create_callback(self._transport, pending.step_id, request)
+            return await create_callback(self._calls, pending.step_id, request)
         return await self._run(pending)
 
     async def _run(self, pending: PendingStep) -> Resolution | None:
         run_id = self._request.run.id
-        resolution = await run_step(self._transport, run_id, pending.step_id, pending.request)
+        resolution = await run_step(
+            self._calls, run_id, pending.step_id, pending.request, pending.recorded
+        )
         if resolution.retry_at is not None:
             pending.retry_at = resolution.retry_at or "pending"
             return None

@@ -1,4 +1,4 @@
-"""Wire shapes of the invocation protocol 1.2 (docs/protocol.md): requests, outcomes, ops."""
+"""Wire shapes of the invocation protocol 1.3 (docs/protocol.md): requests, outcomes, ops."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from typing import Any
 
 from .errors import ErrorBody
 
-PROTOCOL_VERSION = "1.2"
+PROTOCOL_VERSION = "1.3"
+# From 1.3 an invocation's answer may carry `ops`: the step ends held since its last call.
+HELD_ENDS_SINCE = (1, 3)
 SDK_VERSION = "0.3.0"
 SDK_NAME = f"ezgh-workflows-python/{SDK_VERSION}"
 
@@ -68,6 +70,22 @@ class InvokeRequest:
     api: ApiInfo
     # A branch invocation runs only this step (parallel steps), then answers `branch`.
     branch_step_id: str | None = None
+    # The protocol version the engine speaks (the request's `protocol`).
+    protocol: str = "1.2"
+
+    @property
+    def holds_step_ends(self) -> bool:
+        """Whether step ends may be held for the next call or the answer (1.3 and later;
+        never in a branch invocation, whose step's end resumes the run)."""
+        return self.branch_step_id is None and version_tuple(self.protocol) >= HELD_ENDS_SINCE
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"1.3"`` → ``(1, 3)``; an unreadable version counts as ``(0,)``."""
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except (AttributeError, ValueError):
+        return (0,)
 
 
 def _field(body: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -121,6 +139,7 @@ def parse_invoke(body: Any) -> InvokeRequest:
         steps=tuple(parse_recorded_step(s, f"steps[{i}]") for i, s in enumerate(steps)),
         api=ApiInfo(url=_field(api, "url", str, "api"), token=_field(api, "token", str, "api")),
         branch_step_id=_branch(body),
+        protocol=str(body.get("protocol") or "1.2"),
     )
 
 
@@ -168,8 +187,18 @@ def cancelled(deployment_id: str | None) -> dict[str, Any]:
     return _outcome("cancelled", deployment_id)
 
 
-def op_start(step_id: str, name: str) -> Op:
-    return {"op": "start", "stepId": step_id, "name": name, "kind": "run"}
+def with_ops(answer: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
+    """The answer with the step ends held since the last step call (1.3), if any."""
+    return {**answer, "ops": ops} if ops else answer
+
+
+def op_start(step_id: str, name: str, *, attempt: int | None = None) -> Op:
+    """Start a run step; ``attempt`` is the attempt the SDK expects to start (1.3: the
+    engine then needs no read to answer it)."""
+    op: Op = {"op": "start", "stepId": step_id, "name": name, "kind": "run"}
+    if attempt is not None:
+        op["attempt"] = attempt
+    return op
 
 
 def op_complete(step_id: str, output: Json) -> Op:

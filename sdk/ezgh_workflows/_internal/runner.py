@@ -14,9 +14,9 @@ from typing import Any
 from . import protocol, values
 from .errors import NonRetryableError, RunCancelledError, StepError, ValueRuleError
 from .protocol import RecordedStep
+from .step_calls import StepCalls
 from .step_context import StepContext, enter_step, idempotency_key, leave_step
 from .steps import StepFn, StepRequest
-from .transport import StepTransport
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
@@ -51,68 +51,76 @@ class Resolution:
         return cls(error=StepError.from_body(recorded.id, body))
 
 
-async def record_value(transport: StepTransport, step_id: str, request: StepRequest) -> Resolution:
+async def record_value(calls: StepCalls, step_id: str, request: StepRequest) -> Resolution:
     """A ``now``/``uuid`` step: record a fresh value, or use the one already recorded."""
     assert request.make_value is not None
     value = request.make_value()
-    results = await transport.send([protocol.op_record(step_id, request.name, value)])
-    recorded = protocol.recorded_in(results[0])
+    result = await calls.end(protocol.op_record(step_id, request.name, value))
+    recorded = protocol.recorded_in(result) if result is not None else None
     return Resolution.from_record(recorded) if recorded else Resolution(value=value)
 
 
-async def create_callback(
-    transport: StepTransport, step_id: str, request: StepRequest
-) -> Resolution:
+async def create_callback(calls: StepCalls, step_id: str, request: StepRequest) -> Resolution:
     """A ``callback`` step: the engine records it ``waiting`` and answers its URL."""
     op = protocol.op_callback(step_id, request.name, request.timeout_seconds)
-    result = (await transport.send([op]))[0]
+    result = (await calls.send([op]))[0]
     recorded = protocol.recorded_in(result)
     url = recorded.url if recorded is not None else result.get("url")
     return Resolution(value=url)
 
 
-async def cancel_step(transport: StepTransport, step_id: str, request: StepRequest) -> Resolution:
+async def cancel_step(calls: StepCalls, step_id: str, request: StepRequest) -> Resolution:
     """In a cancelling run: record the step ``cancelled`` (or use what ended it first)."""
     op = {"op": "cancel", "stepId": step_id, "name": request.name, "kind": request.kind}
-    recorded = protocol.recorded_in((await transport.send([op]))[0])
+    recorded = protocol.recorded_in((await calls.send([op]))[0])
     if recorded is not None and recorded.status in TERMINAL_STATUSES:
         return Resolution.from_record(recorded)
     return Resolution(error=RunCancelledError())
 
 
-async def reject_step(transport: StepTransport, step_id: str, request: StepRequest) -> Resolution:
+async def reject_step(calls: StepCalls, step_id: str, request: StepRequest) -> Resolution:
     """Record a step that can't be (a sleep over a year) as failed, with its error."""
     assert request.reject is not None
     op = protocol.op_fail_wait(step_id, request.name, request.kind, request.reject)
-    recorded = protocol.recorded_in((await transport.send([op]))[0])
+    recorded = protocol.recorded_in((await calls.send([op]))[0])
     if recorded is not None:
         return Resolution.from_record(recorded)
     return Resolution(error=StepError.from_body(step_id, request.reject))
 
 
 async def run_step(
-    transport: StepTransport, run_id: str, step_id: str, request: StepRequest
+    calls: StepCalls,
+    run_id: str,
+    step_id: str,
+    request: StepRequest,
+    recorded: RecordedStep | None = None,
 ) -> Resolution:
-    """A ``run`` step: op start, run the function, op complete or fail."""
+    """A ``run`` step: op start (with the attempt it expects to start, from ``recorded``),
+    run the function, then its end: held for the next call when final, sent now when the
+    engine must say whether it retries."""
     assert request.fn is not None
-    results = await transport.send([protocol.op_start(step_id, request.name)])
-    recorded = protocol.recorded_in(results[0])
-    if recorded is not None:
-        return Resolution.from_record(recorded)
+    expected = recorded.attempt + 1 if recorded is not None else 1
+    results = await calls.send([protocol.op_start(step_id, request.name, attempt=expected)])
+    already = protocol.recorded_in(results[0])
+    if already is not None:
+        return Resolution.from_record(already)
     attempt = int(results[0].get("attempt") or 1)
     context = StepContext(step_id, attempt, idempotency_key(run_id, step_id))
     outcome, retryable = await _call(request.fn, context)
-    if outcome.error is not None:
+    if outcome.error is None:
+        result = await calls.end(protocol.op_complete(step_id, outcome.value))
+    else:
         retries = DEFAULT_RETRIES if request.retries is None else request.retries
         op = protocol.op_fail(
             step_id, outcome.error.to_body(), retryable=retryable, attempt=attempt, retries=retries
         )
-    else:
-        op = protocol.op_complete(step_id, outcome.value)
-    result = (await transport.send([op]))[0]
-    recorded = protocol.recorded_in(result)
-    if recorded is not None:
-        return Resolution.from_record(recorded)
+        may_retry = bool(op.get("retryable")) and attempt <= min(retries, MAX_RETRIES)
+        result = (await calls.send([op]))[0] if may_retry else await calls.end(op)
+    if result is None:
+        return outcome
+    already = protocol.recorded_in(result)
+    if already is not None:
+        return Resolution.from_record(already)
     if result.get("result") == "retry":
         return Resolution(retry_at=str(result.get("retryAt") or ""))
     return outcome

@@ -7,6 +7,7 @@ change nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -84,7 +85,14 @@ def _run_update(
     }
 
 
-def _transact(actions: list[dict[str, Any]]) -> None:
+class StepsRefused(Exception):
+    """A step write the answer carried (its held step ends) was refused: nothing was
+    written; the caller applies those ends one by one to learn why."""
+
+
+def _transact(actions: list[dict[str, Any]], step_writes: int = 0) -> None:
+    """Write `actions`; the first is the run's update under the lease, the next
+    `step_writes` are the answer's step ends."""
     try:
         _ddb().transact_write_items(TransactItems=actions)
     except ClientError as exc:
@@ -93,6 +101,8 @@ def _transact(actions: list[dict[str, Any]]) -> None:
             raise StaleInvocation(
                 "the invocation's lease was taken over or the run ended"
             ) from None
+        if "ConditionalCheckFailed" in codes[1 : 1 + step_writes]:
+            raise StepsRefused() from None
         ddb.raise_transient(exc)
         raise
 
@@ -108,8 +118,10 @@ def end_run(
     output_ref: str | None = None,
     error: RunError | None = None,
     events: list[dict[str, Any]],
+    step_writes: Sequence[dict[str, Any]] = (),
 ) -> None:
-    """End the run (completed/failed/…) for the invocation holding `run.epoch`."""
+    """End the run (completed/failed/…) for the invocation holding `run.epoch`, with the
+    step ends its answer carried (`StepsRefused` when one is refused)."""
     values: dict[str, Any] = {
         ":ended": {"S": status},
         ":at": {"S": ended_at},
@@ -131,19 +143,26 @@ def end_run(
         values[":error"] = ddb.to_attr(error.to_api())
     names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
     used = {n: v for n, v in names.items() if n in expression}
-    _transact([_run_update(run, expression, values, used), *events])
+    update = _run_update(run, expression, values, used)
+    _transact([update, *step_writes, *events], len(step_writes))
 
 
 def suspend(
-    run: Run, seq: int, *, step_puts: list[dict[str, Any]], events: list[dict[str, Any]]
+    run: Run,
+    seq: int,
+    *,
+    step_puts: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    step_writes: Sequence[dict[str, Any]] = (),
 ) -> None:
-    """Answer the invocation `suspended`: record the new waits and release the lease."""
+    """Answer the invocation `suspended`: record the step ends its answer carried
+    (`StepsRefused` when one is refused) and the new waits, and release the lease."""
     update = _run_update(
         run,
         "SET handledSeq = :seq, leaseUntil = :zero, invokeFailures = :zero",
         {":seq": {"N": str(seq)}, ":zero": {"N": "0"}},
     )
-    _transact([update, *step_puts, *events])
+    _transact([update, *step_writes, *step_puts, *events], len(step_writes))
 
 
 def back_off(run: Run, *, failures: int, retry_at_ms: int) -> None:

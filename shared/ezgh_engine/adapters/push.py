@@ -17,7 +17,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core.models import App
 from ezgh_engine.errors import EngineError, ValidationError
 
-PROTOCOL_VERSION = "1.2"
+PROTOCOL_VERSION = "1.3"
 SYNC_TIMEOUT_SECONDS = 30.0
 
 

@@ -17,6 +17,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run
+from ezgh_engine.errors import ValidationError
 
 RETENTION_SECONDS = 30 * 24 * 3600
 # Steps and events outlive the longest run (a year) plus retention; the run item's own TTL is
@@ -223,24 +224,74 @@ def search_runs(
 def list_events(
     run_id: str, *, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    kwargs: dict[str, Any] = {
-        "TableName": _table(),
-        "KeyConditionExpression": "pk = :pk AND begins_with(sk, :evt)",
-        "ExpressionAttributeValues": {
+    """A page of the run's events in order: its event items, merged with the steps that
+    are their own `step.completed` event (`steps_store.event_marks`)."""
+    after = _events_after(cursor)
+    answer = _ddb().query(
+        TableName=_table(),
+        KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+        ExpressionAttributeValues={
             ":pk": {"S": items.run_pk(run_id)},
-            ":evt": {"S": items.EVENT_PREFIX},
+            ":lo": {"S": items.EVENT_PREFIX + after},  # inclusive: `after` itself is dropped
+            ":hi": {"S": items.EVENT_PREFIX + "\uffff"},
         },
-        "Limit": limit,
-        "ConsistentRead": True,
-    }
-    if cursor:
-        kwargs["ExclusiveStartKey"] = ddb.decode_cursor(cursor)
-    answer = _ddb().query(**kwargs)
-    events = [items.event_from(ddb.from_item(i)) for i in answer.get("Items", [])]
-    for raw, event in zip(answer.get("Items", []), events, strict=True):
+        Limit=limit + 2,
+        ConsistentRead=True,
+    )
+    events = []
+    for raw in answer.get("Items", []):
+        if raw["sk"]["S"] == items.EVENT_PREFIX + after:
+            continue
+        event = items.event_from(ddb.from_item(raw))
         event["id"] = raw["sk"]["S"].removeprefix(items.EVENT_PREFIX)
-    nxt = answer.get("LastEvaluatedKey")
-    return events, ddb.encode_cursor(nxt) if nxt else None
+        events.append(event)
+    events += _step_events(run_id, after)
+    events.sort(key=lambda event: str(event["id"]))
+    page = events[:limit]
+    more = len(events) > limit
+    return page, ddb.encode_cursor({"after": {"S": page[-1]["id"]}}) if more else None
+
+
+def _events_after(cursor: str | None) -> str:
+    """The ID of the last event a cursor's page held ("" for the first page)."""
+    if not cursor:
+        return ""
+    key = ddb.decode_cursor(cursor)
+    after = key.get("after", {}).get("S")
+    if isinstance(after, str):
+        return after
+    sk = key.get("sk", {}).get("S")  # a cursor of the first version: the last item's key
+    if isinstance(sk, str) and sk.startswith(items.EVENT_PREFIX):
+        return sk.removeprefix(items.EVENT_PREFIX)
+    raise ValidationError("cursor is not valid")
+
+
+def _step_events(run_id: str, after: str) -> list[dict[str, Any]]:
+    """The `step.completed` events that live on their step items, after `after`."""
+    found = _query_all(
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :step)",
+        FilterExpression="evtId > :after",
+        ProjectionExpression="stepId, evtId, evtAttempt, endedAt, deploymentId",
+        ConsistentRead=True,
+        ExpressionAttributeValues={
+            ":pk": {"S": items.run_pk(run_id)},
+            ":step": {"S": items.STEP_PREFIX},
+            ":after": {"S": after},
+        },
+    )
+    events = []
+    for values in found:
+        event: dict[str, Any] = {
+            "id": values["evtId"],
+            "type": "step.completed",
+            "at": values.get("endedAt"),
+            "attempt": int(values.get("evtAttempt", 1)),
+            "stepId": values["stepId"],
+        }
+        if values.get("deploymentId") is not None:
+            event["deploymentId"] = values["deploymentId"]
+        events.append(event)
+    return events
 
 
 def delete_run(run: Run) -> None:

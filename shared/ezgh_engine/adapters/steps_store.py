@@ -31,7 +31,14 @@ class Lease:
 
 
 class AlreadyRecorded(Exception):
-    """The step's condition failed: it holds an outcome already (or another attempt's)."""
+    """The step's condition failed: it holds an outcome already (or another attempt's).
+
+    `index` is the position of the refused action among the actions written (0-based, the
+    lease check not counted)."""
+
+    def __init__(self, index: int = 0) -> None:
+        super().__init__(f"step action {index} refused")
+        self.index = index
 
 
 def _ddb() -> Any:
@@ -78,10 +85,19 @@ def _transact(lease: Lease, actions: list[dict[str, Any]], *, bump: bool = False
             raise StaleInvocation(
                 "the invocation's lease was taken over or the run ended"
             ) from None
-        if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
-            raise AlreadyRecorded() from None
+        refused = [i for i, code in enumerate(codes[1:]) if code == "ConditionalCheckFailed"]
+        if refused:
+            raise AlreadyRecorded(refused[0]) from None
         ddb.raise_transient(exc)
         raise
+
+
+def transact(lease: Lease, actions: list[dict[str, Any]]) -> None:
+    """Write `actions` (step writes of several ops) in one transaction under the lease.
+
+    `StaleInvocation` when the lease was lost; `AlreadyRecorded(index)` when a step's
+    condition refused the write (nothing was written)."""
+    _transact(lease, actions)
 
 
 def put_under_lease(lease: Lease, actions: list[dict[str, Any]]) -> None:
@@ -105,52 +121,80 @@ def start(
     Refused (`AlreadyRecorded`) when the step has ended. A repeated start from the same
     invocation (a resent request) answers the same attempt without counting another.
     """
-    _transact(
-        lease,
-        [
-            {
-                "Update": {
-                    "TableName": _table(),
-                    "Key": items.step_key(lease.run_id, step_id),
-                    "UpdateExpression": (
-                        "SET #type = :step, runId = :run, stepId = :id, #name = :name, "
-                        "kind = :kind, #status = :running, startedAt = :at, "
-                        "#order = if_not_exists(#order, :order), #ttl = if_not_exists(#ttl, :ttl), "
-                        "startEpoch = :epoch, attempt = if_not_exists(attempt, :zero) + :one "
-                        "REMOVE #error"
-                    ),
-                    "ConditionExpression": _start_condition(lease),
-                    "ExpressionAttributeNames": {
-                        "#type": "type",
-                        "#name": "name",
-                        "#status": "status",
-                        "#order": "order",
-                        "#ttl": "ttl",
-                        "#error": "error",
-                        "#wakeAt": "wakeAt",
-                    },
-                    "ExpressionAttributeValues": {
-                        ":retrying": {"S": "retrying"},
-                        **({":waiting": {"S": "waiting"}} if lease.branch_step else {}),
-                        ":step": {"S": "step"},
-                        ":run": {"S": lease.run_id},
-                        ":id": {"S": step_id},
-                        ":name": {"S": name},
-                        ":kind": {"S": kind},
-                        ":running": {"S": "running"},
-                        ":at": {"S": at},
-                        ":order": {"S": order},
-                        ":ttl": {"N": str(expires)},
-                        ":epoch": {"N": str(lease.epoch)},
-                        ":zero": {"N": "0"},
-                        ":one": {"N": "1"},
-                    },
-                }
-            }
-        ],
+    action = start_action(
+        lease, step_id=step_id, name=name, kind=kind, order=order, at=at, expires=expires
     )
+    _transact(lease, [action])
     step = get_step(lease.run_id, step_id)
     return step.attempt if step else 1
+
+
+def start_action(
+    lease: Lease,
+    *,
+    step_id: str,
+    name: str,
+    kind: str,
+    order: str,
+    at: str,
+    expires: int,
+    attempt: int | None = None,
+) -> dict[str, Any]:
+    """The Update that starts a step. With `attempt` (protocol 1.3: the caller knows the
+    recorded attempt) it is set exactly, conditional on the step holding `attempt - 1`, so no
+    read is needed to answer it; without, the stored attempt counts up by one."""
+    values: dict[str, Any] = {
+        ":retrying": {"S": "retrying"},
+        **({":waiting": {"S": "waiting"}} if lease.branch_step else {}),
+        ":step": {"S": "step"},
+        ":run": {"S": lease.run_id},
+        ":id": {"S": step_id},
+        ":name": {"S": name},
+        ":kind": {"S": kind},
+        ":running": {"S": "running"},
+        ":at": {"S": at},
+        ":order": {"S": order},
+        ":ttl": {"N": str(expires)},
+        ":epoch": {"N": str(lease.epoch)},
+    }
+    condition = _start_condition(lease)
+    if lease.branch_step is not None:
+        attempt = None  # a branch's step: its branch epoch decides, the count is the store's
+    if attempt is None:
+        counted = "attempt = if_not_exists(attempt, :zero) + :one"
+        values.update({":zero": {"N": "0"}, ":one": {"N": "1"}})
+    else:
+        counted = "attempt = :attempt"
+        values[":attempt"] = {"N": str(attempt)}
+        if attempt == 1:
+            condition = "attribute_not_exists(pk)"
+            values.pop(":retrying")
+        else:
+            condition = f"attempt = :previous AND ({condition})"
+            values[":previous"] = {"N": str(attempt - 1)}
+    return {
+        "Update": {
+            "TableName": _table(),
+            "Key": items.step_key(lease.run_id, step_id),
+            "UpdateExpression": (
+                "SET #type = :step, runId = :run, stepId = :id, #name = :name, "
+                "kind = :kind, #status = :running, startedAt = :at, "
+                "#order = if_not_exists(#order, :order), #ttl = if_not_exists(#ttl, :ttl), "
+                f"startEpoch = :epoch, {counted} REMOVE #error"
+            ),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {
+                "#type": "type",
+                "#name": "name",
+                "#status": "status",
+                "#order": "order",
+                "#ttl": "ttl",
+                "#error": "error",
+                **({"#wakeAt": "wakeAt"} if "#wakeAt" in condition else {}),
+            },
+            "ExpressionAttributeValues": {**values, ":epoch": {"N": str(lease.epoch)}},
+        }
+    }
 
 
 def _start_condition(lease: Lease) -> str:
@@ -168,6 +212,15 @@ def _start_condition(lease: Lease) -> str:
     )
 
 
+def event_marks(event_id: str, run_attempt: int, deployment_id: str | None) -> dict[str, Any]:
+    """Attributes that make a step item its own `step.completed` event (`runs_store`
+    lists them among the run's events), instead of a separate event item per step."""
+    marks: dict[str, Any] = {"evtId": event_id, "evtAttempt": run_attempt}
+    if deployment_id is not None:
+        marks["deploymentId"] = deployment_id
+    return marks
+
+
 def finish(
     lease: Lease,
     *,
@@ -176,12 +229,41 @@ def finish(
     output_text: str | None,
     output_ref: str | None,
     error: RunError | None,
-    event: dict[str, Any],
+    event: dict[str, Any] | None,
     retry_at: str | None = None,
     attempt: int | None = None,
+    marks: dict[str, Any] | None = None,
 ) -> None:
     """Record a running step's end: its output (inline or by reference) or its error; or,
     with `retry_at`, its failed `attempt` (`retrying` until then, no end)."""
+    update = finish_action(
+        lease,
+        step_id=step_id,
+        at=at,
+        output_text=output_text,
+        output_ref=output_ref,
+        error=error,
+        retry_at=retry_at,
+        attempt=attempt,
+        marks=marks,
+    )
+    actions = [update, event] if event is not None else [update]
+    _transact(lease, actions, bump=lease.branch_step is not None and retry_at is None)
+
+
+def finish_action(
+    lease: Lease,
+    *,
+    step_id: str,
+    at: str,
+    output_text: str | None,
+    output_ref: str | None,
+    error: RunError | None,
+    retry_at: str | None = None,
+    attempt: int | None = None,
+    marks: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Update that ends a step this invocation started (see `finish`)."""
     values: dict[str, Any] = {
         ":running": {"S": "running"},
         ":at": {"S": at},
@@ -190,6 +272,11 @@ def finish(
     expression = "SET #status = :status, endedAt = :at"
     names = {"#status": "status"}
     condition = "#status = :running"
+    if lease.branch_step is None:
+        # Only the invocation that started it ends it: another one that took the run over
+        # and started it again owns it now.
+        condition += " AND startEpoch = :epoch"
+        values[":epoch"] = {"N": str(lease.epoch)}
     if retry_at is not None:
         expression = "SET #status = :status, wakeAt = :wake"
         values[":wake"] = {"S": retry_at}
@@ -210,7 +297,11 @@ def finish(
         expression += ", #output = :output"
         values[":output"] = {"S": output_text if output_text is not None else "null"}
         names["#output"] = "output"
-    update = {
+    for i, (field, value) in enumerate(sorted((marks or {}).items())):
+        expression += f", #m{i} = :m{i}"
+        names[f"#m{i}"] = field
+        values[f":m{i}"] = ddb.to_attr(value)
+    return {
         "Update": {
             "TableName": _table(),
             "Key": items.step_key(lease.run_id, step_id),
@@ -220,7 +311,6 @@ def finish(
             "ExpressionAttributeValues": values,
         }
     }
-    _transact(lease, [update, event], bump=lease.branch_step is not None and retry_at is None)
 
 
 def record(
@@ -233,9 +323,37 @@ def record(
     at: str,
     output_text: str,
     expires: int,
-    event: dict[str, Any],
+    event: dict[str, Any] | None,
+    marks: dict[str, Any] | None = None,
 ) -> None:
     """Record a value step (now, uuid) completed in one write; refused if it exists."""
+    put = record_action(
+        lease,
+        step_id=step_id,
+        name=name,
+        kind=kind,
+        order=order,
+        at=at,
+        output_text=output_text,
+        expires=expires,
+        marks=marks,
+    )
+    _transact(lease, [put, event] if event is not None else [put])
+
+
+def record_action(
+    lease: Lease,
+    *,
+    step_id: str,
+    name: str,
+    kind: str,
+    order: str,
+    at: str,
+    output_text: str,
+    expires: int,
+    marks: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Put of a value step, completed at once; refused if the step exists."""
     values = {
         "pk": items.run_pk(lease.run_id),
         "sk": items.STEP_PREFIX + step_id,
@@ -251,12 +369,12 @@ def record(
         "endedAt": at,
         "output": output_text,
         "ttl": expires,
+        **(marks or {}),
     }
-    put = {
+    return {
         "Put": {
             "TableName": _table(),
             "Item": ddb.to_item(values),
             "ConditionExpression": "attribute_not_exists(pk)",
         }
     }
-    _transact(lease, [put, event])

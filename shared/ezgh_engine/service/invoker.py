@@ -21,7 +21,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run, RunError
-from ezgh_engine.errors import StaleInvocation
+from ezgh_engine.errors import StaleInvocation, ValidationError
 from ezgh_engine.service import outcomes, timers
 
 log = logging.getLogger(__name__)
@@ -128,11 +128,38 @@ def invoke(run_id: str, seq: int) -> Retry | None:
     except outcome_rules.MalformedOutcome as exc:
         bad = AppUnreachable(f"app {app.name} answered an invalid outcome: {exc}")
         return _delivery_failed(run, seq, bad, invocation_id, started_at)
+    claims = tokens.InvocationClaims(
+        run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
+    )
     try:
-        outcomes.apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
+        outcomes.apply_answer(
+            run,
+            seq,
+            outcome,
+            answer.get("ops") if isinstance(answer, dict) else None,
+            claims=claims,
+            invocation_id=invocation_id,
+            started_at=started_at,
+        )
     except StaleInvocation:
         log.info("run %s: lease lost before the outcome was written; ignoring it", run_id)
+    except ValidationError as exc:
+        bad = AppUnreachable(f"app {app.name} answered invalid step ops: {exc.message}")
+        return _delivery_failed(run, seq, bad, invocation_id, started_at)
+    except outcomes.OpsConflict as exc:
+        log.warning("run %s: %s; invoking it again", run_id, exc)
+        return _invoke_again(run)
     return None
+
+
+def _invoke_again(run: Run) -> Retry | None:
+    """The answer was not applied (it conflicts with recorded steps): release the lease
+    soon and let the message come back, so the next invocation replays what is recorded."""
+    try:
+        store.back_off(run, failures=run.invoke_failures, retry_at_ms=clock.now_ms() + 1000)
+    except StaleInvocation:
+        return None
+    return Retry(after_seconds=1)
 
 
 def _with_lease(full: Run, leased: Run) -> Run:

@@ -8,7 +8,7 @@ from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import payloads, runs_store
 from ezgh_engine.config import settings
-from ezgh_engine.core import validation
+from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.outcomes import Outcome
 from ezgh_engine.errors import EngineError
@@ -36,8 +36,73 @@ def _events(
     return events
 
 
-def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_at: str) -> None:
-    """Record the outcome; raises `StaleInvocation` when the lease was lost meanwhile."""
+class OpsConflict(Exception):
+    """The answer's held step ends name steps recorded with other outcomes (another
+    invocation recorded them first): the answer was computed from values the run does not
+    hold, so it is not applied; the run must be invoked again and replay the recorded ones."""
+
+    def __init__(self, step_ids: list[str]) -> None:
+        super().__init__(f"steps recorded with other outcomes: {', '.join(step_ids)}")
+        self.step_ids = step_ids
+
+
+# Past this many held ends and waits, the ends are written before the outcome, not in its
+# transaction (DynamoDB takes 100 actions a transaction).
+MAX_ENDS_IN_OUTCOME = 60
+
+
+def apply_answer(
+    run: Run,
+    seq: int,
+    outcome: Outcome,
+    ops: Any,
+    *,
+    claims: tokens.InvocationClaims,
+    invocation_id: str,
+    started_at: str,
+) -> None:
+    """Record an invocation's answer: the step ends it carried (protocol 1.3 `ops`) and its
+    outcome, in one transaction. When a step refuses its end, the ends are applied one by one
+    (each answering what is recorded) and then the outcome, unless a step holds another
+    outcome than the answer says (`OpsConflict`). `StaleInvocation` when the lease was lost;
+    `ValidationError` when the ops are malformed."""
+    from ezgh_engine.service import steps
+
+    if ops is None or outcome.kind in ("aborted", "branch"):
+        apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
+        return
+    writes = steps.answer_actions(claims, outcome.deployment_id, ops)
+    waits = len(outcome.waits) + len(outcome.sleeps)
+    if writes and len(ops) + waits <= MAX_ENDS_IN_OUTCOME:
+        try:
+            apply(
+                run,
+                seq,
+                outcome,
+                invocation_id=invocation_id,
+                started_at=started_at,
+                step_writes=writes,
+            )
+            return
+        except store.StepsRefused:
+            pass
+    conflicts = steps.apply_answer_ops(claims, outcome.deployment_id, ops)
+    if conflicts:
+        raise OpsConflict(conflicts)
+    apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
+
+
+def apply(
+    run: Run,
+    seq: int,
+    outcome: Outcome,
+    *,
+    invocation_id: str,
+    started_at: str,
+    step_writes: list[dict[str, Any]] | None = None,
+) -> None:
+    """Record the outcome (with `step_writes`, the answer's step ends: `StepsRefused` when
+    one is refused); raises `StaleInvocation` when the lease was lost meanwhile."""
     now = clock.now()
     at = clock.iso(now)
     events = _events(run, outcome, invocation_id, started_at, at)
@@ -62,7 +127,7 @@ def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_a
         for wait in outcome.waits:
             if wait.step_id not in known:
                 puts += waits.suspend_actions(run, wait, at=at, order=ids.time_ordered_id())
-        store.suspend(run, seq, step_puts=puts, events=events)
+        store.suspend(run, seq, step_puts=puts, events=events, step_writes=step_writes or ())
         return
     if outcome.kind == "branch":
         return  # only branch invocations answer this (service.branches)
@@ -89,6 +154,7 @@ def apply(run: Run, seq: int, outcome: Outcome, *, invocation_id: str, started_a
         output_ref=ref,
         error=error,
         events=events,
+        step_writes=step_writes or (),
     )
     if status == "cancelled":
         from ezgh_engine.service import waits

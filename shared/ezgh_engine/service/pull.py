@@ -307,7 +307,17 @@ def post_outcome(token: str, body: Any) -> dict[str, Any]:
     except outcome_rules.MalformedOutcome as exc:
         raise ValidationError(f"outcome: {exc}") from None
     run = replace(run, epoch=claims.epoch)
-    outcomes.apply(
-        run, task.seq, outcome, invocation_id=task.invocation_id, started_at=task.started_at
-    )
+    try:
+        outcomes.apply_answer(
+            run,
+            task.seq,
+            outcome,
+            body.get("ops"),
+            claims=claims,
+            invocation_id=task.invocation_id,
+            started_at=task.started_at,
+        )
+    except outcomes.OpsConflict as exc:
+        # Not applied: the task is delivered again when its lease ends (`watch`).
+        raise StaleInvocation(f"the outcome was not applied: {exc}") from None
     return {"result": "ok"}

@@ -1,7 +1,15 @@
-"""Step calls from an invocation (docs/protocol.md section 2): start, complete, fail, record."""
+"""Step calls from an invocation (docs/protocol.md section 2): start, complete, fail, record.
+
+A call's ops are written in one transaction when they can be (the fast path: `start` with
+the attempt the SDK expects, `complete`, `fail`, `record`); when a step's condition refuses
+that write (a resent call, a step another invocation recorded), the ops are applied one by
+one, each answering what is recorded. The same ops may ride an invocation's answer
+(protocol 1.3, `ops`): `answer_actions` gives their writes for the outcome's transaction.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ezgh_engine import clock, ids
@@ -30,7 +38,59 @@ def apply_ops(token: str, body: Any) -> dict[str, Any]:
     if deployment is not None and not isinstance(deployment, str):
         raise ValidationError("deploymentId must be a string or null")
     context = _OpContext(claims, deployment)
-    return {"results": [context.apply(op) for op in ops]}
+    return {"results": context.apply_all(ops)}
+
+
+FAST_OPS = ("start", "complete", "fail", "record")
+ANSWER_OPS = ("complete", "fail", "record")
+
+
+def answer_actions(
+    claims: tokens.InvocationClaims, deployment_id: str | None, ops: Any
+) -> list[dict[str, Any]]:
+    """The writes of the ops an invocation's answer carries (the steps it ended since its
+    last step call), for the outcome's own transaction. `ValidationError` when they are not
+    a list of complete/fail/record ops on distinct steps."""
+    if not isinstance(ops, list) or len(ops) > MAX_OPS:
+        raise ValidationError(f"ops must be a list of at most {MAX_OPS} operations")
+    context = _OpContext(claims, deployment_id)
+    planned = [context.plan(op) for op in ops]
+    if any(p is None or p.op not in ANSWER_OPS for p in planned):
+        raise ValidationError("an answer's ops may only complete, fail or record steps")
+    if len({p.step_id for p in planned if p}) != len(planned):
+        raise ValidationError("an answer's ops must name distinct steps")
+    return [action for p in planned if p for action in p.actions]
+
+
+def apply_answer_ops(
+    claims: tokens.InvocationClaims, deployment_id: str | None, ops: list[Any]
+) -> list[str]:
+    """Apply an answer's ops one by one (after their writes in the outcome's transaction
+    were refused); the IDs of the steps recorded with another outcome than the ops say.
+    Raises `StaleInvocation` when the lease was lost."""
+    context = _OpContext(claims, deployment_id)
+    results = [context.apply(op) for op in ops]
+    return [op["stepId"] for op, result in zip(ops, results, strict=True) if _differs(op, result)]
+
+
+def _differs(op: dict[str, Any], result: dict[str, Any]) -> bool:
+    """A `recorded` answer to an op whose outcome it is not (another invocation's)."""
+    if result.get("result") != "recorded":
+        return False
+    step = result.get("step") or {}
+    if op["op"] == "fail":
+        return bool(step.get("status") != "failed" or step.get("error") != op.get("error"))
+    return bool(step.get("status") != "completed" or step.get("output") != op.get("output"))
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """An op's writes on the fast path, and the result it answers when they commit."""
+
+    op: str
+    step_id: str
+    actions: list[dict[str, Any]]
+    result: dict[str, Any]
 
 
 class _OpContext:
@@ -39,7 +99,20 @@ class _OpContext:
         self.lease = store.Lease(claims.run_id, claims.epoch, claims.step_id)
         self.deployment_id = deployment_id
 
-    def apply(self, op: Any) -> dict[str, Any]:
+    def apply_all(self, ops: list[Any]) -> list[dict[str, Any]]:
+        """Every op's result: one transaction for the lot when possible, else one by one."""
+        planned = [self.plan(op) for op in ops]
+        distinct = len({p.step_id for p in planned if p}) == len(planned)
+        if distinct and all(planned):
+            try:
+                store.transact(self.lease, [a for p in planned if p for a in p.actions])
+            except store.AlreadyRecorded:
+                pass  # a step holds something else already: let each op say what
+            else:
+                return [p.result for p in planned if p]
+        return [self.apply(op) for op in ops]
+
+    def _checked(self, op: Any) -> tuple[str, str]:
         if not isinstance(op, dict):
             raise ValidationError("each op must be an object")
         step_id = validation.check_step_id(op.get("stepId"))
@@ -52,6 +125,58 @@ class _OpContext:
             raise Forbidden(
                 f"this branch invocation may only run step {self.claims.step_id}, not {step_id}"
             )
+        return step_id, kind
+
+    def plan(self, op: Any) -> _Planned | None:
+        """The op's fast-path writes, or None when it needs the one-by-one path (a branch
+        invocation's op, a start without the expected attempt, a callback, cancel, reject)."""
+        step_id, kind = self._checked(op)
+        if self.claims.step_id is not None or kind not in FAST_OPS:
+            return None
+        now = clock.iso(clock.now())
+        if kind == "start":
+            name = validation.check_step_name(op.get("name"))
+            if op.get("kind", "run") != "run":
+                raise ValidationError("start is for steps of kind run")
+            attempt = op.get("attempt")
+            if attempt is None:
+                return None
+            if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+                raise ValidationError("attempt must be an integer >= 1")
+            action = store.start_action(
+                self.lease,
+                step_id=step_id,
+                name=name,
+                kind="run",
+                order=ids.time_ordered_id(),
+                at=now,
+                expires=self._expires(),
+                attempt=attempt,
+            )
+            result = {"stepId": step_id, "result": "started", "attempt": attempt}
+            return _Planned(kind, step_id, [action], result)
+        if kind == "record":
+            name, text = self._record_args(op)
+            action = store.record_action(
+                self.lease,
+                step_id=step_id,
+                name=name,
+                kind="value",
+                order=ids.time_ordered_id(),
+                at=now,
+                output_text=text,
+                expires=self._expires(),
+                marks=self._marks(),
+            )
+            return _Planned(kind, step_id, [action], {"stepId": step_id, "result": "ok"})
+        finish = self._finish_args(step_id, op, now)
+        actions = [store.finish_action(self.lease, step_id=step_id, at=now, **finish.fields)]
+        if finish.event is not None:
+            actions.append(finish.event)
+        return _Planned(kind, step_id, actions, finish.result)
+
+    def apply(self, op: Any) -> dict[str, Any]:
+        step_id, kind = self._checked(op)
         if kind == "start":
             return self._start(step_id, op)
         if kind in ("complete", "fail"):
@@ -76,6 +201,10 @@ class _OpContext:
             deploymentId=self.deployment_id,
             **fields,
         )
+
+    def _marks(self) -> dict[str, Any]:
+        """This completion as its step's own `step.completed` event (no event item)."""
+        return store.event_marks(ids.time_ordered_id(), self.claims.attempt, self.deployment_id)
 
     def _recorded(self, step_id: str) -> dict[str, Any]:
         step = store.get_step(self.claims.run_id, step_id)
@@ -194,12 +323,8 @@ class _OpContext:
         payloads.put(self.claims.project_id, self.claims.run_id, path, text)
         return None, path
 
-    def _finish(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
-        now = clock.iso(clock.now())
-        error: RunError | None = None
-        text = ref = None
-        retry_at: str | None = None
-        attempt: int | None = None
+    def _finish_args(self, step_id: str, op: dict[str, Any], now: str) -> _Finish:
+        """What a complete or fail op writes, and what it answers when written."""
         if op["op"] == "fail":
             if not isinstance(op.get("error"), dict):
                 raise ValidationError("fail needs an error object")
@@ -207,56 +332,74 @@ class _OpContext:
             retry_at, attempt = _retry_at(op)
             kind = "step.retrying" if retry_at else "step.failed"
             event = self._event(kind, step_id, now, error=error.to_api(), stepAttempt=attempt)
-        else:
-            if "output" not in op:
-                raise ValidationError("complete needs an output")
-            text, ref = self._store_output(step_id, op["output"])
-            event = self._event("step.completed", step_id, now)
+            fields: dict[str, Any] = {
+                "output_text": None,
+                "output_ref": None,
+                "error": error,
+                "retry_at": retry_at,
+                "attempt": attempt,
+            }
+            if retry_at:
+                return _Finish(
+                    fields, event, {"stepId": step_id, "result": "retry", "retryAt": retry_at}
+                )
+            return _Finish(fields, event, {"stepId": step_id, "result": "ok"})
+        if "output" not in op:
+            raise ValidationError("complete needs an output")
+        text, ref = self._store_output(step_id, op["output"])
+        fields = {"output_text": text, "output_ref": ref, "error": None, "marks": self._marks()}
+        return _Finish(fields, None, {"stepId": step_id, "result": "ok"})
+
+    def _finish(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        now = clock.iso(clock.now())
+        finish = self._finish_args(step_id, op, now)
         try:
-            store.finish(
-                self.lease,
-                step_id=step_id,
-                at=now,
-                output_text=text,
-                output_ref=ref,
-                error=error,
-                event=event,
-                retry_at=retry_at,
-                attempt=attempt,
-            )
+            store.finish(self.lease, step_id=step_id, at=now, event=finish.event, **finish.fields)
         except store.AlreadyRecorded:
             step = store.get_step(self.claims.run_id, step_id)
+            retry_at = finish.fields.get("retry_at")
             if step is not None and step.status == "retrying" and retry_at and step.wake_at:
                 return {"stepId": step_id, "result": "retry", "retryAt": step.wake_at}
             return self._recorded(step_id)
-        if retry_at:
-            return {"stepId": step_id, "result": "retry", "retryAt": retry_at}
-        return {"stepId": step_id, "result": "ok"}
+        return finish.result
 
-    def _record(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
+    def _record_args(self, op: dict[str, Any]) -> tuple[str, str]:
         name = validation.check_step_name(op.get("name"))
-        kind = op.get("kind")
-        if kind != "value":
+        if op.get("kind") != "value":
             raise ValidationError("record is for steps of kind value")
         if "output" not in op:
             raise ValidationError("record needs an output")
-        text = validation.encode_value(op["output"], "output")
+        return name, validation.encode_value(op["output"], "output")
+
+    def _record(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        name, text = self._record_args(op)
         now = clock.iso(clock.now())
         try:
             store.record(
                 self.lease,
                 step_id=step_id,
                 name=name,
-                kind=kind,
+                kind="value",
                 order=ids.time_ordered_id(),
                 at=now,
                 output_text=text,
                 expires=self._expires(),
-                event=self._event("step.completed", step_id, now),
+                event=None,
+                marks=self._marks(),
             )
         except store.AlreadyRecorded:
             return self._recorded(step_id)
         return {"stepId": step_id, "result": "ok"}
+
+
+@dataclass(frozen=True)
+class _Finish:
+    """A complete/fail op: the `store.finish_action` arguments, its event item (failures
+    only: a completion is its step's own event), and its result."""
+
+    fields: dict[str, Any]
+    event: dict[str, Any] | None
+    result: dict[str, Any]
 
 
 def _retry_at(op: dict[str, Any]) -> tuple[str | None, int | None]:

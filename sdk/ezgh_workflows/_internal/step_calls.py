@@ -1,0 +1,80 @@
+"""The invocation's step calls, with the ends of steps held back (protocol 1.3).
+
+A step's end (`complete`, `record`, a `fail` that is final) is not sent on its own: it rides
+the invocation's next step call (typically the next step's `start`) or, when none comes, the
+invocation's answer (`ops`). So a sequential step costs one call to the engine, not two, and
+its result is still recorded before any later step starts: only code between steps, which
+makes no side effects, runs before the engine has it. A crash in between loses the held end
+and the step runs again on the next invocation: the same as a crash before it was recorded.
+
+When the engine answers a held op with another outcome than it carried (another invocation
+recorded the step first), the workflow has already gone on with this invocation's value: the
+invocation aborts and the engine replays the run with the recorded one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import AbortInvocation
+from .protocol import Op
+from .transport import StepTransport
+
+# At most this many ends are held before they are sent on their own (the engine takes up to
+# 25 ops a call, and an answer carries at most 25).
+MAX_HELD = 20
+
+
+class StepCalls:
+    """Sends ops through a `StepTransport`; holds step ends back when ``hold`` is true."""
+
+    def __init__(self, transport: StepTransport, *, hold: bool) -> None:
+        self._transport = transport
+        self._hold = hold
+        self._held: list[Op] = []
+
+    async def send(self, ops: list[Op]) -> list[dict[str, Any]]:
+        """Send ``ops`` (after the held ends); one result per op of ``ops``."""
+        held, self._held = self._held, []
+        results = await self._transport.send([*held, *ops])
+        for op, result in zip(held, results, strict=False):
+            check_held_result(op, result)
+        return results[len(held) :]
+
+    async def end(self, op: Op) -> dict[str, Any] | None:
+        """A step's end: held (None), or sent now when not holding (its result)."""
+        if not self._hold:
+            return (await self._transport.send([op]))[0]
+        self._held.append(op)
+        if len(self._held) >= MAX_HELD:
+            await self.flush()
+        return None
+
+    async def flush(self) -> None:
+        """Send the held ends now."""
+        if self._held:
+            await self.send([])
+
+    def take_held(self) -> list[Op]:
+        """The held ends, for the invocation's answer; none are held afterwards."""
+        held, self._held = self._held, []
+        return held
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+
+def check_held_result(op: Op, result: Any) -> None:
+    """Abort when a held end was answered with an outcome it did not carry."""
+    if not isinstance(result, dict) or result.get("result") != "recorded":
+        return
+    step = result.get("step") if isinstance(result.get("step"), dict) else {}
+    assert isinstance(step, dict)
+    if op["op"] == "fail":
+        same = step.get("status") == "failed" and step.get("error") == op.get("error")
+    else:
+        same = step.get("status") == "completed" and step.get("output") == op.get("output")
+    if not same:
+        raise AbortInvocation(
+            f"step {op['stepId']!r} was recorded by another invocation with another outcome"
+        )
