@@ -59,6 +59,13 @@ ACCESS: dict[str, Access] = {
             "sqs:SendMessage",
         ),
     ),
+    # Step calls of invocations at its function URL: writes steps under the run's lease,
+    # large step outputs to S3, and verifies the invocation tokens.
+    "steps": Access(
+        tables={"runs": "read_write"},
+        payloads="read_write",
+        token_secret=True,
+    ),
     # The outbox: turns committed changes into invocation messages and timers. It reads the
     # stream (granted by its event source), never the tables.
     "stream": Access(send_to=("invocations", "notifications"), schedules=True),

@@ -77,6 +77,7 @@ class EzghStack(Stack):
             # Added after the API exists: the URL is a token built from the API's id, and the
             # API's integration references the function, so this order avoids a cycle.
             function.add_environment(config.ENV_API_URL, self.api.url)
+        self.function_urls = self._function_urls()
 
         self.sources = EventSources(
             self,
@@ -94,6 +95,24 @@ class EzghStack(Stack):
         functions = {k.capitalize(): f for k, f in self.functions.by_key.items()}
         Alarms(self, "Alarms", dlqs=dlqs, functions=functions, topic_arn=alarm_topic_arn)
         self._outputs()
+
+    def _function_urls(self) -> dict[str, lambda_.FunctionUrl]:
+        """Function URLs of the functions the topology serves at one (the steps function):
+        auth NONE, as the handler verifies the invocation token of every call. Every other
+        function finds the URL in the spec's `url_env_var` (not the function itself: that
+        would be a cycle, and it never needs its own URL)."""
+        urls: dict[str, lambda_.FunctionUrl] = {}
+        for spec in self.topology.functions:
+            if not spec.url_env_var:
+                continue
+            url = self.functions.by_key[spec.key].add_function_url(
+                auth_type=lambda_.FunctionUrlAuthType.NONE
+            )
+            urls[spec.key] = url
+            for key, function in self.functions.by_key.items():
+                if key != spec.key:
+                    function.add_environment(spec.url_env_var, url.url)
+        return urls
 
     def _environment(self) -> dict[str, str]:
         """What `ezgh_engine.config.settings()` reads, for every function alike."""
@@ -250,6 +269,13 @@ class EzghStack(Stack):
                 topology_module.queue_output(queue),
                 value=self.queues.by_key[queue.key].queue_url,
                 description=f"set {queue.env_var} to this to run `ezgh` against the deployment",
+            )
+        for key, url in self.function_urls.items():
+            CfnOutput(
+                self,
+                topology_module.STEPS_URL_OUTPUT if key == "steps" else f"{key.capitalize()}Url",
+                value=url.url,
+                description=f"the {key} function's URL (SDK step calls)",
             )
         CfnOutput(self, topology_module.BUCKET_OUTPUT, value=self.payloads.bucket.bucket_name)
         CfnOutput(

@@ -6,7 +6,13 @@ import os
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from ezgh_engine.topology import INVOCATIONS_QUEUE, REGISTRY_TABLE, RUNS_TABLE, TOPOLOGY
+from ezgh_engine.topology import (
+    INVOCATIONS_QUEUE,
+    REGISTRY_TABLE,
+    RUNS_TABLE,
+    STEPS_FUNCTION,
+    TOPOLOGY,
+)
 
 # Environment variable names that are not a topology resource.
 ENV_API_URL = "EZGH_ENGINE_API_URL"  # public base URL of the engine's API (callbacks, SDK calls)
@@ -30,6 +36,8 @@ class Settings:
     scheduler_group: str
     scheduler_role_arn: str
     api_url: str
+    # Where SDKs send step calls (the steps function's URL); the API's URL when not set.
+    steps_url: str = ""
     allow_loopback_apps: bool = False
     # SQS can delay a message at most 15 minutes; longer waits use EventBridge Scheduler.
     sqs_max_delay_seconds: int = 900
@@ -74,6 +82,9 @@ def settings() -> Settings:
         scheduler_group=os.environ.get(TOPOLOGY.scheduler_group_env_var, "default"),
         scheduler_role_arn=os.environ.get(TOPOLOGY.scheduler_role_env_var, ""),
         api_url=_required(ENV_API_URL).rstrip("/"),
+        steps_url=(
+            os.environ.get(str(STEPS_FUNCTION.url_env_var)) or _required(ENV_API_URL)
+        ).rstrip("/"),
         allow_loopback_apps=os.environ.get(ENV_ALLOW_LOOPBACK) == "1",
         sqs_max_delay_seconds=int(os.environ.get(ENV_SQS_MAX_DELAY, "900")),
         payload_inline_bytes=int(os.environ.get(ENV_PAYLOAD_THRESHOLD, str(64 * 1024))),

@@ -44,6 +44,9 @@ class Function:
     handler: str  # dotted path "module:function", importable in the Lambda bundle and locally
     timeout_seconds: int = 30
     memory_mb: int = 512
+    # Served at a Lambda function URL of its own (auth NONE: the handler checks its tokens),
+    # whose base URL handlers find in `url_env_var`.
+    url_env_var: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,16 @@ NOTIFICATIONS_QUEUE = Queue(
 )
 
 API_FUNCTION = Function("api", "functions.api.handler:handler", timeout_seconds=29)
+# The step calls of invocations (`POST /v1/invocations/steps`, docs/protocol.md section 2),
+# the engine's most frequent request: at a function URL, not through the HTTP API, so a step
+# pays no API Gateway request fee. It answers nothing else.
+STEPS_FUNCTION = Function(
+    "steps",
+    "functions.steps.handler:handler",
+    timeout_seconds=29,
+    memory_mb=512,
+    url_env_var="EZGH_STEPS_URL",
+)
 STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout_seconds=60)
 INVOKER_FUNCTION = Function(
     "invoker", "functions.invoker.handler:handler", timeout_seconds=900, memory_mb=256
@@ -162,7 +175,14 @@ NOTIFY_FUNCTION = Function("notify", "functions.notify.handler:handler", timeout
 TOPOLOGY = Topology(
     tables=(RUNS_TABLE, REGISTRY_TABLE),
     queues=(INVOCATIONS_QUEUE, NOTIFICATIONS_QUEUE),
-    functions=(API_FUNCTION, STREAM_FUNCTION, INVOKER_FUNCTION, DELIVER_FUNCTION, NOTIFY_FUNCTION),
+    functions=(
+        API_FUNCTION,
+        STEPS_FUNCTION,
+        STREAM_FUNCTION,
+        INVOKER_FUNCTION,
+        DELIVER_FUNCTION,
+        NOTIFY_FUNCTION,
+    ),
     sources=(
         # What service/stream.py reacts to: run items, and steps that start to wait (timers,
         # branches). Events, index items and steps merely running or done cause nothing.
@@ -192,5 +212,6 @@ def queue_output(queue: Queue) -> str:
 
 
 API_URL_OUTPUT = "ApiUrl"
+STEPS_URL_OUTPUT = "StepsUrl"
 BUCKET_OUTPUT = "PayloadBucketName"
 TOKEN_SECRET_OUTPUT = "TokenSecretArn"

@@ -296,6 +296,31 @@ def test_default_route_to_api_function(stack: EzghStack, template: dict[str, Any
     assert template["Outputs"]["ApiUrl"]["Value"] == url
 
 
+@pytest.mark.parametrize(
+    "spec", [f for f in TOPOLOGY.functions if f.url_env_var], ids=lambda f: f.key
+)
+def test_function_url_serves_the_functions_that_declare_one(
+    stack: EzghStack, template: dict[str, Any], spec: Any
+) -> None:
+    """The steps function answers at a function URL (no API Gateway fee per step call);
+    every other function finds that URL in the spec's variable."""
+    target = logical_id(stack, stack.functions.by_key[spec.key])
+    urls = [
+        r["Properties"]
+        for r in resources(template, "AWS::Lambda::Url").values()
+        if r["Properties"]["TargetFunctionArn"] == getatt(target)
+    ]
+    assert urls == [{"AuthType": "NONE", "TargetFunctionArn": getatt(target)}]
+    url_lid = logical_id(stack, stack.function_urls[spec.key])
+    for key, function in stack.functions.by_key.items():
+        env = props(template, logical_id(stack, function))["Environment"]["Variables"]
+        if key == spec.key:
+            assert spec.url_env_var not in env
+        else:
+            assert env[spec.url_env_var] == getatt(url_lid, "FunctionUrl")
+    assert template["Outputs"]["StepsUrl"]["Value"] == getatt(url_lid, "FunctionUrl")
+
+
 def test_template_has_no_dependency_cycle(template: dict[str, Any]) -> None:
     """CloudFormation reports cycles only at deploy time; catch them at synth."""
     res = template["Resources"]

@@ -101,7 +101,13 @@ def _create_queue(queue: Queue) -> tuple[str, str, str]:
     return url, arn, dlq_url
 
 
-def provision(*, api_url: str, token_secret: str, topology: Topology = TOPOLOGY) -> Provisioned:
+def provision(
+    *,
+    api_url: str,
+    token_secret: str,
+    topology: Topology = TOPOLOGY,
+    function_urls: dict[str, str] | None = None,
+) -> Provisioned:
     """Create tables, queues, the bucket and the schedule group; return names and handler env.
 
     The caller applies `Provisioned.env` to the process (see `Emulator.apply_env`).
@@ -128,6 +134,7 @@ def provision(*, api_url: str, token_secret: str, topology: Topology = TOPOLOGY)
             topology.scheduler_group_env_var: SCHEDULER_GROUP,
             topology.scheduler_role_env_var: SCHEDULER_ROLE_ARN,
             config.ENV_API_URL: api_url,
+            **(function_urls or {}),
             config.ENV_TOKEN_SECRET: token_secret,
             config.ENV_ALLOW_LOOPBACK: "1",
         }

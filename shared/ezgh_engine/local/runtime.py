@@ -79,6 +79,8 @@ class LocalRuntime:
         self.subscriptions = SubscriptionSources(self)
         self.scheduler: Scheduler | None = None
         self.api_server: ServedHttp | None = None
+        # The functions served at a function URL of their own (the steps function).
+        self.url_servers: dict[str, ServedHttp] = {}
         self.apps: dict[str, local_apps.ServedApp] = {}
         self.org_id = self.project_id = self.api_key = ""
         self.api_url = ""
@@ -105,6 +107,11 @@ class LocalRuntime:
         # Bound now, served once the handlers' environment is in place: the URL is in it.
         self.api_server = serve_api(self._invoke_api, port=self.port, track=self.activity.track)
         self.api_url = self.api_server.url
+        for function in self.topology.functions:
+            if function.url_env_var:
+                self.url_servers[function.key] = serve_api(
+                    self._invoker_of(function.key), track=self.activity.track
+                )
         self._provision()
         self.invokers = resolve_all(self._overrides, self.topology)
         self._build_pollers()
@@ -112,6 +119,8 @@ class LocalRuntime:
             poller.start()
         self.subscriptions.install()
         self.api_server.serve()
+        for url_server in self.url_servers.values():
+            url_server.serve()
         self.started = True
         self._check_health()
         self._after_reset()
@@ -135,6 +144,9 @@ class LocalRuntime:
         if self.api_server is not None:
             self.api_server.shutdown()
             self.api_server = None
+        for url_server in self.url_servers.values():
+            url_server.shutdown()
+        self.url_servers = {}
         self.emulator.stop()
         if self._previous_clock is not None:
             clock_module.set_clock(self._previous_clock)
@@ -267,9 +279,19 @@ class LocalRuntime:
     def _invoke_api(self, event: dict[str, Any]) -> Any:
         return self.invokers[API_FUNCTION.key](event)
 
+    def _invoker_of(self, key: str) -> Callable[[dict[str, Any]], Any]:
+        return lambda event: self.invokers[key](event)
+
     def _provision(self) -> None:
         self.provisioned = provision(
-            api_url=self.api_url, token_secret=self._token_secret, topology=self.topology
+            api_url=self.api_url,
+            token_secret=self._token_secret,
+            topology=self.topology,
+            function_urls={
+                str(spec.url_env_var): self.url_servers[spec.key].url
+                for spec in self.topology.functions
+                if spec.url_env_var
+            },
         )
         self.emulator.apply_env(dict(self.provisioned.env))
 

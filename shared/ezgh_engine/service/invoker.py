@@ -217,7 +217,7 @@ def invoke_request(
             "status": run.status,
         },
         "steps": steps,
-        "api": {"url": cfg.api_url, "token": tokens.mint(cfg.token_secret, claims)},
+        "api": {"url": cfg.steps_url, "token": tokens.mint(cfg.token_secret, claims)},
         **({"branch": {"stepId": branch_step}} if branch_step else {}),
     }
 

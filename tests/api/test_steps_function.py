@@ -1,0 +1,66 @@
+"""The steps function: step calls at a function URL, and nothing else."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tests.api.conftest import make_event
+
+
+def steps_call(method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    from functions.steps.handler import handler
+
+    answer = handler(make_event(method, path, **kwargs), LambdaContext())
+    return answer["statusCode"], json.loads(answer.get("body") or "null")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/health"),
+        ("GET", "/v1/openapi.json"),
+        ("POST", "/v1/organizations/o/projects/p/runs"),
+        ("POST", "/v1/callbacks/abc"),
+        ("POST", "/v1/invocations/outcome"),
+        ("GET", "/v1/invocations/steps"),
+    ],
+)
+def test_anything_but_a_step_call_is_404_in_the_contract_shape(
+    aws_env: None, method: str, path: str
+) -> None:
+    status, body = steps_call(method, path, body={})
+    assert status == 404
+    assert set(body) == {"error"}
+    assert body["error"]["code"] == "not_found"
+    assert set(body["error"]) == {"code", "message"}
+
+
+def test_a_step_call_with_a_bad_token_is_401(aws_env: None) -> None:
+    status, body = steps_call(
+        "POST",
+        "/v1/invocations/steps",
+        body={"ops": [{"op": "start", "stepId": "a#1", "name": "a", "kind": "run"}]},
+        headers={"authorization": "Bearer not-a-token"},
+    )
+    assert status == 401
+    assert body["error"]["code"] == "unauthorized"
+
+
+def test_invocations_are_told_the_steps_url(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ezgh_engine import config
+    from ezgh_engine.topology import STEPS_FUNCTION
+
+    assert config.settings().steps_url == config.settings().api_url  # not set: the API
+    monkeypatch.setenv(str(STEPS_FUNCTION.url_env_var), "https://steps.example.test/")
+    config.reset_settings()
+    try:
+        assert config.settings().steps_url == "https://steps.example.test"
+    finally:
+        monkeypatch.delenv(str(STEPS_FUNCTION.url_env_var))
+        config.reset_settings()
