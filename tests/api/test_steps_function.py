@@ -50,9 +50,7 @@ def test_a_step_call_with_a_bad_token_is_401(aws_env: None) -> None:
     assert body["error"]["code"] == "unauthorized"
 
 
-def test_invocations_are_told_the_steps_url(
-    aws_env: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_invocations_are_told_the_steps_url(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from ezgh_engine import config
     from ezgh_engine.topology import STEPS_FUNCTION
 
