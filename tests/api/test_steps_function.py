@@ -62,3 +62,27 @@ def test_invocations_are_told_the_steps_url(aws_env: None, monkeypatch: pytest.M
     finally:
         monkeypatch.delenv(str(STEPS_FUNCTION.url_env_var))
         config.reset_settings()
+
+
+def test_push_invocations_call_the_steps_url_and_pull_tasks_the_api(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull worker posts heartbeats and its outcome to `api.url` too, which only the API
+    serves; push apps only make step calls there."""
+    from ezgh_engine import clock, config
+    from ezgh_engine.core.models import Run
+    from ezgh_engine.service.invoker import invoke_request
+    from ezgh_engine.topology import STEPS_FUNCTION
+
+    monkeypatch.setenv(str(STEPS_FUNCTION.url_env_var), "https://steps.example.test")
+    config.reset_settings()
+    now = clock.iso(clock.now())
+    run = Run("r", "o", "p", "a", "w", "running", None, 1, now, now, 1)
+    try:
+        push = invoke_request(run, "inv", 60_000, clock.now_ms())
+        pull = invoke_request(run, "inv", 60_000, clock.now_ms(), pull=True)
+        assert push["api"]["url"] == "https://steps.example.test"
+        assert pull["api"]["url"] == config.settings().api_url
+    finally:
+        monkeypatch.delenv(str(STEPS_FUNCTION.url_env_var))
+        config.reset_settings()

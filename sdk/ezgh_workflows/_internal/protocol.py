@@ -201,8 +201,13 @@ def op_start(step_id: str, name: str, *, attempt: int | None = None) -> Op:
     return op
 
 
-def op_complete(step_id: str, output: Json) -> Op:
-    return {"op": "complete", "stepId": step_id, "output": output}
+def op_complete(step_id: str, output: Json, *, inline: Any = None) -> Op:
+    """End a run step with its output; ``inline`` echoes what its start answered (1.3: the
+    start rode the previous step's end, and this end writes the step's whole record)."""
+    op: Op = {"op": "complete", "stepId": step_id, "output": output}
+    if inline is not None:
+        op["inline"] = inline
+    return op
 
 
 def op_fail(

@@ -105,15 +105,19 @@ async def run_step(
     if already is not None:
         return Resolution.from_record(already)
     attempt = int(results[0].get("attempt") or 1)
+    # Started inline (with the previous step's end): its end echoes what the start said.
+    inline = results[0].get("inline")
     context = StepContext(step_id, attempt, idempotency_key(run_id, step_id))
     outcome, retryable = await _call(request.fn, context)
     if outcome.error is None:
-        result = await calls.end(protocol.op_complete(step_id, outcome.value))
+        result = await calls.end(protocol.op_complete(step_id, outcome.value, inline=inline))
     else:
         retries = DEFAULT_RETRIES if request.retries is None else request.retries
         op = protocol.op_fail(
             step_id, outcome.error.to_body(), retryable=retryable, attempt=attempt, retries=retries
         )
+        if inline is not None:
+            op["inline"] = inline
         may_retry = bool(op.get("retryable")) and attempt <= min(retries, MAX_RETRIES)
         result = (await calls.send([op]))[0] if may_retry else await calls.end(op)
     if result is None:

@@ -139,6 +139,31 @@ def step_from(values: dict[str, Any]) -> Step:
     )
 
 
+def started_next(values: dict[str, Any]) -> Step | None:
+    """The step a step item's `next` mark started (protocol 1.3: a step's end and the next
+    step's start in one write), as the running step it is until it has an item of its own."""
+    mark = values.get("next")
+    if not isinstance(mark, dict):
+        return None
+    return Step(
+        id=mark["stepId"],
+        name=mark["name"],
+        kind="run",
+        status="running",
+        attempt=int(mark.get("attempt", 1)),
+        order=mark.get("order", ""),
+        started_at=mark.get("startedAt"),
+    )
+
+
+def with_started_next(steps: list[Step], items: list[dict[str, Any]]) -> list[Step]:
+    """`steps` (from `items`) plus the running steps their `next` marks started that have
+    no item yet, in start order."""
+    known = {step.id for step in steps}
+    marked = [s for s in map(started_next, items) if s is not None and s.id not in known]
+    return sorted([*steps, *marked], key=lambda s: (s.order, s.id))
+
+
 def event_from(values: dict[str, Any]) -> dict[str, Any]:
     """The API shape of an event item: every attribute but the keys."""
     return {k: v for k, v in values.items() if k not in {"pk", "sk", "ttl"}}

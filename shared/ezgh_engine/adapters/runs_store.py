@@ -138,7 +138,7 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
         answer = _ddb().get_item(TableName=_table(), Key=items.run_key(run_id), ConsistentRead=True)
         return items.run_from(ddb.from_item(answer["Item"])) if "Item" in answer else None
     run_values: dict[str, Any] | None = None
-    steps = []
+    step_items = []
     # "RUN" sorts after every "EVT#…" and before every "STEP#…": one range reads both.
     for values in _query_all(
         KeyConditionExpression="pk = :pk AND sk >= :run",
@@ -148,10 +148,10 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
         if values["sk"] == items.RUN_SK:
             run_values = values
         elif values["sk"].startswith(items.STEP_PREFIX):
-            steps.append(items.step_from(values))
+            step_items.append(values)
     if run_values is None:
         return None
-    steps.sort(key=lambda s: (s.order, s.id))
+    steps = items.with_started_next([items.step_from(v) for v in step_items], step_items)
     return items.run_from(run_values, tuple(steps))
 
 

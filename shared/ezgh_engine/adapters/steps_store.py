@@ -170,7 +170,8 @@ def start_action(
             condition = "attribute_not_exists(pk)"
             values.pop(":retrying")
         else:
-            condition = f"attempt = :previous AND ({condition})"
+            # No item: a step started inline (a `next` mark) by an invocation that died.
+            condition = f"attribute_not_exists(pk) OR (attempt = :previous AND ({condition}))"
             values[":previous"] = {"N": str(attempt - 1)}
     return {
         "Update": {
@@ -233,20 +234,26 @@ def finish(
     retry_at: str | None = None,
     attempt: int | None = None,
     marks: dict[str, Any] | None = None,
+    inline: InlineStart | None = None,
+    expires: int = 0,
 ) -> None:
     """Record a running step's end: its output (inline or by reference) or its error; or,
-    with `retry_at`, its failed `attempt` (`retrying` until then, no end)."""
-    update = finish_action(
-        lease,
-        step_id=step_id,
-        at=at,
-        output_text=output_text,
-        output_ref=output_ref,
-        error=error,
-        retry_at=retry_at,
-        attempt=attempt,
-        marks=marks,
-    )
+    with `retry_at`, its failed `attempt` (`retrying` until then, no end). A step started
+    `inline` gets its whole item written."""
+    common: dict[str, Any] = {
+        "step_id": step_id,
+        "at": at,
+        "output_text": output_text,
+        "output_ref": output_ref,
+        "error": error,
+        "retry_at": retry_at,
+        "attempt": attempt,
+        "marks": marks,
+    }
+    if inline is not None:
+        update = inline_end_action(lease, start=inline, expires=expires, **common)
+    else:
+        update = finish_action(lease, **common)
     actions = [update, event] if event is not None else [update]
     _transact(lease, actions, bump=lease.branch_step is not None and retry_at is None)
 
@@ -378,3 +385,140 @@ def record_action(
             "ConditionExpression": "attribute_not_exists(pk)",
         }
     }
+
+
+@dataclass(frozen=True)
+class InlineStart:
+    """A `run` step started by a mark on the previous step's item (`next`), not an item of
+    its own: what its end needs to write the whole item (protocol 1.3, `inline`)."""
+
+    name: str
+    order: str
+    started_at: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "order": self.order, "startedAt": self.started_at}
+
+
+def with_next(
+    action: dict[str, Any], *, step_id: str, start: InlineStart, epoch: int, expires: int
+) -> dict[str, Any]:
+    """`action` (the Put or Update of the step ending just before) that also starts
+    `step_id` as attempt 1: a `next` mark, read back as a running step (`run_items`)."""
+    mark = {
+        "stepId": step_id,
+        "name": start.name,
+        "order": start.order,
+        "startedAt": start.started_at,
+        "startEpoch": epoch,
+        "attempt": 1,
+    }
+    del expires  # the mark lives and dies with the item that carries it
+    if "Put" in action:
+        put = dict(action["Put"])
+        put["Item"] = {**put["Item"], "next": ddb.to_attr(mark)}
+        return {"Put": put}
+    update = dict(action["Update"])
+    set_part, _, rest = update["UpdateExpression"].partition(" REMOVE ")
+    update["UpdateExpression"] = set_part + ", #next = :next" + (f" REMOVE {rest}" if rest else "")
+    update["ExpressionAttributeNames"] = {**update["ExpressionAttributeNames"], "#next": "next"}
+    update["ExpressionAttributeValues"] = {
+        **update["ExpressionAttributeValues"],
+        ":next": ddb.to_attr(mark),
+    }
+    return {"Update": update}
+
+
+def inline_end_action(
+    lease: Lease,
+    *,
+    step_id: str,
+    start: InlineStart,
+    at: str,
+    output_text: str | None,
+    output_ref: str | None,
+    error: RunError | None,
+    expires: int,
+    retry_at: str | None = None,
+    attempt: int | None = None,
+    marks: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Put of a whole step item for the end of a step started inline (see `with_next`):
+    refused when the step has an item (another invocation started or recorded it)."""
+    values: dict[str, Any] = {
+        "pk": items.run_pk(lease.run_id),
+        "sk": items.STEP_PREFIX + step_id,
+        "type": "step",
+        "runId": lease.run_id,
+        "stepId": step_id,
+        "name": start.name,
+        "kind": "run",
+        "status": "retrying" if retry_at else "failed" if error else "completed",
+        "attempt": attempt or 1,
+        "order": start.order,
+        "startedAt": start.started_at,
+        "startEpoch": lease.epoch,
+        "ttl": expires,
+        **(marks or {}),
+    }
+    if retry_at:
+        values["wakeAt"] = retry_at
+    else:
+        values["endedAt"] = at
+    if error is not None:
+        values["error"] = error.to_api()
+    elif output_ref is not None:
+        values["outputRef"] = output_ref
+    else:
+        values["output"] = output_text if output_text is not None else "null"
+    return {
+        "Put": {
+            "TableName": _table(),
+            "Item": ddb.to_item(values),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
+
+
+def write(actions: list[dict[str, Any]]) -> None:
+    """Write step actions without the lease check (their own conditions hold the records
+    together, see `service.steps`): one conditional write for one action, a transaction for
+    more. `AlreadyRecorded(index)` when a condition refused (nothing was written)."""
+    if len(actions) > 1:
+        try:
+            _ddb().transact_write_items(TransactItems=actions)
+        except ClientError as exc:
+            codes = ddb.cancellation_codes(exc)
+            refused = [i for i, code in enumerate(codes) if code == "ConditionalCheckFailed"]
+            if refused:
+                raise AlreadyRecorded(refused[0]) from None
+            ddb.raise_transient(exc)
+            raise
+        return
+    ((kind, request),) = actions[0].items()
+    try:
+        if kind == "Put":
+            _ddb().put_item(**request)
+        else:
+            _ddb().update_item(**request)
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            raise AlreadyRecorded(0) from None
+        ddb.raise_transient(exc)
+        raise
+
+
+def run_state(run_id: str) -> tuple[str, int] | None:
+    """The run's status and lease epoch, read eventually consistent (half a read unit):
+    enough to stop an invocation whose run ended or was taken over, which its steps'
+    own conditions would otherwise only catch when it touched a step another one owns."""
+    answer = _ddb().get_item(
+        TableName=_table(),
+        Key=items.run_key(run_id),
+        ProjectionExpression="#status, epoch",
+        ExpressionAttributeNames={"#status": "status"},
+    )
+    if "Item" not in answer:
+        return None
+    values = ddb.from_item(answer["Item"])
+    return str(values.get("status")), int(values.get("epoch", 0))

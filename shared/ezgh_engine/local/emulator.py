@@ -119,6 +119,96 @@ def serialize_dynamodb() -> None:
     _dynamodb_serialized = True
 
 
+def _untracked_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    return object.__new__(cls)
+
+
+def lighten_dynamodb() -> None:
+    """Keep moto's DynamoDB linear in the data it holds.
+
+    1. moto's `BaseModel.__new__` appends every instance to `cls.instances_tracked` (for its
+       dashboard) and lets go only on a reset. Stop that for DynamoDB and its streams.
+    2. `TransactWriteItems` deep-copies each table it names, every item and every stream
+       record since the reset, as its rollback backup: one copy per transaction, so a run's
+       steps cost time (and, with 1., memory) quadratic in its length. Back up only the items
+       the transaction names and the stream's length instead, and roll back in place: the
+       table and its stream shard stay the same objects, so a stream reader's iterator still
+       sees later writes (after moto's own rollback it reads an orphaned shard, which holds
+       the cancelled writes and none after them).
+    """
+    global _dynamodb_lightened
+    if _dynamodb_lightened:
+        return
+    try:
+        import copy
+
+        import moto.dynamodb.models as ddb_models
+        import moto.dynamodbstreams.models  # noqa: F401 - registers its models
+        from moto.core.model_instances import model_data
+        from moto.dynamodb.models.dynamo_type import DynamoType
+        from moto.dynamodb.models.table import Table
+    except ImportError:  # pragma: no cover - moto without DynamoDB
+        return
+    for service in ("dynamodb", "dynamodbstreams"):
+        for model in model_data.get(service, {}).values():
+            model.__new__ = staticmethod(_untracked_new)  # type: ignore[method-assign]
+            model.instances_tracked = []  # type: ignore[attr-defined]
+
+    class _NoTableCopy:
+        """`copy` for moto's DynamoDB models module: a Table is not deep-copied."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+    ddb_models.copy = _NoTableCopy()  # type: ignore[assignment]
+    original: Callable[..., Any] = ddb_models.DynamoDBBackend.transact_write_items
+
+    def transact_write_items(backend: Any, transact_items: list[dict[str, Any]]) -> Any:
+        saved: list[tuple[Any, Any, Any, Any]] = []  # table, hash key, range key, old item
+        streams: dict[int, tuple[Any, int]] = {}
+        for action in transact_items:
+            if not isinstance(action, dict) or len(action) != 1:
+                continue  # moto refuses it before writing anything
+            op = next(iter(action.values()))
+            table = backend.tables.get(op.get("TableName")) if isinstance(op, dict) else None
+            if table is None:
+                continue
+            key = op.get("Key") or op.get("Item") or {}
+            try:
+                hash_key = DynamoType(key[table.hash_key_attr])
+                range_key = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+            except (KeyError, TypeError):
+                continue  # moto refuses it before writing anything
+            old = table.get_item(hash_key, range_key)
+            saved.append((table, hash_key, range_key, copy.deepcopy(old)))
+            if table.stream_shard is not None:
+                streams[id(table)] = (table.stream_shard, len(table.stream_shard.items))
+        try:
+            return original(backend, transact_items)
+        except Exception:
+            for table, hash_key, range_key, old in reversed(saved):
+                if table.range_key_attr:
+                    if old is None:
+                        table.items.get(hash_key, {}).pop(range_key, None)
+                    else:
+                        table.items[hash_key][range_key] = old
+                elif old is None:
+                    table.items.pop(hash_key, None)
+                else:
+                    table.items[hash_key] = old
+            for shard, length in streams.values():
+                del shard.items[length:]
+            raise
+
+    ddb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign,assignment]
+    _dynamodb_lightened = True
+
+
+_dynamodb_lightened = False
 _running: set[int] = set()  # emulators started and not stopped in this process
 
 
@@ -171,6 +261,7 @@ class Emulator:
         self._post_reset()
         stream_wakeup.install()
         serialize_dynamodb()
+        lighten_dynamodb()
         env: dict[str, str | None] = {**_FIXED_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
         for name in _DEFAULT_ENV:
             env.setdefault(name, os.environ.get(name) or _DEFAULT_ENV[name])

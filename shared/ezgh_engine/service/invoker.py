@@ -189,7 +189,11 @@ def invoke_request(
     *,
     branch_step: str | None = None,
     branch_epoch: int = 0,
+    pull: bool = False,
 ) -> dict[str, Any]:
+    """The invoke request of protocol 1.3 (docs/protocol.md section 1.2). Its `api.url` is
+    the steps URL, except for a `pull` app's task: its worker also posts heartbeats and the
+    outcome there, which the API serves (the steps function answers only step calls)."""
     cfg = settings()
     claims = tokens.InvocationClaims(
         run.id,
@@ -217,7 +221,10 @@ def invoke_request(
             "status": run.status,
         },
         "steps": steps,
-        "api": {"url": cfg.steps_url, "token": tokens.mint(cfg.token_secret, claims)},
+        "api": {
+            "url": cfg.api_url if pull else cfg.steps_url,
+            "token": tokens.mint(cfg.token_secret, claims),
+        },
         **({"branch": {"stepId": branch_step}} if branch_step else {}),
     }
 

@@ -164,7 +164,7 @@ def dispatch(app: App, run: Run, seq: int, invocation_id: str, started_at: str) 
         set_lease(run.id, run.epoch, now_ms + lease_s * 1000)
     except StaleInvocation:
         return None
-    request = invoker.invoke_request(run, invocation_id, TOKEN_LIFETIME_MS, now_ms)
+    request = invoker.invoke_request(run, invocation_id, TOKEN_LIFETIME_MS, now_ms, pull=True)
     claims = TaskClaims(run.id, run.epoch, seq, invocation_id, started_at)
     task = {**request, "taskId": mint_task_id(claims), "leaseSeconds": lease_s}
     task_queues.send_task(app.id, task)

@@ -18,7 +18,7 @@ from ezgh_engine.adapters import steps_store as store
 from ezgh_engine.config import settings
 from ezgh_engine.core import retries, tokens, validation
 from ezgh_engine.core.models import RunError, Step
-from ezgh_engine.errors import Forbidden, ValidationError
+from ezgh_engine.errors import Forbidden, StaleInvocation, ValidationError
 
 OP_KINDS = ("start", "complete", "fail", "record", "callback", "cancel", "reject")
 STEP_KINDS = ("run", "sleep", "value", "callback", "invoke", "message")
@@ -85,12 +85,18 @@ def _differs(op: dict[str, Any], result: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class _Planned:
-    """An op's writes on the fast path, and the result it answers when they commit."""
+    """An op's writes on the fast path, and the result it answers when they commit. A
+    `start` of a new step carries the `InlineStart` it becomes when it follows a step's
+    end in the same call."""
 
     op: str
     step_id: str
     actions: list[dict[str, Any]]
     result: dict[str, Any]
+    inline: store.InlineStart | None = None
+
+
+LIVE_STATUSES = ("running", "cancelling")
 
 
 class _OpContext:
@@ -100,17 +106,51 @@ class _OpContext:
         self.deployment_id = deployment_id
 
     def apply_all(self, ops: list[Any]) -> list[dict[str, Any]]:
-        """Every op's result: one transaction for the lot when possible, else one by one."""
+        """Every op's result: on the fast path one write for the lot (a step's end and the
+        next step's start are one item write), else one by one under the run's lease."""
         planned = [self.plan(op) for op in ops]
         distinct = len({p.step_id for p in planned if p}) == len(planned)
-        if distinct and all(planned):
-            try:
-                store.transact(self.lease, [a for p in planned if p for a in p.actions])
-            except store.AlreadyRecorded:
-                pass  # a step holds something else already: let each op say what
+        if not distinct or not all(planned):
+            return [self.apply(op) for op in ops]
+        writes, results = self._compose([p for p in planned if p])
+        if any(p.op == "start" for p in planned if p):
+            self._check_live()  # don't start a step in a run that ended or moved on
+        try:
+            store.write(writes)
+        except store.AlreadyRecorded:
+            return [self.apply(op) for op in ops]  # let each op say what is recorded
+        return results
+
+    def _compose(
+        self, planned: list[_Planned]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The writes and results of a call: a new step's start right after a step's end
+        rides that end's item write (`store.with_next`), so it costs no write of its own."""
+        writes: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        previous: _Planned | None = None
+        for p in planned:
+            ends = previous is not None and previous.op in ANSWER_OPS
+            if p.inline is not None and ends and previous and previous.result["result"] != "retry":
+                index = len(writes) - len(previous.actions)
+                writes[index] = store.with_next(
+                    writes[index],
+                    step_id=p.step_id,
+                    start=p.inline,
+                    epoch=self.claims.epoch,
+                    expires=self._expires(),
+                )
+                results.append({**p.result, "inline": p.inline.to_wire()})
             else:
-                return [p.result for p in planned if p]
-        return [self.apply(op) for op in ops]
+                writes += p.actions
+                results.append(p.result)
+            previous = p
+        return writes, results
+
+    def _check_live(self) -> None:
+        state = store.run_state(self.claims.run_id)
+        if state is None or state[0] not in LIVE_STATUSES or state[1] > self.claims.epoch:
+            raise StaleInvocation("the invocation's lease was taken over or the run ended")
 
     def _checked(self, op: Any) -> tuple[str, str]:
         if not isinstance(op, dict):
@@ -143,18 +183,20 @@ class _OpContext:
                 return None
             if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
                 raise ValidationError("attempt must be an integer >= 1")
+            order = ids.time_ordered_id()
             action = store.start_action(
                 self.lease,
                 step_id=step_id,
                 name=name,
                 kind="run",
-                order=ids.time_ordered_id(),
+                order=order,
                 at=now,
                 expires=self._expires(),
                 attempt=attempt,
             )
             result = {"stepId": step_id, "result": "started", "attempt": attempt}
-            return _Planned(kind, step_id, [action], result)
+            inline = store.InlineStart(name, order, now) if attempt == 1 else None
+            return _Planned(kind, step_id, [action], result, inline)
         if kind == "record":
             name, text = self._record_args(op)
             action = store.record_action(
@@ -170,7 +212,19 @@ class _OpContext:
             )
             return _Planned(kind, step_id, [action], {"stepId": step_id, "result": "ok"})
         finish = self._finish_args(step_id, op, now)
-        actions = [store.finish_action(self.lease, step_id=step_id, at=now, **finish.fields)]
+        inline = _inline_start(op)
+        if inline is not None:
+            end = store.inline_end_action(
+                self.lease,
+                step_id=step_id,
+                at=now,
+                start=inline,
+                expires=self._expires(),
+                **finish.fields,
+            )
+        else:
+            end = store.finish_action(self.lease, step_id=step_id, at=now, **finish.fields)
+        actions = [end]
         if finish.event is not None:
             actions.append(finish.event)
         return _Planned(kind, step_id, actions, finish.result)
@@ -354,7 +408,15 @@ class _OpContext:
         now = clock.iso(clock.now())
         finish = self._finish_args(step_id, op, now)
         try:
-            store.finish(self.lease, step_id=step_id, at=now, event=finish.event, **finish.fields)
+            store.finish(
+                self.lease,
+                step_id=step_id,
+                at=now,
+                event=finish.event,
+                inline=_inline_start(op),
+                expires=self._expires(),
+                **finish.fields,
+            )
         except store.AlreadyRecorded:
             step = store.get_step(self.claims.run_id, step_id)
             retry_at = finish.fields.get("retry_at")
@@ -400,6 +462,22 @@ class _Finish:
     fields: dict[str, Any]
     event: dict[str, Any] | None
     result: dict[str, Any]
+
+
+def _inline_start(op: dict[str, Any]) -> store.InlineStart | None:
+    """The `inline` a step's start answered, echoed by its end op (protocol 1.3)."""
+    echo = op.get("inline")
+    if echo is None:
+        return None
+    if not isinstance(echo, dict):
+        raise ValidationError("inline must be the object the step's start answered")
+    name = validation.check_step_name(echo.get("name"))
+    order, started = echo.get("order"), echo.get("startedAt")
+    for value, field in ((order, "order"), (started, "startedAt")):
+        if not isinstance(value, str) or not 1 <= len(value) <= 64:
+            raise ValidationError(f"inline.{field} must be the string the start answered")
+    assert isinstance(order, str) and isinstance(started, str)
+    return store.InlineStart(name, order, started)
 
 
 def _retry_at(op: dict[str, Any]) -> tuple[str | None, int | None]:

@@ -1,0 +1,189 @@
+"""Step calls on the fast path (protocol 1.3): a step's end and the next step's start are one
+item write; resent calls, takeovers and ended runs still answer what is recorded."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from ezgh_engine import clock, config, ids
+from ezgh_engine.adapters import aws, runs_store
+from ezgh_engine.adapters import invocations_store as inv
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.core import tokens
+from ezgh_engine.core.models import Run
+
+from tests.api.conftest import make_event
+
+WRITES = {"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem", "BatchWriteItem"}
+
+
+def _run() -> Run:
+    now = clock.iso(clock.now())
+    run = Run(
+        id=ids.new_id(),
+        org_id="o",
+        project_id=ids.new_id(),
+        app_id="a",
+        workflow="w",
+        status="running",
+        input=None,
+        attempt=1,
+        created_at=now,
+        started_at=now,
+        version=1,
+        invoke_seq=1,
+        handled_seq=0,
+    )
+    ws.transact([ws.plain_put(items.run_values(run))])
+    return run
+
+
+def _lease(run: Run, seq: int = 1) -> str:
+    """Take the run's lease as the invoker does; the invocation's token."""
+    leased = inv.take_lease(run.id, seq, now_ms=clock.now_ms(), lease_ms=600_000)
+    assert leased is not None
+    claims = tokens.InvocationClaims(
+        run.id, run.project_id, leased.epoch, 1, clock.now_ms() + 600_000
+    )
+    return tokens.mint(config.settings().token_secret, claims)
+
+
+def _free(run: Run) -> None:
+    """The lease ends (as if it expired) and a new reason to invoke arrives."""
+    ws.transact(
+        [
+            {
+                "Update": {
+                    "TableName": config.settings().runs_table,
+                    "Key": items.run_key(run.id),
+                    "UpdateExpression": "SET leaseUntil = :zero, invokeSeq = invokeSeq + :one",
+                    "ExpressionAttributeValues": {":zero": {"N": "0"}, ":one": {"N": "1"}},
+                }
+            }
+        ]
+    )
+
+
+def steps_call(token: str, ops: list[dict[str, Any]]) -> tuple[int, Any, list[str]]:
+    """POST ops to the steps function; (status, body, the DynamoDB writes it made)."""
+    from functions.steps.handler import handler
+
+    seen: list[str] = []
+    stop = aws.observe(
+        lambda r: seen.append(r["operation"]) if r["service"] == "dynamodb" else None
+    )
+    try:
+        answer = handler(
+            make_event(
+                "POST",
+                "/v1/invocations/steps",
+                body={"deploymentId": "dep-1", "ops": ops},
+                headers={"authorization": f"Bearer {token}"},
+            ),
+            LambdaContext(),
+        )
+    finally:
+        stop()
+    return answer["statusCode"], json.loads(answer["body"]), [o for o in seen if o in WRITES]
+
+
+def start(step: str, attempt: int = 1) -> dict[str, Any]:
+    return {"op": "start", "stepId": step, "name": step.split("#")[0], "attempt": attempt}
+
+
+def complete(step: str, output: Any, inline: Any = None) -> dict[str, Any]:
+    op = {"op": "complete", "stepId": step, "output": output}
+    return {**op, "inline": inline} if inline else op
+
+
+def steps_of(run: Run) -> dict[str, tuple[str, int]]:
+    found = runs_store.get_run(run.id)
+    assert found is not None
+    return {s.id: (s.status, s.attempt) for s in found.steps}
+
+
+def test_an_end_and_the_next_start_are_one_write(aws_env: None) -> None:
+    run = _run()
+    token = _lease(run)
+    status, body, writes = steps_call(token, [start("a#1")])
+    assert status == 200 and body["results"][0] == {
+        "stepId": "a#1",
+        "result": "started",
+        "attempt": 1,
+    }
+    assert writes == ["UpdateItem"]
+    status, body, writes = steps_call(token, [complete("a#1", {"n": 1}), start("b#1")])
+    assert status == 200
+    ended, started = body["results"]
+    assert ended == {"stepId": "a#1", "result": "ok"}
+    assert started["result"] == "started" and started["attempt"] == 1
+    assert set(started["inline"]) == {"name", "order", "startedAt"}
+    assert writes == ["UpdateItem"]  # one write for both ops, no lease transaction
+    assert steps_of(run) == {"a#1": ("completed", 1), "b#1": ("running", 1)}
+
+    status, body, writes = steps_call(token, [complete("b#1", 2, started["inline"])])
+    assert status == 200 and body["results"] == [{"stepId": "b#1", "result": "ok"}]
+    assert writes == ["PutItem"]
+    assert steps_of(run) == {"a#1": ("completed", 1), "b#1": ("completed", 1)}
+    events, _ = runs_store.list_events(run.id, limit=100, cursor=None)
+    done = [(e["type"], e["stepId"], e.get("deploymentId")) for e in events]
+    assert done == [("step.completed", "a#1", "dep-1"), ("step.completed", "b#1", "dep-1")]
+
+
+def test_a_resent_call_answers_the_same_without_a_second_effect(aws_env: None) -> None:
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    ops = [complete("a#1", "x"), start("b#1")]
+    first = steps_call(token, ops)[1]["results"]
+    again = steps_call(token, ops)[1]["results"]
+    assert again[0]["result"] == "recorded" and again[0]["step"]["output"] == "x"
+    assert again[1]["result"] == "started" and again[1]["attempt"] == first[1]["attempt"] == 1
+    # Started again without `inline` (the step has an item now): its end updates that item.
+    status, body, _ = steps_call(token, [complete("b#1", "y")])
+    assert status == 200 and body["results"][0]["result"] == "ok"
+    assert steps_of(run) == {"a#1": ("completed", 1), "b#1": ("completed", 1)}
+
+
+def test_a_step_started_inline_by_a_dead_invocation_runs_again_as_attempt_2(
+    aws_env: None,
+) -> None:
+    run = _run()
+    old = _lease(run)
+    steps_call(old, [start("a#1")])
+    inline = steps_call(old, [complete("a#1", 1), start("b#1")])[1]["results"][1]["inline"]
+    _free(run)  # the invocation died with b running; the run is invoked again
+    new = _lease(run, seq=2)
+    status, body, _ = steps_call(new, [start("b#1", attempt=2)])
+    assert status == 200 and body["results"][0]["attempt"] == 2
+    assert steps_of(run)["b#1"] == ("running", 2)
+    # The old invocation, still alive, cannot record the step the new one owns.
+    status, body, _ = steps_call(old, [complete("b#1", "stale", inline)])
+    assert status == 409 and body["error"]["code"] == "invalid_state"
+    status, body, _ = steps_call(new, [complete("b#1", "fresh")])
+    assert body["results"][0]["result"] == "ok"
+    found = runs_store.get_run(run.id)
+    assert found is not None
+    assert [(s.id, s.output) for s in found.steps] == [("a#1", 1), ("b#1", "fresh")]
+
+
+@pytest.mark.parametrize("ending", ["timedOut", "taken over"])
+def test_no_step_starts_in_a_run_that_ended_or_moved_on(aws_env: None, ending: str) -> None:
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    if ending == "timedOut":
+        from ezgh_engine.service import timers
+
+        timers.time_out(run.id)
+    else:
+        _free(run)
+        _lease(run, seq=2)
+    status, body, writes = steps_call(token, [complete("a#1", 1), start("b#1")])
+    assert status == 409 and body["error"]["code"] == "invalid_state"
+    assert writes == []
+    assert "b#1" not in steps_of(run)
