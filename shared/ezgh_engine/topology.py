@@ -60,19 +60,29 @@ class SqsSource:
 
 
 @dataclass(frozen=True)
+class Match:
+    """A stream filter's test of one attribute of the new image: its DynamoDB `type` ("S"
+    or "N") and the values it may hold (as DynamoDB writes them: "0" for the number 0)."""
+
+    name: str
+    values: tuple[str, ...]
+    type: Literal["S", "N"] = "S"
+
+
+@dataclass(frozen=True)
 class StreamSource:
     """A DynamoDB stream event source mapping: `table`'s stream feeds `function`.
 
-    With `filters`, only inserts and modifications whose new image matches one of them reach
-    the function (Lambda FilterCriteria in AWS, the same test in the local poller); each
-    filter maps attributes to the values they may hold. Everything else (events, index items,
-    removals, steps merely running or done) would only cost an invocation each.
+    With `filters`, only inserts and modifications whose new image passes every `Match` of
+    one of them reach the function (Lambda FilterCriteria in AWS, the same test in the local
+    poller). Everything else (events, index items, removals, leases taken, steps merely
+    running or done) would only cost an invocation each.
     """
 
     table: str
     function: str
     batch_size: int = 100
-    filters: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = ()
+    filters: tuple[tuple[Match, ...], ...] = ()
     kind: Literal["stream"] = "stream"
 
     def filter_patterns(self) -> list[dict[str, Any]]:
@@ -80,7 +90,7 @@ class StreamSource:
         return [
             {
                 "eventName": ["INSERT", "MODIFY"],
-                "dynamodb": {"NewImage": {name: {"S": list(values)} for name, values in f}},
+                "dynamodb": {"NewImage": {m.name: {m.type: list(m.values)} for m in f}},
             }
             for f in self.filters
         ]
@@ -93,8 +103,7 @@ class StreamSource:
             return False
         image = (record.get("dynamodb") or {}).get("NewImage") or {}
         return any(
-            all((image.get(name) or {}).get("S") in values for name, values in f)
-            for f in self.filters
+            all((image.get(m.name) or {}).get(m.type) in m.values for m in f) for f in self.filters
         )
 
 
@@ -184,14 +193,16 @@ TOPOLOGY = Topology(
         NOTIFY_FUNCTION,
     ),
     sources=(
-        # What service/stream.py reacts to: run items, and steps that start to wait (timers,
-        # branches). Events, index items and steps merely running or done cause nothing.
+        # What service/stream.py reacts to: run items without a lease, and steps that start
+        # to wait (timers, branches). Events, index items and steps running or done don't.
         StreamSource(
             table="runs",
             function="stream",
             filters=(
-                (("type", ("run",)),),
-                (("type", ("step",)), ("status", ("sleeping", "retrying", "waiting"))),
+                # Not while an invocation holds the lease (taking it, backing off, a timer
+                # that wakes a step and invokes at once): what it owes is sent when it ends.
+                (Match("type", ("run",)), Match("leaseUntil", ("0",), "N")),
+                (Match("type", ("step",)), Match("status", ("sleeping", "retrying", "waiting"))),
             ),
         ),
         SqsSource(queue="invocations", function="invoker", batch_size=1),

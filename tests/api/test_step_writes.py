@@ -187,3 +187,17 @@ def test_no_step_starts_in_a_run_that_ended_or_moved_on(aws_env: None, ending: s
     assert status == 409 and body["error"]["code"] == "invalid_state"
     assert writes == []
     assert "b#1" not in steps_of(run)
+
+
+def test_a_step_running_inline_when_the_run_times_out_is_cancelled(aws_env: None) -> None:
+    from ezgh_engine.service import timers
+
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    inline = steps_call(token, [complete("a#1", 1), start("b#1")])[1]["results"][1]["inline"]
+    assert timers.time_out(run.id)
+    assert steps_of(run) == {"a#1": ("completed", 1), "b#1": ("cancelled", 1)}
+    # The invocation still running it cannot record it any more.
+    status, body, _ = steps_call(token, [complete("b#1", "late", inline)])
+    assert status == 409 and body["error"]["code"] == "invalid_state"

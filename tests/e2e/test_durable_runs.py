@@ -4,12 +4,14 @@ all through the local runtime (the same handlers Lambda runs)."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 
 import pytest
 from ezgh_engine.adapters.aws import client as aws_client
 from ezgh_engine.config import settings
 from ezgh_engine.local.runtime import LocalRuntime
+from ezgh_engine.topology import NOTIFICATIONS_QUEUE
 from ezgh_workflows import WorkflowsClient
 
 from tests.e2e.workflows_app import CALLS
@@ -249,3 +251,76 @@ def test_unknown_workflow_is_404(engine, client, app_id):
     with pytest.raises(Exception) as info:
         client.start_run(app_id, "nope", {})
     assert getattr(info.value, "status", None) == 404
+
+
+def _invoke_messages_sent(records: list[dict]) -> int:
+    return sum(
+        1
+        for r in records
+        if r["operation"] == "SendMessage"
+        and json.loads(r["params"]["MessageBody"]).get("type") == "invoke"
+    )
+
+
+def test_a_woken_sleep_invokes_at_once_with_one_invoke_message_per_run(engine, client, app_id):
+    """The sleep's wake-up write takes the run's lease and the timer's handler invokes the
+    app itself: the only invoke message of the run is its start's (docs/benchmarks.md)."""
+    from ezgh_engine.adapters import aws
+
+    seen: list[dict] = []
+    stop = aws.observe(lambda r: seen.append(r) if r["service"] == "sqs" else None)
+    try:
+        run = client.start_run(app_id, "onboarding", {"cooldown": "1h"})
+        wait_status(
+            engine,
+            client,
+            run["id"],
+            lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
+        )
+        engine.clock.advance(timedelta(hours=1, seconds=1))
+        done = wait_ended(engine, client, run["id"])
+    finally:
+        stop()
+    assert done["status"] == "completed" and done["output"] == "a@x.io"
+    assert CALLS["follow-up"] == 1
+    assert _invoke_messages_sent(seen) == 1
+
+
+def test_a_woken_sleep_whose_app_is_down_is_invoked_again(engine, client, app_id):
+    """The timer's message is not held for a retry (its step is awake: it would be dropped);
+    the delivery comes back as an invoke message, and the run completes."""
+    from tests.e2e.workflows_app import served
+
+    run = client.start_run(app_id, "onboarding", {"cooldown": "1h"})
+    wait_status(
+        engine,
+        client,
+        run["id"],
+        lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
+    )
+    engine.wait_idle()
+    served.failures_left = 1
+    engine.clock.advance(timedelta(hours=1, seconds=1))
+    done = wait_ended(engine, client, run["id"], timeout=40)
+    assert done["status"] == "completed", done
+    assert served.failures_left == 0
+    assert CALLS["follow-up"] == 1
+
+
+def test_a_run_of_an_app_without_notifications_queues_no_notification(engine, client, app_id):
+    """The invoker that ends the run knows its app: no notifications, no message for the
+    notify function (tests/e2e/test_queues.py covers apps that have them)."""
+    from ezgh_engine.adapters import aws
+
+    assert engine.apps["e2e"].record.get("notifications") is None
+    seen: list[dict] = []
+    stop = aws.observe(lambda r: seen.append(r) if r["operation"] == "SendMessage" else None)
+    try:
+        run = client.start_run(app_id, "sequence", {"n": 1})
+        done = wait_ended(engine, client, run["id"])
+        engine.wait_idle()
+    finally:
+        stop()
+    assert done["status"] == "completed"
+    notifications = os.environ[NOTIFICATIONS_QUEUE.env_var]
+    assert notifications not in {r["params"]["QueueUrl"] for r in seen}

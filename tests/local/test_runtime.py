@@ -97,9 +97,14 @@ def test_stream_to_queue_to_invoker_then_idle(engine: LocalRuntime, recorder: Re
     table = os.environ["EZGH_RUNS_TABLE"]
     for i in range(3):
         aws.client("dynamodb").put_item(
-            # `type` run: the topology's stream filter passes only run and step items.
+            # The topology's stream filter passes run items without a lease (and steps).
             TableName=table,
-            Item={"pk": {"S": f"RUN#{i}"}, "sk": {"S": "RUN"}, "type": {"S": "run"}},
+            Item={
+                "pk": {"S": f"RUN#{i}"},
+                "sk": {"S": "RUN"},
+                "type": {"S": "run"},
+                "leaseUntil": {"N": "0"},
+            },
         )
     engine.wait_idle(timeout=10)
     assert sorted(recorder.invoker) == ["RUN#0", "RUN#1", "RUN#2"]
@@ -108,7 +113,7 @@ def test_stream_to_queue_to_invoker_then_idle(engine: LocalRuntime, recorder: Re
 
 def test_reset_empties_everything(engine: LocalRuntime, recorder: Recorder) -> None:
     table = os.environ["EZGH_RUNS_TABLE"]
-    run = {"type": {"S": "run"}}
+    run = {"type": {"S": "run"}, "leaseUntil": {"N": "0"}}
     aws.client("dynamodb").put_item(
         TableName=table, Item={"pk": {"S": "x"}, "sk": {"S": "y"}, **run}
     )

@@ -26,10 +26,14 @@ def test_cancelling_run_does():
     assert wants_invocation(run(status="cancelling", invokeSeq=2, handledSeq=1))
 
 
-def _record(event_name: str, item_type: str | None, status: str | None = None) -> dict:
+def _record(
+    event_name: str, item_type: str | None, status: str | None = None, lease: int = 0
+) -> dict:
     image = {"type": {"S": item_type}} if item_type else {}
     if status:
         image["status"] = {"S": status}
+    if item_type == "run":
+        image["leaseUntil"] = {"N": str(lease)}
     return {"eventName": event_name, "dynamodb": {"NewImage": image}}
 
 
@@ -39,6 +43,8 @@ def test_the_runs_stream_delivers_only_what_the_outbox_reacts_to():
     source = next(s for s in TOPOLOGY.sources if isinstance(s, StreamSource))
     assert source.matches(_record("INSERT", "run", "running"))
     assert source.matches(_record("MODIFY", "run", "completed"))
+    # A lease taken (or a backoff) owes nothing until it is answered: no invocation for it.
+    assert not source.matches(_record("MODIFY", "run", "running", lease=1_790_000_000_000))
     for status in ("sleeping", "retrying", "waiting"):
         assert source.matches(_record("MODIFY", "step", status))
     for status in ("running", "completed", "failed", "cancelled"):

@@ -119,9 +119,12 @@ def end_run(
     error: RunError | None = None,
     events: list[dict[str, Any]],
     step_writes: Sequence[dict[str, Any]] = (),
+    notify: bool | None = None,
 ) -> None:
     """End the run (completed/failed/…) for the invocation holding `run.epoch`, with the
-    step ends its answer carried (`StepsRefused` when one is refused)."""
+    step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
+    a run whose app has no notifications, so the outbox sends it nowhere (None: unknown,
+    the notify function decides)."""
     values: dict[str, Any] = {
         ":ended": {"S": status},
         ":at": {"S": ended_at},
@@ -141,6 +144,9 @@ def end_run(
     if error is not None:
         expression += ", #error = :error"
         values[":error"] = ddb.to_attr(error.to_api())
+    if notify is not None:
+        expression += ", notifyEnd = :notify"
+        values[":notify"] = {"S": "yes" if notify else "no"}
     names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
     used = {n: v for n, v in names.items() if n in expression}
     update = _run_update(run, expression, values, used)
@@ -202,42 +208,61 @@ def put_sleep_step(
     }
 
 
-def wake_sleep(run_id: str, step_id: str, *, ended_at: str, event: dict[str, Any]) -> bool:
-    """Complete a sleeping step and ask for an invocation, once. False when already woken or
-    the run is no longer live."""
-    actions = [
-        {
-            "Update": {
-                "TableName": _table(),
-                "Key": items.step_key(run_id, step_id),
-                "UpdateExpression": "SET #status = :done, endedAt = :at, #output = :null",
-                "ConditionExpression": "#status = :sleeping",
-                "ExpressionAttributeNames": {"#status": "status", "#output": "output"},
-                "ExpressionAttributeValues": {
-                    ":done": {"S": "completed"},
-                    ":sleeping": {"S": "sleeping"},
-                    ":at": {"S": ended_at},
-                    ":null": {"S": "null"},
-                },
-            }
-        },
-        {
-            "Update": {
-                "TableName": _table(),
-                "Key": items.run_key(run_id),
-                "UpdateExpression": "SET invokeSeq = invokeSeq + :one, version = version + :one",
-                "ConditionExpression": _LIVE_CONDITION,
-                "ExpressionAttributeNames": {"#status": "status"},
-                "ExpressionAttributeValues": {**_LIVE, ":one": {"N": "1"}},
-            }
-        },
-        event,
-    ]
+def wake_sleep(
+    run_id: str,
+    step_id: str,
+    *,
+    ended_at: str,
+    event: dict[str, Any],
+    lease: tuple[int, int] | None = None,
+) -> str | None:
+    """Complete a sleeping step and ask for an invocation, once: None when already woken or
+    the run is no longer live. With `lease` (`now_ms`, `lease_ms`) the same write also takes
+    the run's lease when it is free ("leased": the caller invokes at once, and the outbox,
+    which skips leased runs, sends nothing); else, or when another invocation holds the run,
+    it only asks ("woke": the outbox sends the invocation)."""
+    step = {
+        "Update": {
+            "TableName": _table(),
+            "Key": items.step_key(run_id, step_id),
+            "UpdateExpression": "SET #status = :done, endedAt = :at, #output = :null",
+            "ConditionExpression": "#status = :sleeping",
+            "ExpressionAttributeNames": {"#status": "status", "#output": "output"},
+            "ExpressionAttributeValues": {
+                ":done": {"S": "completed"},
+                ":sleeping": {"S": "sleeping"},
+                ":at": {"S": ended_at},
+                ":null": {"S": "null"},
+            },
+        }
+    }
+    run: dict[str, Any] = {
+        "TableName": _table(),
+        "Key": items.run_key(run_id),
+        "UpdateExpression": "SET invokeSeq = invokeSeq + :one, version = version + :one",
+        "ConditionExpression": _LIVE_CONDITION,
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {**_LIVE, ":one": {"N": "1"}},
+    }
+    if lease is not None:
+        now_ms, lease_ms = lease
+        run["UpdateExpression"] += ", epoch = epoch + :one, leaseUntil = :until"
+        run["ConditionExpression"] += " AND leaseUntil < :now"
+        run["ExpressionAttributeValues"] = {
+            **run["ExpressionAttributeValues"],
+            ":until": {"N": str(now_ms + lease_ms)},
+            ":now": {"N": str(now_ms)},
+        }
     try:
-        _ddb().transact_write_items(TransactItems=actions)
+        _ddb().transact_write_items(TransactItems=[step, {"Update": run}, event])
     except ClientError as exc:
-        if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
-            return False
+        codes = ddb.cancellation_codes(exc)
+        if codes and codes[0] == "ConditionalCheckFailed":
+            return None  # woken already
+        if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+            if lease is None:
+                return None  # the run ended
+            return wake_sleep(run_id, step_id, ended_at=ended_at, event=event)  # it's leased
         ddb.raise_transient(exc)
         raise
-    return True
+    return "leased" if lease is not None else "woke"

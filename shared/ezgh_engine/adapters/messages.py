@@ -32,9 +32,9 @@ def _send(body: dict[str, Any], delay_seconds: int = 0) -> None:
     )
 
 
-def send_invocation(run_id: str, seq: int) -> None:
-    """Ask the invoker to answer reason `seq` of the run."""
-    _send({"type": "invoke", "runId": run_id, "seq": seq})
+def send_invocation(run_id: str, seq: int, delay_seconds: int = 0) -> None:
+    """Ask the invoker to answer reason `seq` of the run (after `delay_seconds`, <= 900)."""
+    _send({"type": "invoke", "runId": run_id, "seq": seq}, delay_seconds)
 
 
 def send_branch(run_id: str, step_id: str) -> None:

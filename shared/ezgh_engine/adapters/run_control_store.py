@@ -74,7 +74,7 @@ def retry(run: Run, *, at: str) -> None:
                     "SET #status = :running, attempt = attempt + :one, "
                     "invokeSeq = invokeSeq + :one, version = version + :one, "
                     "invokeFailures = :zero, leaseUntil = :zero "
-                    "REMOVE endedAt, #error, #ttl"
+                    "REMOVE endedAt, #error, #ttl, notifyEnd"
                 ),
                 "ConditionExpression": "version = :v AND #status IN (:failed, :timedOut)",
                 "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},

@@ -153,6 +153,7 @@ def started_next(values: dict[str, Any]) -> Step | None:
         attempt=int(mark.get("attempt", 1)),
         order=mark.get("order", ""),
         started_at=mark.get("startedAt"),
+        inline=True,
     )
 
 

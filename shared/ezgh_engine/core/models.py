@@ -124,6 +124,8 @@ class Step:
     branch: bool = False
     callback_salt: str | None = None
     child_run_id: str | None = None
+    # Started inline (protocol 1.3): a `next` mark on the previous step's item, no item yet.
+    inline: bool = False
 
     def to_api(self) -> dict[str, Any]:
         body: dict[str, Any] = {

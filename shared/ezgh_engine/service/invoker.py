@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -49,7 +50,11 @@ def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None
     if kind == "invoke":
         return invoke(str(message["runId"]), int(message["seq"]))
     if kind == "timer":
-        timers.fire_timer(message)
+        # A sleep that ends takes the lease with its wake-up write: invoke it here and now.
+        now_ms, lease_ms = clock.now_ms(), _lease_ms()
+        woken = timers.fire_timer(message, lease_ms=lease_ms)
+        if woken is not None:
+            _invoke_for_timer(woken, now_ms, lease_ms)
         return None
     if kind == "branch":  # issue 3: one parallel step in an invocation of its own
         from ezgh_engine.service import branches
@@ -68,40 +73,40 @@ def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None
     return None
 
 
-def fire_timer(message: dict[str, Any]) -> None:
-    """Kept for callers of the first version; timers live in `service.timers` now."""
-    timers.fire_timer(message)
-
-
-def _fire_sleep_timer(message: dict[str, Any]) -> None:
-    wake_at = clock.parse_iso(message["wakeAt"])
-    if wake_at > clock.now() + timedelta(milliseconds=500):
-        messages.resend_timer(message, wake_at)
-        return
-    at = clock.iso(clock.now())
-    run = runs_store.get_run(message["runId"], with_steps=False)
-    if run is None or run.ended:
-        return
-    expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
-    event = runs_store.event_put(
-        run.id, run.attempt, "step.completed", at, expires, stepId=message["stepId"]
-    )
-    store.wake_sleep(run.id, message["stepId"], ended_at=at, event=event)
+def _lease_ms() -> int:
+    return int(settings().invoke_timeout_seconds * 1000) + LEASE_MARGIN_MS
 
 
 def invoke(run_id: str, seq: int) -> Retry | None:
-    cfg = settings()
-    now_ms = clock.now_ms()
-    lease_ms = int(cfg.invoke_timeout_seconds * 1000) + LEASE_MARGIN_MS
+    now_ms, lease_ms = clock.now_ms(), _lease_ms()
     run = store.take_lease(run_id, seq, now_ms=now_ms, lease_ms=lease_ms)
     if run is None:
         return _why_not_leased(run_id, seq, now_ms)
+    return _invoke_leased(run_id, run, now_ms, lease_ms)
+
+
+def _invoke_for_timer(run_id: str, now_ms: int, lease_ms: int) -> None:
+    """Invoke a run a timer woke with its lease. Its message is a timer's, which must not
+    come back (the step is awake, it would be dropped): a delivery to retry later goes back
+    as an invoke message, delayed like a held one."""
+    retry = _invoke_leased(run_id, None, now_ms, lease_ms)
+    if retry is None:
+        return
+    run = runs_store.get_run(run_id, with_steps=False)
+    if run is not None and not run.ended:
+        delay = min(900, math.ceil(retry.after_seconds))
+        messages.send_invocation(run_id, run.invoke_seq, delay_seconds=delay)
+
+
+def _invoke_leased(run_id: str, leased: Run | None, now_ms: int, lease_ms: int) -> Retry | None:
+    """Invoke the run whose lease this handler took (`leased`: the run as the lease write
+    answered; None when that write answered nothing, as a timer's wake-up transaction)."""
     started_at = clock.iso(clock.now())
     invocation_id = ids.time_ordered_id()
     full = runs_store.get_run(run_id)
     if full is None:
         return None
-    run = _with_lease(full, run)
+    run = _with_lease(full, leased) if leased is not None else full
     # Answer every reason known when the steps were read, not just the message's: a newer
     # reason's effects are in `full` already, so one invocation covers them all.
     seq = run.invoke_seq
@@ -140,6 +145,8 @@ def invoke(run_id: str, seq: int) -> Retry | None:
             claims=claims,
             invocation_id=invocation_id,
             started_at=started_at,
+            # Known here for free: an app without notifications needs no notify message.
+            notify=app.notifications is not None,
         )
     except StaleInvocation:
         log.info("run %s: lease lost before the outcome was written; ignoring it", run_id)

@@ -58,6 +58,8 @@ def on_run_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
     if not just_ended(old, new):
         return
     assert new is not None
+    if new.get("notifyEnd") == "no":
+        return  # the invoker that ended it saw that its app has no notifications
     url = os.environ.get(NOTIFICATIONS_QUEUE.env_var)
     if not url:
         return  # a deployment without notifications (older stack): nothing to do

@@ -60,6 +60,7 @@ def apply_answer(
     claims: tokens.InvocationClaims,
     invocation_id: str,
     started_at: str,
+    notify: bool | None = None,
 ) -> None:
     """Record an invocation's answer: the step ends it carried (protocol 1.3 `ops`) and its
     outcome, in one transaction. When a step refuses its end, the ends are applied one by one
@@ -68,28 +69,26 @@ def apply_answer(
     `ValidationError` when the ops are malformed."""
     from ezgh_engine.service import steps
 
+    ends: dict[str, Any] = {
+        "invocation_id": invocation_id,
+        "started_at": started_at,
+        "notify": notify,
+    }
     if ops is None or outcome.kind in ("aborted", "branch"):
-        apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
+        apply(run, seq, outcome, **ends)
         return
     writes = steps.answer_actions(claims, outcome.deployment_id, ops)
     waits = len(outcome.waits) + len(outcome.sleeps)
     if writes and len(ops) + waits <= MAX_ENDS_IN_OUTCOME:
         try:
-            apply(
-                run,
-                seq,
-                outcome,
-                invocation_id=invocation_id,
-                started_at=started_at,
-                step_writes=writes,
-            )
+            apply(run, seq, outcome, step_writes=writes, **ends)
             return
         except store.StepsRefused:
             pass
     conflicts = steps.apply_answer_ops(claims, outcome.deployment_id, ops)
     if conflicts:
         raise OpsConflict(conflicts)
-    apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
+    apply(run, seq, outcome, **ends)
 
 
 def apply(
@@ -100,6 +99,7 @@ def apply(
     invocation_id: str,
     started_at: str,
     step_writes: list[dict[str, Any]] | None = None,
+    notify: bool | None = None,
 ) -> None:
     """Record the outcome (with `step_writes`, the answer's step ends: `StepsRefused` when
     one is refused); raises `StaleInvocation` when the lease was lost meanwhile."""
@@ -155,6 +155,7 @@ def apply(
         error=error,
         events=events,
         step_writes=step_writes or (),
+        notify=notify,
     )
     if status == "cancelled":
         from ezgh_engine.service import waits

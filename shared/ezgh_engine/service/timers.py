@@ -20,37 +20,43 @@ from ezgh_engine.core.models import RunError
 DEADLINE_STEP = "$deadline"
 
 
-def fire_timer(message: dict[str, Any]) -> None:
+def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> str | None:
+    """Act on a timer. With `lease_ms`, a sleep that ends takes the run's lease in the same
+    write when it is free: the answer is then the run's ID, to invoke at once (one message,
+    one invoker invocation and one stream record fewer per sleep); else None."""
     wake_at = clock.parse_iso(message["wakeAt"])
     if wake_at > clock.now() + timedelta(milliseconds=500):
         messages.resend_timer(message, wake_at)
-        return
+        return None
     run = runs_store.get_run(message["runId"], with_steps=False)
     if run is None or run.ended:
-        return
+        return None
     if message["stepId"] == DEADLINE_STEP:
         if run.deadline_at == message["wakeAt"]:
             time_out(run.id)
-        return
+        return None
     from ezgh_engine.adapters import steps_store
 
     step = steps_store.get_step(run.id, message["stepId"])
     if step is None or step.wake_at != message["wakeAt"]:
-        return
+        return None
     at = clock.iso(clock.now())
     expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
     if step.status == "sleeping":
         event = runs_store.event_put(
             run.id, run.attempt, "step.completed", at, expires, stepId=step.id
         )
-        store.wake_sleep(run.id, step.id, ended_at=at, event=event)
-    elif step.status == "retrying":
+        lease = (clock.now_ms(), lease_ms) if lease_ms is not None else None
+        woke = store.wake_sleep(run.id, step.id, ended_at=at, event=event, lease=lease)
+        return run.id if woke == "leased" else None
+    if step.status == "retrying":
         _retry_due(run.id, step.id, step.branch, message["wakeAt"])
     elif step.status == "waiting":  # a callback or message wait timed out: it gives null
         from ezgh_engine.service import waits
 
         actions = waits.end_wait_actions(run.id, run.attempt, step.id, output=None)
         ws.transact(actions + waits.cancel_step_actions(run, run.id, step))
+    return None
 
 
 def _retry_due(run_id: str, step_id: str, branch: bool, wake_at: str) -> None:

@@ -22,7 +22,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.config import settings
 from ezgh_engine.core import validation
-from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core.models import Run, RunError, Step
 from ezgh_engine.core.outcomes import Wait
 from ezgh_engine.errors import Conflict
 
@@ -253,6 +253,27 @@ def cancel_step_actions(run: Run | None, run_id: str, step: Any) -> list[dict[st
     return []
 
 
+def _cancelled_item(run: Run, step: Step, at: str) -> dict[str, Any]:
+    """The Put of a step that was running by a `next` mark only, as `cancelled`."""
+    values = {
+        "pk": items.run_pk(run.id),
+        "sk": items.STEP_PREFIX + step.id,
+        "type": "step",
+        "runId": run.id,
+        "stepId": step.id,
+        "name": step.name,
+        "kind": step.kind,
+        "status": "cancelled",
+        "attempt": step.attempt,
+        "order": step.order,
+        "startedAt": step.started_at or at,
+        "endedAt": at,
+        "error": CANCELLED_ERROR.to_api(),
+        "ttl": int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS,
+    }
+    return ws.plain_put(values)
+
+
 def cancel_leftovers(run_id: str) -> None:
     """After a run ended: pending steps become `cancelled`, message waits leave the index,
     children are cancelled. Best effort: each is its own conditional write."""
@@ -262,6 +283,9 @@ def cancel_leftovers(run_id: str) -> None:
     at = clock.iso(clock.now())
     for step in run.steps:
         if step.status not in ("sleeping", "waiting", "retrying", "running"):
+            continue
+        if step.inline:  # running by a mark only: its item, cancelled, unless it has one now
+            ws.transact([_cancelled_item(run, step, at)])
             continue
         update = ws.step_update(
             run.id,
