@@ -324,3 +324,42 @@ def test_a_run_of_an_app_without_notifications_queues_no_notification(engine, cl
     assert done["status"] == "completed"
     notifications = os.environ[NOTIFICATIONS_QUEUE.env_var]
     assert notifications not in {r["params"]["QueueUrl"] for r in seen}
+
+
+def test_events_page_through_items_and_steps_in_order(engine, client, app_id):
+    """`run.started` lives on the run item and `step.completed` on the steps (no event item
+    of their own); pages of any size give every event once, in order."""
+    run = client.start_run(app_id, "onboarding", {"cooldown": "1h"})
+    wait_status(
+        engine,
+        client,
+        run["id"],
+        lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
+    )
+    engine.clock.advance(timedelta(hours=1, seconds=1))
+    wait_ended(engine, client, run["id"])
+    everything = client.list_run_events(run["id"])["events"]
+    assert [e["type"] for e in everything] == [
+        "run.started",
+        "invocation.started",
+        "step.completed",
+        "step.completed",
+        "invocation.suspended",
+        "step.completed",  # the sleep, woken
+        "invocation.started",
+        "step.completed",
+        "invocation.completed",
+        "run.completed",
+    ]
+    assert everything[0]["workflow"] == "onboarding"
+    ids = [e["id"] for e in everything]
+    assert ids == sorted(ids)
+    for size in (1, 2, 3):
+        paged, cursor = [], None
+        while True:
+            page = client.list_run_events(run["id"], cursor=cursor, limit=size)
+            paged += page["events"]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+        assert paged == everything, size

@@ -213,7 +213,7 @@ def wake_sleep(
     step_id: str,
     *,
     ended_at: str,
-    event: dict[str, Any],
+    marks: dict[str, Any],
     lease: tuple[int, int] | None = None,
 ) -> str | None:
     """Complete a sleeping step and ask for an invocation, once: None when already woken or
@@ -225,7 +225,9 @@ def wake_sleep(
         "Update": {
             "TableName": _table(),
             "Key": items.step_key(run_id, step_id),
-            "UpdateExpression": "SET #status = :done, endedAt = :at, #output = :null",
+            # The step is its own `step.completed` event (`marks`, see steps_store).
+            "UpdateExpression": "SET #status = :done, endedAt = :at, #output = :null"
+            + "".join(f", {name} = :m_{name}" for name in sorted(marks)),
             "ConditionExpression": "#status = :sleeping",
             "ExpressionAttributeNames": {"#status": "status", "#output": "output"},
             "ExpressionAttributeValues": {
@@ -233,6 +235,7 @@ def wake_sleep(
                 ":sleeping": {"S": "sleeping"},
                 ":at": {"S": ended_at},
                 ":null": {"S": "null"},
+                **{f":m_{name}": ddb.to_attr(value) for name, value in marks.items()},
             },
         }
     }
@@ -254,7 +257,7 @@ def wake_sleep(
             ":now": {"N": str(now_ms)},
         }
     try:
-        _ddb().transact_write_items(TransactItems=[step, {"Update": run}, event])
+        _ddb().transact_write_items(TransactItems=[step, {"Update": run}])
     except ClientError as exc:
         codes = ddb.cancellation_codes(exc)
         if codes and codes[0] == "ConditionalCheckFailed":
@@ -262,7 +265,7 @@ def wake_sleep(
         if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
             if lease is None:
                 return None  # the run ended
-            return wake_sleep(run_id, step_id, ended_at=ended_at, event=event)  # it's leased
+            return wake_sleep(run_id, step_id, ended_at=ended_at, marks=marks)  # it's leased
         ddb.raise_transient(exc)
         raise
     return "leased" if lease is not None else "woke"

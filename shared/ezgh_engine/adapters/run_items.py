@@ -50,9 +50,10 @@ def _error(data: Any) -> RunError | None:
     return RunError.from_api(data) if isinstance(data, dict) else None
 
 
-def run_values(run: Run) -> dict[str, Any]:
-    """The plain attribute values of a new run item (without steps)."""
-    return {
+def run_values(run: Run, *, started_event: str | None = None) -> dict[str, Any]:
+    """The plain attribute values of a new run item (without steps). With `started_event`
+    (an event ID) the item is also its own `run.started` event (`runs_store.list_events`)."""
+    values = {
         "pk": run_pk(run.id),
         "sk": RUN_SK,
         "type": "run",
@@ -81,6 +82,9 @@ def run_values(run: Run) -> dict[str, Any]:
         "gsi1pk": runs_index_pk(run.project_id),
         "gsi1sk": f"{run.created_at}#{run.id}",
     }
+    if started_event is not None:
+        values["startEvtId"] = started_event
+    return values
 
 
 def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:

@@ -78,7 +78,7 @@ def create_run(run: Run, *, now_epoch_s: int) -> None:
         {
             "Put": {
                 "TableName": _table(),
-                "Item": ddb.to_item(items.run_values(run)),
+                "Item": ddb.to_item(items.run_values(run, started_event=ids.time_ordered_id())),
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
@@ -98,16 +98,6 @@ def create_run(run: Run, *, now_epoch_s: int) -> None:
                 }
             }
         )
-    actions.append(
-        event_put(
-            run.id,
-            run.attempt,
-            "run.started",
-            run.created_at,
-            now_epoch_s + CHILD_ITEM_TTL_SECONDS,
-            workflow=run.workflow,
-        )
-    )
     try:
         _ddb().transact_write_items(TransactItems=actions)
     except ClientError as exc:
@@ -267,20 +257,36 @@ def _events_after(cursor: str | None) -> str:
 
 
 def _step_events(run_id: str, after: str) -> list[dict[str, Any]]:
-    """The `step.completed` events that live on their step items, after `after`."""
+    """The events that live on the run's own items, after `after`: its `run.started` (the run
+    item's `startEvtId`) and its steps' `step.completed` (`evtId`)."""
     found = _query_all(
-        KeyConditionExpression="pk = :pk AND begins_with(sk, :step)",
-        FilterExpression="evtId > :after",
-        ProjectionExpression="stepId, evtId, evtAttempt, endedAt, deploymentId",
-        ConsistentRead=True,
+        KeyConditionExpression="pk = :pk AND sk >= :run",
+        FilterExpression="evtId > :after OR startEvtId > :after",
+        ProjectionExpression=(
+            "sk, stepId, evtId, evtAttempt, endedAt, deploymentId, startEvtId, createdAt, "
+            "workflow, parentRunId"
+        ),
         ExpressionAttributeValues={
             ":pk": {"S": items.run_pk(run_id)},
-            ":step": {"S": items.STEP_PREFIX},
+            ":run": {"S": items.RUN_SK},
             ":after": {"S": after},
         },
+        ConsistentRead=True,
     )
     events = []
     for values in found:
+        if values["sk"] == items.RUN_SK:
+            started = {
+                "id": values["startEvtId"],
+                "type": "run.started",
+                "at": values.get("createdAt"),
+                "attempt": 1,
+                "workflow": values.get("workflow"),
+            }
+            if values.get("parentRunId"):
+                started["parentRunId"] = values["parentRunId"]
+            events.append(started)
+            continue
         event: dict[str, Any] = {
             "id": values["evtId"],
             "type": "step.completed",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from ezgh_engine import clock
+from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, runs_store
 from ezgh_engine.adapters import waits_store as ws
@@ -41,13 +41,10 @@ def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> str | No
     if step is None or step.wake_at != message["wakeAt"]:
         return None
     at = clock.iso(clock.now())
-    expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
     if step.status == "sleeping":
-        event = runs_store.event_put(
-            run.id, run.attempt, "step.completed", at, expires, stepId=step.id
-        )
+        marks = steps_store.event_marks(ids.time_ordered_id(), run.attempt, None)
         lease = (clock.now_ms(), lease_ms) if lease_ms is not None else None
-        woke = store.wake_sleep(run.id, step.id, ended_at=at, event=event, lease=lease)
+        woke = store.wake_sleep(run.id, step.id, ended_at=at, marks=marks, lease=lease)
         return run.id if woke == "leased" else None
     if step.status == "retrying":
         _retry_due(run.id, step.id, step.branch, message["wakeAt"])

@@ -112,18 +112,7 @@ def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict
         parent_run_id=parent.id,
         parent_step_id=wait.step_id,
     )
-    return [
-        ws.plain_put(items.run_values(child)),
-        runs_store.event_put(
-            child_id,
-            1,
-            "run.started",
-            at,
-            _expires(),
-            workflow=child.workflow,
-            parentRunId=parent.id,
-        ),
-    ]
+    return [ws.plain_put(items.run_values(child, started_event=ids.time_ordered_id()))]
 
 
 def end_wait_actions(
