@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             report.scaling_figures(engine.run(h + 1, LONG_SLEEP, sleep_after=h), h)
             for h in args.histories
         ]
+    out["marginal"] = report.marginal(out["sizes"])
     dbos_gaps, why = (None, "--no-dbos")
     if not args.no_dbos and latency_gaps:
         dbos_gaps, why = dbos_bench.run(args.latency_steps)
@@ -132,6 +133,13 @@ def print_report(out: dict[str, Any]) -> None:
             f" | {sched:.2f} | {s['lambda']:.1f} | {s['http-api']:.1f}"
             f" | {f['app_requests_per_run']:.0f} | {f['dynamodb_wru_per_step']:.1f}"
             f" | {_money(f['usd_per_million_steps'])} | {_money(f['usd_per_million_runs'])} |\n"
+        )
+    m = out.get("marginal")
+    if m:
+        w(
+            f"\nMarginal, one more step (from {m['from_steps']} to {m['to_steps']} steps): "
+            f"{m['requests_per_step']:.2f} requests, {_money(m['usd_per_million_steps'])}"
+            f"/M steps\n"
         )
     w("\n$ per million steps by line:\n")
     lines = report.USD_LINES
@@ -194,7 +202,7 @@ def _rest(w: Any, out: dict[str, Any]) -> None:
             )
     ref = out["sizes"].get("10") or next(iter(out["sizes"].values()))
     w(
-        f"\nLevers, estimated from the {ref['steps']}-step breakdown "
+        f"\nLevers not built, estimated from the {ref['steps']}-step breakdown "
         f"(now {_money(ref['usd_per_million_steps'])}/M steps, "
         f"{ref['requests_per_step']:.1f} req/step):\n"
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +43,18 @@ class Bill:
     app_bytes_received: int = 0
     stream_reads: int = 0
     origins: Counter[str] = field(default_factory=Counter)  # "origin service.operation" -> n
-    origin_usd: Counter[str] = field(default_factory=Counter)  # origin -> dollars
-    lambda_gb_usd: Counter[str] = field(default_factory=Counter)  # function -> GB-s dollars
-    lambda_request_usd: Counter[str] = field(default_factory=Counter)
+    origin_usd: defaultdict[str, float] = field(
+        default_factory=lambda: defaultdict(float)
+    )  # origin -> dollars
+    lambda_gb_usd: defaultdict[str, float] = field(
+        default_factory=lambda: defaultdict(float)
+    )  # function -> GB-s dollars
+    lambda_request_usd: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     lambda_without_requests: Counter[str] = field(default_factory=Counter)
     app_seconds: float = 0.0
-    wru_by_item: Counter[str] = field(default_factory=Counter)  # "RUN", "STEP", "EVT", ...
+    wru_by_item: defaultdict[str, float] = field(
+        default_factory=lambda: defaultdict(float)
+    )  # "RUN", "STEP", "EVT", ...
 
     @property
     def total_requests(self) -> int:
@@ -96,7 +102,7 @@ def bill(
     sizes: dict[tuple[str, str, str], int],
 ) -> Bill:
     b = Bill()
-    usd: Counter[str] = Counter()
+    usd: defaultdict[str, float] = defaultdict(float)
     for call in calls:
         if call.origin == "esm:stream":
             b.stream_reads += 1
