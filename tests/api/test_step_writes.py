@@ -201,3 +201,87 @@ def test_a_step_running_inline_when_the_run_times_out_is_cancelled(aws_env: None
     # The invocation still running it cannot record it any more.
     status, body, _ = steps_call(token, [complete("b#1", "late", inline)])
     assert status == 409 and body["error"]["code"] == "invalid_state"
+
+
+# --- the ends an invocation's answer carries (protocol 1.3 `ops`) ---------------------------
+
+
+def _answer(run: Run, token: str, answer: dict[str, Any]) -> None:
+    from ezgh_engine.core import outcomes as rules
+    from ezgh_engine.service import outcomes
+
+    claims = tokens.verify(config.settings().token_secret, token, clock.now_ms())
+    leased = runs_store.get_run(run.id)
+    assert leased is not None
+    outcomes.apply_answer(
+        leased,
+        leased.invoke_seq,
+        rules.parse(answer, clock.now()),
+        answer.get("ops"),
+        claims=claims,
+        invocation_id=ids.time_ordered_id(),
+        started_at=clock.iso(clock.now()),
+    )
+
+
+def test_an_answer_records_its_held_ends_with_its_outcome(aws_env: None) -> None:
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    answer = {"outcome": "completed", "output": "done", "ops": [complete("a#1", "A")]}
+    _answer(run, token, answer)
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "completed" and found.output == "done"
+    assert [(s.id, s.status, s.output) for s in found.steps] == [("a#1", "completed", "A")]
+
+
+def test_an_answer_repeating_a_recorded_end_is_applied(aws_env: None) -> None:
+    """The end was recorded already with the same output (a resent call got through): the
+    outcome's transaction is refused on that step, the ends are applied one by one and agree,
+    and the outcome is written."""
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    steps_call(token, [complete("a#1", "A")])
+    _answer(run, token, {"outcome": "completed", "output": 1, "ops": [complete("a#1", "A")]})
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "completed"
+
+
+def test_an_answer_whose_end_another_invocation_recorded_otherwise_is_not_applied(
+    aws_env: None,
+) -> None:
+    """The workflow went on with a value the run does not hold: its outcome must not be
+    written; the invoker invokes the run again (OpsConflict), and replay uses the record."""
+    from ezgh_engine.service import outcomes
+
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    steps_call(token, [complete("a#1", "recorded")])
+    with pytest.raises(outcomes.OpsConflict) as raised:
+        _answer(run, token, {"outcome": "completed", "output": 1, "ops": [complete("a#1", "x")]})
+    assert raised.value.step_ids == ["a#1"]
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "running"
+    assert found.steps[0].output == "recorded"
+
+
+def test_an_answer_with_malformed_ops_is_refused_before_anything_is_written(
+    aws_env: None,
+) -> None:
+    from ezgh_engine.errors import ValidationError
+
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    for ops in (
+        [start("b#1")],  # an answer may only end steps
+        [complete("a#1", 1), complete("a#1", 2)],  # twice the same step
+        "not a list",
+    ):
+        with pytest.raises(ValidationError):
+            _answer(run, token, {"outcome": "completed", "output": 1, "ops": ops})
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "running"
+    assert [(s.id, s.status) for s in found.steps] == [("a#1", "running")]
