@@ -363,3 +363,18 @@ def test_events_page_through_items_and_steps_in_order(engine, client, app_id):
             if not cursor:
                 break
         assert paged == everything, size
+
+
+def test_a_failed_run_lists_its_invocation_and_its_end_with_the_error(engine, client, app_id):
+    """An invocation's item also holds its start and the run's end (one write, three
+    events): they list as before, in order, with the error."""
+    run = client.start_run(app_id, "charge", {})
+    done = wait_ended(engine, client, run["id"])
+    events = client.list_run_events(run["id"])["events"]
+    assert [e["type"] for e in events][-3:] == ["step.failed", "invocation.failed", "run.failed"]
+    started = [e for e in events if e["type"] == "invocation.started"]
+    answered = [e for e in events if e["type"].startswith("invocation.") and e not in started]
+    assert [e["invocationId"] for e in started] == [e["invocationId"] for e in answered]
+    assert answered[-1]["type"] == "invocation.failed"
+    assert events[-1]["error"] == done["error"]
+    assert not any(k in e for e in events for k in ("startedId", "startedAt", "runEnd"))

@@ -172,3 +172,30 @@ def with_started_next(steps: list[Step], items: list[dict[str, Any]]) -> list[St
 def event_from(values: dict[str, Any]) -> dict[str, Any]:
     """The API shape of an event item: every attribute but the keys."""
     return {k: v for k, v in values.items() if k not in {"pk", "sk", "ttl"}}
+
+
+# Attributes of an invocation's event item that are other events folded into it.
+FOLDED = ("startedId", "startedAt", "runEnd")
+
+
+def expand_event(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events one event item stands for, with their IDs: an invocation's outcome item
+    also holds its `invocation.started` (`startedId`, `startedAt`) and, when it ended the
+    run, the run's end (`runEnd`): one write instead of three."""
+    event = event_from(values)
+    event["id"] = values["sk"].removeprefix(EVENT_PREFIX)
+    for name in FOLDED:
+        event.pop(name, None)
+    events = [event]
+    if "startedId" in values:
+        started = {**event, "id": values["startedId"], "type": "invocation.started"}
+        started["at"] = values.get("startedAt")
+        events.insert(0, started)
+    end = values.get("runEnd")
+    if isinstance(end, dict):
+        ended = {"id": end["id"], "type": end["type"], "at": event.get("at")}
+        ended["attempt"] = event.get("attempt")
+        if "error" in end:
+            ended["error"] = end["error"]
+        events.append(ended)
+    return events

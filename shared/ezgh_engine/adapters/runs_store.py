@@ -214,29 +214,22 @@ def search_runs(
 def list_events(
     run_id: str, *, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the run's events in order: its event items, merged with the steps that
-    are their own `step.completed` event (`steps_store.event_marks`)."""
+    """A page of the run's events in ID order, after the cursor's: its event items (an
+    invocation's item stands for up to three events, `run_items.expand_event`) merged with
+    the events its run and step items carry. Every page reads the run's events whole: a
+    folded event may sort far from its item, and listing is a rare, read-only path."""
     after = _events_after(cursor)
-    answer = _ddb().query(
-        TableName=_table(),
-        KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+    found = _query_all(
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :evt)",
         ExpressionAttributeValues={
             ":pk": {"S": items.run_pk(run_id)},
-            ":lo": {"S": items.EVENT_PREFIX + after},  # inclusive: `after` itself is dropped
-            ":hi": {"S": items.EVENT_PREFIX + "\uffff"},
+            ":evt": {"S": items.EVENT_PREFIX},
         },
-        Limit=limit + 2,
         ConsistentRead=True,
     )
-    events = []
-    for raw in answer.get("Items", []):
-        if raw["sk"]["S"] == items.EVENT_PREFIX + after:
-            continue
-        event = items.event_from(ddb.from_item(raw))
-        event["id"] = raw["sk"]["S"].removeprefix(items.EVENT_PREFIX)
-        events.append(event)
+    events = [e for values in found for e in items.expand_event(values)]
     events += _step_events(run_id, after)
-    events.sort(key=lambda event: str(event["id"]))
+    events = sorted((e for e in events if str(e["id"]) > after), key=lambda e: str(e["id"]))
     page = events[:limit]
     more = len(events) > limit
     return page, ddb.encode_cursor({"after": {"S": page[-1]["id"]}}) if more else None

@@ -158,17 +158,16 @@ def _record_invocation(
         "deploymentId": outcome.deployment_id,
         "stepId": step_id,
     }
-    ws.transact(
+    ws.transact(  # one item: the outcome, carrying the start (`run_items.expand_event`)
         [
-            runs_store.event_put(
-                run_id, attempt, "invocation.started", started_at, expires, **common
-            ),
             runs_store.event_put(
                 run_id,
                 attempt,
                 f"invocation.{outcome.kind}",
                 clock.iso(clock.now()),
                 expires,
+                startedId=invocation_id,
+                startedAt=started_at,
                 **common,
             ),
         ]

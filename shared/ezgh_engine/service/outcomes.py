@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ezgh_engine import clock, ids
+from ezgh_engine.adapters import ddb, payloads, runs_store
 from ezgh_engine.adapters import invocations_store as store
-from ezgh_engine.adapters import payloads, runs_store
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Run, RunError
@@ -17,23 +17,22 @@ from ezgh_engine.errors import EngineError
 def _events(
     run: Run, outcome: Outcome, invocation_id: str, started_at: str, at: str
 ) -> list[dict[str, Any]]:
+    """The invocation's one event item: its outcome, carrying its start (listed as
+    `invocation.started`, see `run_items.expand_event`)."""
     expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
-    common = {"invocationId": invocation_id, "deploymentId": outcome.deployment_id}
-    events = [
+    return [
         runs_store.event_put(
             run.id,
             run.attempt,
-            "invocation.started",
-            started_at,
+            f"invocation.{outcome.kind}",
+            at,
             expires,
-            event_id=invocation_id,  # minted when the invocation began: it sorts first
-            **common,
-        ),
-        runs_store.event_put(
-            run.id, run.attempt, f"invocation.{outcome.kind}", at, expires, **common
-        ),
+            invocationId=invocation_id,
+            deploymentId=outcome.deployment_id,
+            startedId=invocation_id,  # minted when the invocation began: it sorts first
+            startedAt=started_at,
+        )
     ]
-    return events
 
 
 class OpsConflict(Exception):
@@ -134,16 +133,11 @@ def apply(
     if outcome.kind == "aborted":
         return  # the invocation gave up its lease to a newer one: nothing to write
     status, error, text, ref = _ending(run, outcome)
-    events.append(  # after invocation.<outcome>: the invocation ended the run
-        runs_store.event_put(
-            run.id,
-            run.attempt,
-            f"run.{status}",
-            at,
-            expires,
-            error=error.to_api() if error else None,
-        )
-    )
+    # The run's end rides the invocation's item too (listed after its outcome).
+    run_end: dict[str, Any] = {"id": ids.time_ordered_id(), "type": f"run.{status}"}
+    if error is not None:
+        run_end["error"] = error.to_api()
+    events[0]["Put"]["Item"]["runEnd"] = ddb.to_attr(run_end)
     store.end_run(
         run,
         seq,
