@@ -285,3 +285,57 @@ def test_an_answer_with_malformed_ops_is_refused_before_anything_is_written(
     found = runs_store.get_run(run.id)
     assert found is not None and found.status == "running"
     assert [(s.id, s.status) for s in found.steps] == [("a#1", "running")]
+
+
+def test_a_resent_retryable_fail_answers_retry_even_once_the_retry_is_due(
+    aws_env: None,
+) -> None:
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    fail = {
+        "op": "fail",
+        "stepId": "a#1",
+        "error": {"code": "user", "name": "E", "message": "m"},
+        "retryable": True,
+        "attempt": 1,
+        "retries": 3,
+    }
+    first = steps_call(token, [fail])[1]["results"][0]
+    assert first["result"] == "retry"
+    ws.transact(  # the retry's timer fired: it is due (no wake time)
+        [
+            {
+                "Update": {
+                    "TableName": config.settings().runs_table,
+                    "Key": items.step_key(run.id, "a#1"),
+                    "UpdateExpression": "REMOVE wakeAt",
+                }
+            }
+        ]
+    )
+    again = steps_call(token, [fail])[1]["results"][0]  # the SDK resends after a 5xx
+    assert again["result"] == "retry"  # not `recorded` (a StepError the workflow could catch)
+
+
+def test_a_mark_of_an_earlier_run_attempt_is_not_a_running_step(aws_env: None) -> None:
+    """RetryRun deletes a failed step; the mark that started it (on the step before) must
+    not bring it back as running in the new attempt."""
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    steps_call(token, [complete("a#1", 1), start("b#1")])
+    assert steps_of(run)["b#1"] == ("running", 1)
+    ws.transact(
+        [
+            {
+                "Update": {
+                    "TableName": config.settings().runs_table,
+                    "Key": items.run_key(run.id),
+                    "UpdateExpression": "SET attempt = :two",
+                    "ExpressionAttributeValues": {":two": {"N": "2"}},
+                }
+            }
+        ]
+    )
+    assert "b#1" not in steps_of(run)

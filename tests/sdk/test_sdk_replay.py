@@ -354,3 +354,24 @@ def test_workflow_sees_the_run_attempt(engine: FakeEngine) -> None:
     from sdk_fakes import post
 
     assert post(make_app(engine, attempt), body).json()["output"] == 3
+
+
+def test_in_a_round_of_several_steps_each_end_is_sent_when_its_step_ends(
+    engine: FakeEngine,
+) -> None:
+    """A race orders its steps by when their ends were recorded: an end held until the next
+    call would be recorded late, and replay could pick another winner."""
+
+    @workflow("racer")
+    async def racer(ctx: Context) -> Any:
+        callback = await ctx.step.create_callback("approve")
+        return await asyncio.gather(ctx.step.run("a", lambda: "A"), callback.wait())
+
+    outcome = invoke(make_app(engine, racer), engine, "racer")
+    assert outcome["outcome"] == "suspended" and "ops" not in outcome
+    shapes = [[(op["op"], op["stepId"]) for op in call] for call in engine.calls]
+    assert shapes == [
+        [("callback", "approve#1")],
+        [("start", "a#1")],
+        [("complete", "a#1")],  # at once, not held for a later call
+    ]

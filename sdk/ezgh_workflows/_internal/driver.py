@@ -237,6 +237,7 @@ class Invocation:
 
     async def _resolve_round(self, batch: list[PendingStep]) -> bool:
         """Resolve every pending step that can be; False when all of them are waits."""
+        self._calls.round_of(len(batch))
         cancel_round = self._cancelling and not self._cancel_delivered and self._branch is None
         fresh_runs = [p for p in batch if p.request.kind == "run" and p.recorded is None]
         if len(fresh_runs) >= 2 and not cancel_round and self._branch is None:

@@ -32,6 +32,13 @@ class StepCalls:
         self._transport = transport
         self._hold = hold
         self._held: list[Op] = []
+        self._hold_in_round = True
+
+    def round_of(self, pending: int) -> None:
+        """A round of `pending` steps begins. Ends are held only in a round of one step: in a
+        race or a gather the engine orders the steps by when their ends were recorded, so
+        each end is sent when its step ends (replay then picks the same winner)."""
+        self._hold_in_round = pending == 1
 
     async def send(self, ops: list[Op]) -> list[dict[str, Any]]:
         """Send ``ops`` (after the held ends); one result per op of ``ops``."""
@@ -43,8 +50,8 @@ class StepCalls:
 
     async def end(self, op: Op) -> dict[str, Any] | None:
         """A step's end: held (None), or sent now when not holding (its result)."""
-        if not self._hold:
-            return (await self._transport.send([op]))[0]
+        if not (self._hold and self._hold_in_round):
+            return (await self.send([op]))[0]
         self._held.append(op)
         if len(self._held) >= MAX_HELD:
             await self.flush()

@@ -16,9 +16,13 @@ RUN_OUTPUT_PATH = "output"
 RUN_INPUT_PATH = "input"
 
 
-def step_output_path(step_id: str) -> str:
-    """The payload path of a step's output; the step ID is percent-encoded (it may hold '#')."""
-    return f"steps/{quote(step_id, safe='')}/output"
+def step_output_path(step_id: str, writer: str | None = None) -> str:
+    """The payload path of a step's output; the step ID is percent-encoded (it may hold '#').
+    With `writer` (an ID unique to the write), each candidate output has a path of its own,
+    so one that loses the step's conditional write never replaces the one that won (the
+    step's `outputRef` names the winner's)."""
+    step = quote(step_id, safe="")
+    return f"steps/{step}/{quote(writer, safe='')}/output" if writer else f"steps/{step}/output"
 
 
 def _key(project_id: str, run_id: str, path: str) -> str:

@@ -161,11 +161,14 @@ def started_next(values: dict[str, Any]) -> Step | None:
     )
 
 
-def with_started_next(steps: list[Step], items: list[dict[str, Any]]) -> list[Step]:
+def with_started_next(
+    steps: list[Step], items: list[dict[str, Any]], run_attempt: int = 1
+) -> list[Step]:
     """`steps` (from `items`) plus the running steps their `next` marks started that have
-    no item yet, in start order."""
+    no item yet, in start order: marks of this run attempt only."""
     known = {step.id for step in steps}
-    marked = [s for s in map(started_next, items) if s is not None and s.id not in known]
+    current = [i for i in items if int((i.get("next") or {}).get("runAttempt", 1)) >= run_attempt]
+    marked = [s for s in map(started_next, current) if s is not None and s.id not in known]
     return sorted([*steps, *marked], key=lambda s: (s.order, s.id))
 
 

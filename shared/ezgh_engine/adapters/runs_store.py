@@ -141,7 +141,9 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
             step_items.append(values)
     if run_values is None:
         return None
-    steps = items.with_started_next([items.step_from(v) for v in step_items], step_items)
+    steps = items.with_started_next(
+        [items.step_from(v) for v in step_items], step_items, int(run_values.get("attempt", 1))
+    )
     return items.run_from(run_values, tuple(steps))
 
 

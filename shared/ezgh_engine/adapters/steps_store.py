@@ -401,7 +401,13 @@ class InlineStart:
 
 
 def with_next(
-    action: dict[str, Any], *, step_id: str, start: InlineStart, epoch: int, expires: int
+    action: dict[str, Any],
+    *,
+    step_id: str,
+    start: InlineStart,
+    epoch: int,
+    expires: int,
+    run_attempt: int = 1,
 ) -> dict[str, Any]:
     """`action` (the Put or Update of the step ending just before) that also starts
     `step_id` as attempt 1: a `next` mark, read back as a running step (`run_items`)."""
@@ -412,6 +418,9 @@ def with_next(
         "startedAt": start.started_at,
         "startEpoch": epoch,
         "attempt": 1,
+        # A retried run (RetryRun) deletes its failed steps: a mark of an earlier attempt
+        # must not bring one back as running.
+        "runAttempt": run_attempt,
     }
     del expires  # the mark lives and dies with the item that carries it
     if "Put" in action:

@@ -52,9 +52,12 @@ def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None
     if kind == "timer":
         # A sleep that ends takes the lease with its wake-up write: invoke it here and now.
         now_ms, lease_ms = clock.now_ms(), _lease_ms()
-        woken = timers.fire_timer(message, lease_ms=lease_ms)
-        if woken is not None:
-            _invoke_for_timer(woken, now_ms, lease_ms)
+        owed = timers.fire_timer(message, lease_ms=lease_ms)
+        if owed is None:
+            return None
+        if not owed.leased:  # the handler that woke it died: invoke as an invoke message would
+            return invoke(owed.run_id, owed.seq)
+        _invoke_for_timer(owed.run_id, now_ms, lease_ms)
         return None
     if kind == "branch":  # issue 3: one parallel step in an invocation of its own
         from ezgh_engine.service import branches
@@ -133,6 +136,11 @@ def _invoke_leased(run_id: str, leased: Run | None, now_ms: int, lease_ms: int) 
     except outcome_rules.MalformedOutcome as exc:
         bad = AppUnreachable(f"app {app.name} answered an invalid outcome: {exc}")
         return _delivery_failed(run, seq, bad, invocation_id, started_at)
+    if outcome.kind == "aborted":
+        # The SDK gave up while this invocation still held the run (a step it had gone on
+        # from was recorded otherwise, or its token ran out): nothing to write, but the run
+        # must be invoked again. A truly stale invocation's lease is gone: back_off refuses.
+        return _invoke_again(run)
     claims = tokens.InvocationClaims(
         run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
     )

@@ -77,8 +77,9 @@ def apply_answer(
         apply(run, seq, outcome, **ends)
         return
     writes = steps.answer_actions(claims, outcome.deployment_id, ops)
+    # Actions, not ops: a failure is two (its step, its event), a wait up to three.
     waits = len(outcome.waits) + len(outcome.sleeps)
-    if writes and len(ops) + waits <= MAX_ENDS_IN_OUTCOME:
+    if writes and len(writes) + 3 * waits <= MAX_ENDS_IN_OUTCOME:
         try:
             apply(run, seq, outcome, step_writes=writes, **ends)
             return

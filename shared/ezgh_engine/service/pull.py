@@ -7,8 +7,8 @@ How an invocation of a pull app runs (docs/architecture.md, "Pull apps"):
    plus `taskId` and `leaseSeconds`) on the app's task queue, sends itself a delayed
    `task-watch` message, and returns without waiting. The lease stays held.
 2. A worker's `POST /apps/{app}/tasks/poll` receives the task (deleting it from the queue) and
-   runs it with the same replay driver as a push app. Step calls carry the invocation token,
-   checked against the lease epoch as always.
+   runs it with the same replay driver as a push app. Step calls carry the invocation token;
+   each reads the run and is refused once another epoch holds it (protocol §2.1).
 3. While it runs, the worker extends the lease (`POST /v1/invocations/heartbeat`).
 4. It posts the outcome to `POST /v1/invocations/outcome`; the engine applies it with
    `service.outcomes.apply` under the lease, exactly as the invoker does for a push app.
@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 
 ENV_PULL_LEASE = "EZGH_PULL_LEASE_SECONDS"
 DEFAULT_PULL_LEASE_SECONDS = 60
-# Step calls are guarded by the lease epoch; the token itself may live long, so a worker that
-# keeps heartbeating can run a step for hours.
+# Step calls are guarded by a read of the run's epoch and the steps' own conditions; the token
+# itself may live long, so a worker that keeps heartbeating can run a step for hours.
 TOKEN_LIFETIME_MS = 24 * 3600 * 1000
 MAX_POLL_SECONDS = 20
 UPDATE_ACTION = "workflows.apps.update"

@@ -217,6 +217,9 @@ def get_payload(principal: Principal, run_id: str, path: str) -> Any:
     elif path == payloads.RUN_INPUT_PATH:
         return run.input
     elif path.startswith("steps/") and path.endswith("/output"):
+        for step in run.steps:  # the path a step's outputRef names
+            if step.output_ref == path:
+                return payloads.get(run.project_id, run.id, step.output_ref)
         step_id = unquote(path[len("steps/") : -len("/output")])
         for step in run.steps:
             if step.id == step_id and step.output_ref:

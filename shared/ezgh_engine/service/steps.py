@@ -113,8 +113,9 @@ class _OpContext:
         if not distinct or not all(planned):
             return [self.apply(op) for op in ops]
         writes, results = self._compose([p for p in planned if p])
-        if any(p.op == "start" for p in planned if p):
-            self._check_live()  # don't start a step in a run that ended or moved on
+        # No lease transaction: a read of the run instead, so no step starts or ends for an
+        # invocation whose run ended or moved on (a pull worker's token outlives its lease).
+        self._check_live()
         try:
             store.write(writes)
         except store.AlreadyRecorded:
@@ -139,6 +140,7 @@ class _OpContext:
                     start=p.inline,
                     epoch=self.claims.epoch,
                     expires=self._expires(),
+                    run_attempt=self.claims.attempt,
                 )
                 results.append({**p.result, "inline": p.inline.to_wire()})
             else:
@@ -373,7 +375,7 @@ class _OpContext:
         text = validation.encode_value(value, "output")
         if len(text.encode()) <= settings().payload_inline_bytes:
             return text, None
-        path = payloads.step_output_path(step_id)
+        path = payloads.step_output_path(step_id, ids.time_ordered_id())
         payloads.put(self.claims.project_id, self.claims.run_id, path, text)
         return None, path
 
@@ -420,8 +422,9 @@ class _OpContext:
         except store.AlreadyRecorded:
             step = store.get_step(self.claims.run_id, step_id)
             retry_at = finish.fields.get("retry_at")
-            if step is not None and step.status == "retrying" and retry_at and step.wake_at:
-                return {"stepId": step_id, "result": "retry", "retryAt": step.wake_at}
+            if step is not None and step.status == "retrying" and retry_at:
+                # A resent retryable fail: the retry is recorded (and may be due already).
+                return {"stepId": step_id, "result": "retry", "retryAt": step.wake_at or now}
             return self._recorded(step_id)
         return finish.result
 

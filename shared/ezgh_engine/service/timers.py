@@ -8,6 +8,7 @@ nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -20,10 +21,22 @@ from ezgh_engine.core.models import RunError
 DEADLINE_STEP = "$deadline"
 
 
-def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> str | None:
+@dataclass(frozen=True)
+class Owed:
+    """A timer's run to invoke now: `leased` when its wake-up write took the lease (invoke
+    at once), else reason `seq` is owed and nothing else will ask for it (see `fire_timer`)."""
+
+    run_id: str
+    leased: bool
+    seq: int = 0
+
+
+def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | None:
     """Act on a timer. With `lease_ms`, a sleep that ends takes the run's lease in the same
-    write when it is free: the answer is then the run's ID, to invoke at once (one message,
-    one invoker invocation and one stream record fewer per sleep); else None."""
+    write when it is free, and the answer says to invoke it at once (one message, one
+    invoker invocation and one stream record fewer per sleep). The same timer delivered
+    again for a sleep it woke, while the run still owes that invocation, answers it owed: the
+    handler that took the lease died before answering, and the outbox skips leased runs."""
     wake_at = clock.parse_iso(message["wakeAt"])
     if wake_at > clock.now() + timedelta(milliseconds=500):
         messages.resend_timer(message, wake_at)
@@ -40,12 +53,15 @@ def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> str | No
     step = steps_store.get_step(run.id, message["stepId"])
     if step is None or step.wake_at != message["wakeAt"]:
         return None
+    if step.kind == "sleep" and step.status == "completed":
+        owed = run.invoke_seq > run.handled_seq
+        return Owed(run.id, leased=False, seq=run.invoke_seq) if owed else None
     at = clock.iso(clock.now())
     if step.status == "sleeping":
         marks = steps_store.event_marks(ids.time_ordered_id(), run.attempt, None)
         lease = (clock.now_ms(), lease_ms) if lease_ms is not None else None
         woke = store.wake_sleep(run.id, step.id, ended_at=at, marks=marks, lease=lease)
-        return run.id if woke == "leased" else None
+        return Owed(run.id, leased=True) if woke == "leased" else None
     if step.status == "retrying":
         _retry_due(run.id, step.id, step.branch, message["wakeAt"])
     elif step.status == "waiting":  # a callback or message wait timed out: it gives null

@@ -1,0 +1,210 @@
+"""Races a review of protocol 1.3 found (each a run that got stuck or a replay that saw
+another value), driven through the real handlers on in-process moto."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ezgh_engine import clock, config, ids
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import runs_store
+from ezgh_engine.adapters import waits_store as ws
+
+from tests.api.test_step_writes import _free, _lease, _run, complete, start, steps_call
+
+APP = SimpleNamespace(kind="push", name="app", notifications=None)
+
+
+@pytest.fixture
+def skip_clock() -> Iterator[clock.SkipClock]:
+    previous = clock.get_clock()
+    skipping = clock.SkipClock()
+    clock.set_clock(skipping)
+    yield skipping
+    clock.set_clock(previous)
+
+
+def _raw_run(run_id: str) -> dict[str, Any]:
+    got = ws.get(items.run_pk(run_id), items.RUN_SK)
+    assert got is not None
+    return got
+
+
+def _sleeping(run_id: str, wake: str) -> None:
+    """The run suspended on a sleep: step sleeping, lease released, its reason handled."""
+    ws.transact(
+        [
+            ws.plain_put(
+                {
+                    "pk": items.run_pk(run_id),
+                    "sk": items.STEP_PREFIX + "nap#1",
+                    "type": "step",
+                    "runId": run_id,
+                    "stepId": "nap#1",
+                    "name": "nap",
+                    "kind": "sleep",
+                    "status": "sleeping",
+                    "attempt": 1,
+                    "order": ids.time_ordered_id(),
+                    "startedAt": wake,
+                    "wakeAt": wake,
+                }
+            ),
+            {
+                "Update": {
+                    "TableName": config.settings().runs_table,
+                    "Key": items.run_key(run_id),
+                    "UpdateExpression": "SET leaseUntil = :z, handledSeq = invokeSeq",
+                    "ExpressionAttributeValues": {":z": {"N": "0"}},
+                }
+            },
+        ]
+    )
+
+
+def test_a_timer_whose_handler_died_after_waking_the_sleep_still_invokes_the_run(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """The wake-up write took the lease (so the outbox sends nothing); the handler failed
+    before invoking. The timer's redelivery finds the sleep awake and the run still owed:
+    it invokes it once the dead handler's lease has ended, instead of dropping the message."""
+    from ezgh_engine.errors import TransientError
+    from ezgh_engine.service import invoker
+
+    run = _run()
+    _lease(run)
+    wake = clock.iso(clock.now() - timedelta(seconds=5))
+    _sleeping(run.id, wake)
+    answers = {"throttled": True}
+
+    def get_app(*_: Any, **__: Any) -> Any:
+        if answers.pop("throttled", False):
+            raise TransientError("DynamoDB is busy (ThrottlingException); try again")
+        return APP
+
+    monkeypatch.setattr(invoker.registry_store, "get_app", get_app)
+    monkeypatch.setattr(
+        invoker, "invoke_app", lambda app, request: {"outcome": "completed", "output": 7}
+    )
+    body = json.dumps({"type": "timer", "runId": run.id, "stepId": "nap#1", "wakeAt": wake})
+    record = {"messageId": "m1", "body": body}
+    assert invoker.handle_batch([record]) == ["m1"]  # failed after the wake: redelivered
+    assert invoker.handle_batch([record]) == ["m1"]  # held while the dead lease lasts
+    assert _raw_run(run.id)["status"] == "running"
+    skip_clock.advance(timedelta(minutes=7))  # past the lease (invoke timeout + margin)
+    assert invoker.handle_batch([record]) == []
+    done = runs_store.get_run(run.id)
+    assert done is not None and done.status == "completed" and done.output == 7
+
+
+def test_a_losing_complete_does_not_replace_the_recorded_large_output(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large outputs live in S3; each candidate has its own path, so a stale invocation's
+    refused complete leaves the recorded one (the one the run went on with) in place."""
+    from ezgh_engine.service import runs, wire
+
+    monkeypatch.setenv(config.ENV_PAYLOAD_THRESHOLD, "100")
+    config.reset_settings()
+    run = _run()
+    old = _lease(run)
+    steps_call(old, [start("a#1")])
+    _free(run)
+    new = _lease(run, seq=2)
+    assert steps_call(new, [start("a#1", attempt=2)])[0] == 200
+    mine = "X" * 500
+    assert steps_call(new, [complete("a#1", mine)])[1]["results"][0]["result"] == "ok"
+    status, _, _ = steps_call(old, [complete("a#1", "Y" * 500), start("b#1")])
+    assert status == 409
+    found = runs_store.get_run(run.id)
+    assert found is not None
+    step = next(s for s in found.steps if s.id == "a#1")
+    assert wire.step_body(run.project_id, run.id, step)["output"] == mine
+    assert step.output_ref and step.output_ref.startswith("steps/a%231/")
+    principal = SimpleNamespace(project_id=run.project_id)
+    monkeypatch.setattr(runs, "_visible_run", lambda *a, **k: found)
+    assert runs.get_payload(principal, run.id, step.output_ref) == mine  # type: ignore[arg-type]
+
+
+class _InProcess:
+    """The SDK's step transport, straight into the steps handler."""
+
+    def __init__(self, token: str, before: Any) -> None:
+        self.token = token
+        self.before = before
+
+    async def send(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from ezgh_workflows._internal.errors import AbortInvocation
+
+        self.before(ops)
+        status, body, _ = steps_call(self.token, ops)
+        if status in (401, 409):
+            raise AbortInvocation(str(body))
+        assert status == 200, body
+        return list(body["results"])
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_an_invocation_that_aborts_while_it_holds_the_run_is_invoked_again(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """A held end came back recorded otherwise (a zombie invocation recorded the value step
+    first): the SDK answers `aborted` though its lease is live. The engine must invoke the
+    run again, and the replay goes on with the recorded value."""
+    from ezgh_engine.service import invoker
+    from ezgh_workflows import Context, workflow
+    from ezgh_workflows._internal import protocol
+    from ezgh_workflows._internal.driver import Invocation
+
+    ran: list[str] = []
+
+    @workflow("w")
+    async def wf(ctx: Context) -> Any:
+        t = await ctx.step.uuid("t")
+        return await ctx.step.run("b", lambda: ran.append(t) or t)
+
+    run = _run()
+    zombie = _lease(run)
+    _free(run)
+    answers: list[dict[str, Any]] = []
+
+    def zombie_records_first(ops: list[dict[str, Any]]) -> None:
+        if any(op["op"] == "record" for op in ops) and not answers:
+            op = {"op": "record", "stepId": "t#1", "name": "t", "kind": "value", "output": "z"}
+            # The zombie's read of the run is stale (eventually consistent) in this race.
+            monkeypatch.setattr("ezgh_engine.adapters.steps_store.run_state", lambda _: None)
+            try:
+                from ezgh_engine.service import steps as service_steps
+
+                monkeypatch.setattr(service_steps._OpContext, "_check_live", lambda self: None)
+                assert steps_call(zombie, [op])[0] == 200
+            finally:
+                monkeypatch.undo()
+                monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+                monkeypatch.setattr(invoker, "invoke_app", invoke_app)
+
+    def invoke_app(app: Any, request: dict[str, Any]) -> dict[str, Any]:
+        parsed = protocol.parse_invoke(request)
+        transport = _InProcess(parsed.api.token, zombie_records_first)
+        answer = asyncio.run(Invocation(wf, parsed, transport, None).execute())
+        answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", invoke_app)
+    retry = invoker.invoke(run.id, 2)
+    assert answers[0]["outcome"] == "aborted", answers
+    assert retry is not None  # the message comes back...
+    skip_clock.advance(timedelta(seconds=retry.after_seconds + 1))
+    assert invoker.invoke(run.id, 2) is None  # ...and the run is invoked again
+    done = runs_store.get_run(run.id)
+    assert done is not None and done.status == "completed", done
+    assert done.output == "z" and ran == ["z"]
