@@ -119,6 +119,52 @@ def serialize_dynamodb() -> None:
     _dynamodb_serialized = True
 
 
+_streams_kept = False
+
+
+def keep_streams_across_rollbacks() -> None:
+    """Keep a table's stream readable after moto rolls back a failed transaction.
+
+    moto rolls back a `TransactWriteItems` that failed (a condition check: routine for the
+    engine, e.g. a duplicate message finding a step already recorded) by putting a deep copy
+    of each table back, stream shard included. Every shard iterator handed out before points
+    at the old shard, which no write reaches any more: the stream readers stop seeing
+    changes, and runs stall with their invocations never sent. DynamoDB keeps one stream
+    and writes no record for a cancelled transaction; so does this: the restored table gets
+    the live shard back, without the records the failed transaction's first actions added.
+    """
+    global _streams_kept
+    if _streams_kept:
+        return
+    try:
+        from moto.dynamodb.models import DynamoDBBackend
+    except ImportError:  # pragma: no cover - moto without DynamoDB
+        return
+    original: Callable[..., Any] = DynamoDBBackend.transact_write_items
+
+    def transact_write_items(backend: Any, transact_items: Any) -> Any:
+        live = dict(backend.tables)
+        shards = {
+            name: (table.stream_shard, len(table.stream_shard.items))
+            for name, table in live.items()
+            if getattr(table, "stream_shard", None) is not None
+        }
+        try:
+            return original(backend, transact_items)
+        except Exception:
+            for name, (shard, length) in shards.items():
+                restored = backend.tables.get(name)
+                if restored is None or restored is live[name]:
+                    continue
+                del shard.items[length:]
+                shard.table = restored
+                restored.stream_shard = shard
+            raise
+
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign,assignment]
+    _streams_kept = True
+
+
 _running: set[int] = set()  # emulators started and not stopped in this process
 
 
@@ -171,6 +217,7 @@ class Emulator:
         self._post_reset()
         stream_wakeup.install()
         serialize_dynamodb()
+        keep_streams_across_rollbacks()
         env: dict[str, str | None] = {**_FIXED_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
         for name in _DEFAULT_ENV:
             env.setdefault(name, os.environ.get(name) or _DEFAULT_ENV[name])
