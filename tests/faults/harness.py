@@ -214,7 +214,7 @@ def _post_callbacks(posted: set[tuple[str, str]]) -> int:
             posted.add((run_id, name))
             sent += 1
             again = httpx.post(url, json={"cb": "again"}, timeout=30)  # completes once only
-            assert again.status_code in (409, 500, 502), (again.status_code, again.text)
+            assert again.status_code == 409 or again.status_code >= 500, again.text
     return sent
 
 
