@@ -52,11 +52,13 @@ class Resolution:
 
 
 async def record_value(calls: StepCalls, step_id: str, request: StepRequest) -> Resolution:
-    """A ``now``/``uuid`` step: record a fresh value, or use the one already recorded."""
+    """A ``now``/``uuid`` step: record a fresh value, or use the one already recorded. Sent
+    at once, never held: the workflow must not see a value the run may never hold (code
+    between steps may log it, or a crash could hand it a different one on the next try)."""
     assert request.make_value is not None
     value = request.make_value()
-    result = await calls.end(protocol.op_record(step_id, request.name, value))
-    recorded = protocol.recorded_in(result) if result is not None else None
+    result = (await calls.send([protocol.op_record(step_id, request.name, value)]))[0]
+    recorded = protocol.recorded_in(result)
     return Resolution.from_record(recorded) if recorded else Resolution(value=value)
 
 

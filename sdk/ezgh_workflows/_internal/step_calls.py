@@ -1,6 +1,6 @@
 """The invocation's step calls, with the ends of steps held back (protocol 1.3).
 
-A step's end (`complete`, `record`, a `fail` that is final) is not sent on its own: it rides
+A `run` step's end (`complete`, a `fail` that is final) is not sent on its own: it rides
 the invocation's next step call (typically the next step's `start`) or, when none comes, the
 invocation's answer (`ops`). So a sequential step costs one call to the engine, not two, and
 its result is still recorded before any later step starts: only code between steps, which

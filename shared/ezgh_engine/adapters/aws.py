@@ -33,6 +33,8 @@ def client(service: str) -> Any:
         _made.append(made)
         if _observers:
             _attach(made)
+        if _interceptors:
+            _attach_interceptor(made)
         return made
 
 
@@ -42,6 +44,7 @@ def reset_clients() -> None:
     with _lock:
         _made.clear()
         _attached.clear()
+        _intercepted.clear()
 
 
 # --- request observers (bench/, diagnostics) ---------------------------------------------
@@ -151,3 +154,53 @@ def _after_call(http_response: Any, parsed: Any, model: Any, context: Any = None
     for callback in list(_observers):
         with contextlib.suppress(Exception):  # an observer never breaks the engine
             callback(record)
+
+
+# --- request interceptors (fault injection, tests) ----------------------------------------
+# `intercept(callback)` calls `callback(service, operation, params)` (the API parameters)
+# before every request the engine's clients build; whatever it raises (a botocore `ClientError` for a throttle) is what
+# the engine's call raises, and the request is not sent. botocore's own retries do not apply
+# (they wrap the send, which never happens): an interceptor models a call that failed after
+# them. As with `observe`, nothing is registered while nobody intercepts.
+
+Interceptor = Callable[[str, str, dict[str, Any]], None]
+_interceptors: list[Interceptor] = []
+_intercepted: set[int] = set()
+
+
+def intercept(callback: Interceptor) -> Callable[[], None]:
+    """Call `callback` before every request of the engine's boto3 clients (before and after
+    this call); answer a function that stops it."""
+    with _lock:
+        _interceptors.append(callback)
+        for made in _made:
+            _attach_interceptor(made)
+
+    def stop() -> None:
+        with _lock:
+            if callback in _interceptors:
+                _interceptors.remove(callback)
+            if not _interceptors:
+                for made in _made:
+                    if id(made) in _intercepted:
+                        _intercepted.discard(id(made))
+                        made.meta.events.unregister(
+                            "before-parameter-build", unique_id="ezgh-intercept-call"
+                        )
+
+    return stop
+
+
+def _attach_interceptor(made: Any) -> None:
+    if id(made) in _intercepted:
+        return
+    _intercepted.add(id(made))
+    made.meta.events.register(
+        "before-parameter-build", _intercept_call, unique_id="ezgh-intercept-call"
+    )
+
+
+def _intercept_call(model: Any, params: Any, **_: Any) -> None:
+    service = model.service_model.service_name
+    for callback in list(_interceptors):
+        callback(service, model.name, params if isinstance(params, dict) else {})

@@ -23,6 +23,11 @@ AsgiApp = Callable[..., Awaitable[None]]
 _TIMEOUT = 900.0  # as long as an invoker may wait on an app
 
 
+class DropConnection(Exception):
+    """Raised by an app to have its connection closed without an answer (a process that died
+    mid-request; `local.faults` uses it)."""
+
+
 class _LoopThread:
     """An event loop running forever in a daemon thread."""
 
@@ -121,6 +126,8 @@ async def _call(
 
     try:
         await app(scope, receive, send)
+    except DropConnection:
+        raise
     except Exception:
         log.exception("ASGI app raised")
         if not started:
@@ -161,6 +168,9 @@ def serve_asgi(app: AsgiApp, host: str = "127.0.0.1", port: int = 0) -> ServedHt
             }
             try:
                 status, headers, raw = loop.run(_call(app, scope, body), timeout=_TIMEOUT)
+            except DropConnection:
+                self.close_connection = True  # no answer: the client sees the connection end
+                return
             except Exception:
                 log.exception("ASGI request failed")
                 status, headers, raw = (

@@ -312,3 +312,55 @@ class Emulator:
         self._saved_env.clear()
         aws.reset_clients()
         config.reset_settings()
+
+
+_sqs_clock_saved: Any = None
+
+
+def sqs_on_engine_clock(enabled: bool = True) -> None:
+    """Make moto's SQS delays and visibility timeouts follow `ezgh_engine.clock` (tests).
+
+    moto times them by the wall clock, so a test that skips time with a `SkipClock` still
+    waits for real for a delayed message, a held one or a visibility timeout. With this on,
+    skipping the engine clock skips those too (the fault suite relies on it to see redelivered
+    messages without sleeping). Off by default; `enabled=False` puts moto's clock back.
+    """
+    global _sqs_clock_saved
+    from moto.sqs import models
+
+    if enabled and _sqs_clock_saved is None:
+        from ezgh_engine import clock
+
+        _sqs_clock_saved = models.unix_time_millis
+
+        def engine_millis(dt: Any = None) -> float:
+            if dt is not None:
+                return float(_sqs_clock_saved(dt))
+            return clock.now().timestamp() * 1000.0
+
+        models.unix_time_millis = engine_millis
+    elif not enabled and _sqs_clock_saved is not None:
+        models.unix_time_millis = _sqs_clock_saved
+        _sqs_clock_saved = None
+
+
+def sqs_next_due_ms() -> float | None:
+    """The earliest time (ms, moto's clock) a delayed or in-flight message of any queue in
+    the emulator becomes visible, or None (for tests that skip time to it)."""
+    from moto.sqs.models import sqs_backends
+
+    now = sqs_clock_ms()
+    due: list[float] = []
+    for queue in list(sqs_backends[ACCOUNT_ID][REGION].queues.values()):
+        for message in list(queue._messages):
+            for when in (message.visible_at, message.delayed_until):
+                if when and when > now:
+                    due.append(float(when))
+    return min(due) if due else None
+
+
+def sqs_clock_ms() -> float:
+    """moto SQS's notion of now, in ms."""
+    from moto.sqs import models
+
+    return float(models.unix_time_millis())

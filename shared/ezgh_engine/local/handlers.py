@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ezgh_engine import clock, ids
+from ezgh_engine.local import incarnation
 from ezgh_engine.local.emulator import ACCOUNT_ID, REGION
 from ezgh_engine.topology import TOPOLOGY, Function, Topology
 
@@ -53,12 +54,14 @@ class Invoker:
     def __init__(self, function: Function, handler: Handler) -> None:
         self.function = function
         self.handler = handler
+        self.life = incarnation.current()  # the engine's life it belongs to (restarts)
 
     def __call__(self, event: dict[str, Any]) -> Any:
         context = LambdaContext(self.function)
         started = clock.monotonic()
         try:
-            return self.handler(event, context)
+            with incarnation.marked(self.life):
+                return self.handler(event, context)
         finally:
             elapsed = clock.monotonic() - started
             # Lambda would have killed it; threads cannot be killed, so say so loudly.

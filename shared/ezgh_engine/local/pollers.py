@@ -13,12 +13,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws
-from ezgh_engine.local import events
+from ezgh_engine.local import events, incarnation
 from ezgh_engine.local.emulator import prune_stream_iterators, stream_wakeup
+
+if TYPE_CHECKING:
+    from ezgh_engine.local.faults import FaultPlan
 
 log = logging.getLogger("ezgh.local.pollers")
 
@@ -63,6 +66,9 @@ class Poller:
         self._thread: threading.Thread | None = None
         self.generation = 0  # bumped by every reset; work from an older one is dropped
         self.parked = threading.Event()  # set while waiting at the gate, paused or stopping
+        self.life = incarnation.current()  # the engine's life it works for (restarts)
+        # Fault injection (`local.faults`, tests only): None, and no cost, unless set.
+        self.faults: FaultPlan | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._guarded_loop, name=self.name, daemon=True)
@@ -105,6 +111,10 @@ class Poller:
         return False
 
     def _guarded_loop(self) -> None:
+        with incarnation.marked(self.life):
+            self._guarded()
+
+    def _guarded(self) -> None:
         while not self._stop.is_set():
             try:
                 self._loop()
@@ -192,7 +202,15 @@ class SqsPoller(Poller):
                 self._slots.release()
 
     def _run_batch(self, messages: list[dict[str, Any]], tracker: Any) -> None:
+        with incarnation.marked(self.life):
+            self._run_marked(messages, tracker)
+
+    def _run_marked(self, messages: list[dict[str, Any]], tracker: Any) -> None:
         try:
+            if self.faults is not None:  # some delivered late: they come back later
+                messages = self.faults.sqs_received(self.queue_url, messages)
+                if not messages:
+                    return
             event = {"Records": [events.sqs_record(m, self.queue_arn) for m in messages]}
             try:
                 result = self.invoke(event)
@@ -205,6 +223,8 @@ class SqsPoller(Poller):
                 return
             failed = set(events.failed_ids(result) or ())
             done = [m for m in messages if m["MessageId"] not in failed]
+            if done and self.faults is not None:  # some delivered again: not deleted
+                done = self.faults.sqs_handled(self.queue_url, done)
             if done:
                 self._delete(done)
         finally:
@@ -254,11 +274,23 @@ class StreamPoller(Poller):
         self.backoff_seconds = backoff_seconds
         self.idle_wait_seconds = idle_wait_seconds
         self._iterators: dict[str, str] = {}  # shard id -> next iterator
+        # shard id -> the iterator of the first record not yet handled (the checkpoint a
+        # restarted engine resumes from, as an event source mapping keeps its position).
+        self._resume_at: dict[str, str] = {}
+        self._resume_from: dict[str, str] = {}
         self._closed: set[str] = set()
         self._known_generation = -1
         self._caught_up_at: int | None = None  # wakeup counter read before an empty read
         self._processing = False
         self._polls = 0
+
+    def checkpoint(self) -> dict[str, str]:
+        """Where a successor should resume: per shard, the first record not yet handled."""
+        return dict(self._resume_at)
+
+    def resume_from(self, checkpoint: dict[str, str]) -> None:
+        """Before `start()`: read from `checkpoint` (another poller's) instead of the start."""
+        self._resume_from = dict(checkpoint)
 
     def set_stream(self, stream_arn: str) -> None:
         """Follow a new stream (after a reset the table, and so its stream, is new)."""
@@ -284,7 +316,7 @@ class StreamPoller(Poller):
             shard_id = shard["ShardId"]
             if shard_id in self._iterators or shard_id in self._closed:
                 continue
-            self._iterators[shard_id] = streams.get_shard_iterator(
+            self._iterators[shard_id] = self._resume_at[shard_id] = streams.get_shard_iterator(
                 StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
             )["ShardIterator"]
 
@@ -294,7 +326,11 @@ class StreamPoller(Poller):
         while self._gate():
             if self._known_generation != self.generation or not self._iterators:
                 self._iterators.clear()
+                self._resume_at.clear()
                 self._closed.clear()
+                self._iterators.update(self._resume_from)
+                self._resume_at.update(self._resume_from)
+                self._resume_from = {}
                 self._caught_up_at = None
                 self._known_generation = self.generation
                 streams = aws.client("dynamodbstreams")
@@ -305,6 +341,10 @@ class StreamPoller(Poller):
             seen = stream_wakeup.counter
             generation = self.generation
             got_any = False
+            if self.faults is not None:  # batches delivered again, late (fault injection)
+                for late in self.faults.stream_due(self.name):
+                    got_any = True
+                    self._process(late, replay=True)
             for shard_id, iterator in list(self._iterators.items()):
                 answer = streams.get_records(ShardIterator=iterator, Limit=self.batch_size)
                 next_iterator = answer.get("NextShardIterator")
@@ -317,6 +357,12 @@ class StreamPoller(Poller):
                 if records and generation == self.generation:
                     got_any = True
                     self._process(records)
+                if self._stop.is_set():
+                    break  # the checkpoint stays before what was not handled
+                if next_iterator:
+                    self._resume_at[shard_id] = next_iterator
+                else:
+                    self._resume_at.pop(shard_id, None)
             self._polls += 1
             if self._polls % 500 == 0:
                 prune_stream_iterators()
@@ -328,7 +374,7 @@ class StreamPoller(Poller):
                     lambda: self._stop.is_set() or not self._running.is_set(),
                 )
 
-    def _process(self, records: list[dict[str, Any]]) -> None:
+    def _process(self, records: list[dict[str, Any]], replay: bool = False) -> None:
         self._processing = True
         try:
             shaped = [events.stream_record(r, self.stream_arn) for r in records]
@@ -346,6 +392,9 @@ class StreamPoller(Poller):
                         log.exception("%s: handler raised", self.name)
                         failed = [batch[0]["dynamodb"]["SequenceNumber"]]
                 if not failed:
+                    faults = None if replay or start else self.faults
+                    if faults is not None and faults.stream_handled(self.name, records):
+                        self._process(records, replay=True)  # delivered twice
                     return
                 sequence = [r["dynamodb"]["SequenceNumber"] for r in shaped]
                 first = min((sequence.index(s) for s in failed if s in sequence), default=start)

@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -18,6 +18,7 @@ from ezgh_engine import clock as clock_module
 from ezgh_engine import ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import apps as local_apps
+from ezgh_engine.local import incarnation
 from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.handlers import Handler, Invoker, resolve_all
 from ezgh_engine.local.http_bridge import ServedHttp, serve_api
@@ -26,6 +27,9 @@ from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
 from ezgh_engine.local.scheduler import Scheduler
 from ezgh_engine.local.subscriptions import SubscriptionSources
 from ezgh_engine.topology import API_FUNCTION, TOPOLOGY, SqsSource, StreamSource, Topology
+
+if TYPE_CHECKING:
+    from ezgh_engine.local.faults import FaultPlan
 
 log = logging.getLogger("ezgh.local.runtime")
 
@@ -86,6 +90,8 @@ class LocalRuntime:
         self.api_url = ""
         self._idle_wait = threading.Event()  # never set: an interruptible sleep
         self.started = False
+        self.faults: FaultPlan | None = None  # fault injection (tests): see `set_faults`
+        self.restarts = 0
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -181,6 +187,56 @@ class LocalRuntime:
             poller.resume()
         self._after_reset()
         self._register_apps()
+
+    def set_faults(self, plan: FaultPlan | None) -> None:
+        """Inject `plan`'s faults into every poller, the scheduler and DynamoDB calls (None:
+        stop). Push app faults come from wrapping the app (`local.faults.FaultyApp`)."""
+        if self.faults is not None:
+            self.faults.uninstall()
+        self.faults = plan
+        for poller in [*self.pollers, *self.subscriptions.pollers.values()]:
+            poller.faults = plan
+        if plan is not None:
+            plan.install()
+
+    def restart_engine(self) -> None:
+        """Kill the engine abruptly mid-run and start a fresh one on the same emulator state,
+        as when `ezgh dev` (or a Lambda) dies while DynamoDB, SQS, S3 and Scheduler keep
+        their state.
+
+        The pollers, the scheduler, queue subscriptions and the HTTP bridge stop taking work
+        at once. Handlers still running in their threads belong to a dead engine: their next
+        AWS call raises `incarnation.EngineRestarted`, so what they had not written is lost
+        and their messages come back after the visibility timeout. New pollers, handlers and
+        bridge (same port, so URLs and tokens stay valid) take over; stream readers resume
+        from the old ones' checkpoint, as an event source mapping keeps its position. Apps
+        keep running: they are the user's processes. Fault injection carries over.
+        """
+        if not self.started or self.api_server is None:
+            raise RuntimeError("the runtime is not started")
+        incarnation.bump()
+        old = self.pollers
+        for poller in old:
+            poller.stop(timeout=0)
+        self.subscriptions.clear_pollers()
+        checkpoints: dict[str, dict[str, str]] = {}
+        for poller in old:
+            if isinstance(poller, StreamPoller):
+                poller.stop(timeout=5)  # its handler dies at its next AWS call
+                checkpoints[poller.name] = poller.checkpoint()
+        port = self.api_server.port
+        self.api_server.shutdown()
+        self.api_server = serve_api(self._invoke_api, port=port, track=self.activity.track)
+        self.invokers = resolve_all(self._overrides, self.topology)
+        self._build_pollers()
+        for poller in self.pollers:
+            if isinstance(poller, StreamPoller) and poller.name in checkpoints:
+                poller.resume_from(checkpoints[poller.name])
+            poller.start()
+        self.subscriptions.restart()
+        self.api_server.serve()
+        self.restarts += 1
+        log.info("engine restarted (life %d)", incarnation.current())
 
     def __enter__(self) -> LocalRuntime:
         return self.start() if not self.started else self
@@ -328,6 +384,8 @@ class LocalRuntime:
                 )
         self.scheduler = Scheduler(group=SCHEDULER_GROUP, activity=self.activity)
         self.pollers.append(self.scheduler)
+        for poller in self.pollers:
+            poller.faults = self.faults
 
     def _check_health(self) -> None:
         answer = httpx.get(f"{self.api_url}/v1/health", timeout=30)

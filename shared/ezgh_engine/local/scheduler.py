@@ -142,8 +142,12 @@ class Scheduler(Poller):
                     key = (name, planned)
                 if is_due is None or key in self._fired or not is_due(schedule, now):
                     continue
+                if self.faults is not None and not self.faults.timer_may_fire(key, now):
+                    continue  # fires late (fault injection)
                 with self.activity.track():
                     self._fire(schedule, planned)
+                    if self.faults is not None and self.faults.timer_fires_twice(key):
+                        self._fire(schedule, planned)
                 if planned is not None:  # keep only the latest occurrence per schedule
                     self._fired = {k for k in self._fired if k[0] != name}
                 self._fired.add(key)

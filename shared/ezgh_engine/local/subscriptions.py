@@ -48,6 +48,7 @@ class SubscriptionSources:
             batch_size=mapping.batch_size,
             max_concurrency=mapping.max_concurrency,
         )
+        poller.faults = self._runtime.faults
         with self._lock:
             old = self.pollers.pop(mapping.id, None)
             self.pollers[mapping.id] = poller
@@ -71,6 +72,20 @@ class SubscriptionSources:
         if wait:
             for poller in pollers:
                 poller.stop(timeout=3)
+
+    def clear_pollers(self) -> None:
+        """Stop every poller, keeping the mappings (an engine restart makes new ones)."""
+        with self._lock:
+            pollers, self.pollers = list(self.pollers.values()), {}
+        for poller in pollers:
+            poller.stop(timeout=0)
+
+    def restart(self) -> None:
+        """After an engine restart: new pollers, for the current handlers, for every mapping
+        (the old ones stop; messages they held come back after their visibility timeout)."""
+        for mapping in list(event_sources.LOCAL.mappings.values()):
+            if mapping.enabled:
+                self.add_event_source(mapping)
 
     def uninstall(self) -> None:
         self.clear(wait=True)

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import registry_store, runs_store, steps_store
+from ezgh_engine.adapters import registry_store, runs_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.push import AppUnreachable, invoke_app
 from ezgh_engine.config import settings
@@ -98,6 +98,7 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
         return None  # ended, or its run did: nothing to do
     raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
+    attempt_before = int(raw.get("attempt", 0))
     run = runs_store.get_run(run_id)
     if run is None:
         return None
@@ -129,8 +130,11 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
         _release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
         return Retry(after_seconds=delay)
     _record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
-    step = steps_store.get_step(run_id, step_id)
-    if step is not None and step.status in ("waiting", "running"):
+    after = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+    # A step this invocation started (its attempt moved) that is `waiting` again is a retry
+    # that came due before the answer: the stream has sent its next branch message.
+    retry_due = after.get("status") == "waiting" and int(after.get("attempt", 0)) != attempt_before
+    if after.get("status") in ("waiting", "running") and not retry_due:
         # The SDK answered without ending its step (it never reached it): fail it, so the
         # main invocation replays and meets whatever went wrong itself.
         error = RunError(

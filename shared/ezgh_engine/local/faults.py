@@ -1,0 +1,382 @@
+"""Seeded fault injection for the local runtime (issue 8: "prove that nothing is lost").
+
+A `FaultPlan` is a seed and one probability per fault. Given to a `LocalRuntime`
+(`runtime.set_faults(plan)`), it plays what AWS and a user's app may do to the engine:
+
+| fault | where | what the engine sees |
+| --- | --- | --- |
+| `sqs_duplicate` | every SQS poller | a handled message is not deleted: delivered again (same MessageId), at once or `late_seconds` later |
+| `sqs_late` | every SQS poller | a received message is not handled: it comes back after `late_seconds` |
+| `stream_duplicate` | stream pollers | a handled batch is handed to the handler again at once |
+| `stream_late` | stream pollers | ... and again `late_seconds` later, after newer records (stale images) |
+| `timer_duplicate` | scheduler | a due schedule fires twice |
+| `timer_late` | scheduler | a due schedule fires `late_seconds` late |
+| `throttle` | boto3 (`adapters.aws.intercept`) | a DynamoDB call fails with `ProvisionedThroughputExceededException` / `ThrottlingException` after botocore's retries: the handler fails, and its message comes back as SQS or the stream mapping redelivers it |
+| `app_error` | `FaultyApp` | the push app answers 500 |
+| `app_hang` | `FaultyApp` | the push app hangs past the invoke timeout, then runs the invocation anyway |
+| `app_drop` | `FaultyApp` | the push app closes the connection without running the invocation |
+| `app_lost_answer` | `FaultyApp` | the push app runs the invocation, then closes the connection: its answer is lost |
+| `kill` | `FaultyApp`'s step transport | a `run` step's body ran, then the app died: the call that records it never reaches the engine and the invocation's answer is lost |
+
+Delays are in engine time (`ezgh_engine.clock`): a test with a `SkipClock` skips them
+(together with `emulator.sqs_on_engine_clock()`, which makes moto's SQS timers follow it).
+
+**Reproducible.** A decision is a pure function of the seed, the fault, the event (an SQS
+body, a stream batch's sequence numbers, a schedule, a DynamoDB operation, a run and step) with
+known IDs replaced by their labels (`alias()`), and how many times that event was seen: the
+same seed gives the same faults to the same events. Threads may still order events
+differently from one run to the next.
+
+Off by default: pollers carry `faults = None` and the runtime registers no hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import aws
+from ezgh_engine.local.asgi import DropConnection
+
+log = logging.getLogger("ezgh.local.faults")
+
+KINDS = (
+    "sqs_duplicate",
+    "sqs_late",
+    "stream_duplicate",
+    "stream_late",
+    "timer_duplicate",
+    "timer_late",
+    "throttle",
+    "app_error",
+    "app_hang",
+    "app_drop",
+    "app_lost_answer",
+    "kill",
+)
+_THROTTLES = ("ProvisionedThroughputExceededException", "ThrottlingException")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@dataclass
+class FaultPlan:
+    """A seed and the probability of each fault (0: never). See the module's doc."""
+
+    seed: int = 0
+    sqs_duplicate: float = 0.0
+    sqs_late: float = 0.0
+    stream_duplicate: float = 0.0
+    stream_late: float = 0.0
+    timer_duplicate: float = 0.0
+    timer_late: float = 0.0
+    throttle: float = 0.0
+    app_error: float = 0.0
+    app_hang: float = 0.0
+    app_drop: float = 0.0
+    app_lost_answer: float = 0.0
+    kill: float = 0.0
+    late_seconds: float = 45.0  # engine seconds
+    hang_seconds: float = 3.0  # real seconds; set above the engine's invoke timeout
+    injected: Counter[str] = field(default_factory=Counter, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: Counter[str] = Counter()
+        self._labels: dict[str, str] = {}
+        self._active = True
+        self._stream_later: list[tuple[datetime, str, list[dict[str, Any]]]] = []
+        self._timer_due: dict[Any, datetime] = {}
+        self._killed: set[str] = set()  # invocation tokens whose app "died"
+        self._stop_throttle: Callable[[], None] | None = None
+
+    # --- decisions ------------------------------------------------------------------------
+
+    @classmethod
+    def everything(cls, seed: int, p: float = 0.05, **overrides: Any) -> FaultPlan:
+        """Every fault at probability `p` (overrides win)."""
+        return cls(seed=seed, **{**{kind: p for kind in KINDS}, **overrides})
+
+    def alias(self, raw: str, label: str) -> None:
+        """Write `label` for `raw` (a run ID) in event keys, so decisions do not depend on
+        IDs minted at random."""
+        with self._lock:
+            self._labels[raw] = label
+
+    def label(self, text: str) -> str:
+        return _UUID.sub(lambda m: self._labels.get(m.group(0), "?"), text)
+
+    def decide(self, kind: str, key: str) -> bool:
+        """Whether `kind` strikes this occurrence of event `key` (and count it if so)."""
+        probability = float(getattr(self, kind))
+        if probability <= 0 or not self._active:
+            return False
+        event = f"{kind}|{self.label(key)}"
+        with self._lock:
+            self._seen[event] += 1
+            nth = self._seen[event]
+        digest = hashlib.sha256(f"{self.seed}|{event}|{nth}".encode()).digest()
+        strikes = int.from_bytes(digest[:8], "big") / 2**64 < probability
+        if strikes:
+            with self._lock:
+                self.injected[kind] += 1
+            log.debug("fault %s on %s (#%d)", kind, key[:120], nth)
+        return strikes
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No fault strikes inside the block (a test reading the state it checks)."""
+        previous, self._active = self._active, False
+        try:
+            yield
+        finally:
+            self._active = previous
+
+    def report(self) -> dict[str, int]:
+        """Faults injected so far, by kind (every kind, zeros included)."""
+        with self._lock:
+            return {kind: self.injected[kind] for kind in KINDS}
+
+    def pending_due(self) -> list[datetime]:
+        """Engine times at which something this plan held back becomes due."""
+        with self._lock:
+            return [when for when, _, _ in self._stream_later] + list(self._timer_due.values())
+
+    def _later(self) -> datetime:
+        return clock.now() + timedelta(seconds=self.late_seconds)
+
+    # --- SQS pollers ----------------------------------------------------------------------
+
+    def sqs_received(self, queue_url: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Messages to handle now; the others are made visible again `late_seconds` later."""
+        keep = []
+        for message in messages:
+            if self.decide("sqs_late", message.get("Body", "")):
+                self._hold(queue_url, message, self.late_seconds)
+            else:
+                keep.append(message)
+        return keep
+
+    def sqs_handled(self, queue_url: str, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Handled messages to delete; the others stay, to be delivered again (at once, or
+        late when `sqs_late` strikes too)."""
+        delete = []
+        for message in done:
+            if self.decide("sqs_duplicate", message.get("Body", "")):
+                late = self.decide("sqs_late", "again|" + message.get("Body", ""))
+                self._hold(queue_url, message, self.late_seconds if late else 0)
+            else:
+                delete.append(message)
+        return delete
+
+    @staticmethod
+    def _hold(queue_url: str, message: dict[str, Any], seconds: float) -> None:
+        try:
+            aws.client("sqs").change_message_visibility(
+                QueueUrl=queue_url,
+                ReceiptHandle=message["ReceiptHandle"],
+                VisibilityTimeout=max(0, int(seconds)),
+            )
+        except Exception as error:  # the message comes back after its visibility timeout
+            log.debug("faults: could not hold a message: %s", error)
+
+    # --- stream pollers -------------------------------------------------------------------
+
+    def stream_handled(self, poller: str, records: list[dict[str, Any]]) -> bool:
+        """A batch was handled: True to hand it to the handler again now. A late copy may
+        be kept for `stream_due`."""
+        key = ",".join(str(r.get("dynamodb", {}).get("SequenceNumber")) for r in records)
+        if self.decide("stream_late", key):
+            with self._lock:
+                self._stream_later.append((self._later(), poller, records))
+        return self.decide("stream_duplicate", key)
+
+    def stream_due(self, poller: str) -> list[list[dict[str, Any]]]:
+        """Late copies due now for `poller` (delivered after newer records)."""
+        now = clock.now()
+        with self._lock:
+            due = [r for when, name, r in self._stream_later if name == poller and when <= now]
+            self._stream_later = [
+                item for item in self._stream_later if not (item[1] == poller and item[0] <= now)
+            ]
+        return due
+
+    # --- scheduler ------------------------------------------------------------------------
+
+    def timer_may_fire(self, key: Any, now: datetime) -> bool:
+        """False while a due schedule is held back (it fires `late_seconds` late)."""
+        with self._lock:
+            held = self._timer_due.get(key)
+        if held is None:
+            if not self.decide("timer_late", repr(key)):
+                return True
+            with self._lock:
+                self._timer_due[key] = held = now + timedelta(seconds=self.late_seconds)
+        if now < held:
+            return False
+        with self._lock:
+            self._timer_due.pop(key, None)
+        return True
+
+    def timer_fires_twice(self, key: Any) -> bool:
+        return self.decide("timer_duplicate", repr(key))
+
+    # --- DynamoDB throttling --------------------------------------------------------------
+
+    def install(self) -> None:
+        """Throttle DynamoDB calls of the engine's clients (idempotent)."""
+        if self._stop_throttle is None and self.throttle > 0:
+            self._stop_throttle = aws.intercept(self._maybe_throttle)
+
+    def uninstall(self) -> None:
+        if self._stop_throttle is not None:
+            self._stop_throttle()
+            self._stop_throttle = None
+
+    def _maybe_throttle(self, service: str, operation: str, params: dict[str, Any]) -> None:
+        if service != "dynamodb":
+            return
+        table = str(params.get("TableName", ""))
+        if not self.decide("throttle", f"{operation}|{table}"):
+            return
+        code = _THROTTLES[self._seen[f"throttle|{operation}|{table}"] % 2]
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": code,
+                    "Message": "Rate of requests exceeds the allowed throughput.",
+                },
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            },
+            operation,
+        )
+
+    # --- the push app ---------------------------------------------------------------------
+
+    def wrap_transport(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """A `PushApp` transport factory whose invocations may die after a step's body ran:
+        the `complete`/`fail` of a `run` step is not sent, and the app's answer is lost."""
+        plan = self
+
+        def factory(api: Any, deployment_id: str | None) -> Any:
+            return _KillableTransport(inner(api, deployment_id), plan, str(api.token))
+
+        return factory
+
+    def killed(self, token: str) -> bool:
+        with self._lock:
+            return token in self._killed
+
+    def _kill(self, token: str) -> None:
+        with self._lock:
+            self._killed.add(token)
+
+
+class _AppDied(Exception):
+    """The app's process died (fault injection): nothing after this reaches the engine."""
+
+
+class _KillableTransport:
+    def __init__(self, inner: Any, plan: FaultPlan, token: str) -> None:
+        self._inner = inner
+        self._plan = plan
+        self._token = token
+
+    async def send(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self._plan.killed(self._token):
+            raise _AppDied("the app died")
+        for op in ops:
+            ends = op.get("op") in ("complete", "fail")
+            if ends and self._plan.decide("kill", f"{self._token}|{op.get('stepId')}"):
+                self._plan._kill(self._token)
+                raise _AppDied(f"the app died before recording {op.get('stepId')}")
+        result: list[dict[str, Any]] = await self._inner.send(ops)
+        return result
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class FaultyApp:
+    """A push app (ASGI) behind a `FaultPlan`: 500s, hangs, dropped connections, lost answers
+    and deaths between a step's side effect and its recording (`kill`; build the inner app
+    with `transport_factory=plan.wrap_transport(http_transport_factory)`)."""
+
+    def __init__(self, inner: Any, plan: FaultPlan) -> None:
+        self.inner = inner
+        self.plan = plan
+
+    @property
+    def signing_key(self) -> str | None:
+        return self.inner.signing_key
+
+    @signing_key.setter
+    def signing_key(self, value: str | None) -> None:
+        self.inner.signing_key = value
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.inner(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = {}
+        if not isinstance(request, dict) or request.get("type") != "invoke":
+            await self.inner(scope, _replay(body), send)
+            return
+        token = str((request.get("api") or {}).get("token", ""))
+        key = f"{token}"
+        plan = self.plan
+        if plan.decide("app_drop", key):
+            raise DropConnection()
+        if plan.decide("app_error", key):
+            await send({"type": "http.response.start", "status": 500, "headers": []})
+            await send({"type": "http.response.body", "body": b"injected failure"})
+            return
+        if plan.decide("app_hang", key):
+            await asyncio.sleep(plan.hang_seconds)  # the engine gave up; we carry on
+        lose_answer = plan.decide("app_lost_answer", key)
+        answer: list[Any] = []
+
+        async def keep(message: Any) -> None:
+            answer.append(message)
+
+        await self.inner(scope, _replay(body), keep)
+        if lose_answer or plan.killed(token):
+            raise DropConnection()
+        for message in answer:
+            await send(message)
+
+
+def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # never: the client stays connected
+        return {"type": "http.disconnect"}
+
+    return receive

@@ -1,0 +1,99 @@
+"""Regression (issue 8, found by the fault suite, seed 8): a branch invocation that ran its
+step must not fail it as `BranchNotRun` because the step is pending again when it answers.
+
+The race: the branch invocation starts its step, the body fails, `fail` (retryable) commits,
+the retry timer comes due (the step is `waiting` again, a new branch message on its way)
+before the invocation answers. `invoke_branch` saw a `waiting` step and failed it with
+`workflows.nondeterminism`/`BranchNotRun`, failing the run. A step the invocation started
+(its attempt moved) is now left to its next branch invocation; one it never started still
+fails as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.core.models import App
+from ezgh_engine.service import branches
+
+from tests.api.test_ops_stuck_runs import _put, _run
+
+STEP = "fan-0#1"
+
+
+def _branch_step(run_id: str) -> None:
+    _put(
+        {
+            "pk": items.run_pk(run_id),
+            "sk": items.STEP_PREFIX + STEP,
+            "type": "step",
+            "runId": run_id,
+            "stepId": STEP,
+            "name": "fan-0",
+            "kind": "run",
+            "status": "waiting",
+            "branch": True,
+            "branchEpoch": 0,
+            "branchLeaseUntil": 0,
+            "order": ids.time_ordered_id(),
+        }
+    )
+
+
+def _app(project_id: str) -> App:
+    return App(
+        id="a",
+        slug="wfa_x",
+        org_id="o",
+        project_id=project_id,
+        name="app",
+        kind="push",
+        url="https://app.example.test",
+        status="synced",
+        workflows=("onboarding",),
+        signing_key="k",
+        created_at=clock.iso(clock.now()),
+    )
+
+
+def _answer_branch(monkeypatch: pytest.MonkeyPatch, run_id: str, *, ran: bool) -> None:
+    """The app: with `ran`, start the step and fail it, then its retry comes due, as a real
+    branch invocation racing its retry timer would leave it; answer `branch`."""
+
+    def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        if ran:
+            step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+            _put({**step, "status": "waiting", "attempt": int(step.get("attempt", 0)) + 1})
+        return {"protocol": "1.2", "deploymentId": None, "outcome": "branch", "stepId": STEP}
+
+    monkeypatch.setattr(branches, "invoke_app", invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+
+
+def _run_with_branch() -> str:
+    run = _run(invoke_seq=2, handled_seq=2, lease_until_ms=0)
+    _put(items.run_values(run))
+    _branch_step(run.id)
+    return run.id
+
+
+def test_a_branch_step_that_ran_and_is_pending_again_is_not_failed(aws_env, monkeypatch):
+    run_id = _run_with_branch()
+    _answer_branch(monkeypatch, run_id, ran=True)
+    assert branches.invoke_branch(run_id, STEP) is None
+    step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+    assert step["status"] == "waiting" and "error" not in step
+    assert int(step["branchLeaseUntil"]) == 0  # released: its next branch message may run it
+
+
+def test_a_branch_step_the_invocation_never_reached_still_fails(aws_env, monkeypatch):
+    run_id = _run_with_branch()
+    _answer_branch(monkeypatch, run_id, ran=False)
+    branches.invoke_branch(run_id, STEP)
+    step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+    assert step["status"] == "failed"
+    assert step["error"]["name"] == "BranchNotRun"

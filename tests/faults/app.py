@@ -1,0 +1,141 @@
+"""The fault suite's push app: `interp` runs a DSL program (tests/faults/dsl.py) and logs
+every step body it runs, every value it sees and every callback URL it publishes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from typing import Any
+
+from ezgh_engine import clock
+from ezgh_engine.local.faults import FaultPlan, FaultyApp
+from ezgh_workflows import Context, NonRetryableError, PushApp, StepError, step_context, workflow
+from ezgh_workflows._internal.transport import http_transport_factory
+
+_lock = threading.Lock()
+# (run, step) -> engine times (ms) at which its body began, one per execution
+EXECUTIONS: dict[tuple[str, str], list[int]] = defaultdict(list)
+# (run, step) -> every value the workflow saw for a value step, one per replay
+VALUES: dict[tuple[str, str], list[str]] = defaultdict(list)
+# (run, callback name) -> URL
+CALLBACKS: dict[tuple[str, str], str] = {}
+
+
+def reset() -> None:
+    with _lock:
+        EXECUTIONS.clear()
+        VALUES.clear()
+        CALLBACKS.clear()
+
+
+def _body(run_id: str, step_id: str, fail: int, result: Any) -> Any:
+    with _lock:
+        EXECUTIONS[(run_id, step_id)].append(clock.now_ms())
+    attempt = step_context().attempt
+    if attempt <= fail:
+        raise RuntimeError(f"attempt {attempt} of {step_id} fails")
+    return result
+
+
+def _publish(run_id: str, name: str, url: str) -> str:
+    with _lock:
+        CALLBACKS[(run_id, name)] = url
+    return "published"
+
+
+@workflow("interp")
+async def interp(ctx: Context) -> Any:
+    out: list[Any] = []
+    run_id = ctx.run_id
+    for op in ctx.input["program"]:
+        kind, name = op["op"], op["name"]
+        step_id = f"{name}#1"
+        if kind == "run":
+            out.append(
+                await ctx.step.run(
+                    name,
+                    lambda s=step_id, f=op["fail"], n=name: _body(run_id, s, f, n),
+                    retries=op["retries"],
+                )
+            )
+        elif kind == "fail":
+
+            def give_up(s: str = step_id) -> None:
+                _body(run_id, s, 0, None)
+                raise NonRetryableError("no")
+
+            try:
+                await ctx.step.run(name, give_up, retries=2)
+                out.append({"caught": None})
+            except StepError as exc:
+                out.append({"caught": exc.code})
+        elif kind == "value":
+            value = await ctx.step.uuid(name)
+            with _lock:
+                VALUES[(run_id, step_id)].append(value)
+            out.append("uuid")
+        elif kind == "sleep":
+            await ctx.step.sleep(name, op["seconds"])
+            out.append("slept")
+        elif kind == "callback":
+            cb = await ctx.step.create_callback(name)
+            await ctx.step.run(f"{name}-publish", lambda u=cb.url, n=name: _publish(run_id, n, u))
+            out.append(await cb.wait())
+        elif kind == "child":
+            out.append(
+                await ctx.step.invoke(name, workflow="interp", input={"program": op["program"]})
+            )
+        elif kind == "parallel":
+            calls = []
+            for i, branch in enumerate(op["branches"]):
+                bname = f"{name}-{i}"
+                calls.append(
+                    ctx.step.run(
+                        bname,
+                        lambda s=f"{bname}#1", f=branch["fail"], n=bname: _body(run_id, s, f, n),
+                        retries=branch["retries"],
+                    )
+                )
+            out.append(list(await asyncio.gather(*calls)))
+        else:
+            raise ValueError(kind)
+    return out
+
+
+class CountingApp(FaultyApp):
+    """`FaultyApp` that also counts requests in flight (the suite waits for them)."""
+
+    def __init__(self, inner: Any, plan: FaultPlan) -> None:
+        super().__init__(inner, plan)
+        self._count_lock = threading.Lock()
+        self.in_flight = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # lifespan lasts as long as the app
+            await super().__call__(scope, receive, send)
+            return
+        with self._count_lock:
+            self.in_flight += 1
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with self._count_lock:
+                self.in_flight -= 1
+
+
+# The plan is swapped per batch (`served.plan = ...`); the transport reads it through `served`.
+_plan_box: list[FaultPlan] = [FaultPlan()]
+
+
+def _transport(api: Any, deployment_id: str | None) -> Any:
+    return _plan_box[0].wrap_transport(http_transport_factory)(api, deployment_id)
+
+
+app = PushApp([interp], transport_factory=_transport)
+served = CountingApp(app, _plan_box[0])
+
+
+def use_plan(plan: FaultPlan) -> None:
+    _plan_box[0] = plan
+    served.plan = plan

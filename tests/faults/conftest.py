@@ -1,0 +1,77 @@
+"""The fault suite's runtime: a `LocalRuntime` on a `SkipClock`, moto's SQS timers on the
+engine clock, a short invoke timeout (so a hanging app costs seconds), and `--runs`/`--fault-seed`.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+from ezgh_engine import config
+from ezgh_engine.clock import SkipClock
+from ezgh_engine.local.emulator import sqs_on_engine_clock
+from ezgh_engine.local.runtime import LocalRuntime
+from ezgh_workflows import WorkflowsClient
+
+from tests.faults import app as fault_app
+
+INVOKE_TIMEOUT_SECONDS = "2"
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: thread dump
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("faults")
+    group.addoption("--runs", type=int, default=30, help="generated runs in the fault suite")
+    group.addoption("--fault-seed", type=int, default=8, help="seed of programs and faults")
+
+
+@pytest.fixture(scope="package")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    saved = os.environ.get(config.ENV_INVOKE_TIMEOUT)
+    os.environ[config.ENV_INVOKE_TIMEOUT] = INVOKE_TIMEOUT_SECONDS
+    config.reset_settings()
+    sqs_on_engine_clock(True)
+    rt = LocalRuntime(
+        port=0,
+        state_dir=tmp_path_factory.mktemp("ezgh"),
+        apps=[("faults", fault_app.served)],
+        clock=SkipClock(),
+    )
+    try:
+        rt.start()
+        yield rt
+    finally:
+        rt.set_faults(None)
+        rt.stop()
+        sqs_on_engine_clock(False)
+        if saved is None:
+            os.environ.pop(config.ENV_INVOKE_TIMEOUT, None)
+        else:
+            os.environ[config.ENV_INVOKE_TIMEOUT] = saved
+        config.reset_settings()
+
+
+@pytest.fixture()
+def engine(runtime: LocalRuntime) -> LocalRuntime:
+    runtime.set_faults(None)
+    runtime.reset()
+    fault_app.reset()
+    return runtime
+
+
+@pytest.fixture()
+def client(engine: LocalRuntime) -> WorkflowsClient:
+    return WorkflowsClient(
+        api_key=engine.api_key,
+        organization_id=engine.org_id,
+        project_id=engine.project_id,
+        base_url=engine.api_url,
+    )
+
+
+@pytest.fixture()
+def app_id(engine: LocalRuntime) -> str:
+    return str(engine.apps["faults"].record["id"])

@@ -1,0 +1,78 @@
+"""Issue 8: generated workflows under seeded faults lose nothing, duplicate nothing, and
+none is stuck; their outputs are the fault-free ones (tests/faults/harness.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from ezgh_engine.local.faults import KINDS, FaultPlan
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from tests.faults import dsl
+from tests.faults.harness import Figures, run_batch
+
+pytestmark = [pytest.mark.faults, pytest.mark.e2e]
+
+BATCH = 10  # programs run at once against one engine
+FAULT_PROBABILITY = 0.06
+
+
+def test_generated_runs_lose_nothing_under_faults(runtime, request):
+    runs = int(request.config.getoption("--runs"))
+    fault_seed = int(request.config.getoption("--fault-seed"))
+    batches = max(1, -(-runs // BATCH))
+    total = Figures()
+    index = [0]
+
+    @seed(fault_seed)
+    @settings(
+        max_examples=batches,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],  # no shrinking: a failure prints its programs and seed
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(programs=st.lists(dsl.programs, min_size=BATCH, max_size=BATCH))
+    def campaign(programs):
+        i = index[0]
+        index[0] += 1
+        plan = FaultPlan.everything(
+            fault_seed * 1000 + i,
+            FAULT_PROBABILITY,
+            throttle=0.02,  # per DynamoDB call: many per step
+            kill=0.15,  # per recorded step end, timers per fire: rarer events
+            timer_duplicate=0.3,
+            timer_late=0.3,
+        )
+        figures = run_batch(runtime, programs, plan, label=f"b{i}")
+        if figures.problems:
+            figures.problems.append(f"b{i} programs: {json.dumps(programs)}")
+        total.add(figures)
+
+    campaign()
+    report = {
+        "seed": fault_seed,
+        "batches": index[0],
+        "generated_runs": index[0] * BATCH,
+        "runs_with_children": total.runs,
+        "completed": total.completed,
+        "lost": total.lost,
+        "duplicated": total.duplicated,
+        "stuck": total.stuck,
+        "restarts": total.restarts,
+        "step_executions": total.step_executions,
+        "re_executions_at_least_once": total.re_executions,
+        "faults": {kind: total.faults.get(kind, 0) for kind in KINDS},
+        "faults_total": sum(total.faults.values()),
+    }
+    print("\nfault suite figures:", json.dumps(report, indent=2))
+    target = os.environ.get("EZGH_FAULTS_REPORT")
+    if target:
+        Path(target).write_text(json.dumps({**report, "problems": total.problems}, indent=2))
+    assert not total.problems, "\n".join(total.problems)
+    assert total.lost == total.duplicated == total.stuck == 0
+    assert sum(total.faults.values()) > 0
