@@ -3,7 +3,6 @@ another value), driven through the real handlers on in-process moto."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from datetime import timedelta
@@ -132,79 +131,42 @@ def test_a_losing_complete_does_not_replace_the_recorded_large_output(
     assert runs.get_payload(principal, run.id, step.output_ref) == mine  # type: ignore[arg-type]
 
 
-class _InProcess:
-    """The SDK's step transport, straight into the steps handler."""
-
-    def __init__(self, token: str, before: Any) -> None:
-        self.token = token
-        self.before = before
-
-    async def send(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from ezgh_workflows._internal.errors import AbortInvocation
-
-        self.before(ops)
-        status, body, _ = steps_call(self.token, ops)
-        if status in (401, 409):
-            raise AbortInvocation(str(body))
-        assert status == 200, body
-        return list(body["results"])
-
-    async def aclose(self) -> None:
-        return None
-
-
 def test_an_invocation_that_aborts_while_it_holds_the_run_is_invoked_again(
     aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
 ) -> None:
-    """A held end came back recorded otherwise (a zombie invocation recorded the value step
-    first): the SDK answers `aborted` though its lease is live. The engine must invoke the
-    run again, and the replay goes on with the recorded value."""
+    """The SDK answers `aborted` while its lease is live (a held end came back recorded
+    otherwise, or its token ran out): the engine must invoke the run again, not drop it."""
     from ezgh_engine.service import invoker
-    from ezgh_workflows import Context, workflow
-    from ezgh_workflows._internal import protocol
-    from ezgh_workflows._internal.driver import Invocation
-
-    ran: list[str] = []
-
-    @workflow("w")
-    async def wf(ctx: Context) -> Any:
-        t = await ctx.step.uuid("t")
-        return await ctx.step.run("b", lambda: ran.append(t) or t)
 
     run = _run()
-    zombie = _lease(run)
-    _free(run)
-    answers: list[dict[str, Any]] = []
-
-    def zombie_records_first(ops: list[dict[str, Any]]) -> None:
-        if any(op["op"] == "record" for op in ops) and not answers:
-            op = {"op": "record", "stepId": "t#1", "name": "t", "kind": "value", "output": "z"}
-            # The zombie's read of the run is stale (eventually consistent) in this race.
-            monkeypatch.setattr("ezgh_engine.adapters.steps_store.run_state", lambda _: None)
-            try:
-                from ezgh_engine.service import steps as service_steps
-
-                monkeypatch.setattr(service_steps._OpContext, "_check_live", lambda self: None)
-                assert steps_call(zombie, [op])[0] == 200
-            finally:
-                monkeypatch.undo()
-                monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
-                monkeypatch.setattr(invoker, "invoke_app", invoke_app)
-
-    def invoke_app(app: Any, request: dict[str, Any]) -> dict[str, Any]:
-        parsed = protocol.parse_invoke(request)
-        transport = _InProcess(parsed.api.token, zombie_records_first)
-        answer = asyncio.run(Invocation(wf, parsed, transport, None).execute())
-        answers.append(answer)
-        return answer
-
+    answers = [
+        {"protocol": "1.3", "outcome": "aborted", "reason": "step a#1 recorded otherwise"},
+        {"protocol": "1.3", "outcome": "completed", "output": "replayed"},
+    ]
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
-    monkeypatch.setattr(invoker, "invoke_app", invoke_app)
-    retry = invoker.invoke(run.id, 2)
-    assert answers[0]["outcome"] == "aborted", answers
+    monkeypatch.setattr(invoker, "invoke_app", lambda app, request: answers.pop(0))
+    retry = invoker.invoke(run.id, 1)
     assert retry is not None  # the message comes back...
+    assert _raw_run(run.id)["status"] == "running"
     skip_clock.advance(timedelta(seconds=retry.after_seconds + 1))
-    assert invoker.invoke(run.id, 2) is None  # ...and the run is invoked again
+    assert invoker.invoke(run.id, 1) is None  # ...and the run is invoked again
     done = runs_store.get_run(run.id)
-    assert done is not None and done.status == "completed", done
-    assert done.output == "z" and ran == ["z"]
+    assert done is not None and done.status == "completed" and done.output == "replayed"
+
+
+def test_a_stale_invocations_aborted_answer_changes_nothing(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An `aborted` answer from an invocation whose lease was taken over is dropped: its
+    back-off is refused by the epoch condition, and the new owner's lease stands."""
+    from ezgh_engine.adapters import invocations_store as inv
+    from ezgh_engine.service import invoker
+
+    run = _run()
+    leased = inv.take_lease(run.id, 1, now_ms=clock.now_ms(), lease_ms=600_000)
+    assert leased is not None
+    _free(run)
+    _lease(run, seq=2)  # another invocation took the run over
+    until = _raw_run(run.id)["leaseUntil"]
+    assert invoker._invoke_again(leased) is None
+    assert _raw_run(run.id)["leaseUntil"] == until
