@@ -101,21 +101,30 @@ def serialize_dynamodb() -> None:
     once. Without this lock two concurrent transactions can both pass an
     `attribute_not_exists` condition (two runs for one run key), and a reader can see an
     item half-written. One lock around each request restores what DynamoDB promises.
+
+    DynamoDB Streams requests take the same lock. moto applies a transaction action by
+    action, appending each one's stream record, and on a refused action rolls back
+    (`lighten_dynamodb` truncates the shard); it numbers records by their position in the
+    shard. A `GetRecords` served inside that window answered records about to be rolled
+    back and moved its reader past them, so the reader then skipped as many committed
+    records (same sequence numbers): a run's start, a step's timer, a child's end.
     """
     global _dynamodb_serialized
     if _dynamodb_serialized:
         return
     try:
         from moto.dynamodb.responses import DynamoHandler
+        from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
     except ImportError:  # pragma: no cover - moto without DynamoDB
         return
-    original: Callable[..., Any] = DynamoHandler.call_action
+    for handler_class in (DynamoHandler, DynamoDBStreamsHandler):
+        original: Callable[..., Any] = handler_class.call_action
 
-    def call_action(handler: Any) -> Any:
-        with _dynamodb_lock:
-            return original(handler)
+        def call_action(handler: Any, _original: Callable[..., Any] = original) -> Any:
+            with _dynamodb_lock:
+                return _original(handler)
 
-    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+        handler_class.call_action = call_action  # type: ignore[method-assign]
     _dynamodb_serialized = True
 
 
