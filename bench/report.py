@@ -136,18 +136,12 @@ def levers(figures: dict[str, Any]) -> list[dict[str, Any]]:
     stream_usd = d["usd_by_origin"].get("function:stream", 0.0)
     stream_idle_usd = stream_usd * stream_idle / stream_n if stream_n else 0.0
     live_reads = d["by_origin"].get("function:steps dynamodb.GetItem", 0)
-    invocations = d["app_requests"]
     steps_gb = d["lambda_gb_s_usd"].get("steps", 0.0)
     return [
         {
-            "lever": "no run read before a step starts (step conditions only)",
+            "lever": "no run read per step call (step conditions only)",
             "requests_per_step_saved": live_reads / steps,
             "usd_per_million_steps_saved": live_reads * p.DYNAMODB_USD_PER_RRU * 0.5 * per_m,
-        },
-        {
-            "lever": "one event item per invocation (started + outcome)",
-            "requests_per_step_saved": 0.0,
-            "usd_per_million_steps_saved": invocations * 2 * p.DYNAMODB_USD_PER_WRU * per_m,
         },
         {
             "lever": "invoker not billed while the app runs",
