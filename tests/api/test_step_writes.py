@@ -339,3 +339,33 @@ def test_a_mark_of_an_earlier_run_attempt_is_not_a_running_step(aws_env: None) -
         ]
     )
     assert "b#1" not in steps_of(run)
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [{"op": "start", "stepId": "a#1", "name": "a", "attempt": 0}],
+        [{"op": "start", "stepId": "a#1", "name": "a", "attempt": "1"}],
+        [{"op": "start", "stepId": "a#1", "name": "a", "attempt": True}],
+        [{"op": "complete", "stepId": "a#1", "output": 1, "inline": "yes"}],
+        [{"op": "complete", "stepId": "a#1", "output": 1, "inline": {"name": "a"}}],
+        [
+            {
+                "op": "complete",
+                "stepId": "a#1",
+                "output": 1,
+                "inline": {"name": "a", "order": "x" * 65, "startedAt": "t"},
+            }
+        ],
+    ],
+    ids=["attempt-0", "attempt-str", "attempt-bool", "inline-str", "inline-part", "inline-long"],
+)
+def test_a_malformed_attempt_or_inline_is_a_validation_error_and_writes_nothing(
+    aws_env: None, ops: list[dict[str, Any]]
+) -> None:
+    run = _run()
+    token = _lease(run)
+    status, body, writes = steps_call(token, ops)
+    assert status == 400 and body["error"]["code"] == "validation_error"
+    assert writes == []
+    assert steps_of(run) == {}

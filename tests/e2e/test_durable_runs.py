@@ -34,15 +34,21 @@ def wait_status(engine, client, run_id, predicate, timeout=30):
     )
 
 
+def wait_sleeping(engine, client, run_id, timeout=30):
+    """The run, once one of its steps sleeps."""
+    return wait_status(
+        engine,
+        client,
+        run_id,
+        lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
+        timeout,
+    )
+
+
 def test_onboarding_sleeps_three_days_and_completes(engine, client, app_id):
     run = client.start_run(app_id, "onboarding", {"userId": "u_42"})
     assert run["status"] == "running"
-    sleeping = wait_status(
-        engine,
-        client,
-        run["id"],
-        lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
-    )
+    sleeping = wait_sleeping(engine, client, run["id"])
     assert [s["name"] for s in sleeping["steps"]] == ["load-user", "welcome-email", "cooldown"]
     assert sleeping["status"] == "running"
     engine.clock.advance(timedelta(days=3, seconds=1))
@@ -271,12 +277,7 @@ def test_a_woken_sleep_invokes_at_once_with_one_invoke_message_per_run(engine, c
     stop = aws.observe(lambda r: seen.append(r) if r["service"] == "sqs" else None)
     try:
         run = client.start_run(app_id, "onboarding", {"cooldown": "1h"})
-        wait_status(
-            engine,
-            client,
-            run["id"],
-            lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
-        )
+        wait_sleeping(engine, client, run["id"])
         engine.clock.advance(timedelta(hours=1, seconds=1))
         done = wait_ended(engine, client, run["id"])
     finally:
@@ -292,12 +293,7 @@ def test_a_woken_sleep_whose_app_is_down_is_invoked_again(engine, client, app_id
     from tests.e2e.workflows_app import served
 
     run = client.start_run(app_id, "onboarding", {"cooldown": "1h"})
-    wait_status(
-        engine,
-        client,
-        run["id"],
-        lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
-    )
+    wait_sleeping(engine, client, run["id"])
     engine.wait_idle()
     served.failures_left = 1
     engine.clock.advance(timedelta(hours=1, seconds=1))
@@ -330,12 +326,7 @@ def test_events_page_through_items_and_steps_in_order(engine, client, app_id):
     """`run.started` lives on the run item and `step.completed` on the steps (no event item
     of their own); pages of any size give every event once, in order."""
     run = client.start_run(app_id, "onboarding", {"cooldown": "1h"})
-    wait_status(
-        engine,
-        client,
-        run["id"],
-        lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
-    )
+    wait_sleeping(engine, client, run["id"])
     engine.clock.advance(timedelta(hours=1, seconds=1))
     wait_ended(engine, client, run["id"])
     everything = client.list_run_events(run["id"])["events"]

@@ -11,7 +11,7 @@ from ezgh_engine.adapters.aws import client as aws_client
 from ezgh_engine.config import settings
 
 from tests.e2e.test_control import _scheduler_timers
-from tests.e2e.test_durable_runs import wait_ended, wait_status
+from tests.e2e.test_durable_runs import wait_ended, wait_sleeping, wait_status
 from tests.e2e.workflows_app import CALLS, SEEN
 
 pytestmark = pytest.mark.e2e
@@ -45,12 +45,7 @@ def test_callback_posted_before_the_wait_is_kept(engine, client, app_id, monkeyp
     _scheduler_timers(monkeypatch)
     run = client.start_run(app_id, "approval", {"sleep_first": "1h"})
     url = _url(engine, run["id"])
-    wait_status(
-        engine,
-        client,
-        run["id"],
-        lambda r: any(s["kind"] == "sleep" and s["status"] == "sleeping" for s in r["steps"]),
-    )
+    wait_sleeping(engine, client, run["id"])
     assert httpx.post(url, json=[1, 2, 3]).status_code == 200
     engine.clock.advance(timedelta(hours=2))
     done = wait_ended(engine, client, run["id"])

@@ -20,28 +20,14 @@ import pytest
 from botocore.exceptions import ClientError
 from ezgh_engine.adapters import aws
 
-
-def _table_with_stream(name: str) -> str:
-    ddb = aws.client("dynamodb")
-    ddb.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-    )
-    return str(ddb.describe_table(TableName=name)["Table"]["LatestStreamArn"])
-
-
-def _pks(records: list[dict]) -> list[str]:
-    return [r["dynamodb"]["Keys"]["pk"]["S"] for r in records]
+from tests.local.streams import pks, table_with_stream
 
 
 def test_a_reader_never_sees_a_transaction_that_is_then_cancelled(emulator, monkeypatch):
     from moto.dynamodb.models.table import StreamShard
 
     emulator.reset()
-    arn = _table_with_stream("isolation")
+    arn = table_with_stream("isolation")
     ddb, streams = aws.client("dynamodb"), aws.client("dynamodbstreams")
     shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
     iterator = streams.get_shard_iterator(
@@ -49,7 +35,7 @@ def test_a_reader_never_sees_a_transaction_that_is_then_cancelled(emulator, monk
     )["ShardIterator"]
     ddb.put_item(TableName="isolation", Item={"pk": {"S": "a"}})
     answer = streams.get_records(ShardIterator=iterator)
-    assert _pks(answer["Records"]) == ["a"]
+    assert pks(answer["Records"]) == ["a"]
     iterator = answer["NextShardIterator"]
 
     # The stream poller, woken by the first record of the transaction, reads the shard
@@ -91,6 +77,6 @@ def test_a_reader_never_sees_a_transaction_that_is_then_cancelled(emulator, monk
     ddb.put_item(TableName="isolation", Item={"pk": {"S": "b"}})
 
     # The reader saw nothing of the cancelled transaction, and sees the next write.
-    assert _pks(read["answer"]["Records"]) == []
+    assert pks(read["answer"]["Records"]) == []
     later = streams.get_records(ShardIterator=read["answer"]["NextShardIterator"])
-    assert _pks(later["Records"]) == ["b"]
+    assert pks(later["Records"]) == ["b"]

@@ -4,7 +4,7 @@ stream readers off the table.
 moto rolls a cancelled `TransactWriteItems` back by putting a deep copy of the table in place,
 stream shard included; every iterator handed out before kept reading the old shard, which no
 write reaches, so the local stream poller saw nothing more and runs stalled (invocations never
-sent). `emulator.keep_streams_across_rollbacks` keeps the live shard.
+sent). `emulator.lighten_dynamodb` rolls back in place, keeping the live shard.
 """
 
 from __future__ import annotations
@@ -13,26 +13,12 @@ import pytest
 from botocore.exceptions import ClientError
 from ezgh_engine.adapters import aws
 
-
-def _table_with_stream(name: str) -> str:
-    ddb = aws.client("dynamodb")
-    ddb.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-    )
-    return str(ddb.describe_table(TableName=name)["Table"]["LatestStreamArn"])
-
-
-def _pks(records: list[dict]) -> list[str]:
-    return [r["dynamodb"]["Keys"]["pk"]["S"] for r in records]
+from tests.local.streams import pks, table_with_stream
 
 
 def test_a_cancelled_transaction_leaves_the_stream_readable_and_writes_no_record(emulator):
     emulator.reset()
-    arn = _table_with_stream("rollback")
+    arn = table_with_stream("rollback")
     ddb, streams = aws.client("dynamodb"), aws.client("dynamodbstreams")
     shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
     iterator = streams.get_shard_iterator(
@@ -40,7 +26,7 @@ def test_a_cancelled_transaction_leaves_the_stream_readable_and_writes_no_record
     )["ShardIterator"]
     ddb.put_item(TableName="rollback", Item={"pk": {"S": "a"}})
     answer = streams.get_records(ShardIterator=iterator)
-    assert _pks(answer["Records"]) == ["a"]
+    assert pks(answer["Records"]) == ["a"]
     iterator = answer["NextShardIterator"]
 
     # The first action succeeds inside moto, the second fails: the transaction is cancelled.
@@ -62,5 +48,5 @@ def test_a_cancelled_transaction_leaves_the_stream_readable_and_writes_no_record
 
     # The reader that was already following the stream sees the next write, and nothing of
     # the cancelled transaction.
-    assert _pks(streams.get_records(ShardIterator=iterator)["Records"]) == ["b"]
+    assert pks(streams.get_records(ShardIterator=iterator)["Records"]) == ["b"]
     assert "Item" not in ddb.get_item(TableName="rollback", Key={"pk": {"S": "partial"}})

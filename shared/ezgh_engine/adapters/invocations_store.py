@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, waits_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.runs_store import RETENTION_SECONDS
@@ -186,10 +186,6 @@ def put_sleep_step(
 ) -> dict[str, Any]:
     """A transaction Put of a new `sleeping` step (created once: the lease is ours)."""
     values = {
-        **{"pk": items.run_pk(run.id), "sk": items.STEP_PREFIX + step_id},
-        "type": "step",
-        "runId": run.id,
-        "stepId": step_id,
         "name": name,
         "kind": "sleep",
         "status": "sleeping",
@@ -199,13 +195,7 @@ def put_sleep_step(
         "wakeAt": wake_at,
         "ttl": expires,
     }
-    return {
-        "Put": {
-            "TableName": _table(),
-            "Item": ddb.to_item(values),
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-    }
+    return waits_store.step_put(run.id, step_id, values)
 
 
 def wake_sleep(
@@ -221,24 +211,14 @@ def wake_sleep(
     the run's lease when it is free ("leased": the caller invokes at once, and the outbox,
     which skips leased runs, sends nothing); else, or when another invocation holds the run,
     it only asks ("woke": the outbox sends the invocation)."""
-    step = {
-        "Update": {
-            "TableName": _table(),
-            "Key": items.step_key(run_id, step_id),
-            # The step is its own `step.completed` event (`marks`, see steps_store).
-            "UpdateExpression": "SET #status = :done, endedAt = :at, #output = :null"
-            + "".join(f", {name} = :m_{name}" for name in sorted(marks)),
-            "ConditionExpression": "#status = :sleeping",
-            "ExpressionAttributeNames": {"#status": "status", "#output": "output"},
-            "ExpressionAttributeValues": {
-                ":done": {"S": "completed"},
-                ":sleeping": {"S": "sleeping"},
-                ":at": {"S": ended_at},
-                ":null": {"S": "null"},
-                **{f":m_{name}": ddb.to_attr(value) for name, value in marks.items()},
-            },
-        }
-    }
+    # The step is its own `step.completed` event (`marks`, see steps_store.event_marks).
+    step = waits_store.step_update(
+        run_id,
+        step_id,
+        sets={"status": "completed", "endedAt": ended_at, "output": "null", **marks},
+        when="#status = :sleeping",
+        when_values={":sleeping": "sleeping"},
+    )
     run: dict[str, Any] = {
         "TableName": _table(),
         "Key": items.run_key(run_id),

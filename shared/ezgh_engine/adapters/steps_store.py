@@ -1,8 +1,11 @@
 """DynamoDB writes of step calls (docs/protocol.md section 2).
 
-Each op is one transaction: a check that the caller's invocation still holds the run's lease,
-and a conditional write of the step item (plus its event). A refused step condition means the
-step was recorded already: the caller gets the recorded step back instead of a second effect.
+Builders answer one action per step write (`start_action`, `finish_action`,
+`record_action`, `inline_end_action`, `with_next`); the service writes them either with
+`write` (the fast path: the steps' own conditions, no lease check) or with `transact` (one
+transaction with a check that the caller's invocation still holds the run's lease). A refused
+step condition means the step holds something else already: the caller gets the recorded step
+back instead of a second effect.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, waits_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
@@ -76,7 +79,12 @@ def _lease_check(lease: Lease, *, bump: bool = False) -> dict[str, Any]:
     }
 
 
-def _transact(lease: Lease, actions: list[dict[str, Any]], *, bump: bool = False) -> None:
+def transact(lease: Lease, actions: list[dict[str, Any]], *, bump: bool = False) -> None:
+    """Write `actions` (step writes of one or several ops) in one transaction under the
+    lease; with `bump` (a branch's step that ended) also ask for the run's next invocation.
+
+    `StaleInvocation` when the lease was lost; `AlreadyRecorded(index)` when a step's
+    condition refused the write (nothing was written)."""
     try:
         _ddb().transact_write_items(TransactItems=[_lease_check(lease, bump=bump), *actions])
     except ClientError as exc:
@@ -90,20 +98,6 @@ def _transact(lease: Lease, actions: list[dict[str, Any]], *, bump: bool = False
             raise AlreadyRecorded(refused[0]) from None
         ddb.raise_transient(exc)
         raise
-
-
-def transact(lease: Lease, actions: list[dict[str, Any]]) -> None:
-    """Write `actions` (step writes of several ops) in one transaction under the lease.
-
-    `StaleInvocation` when the lease was lost; `AlreadyRecorded(index)` when a step's
-    condition refused the write (nothing was written)."""
-    _transact(lease, actions)
-
-
-def put_under_lease(lease: Lease, actions: list[dict[str, Any]]) -> None:
-    """New items (the first one a step) written under the lease; `AlreadyRecorded` when the
-    step exists."""
-    _transact(lease, actions)
 
 
 def get_step(run_id: str, step_id: str) -> Step | None:
@@ -124,7 +118,7 @@ def start(
     action = start_action(
         lease, step_id=step_id, name=name, kind=kind, order=order, at=at, expires=expires
     )
-    _transact(lease, [action])
+    transact(lease, [action])
     step = get_step(lease.run_id, step_id)
     return step.attempt if step else 1
 
@@ -222,42 +216,6 @@ def event_marks(event_id: str, run_attempt: int, deployment_id: str | None) -> d
     return marks
 
 
-def finish(
-    lease: Lease,
-    *,
-    step_id: str,
-    at: str,
-    output_text: str | None,
-    output_ref: str | None,
-    error: RunError | None,
-    event: dict[str, Any] | None,
-    retry_at: str | None = None,
-    attempt: int | None = None,
-    marks: dict[str, Any] | None = None,
-    inline: InlineStart | None = None,
-    expires: int = 0,
-) -> None:
-    """Record a running step's end: its output (inline or by reference) or its error; or,
-    with `retry_at`, its failed `attempt` (`retrying` until then, no end). A step started
-    `inline` gets its whole item written."""
-    common: dict[str, Any] = {
-        "step_id": step_id,
-        "at": at,
-        "output_text": output_text,
-        "output_ref": output_ref,
-        "error": error,
-        "retry_at": retry_at,
-        "attempt": attempt,
-        "marks": marks,
-    }
-    if inline is not None:
-        update = inline_end_action(lease, start=inline, expires=expires, **common)
-    else:
-        update = finish_action(lease, **common)
-    actions = [update, event] if event is not None else [update]
-    _transact(lease, actions, bump=lease.branch_step is not None and retry_at is None)
-
-
 def finish_action(
     lease: Lease,
     *,
@@ -320,34 +278,6 @@ def finish_action(
     }
 
 
-def record(
-    lease: Lease,
-    *,
-    step_id: str,
-    name: str,
-    kind: str,
-    order: str,
-    at: str,
-    output_text: str,
-    expires: int,
-    event: dict[str, Any] | None,
-    marks: dict[str, Any] | None = None,
-) -> None:
-    """Record a value step (now, uuid) completed in one write; refused if it exists."""
-    put = record_action(
-        lease,
-        step_id=step_id,
-        name=name,
-        kind=kind,
-        order=order,
-        at=at,
-        output_text=output_text,
-        expires=expires,
-        marks=marks,
-    )
-    _transact(lease, [put, event] if event is not None else [put])
-
-
 def record_action(
     lease: Lease,
     *,
@@ -362,11 +292,6 @@ def record_action(
 ) -> dict[str, Any]:
     """The Put of a value step, completed at once; refused if the step exists."""
     values = {
-        "pk": items.run_pk(lease.run_id),
-        "sk": items.STEP_PREFIX + step_id,
-        "type": "step",
-        "runId": lease.run_id,
-        "stepId": step_id,
         "name": name,
         "kind": kind,
         "status": "completed",
@@ -378,13 +303,7 @@ def record_action(
         "ttl": expires,
         **(marks or {}),
     }
-    return {
-        "Put": {
-            "TableName": _table(),
-            "Item": ddb.to_item(values),
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-    }
+    return waits_store.step_put(lease.run_id, step_id, values)
 
 
 @dataclass(frozen=True)
@@ -455,11 +374,6 @@ def inline_end_action(
     """The Put of a whole step item for the end of a step started inline (see `with_next`):
     refused when the step has an item (another invocation started or recorded it)."""
     values: dict[str, Any] = {
-        "pk": items.run_pk(lease.run_id),
-        "sk": items.STEP_PREFIX + step_id,
-        "type": "step",
-        "runId": lease.run_id,
-        "stepId": step_id,
         "name": start.name,
         "kind": "run",
         "status": "retrying" if retry_at else "failed" if error else "completed",
@@ -480,13 +394,7 @@ def inline_end_action(
         values["outputRef"] = output_ref
     else:
         values["output"] = output_text if output_text is not None else "null"
-    return {
-        "Put": {
-            "TableName": _table(),
-            "Item": ddb.to_item(values),
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-    }
+    return waits_store.step_put(lease.run_id, step_id, values)
 
 
 def write(actions: list[dict[str, Any]]) -> None:

@@ -17,7 +17,7 @@ from ezgh_engine.adapters import payloads, runs_store
 from ezgh_engine.adapters import steps_store as store
 from ezgh_engine.config import settings
 from ezgh_engine.core import retries, tokens, validation
-from ezgh_engine.core.models import RunError, Step
+from ezgh_engine.core.models import LIVE_STATUSES, RunError, Step
 from ezgh_engine.errors import Forbidden, StaleInvocation, ValidationError
 
 OP_KINDS = ("start", "complete", "fail", "record", "callback", "cancel", "reject")
@@ -94,9 +94,6 @@ class _Planned:
     actions: list[dict[str, Any]]
     result: dict[str, Any]
     inline: store.InlineStart | None = None
-
-
-LIVE_STATUSES = ("running", "cancelling")
 
 
 class _OpContext:
@@ -199,7 +196,12 @@ class _OpContext:
             result = {"stepId": step_id, "result": "started", "attempt": attempt}
             inline = store.InlineStart(name, order, now) if attempt == 1 else None
             return _Planned(kind, step_id, [action], result, inline)
-        if kind == "record":
+        return self._end(step_id, op, now)
+
+    def _end(self, step_id: str, op: dict[str, Any], now: str) -> _Planned:
+        """A `record`, `complete` or `fail`: its writes and the result they answer, for the
+        fast path and the one-by-one path alike."""
+        if op["op"] == "record":
             name, text = self._record_args(op)
             action = store.record_action(
                 self.lease,
@@ -212,7 +214,7 @@ class _OpContext:
                 expires=self._expires(),
                 marks=self._marks(),
             )
-            return _Planned(kind, step_id, [action], {"stepId": step_id, "result": "ok"})
+            return _Planned("record", step_id, [action], {"stepId": step_id, "result": "ok"})
         finish = self._finish_args(step_id, op, now)
         inline = _inline_start(op)
         if inline is not None:
@@ -226,10 +228,8 @@ class _OpContext:
             )
         else:
             end = store.finish_action(self.lease, step_id=step_id, at=now, **finish.fields)
-        actions = [end]
-        if finish.event is not None:
-            actions.append(finish.event)
-        return _Planned(kind, step_id, actions, finish.result)
+        actions = [end] if finish.event is None else [end, finish.event]
+        return _Planned(op["op"], step_id, actions, finish.result)
 
     def apply(self, op: Any) -> dict[str, Any]:
         step_id, kind = self._checked(op)
@@ -291,7 +291,7 @@ class _OpContext:
             expires=self._expires(),
         )
         try:
-            store.put_under_lease(self.lease, [*actions, self._event("step.waiting", step_id, now)])
+            store.transact(self.lease, [*actions, self._event("step.waiting", step_id, now)])
         except store.AlreadyRecorded:
             return self._recorded(step_id)
         return {"stepId": step_id, "result": "ok", "url": url}
@@ -342,7 +342,7 @@ class _OpContext:
                 *waits.cancel_step_actions(None, self.claims.run_id, existing),
             ]
         try:
-            store.put_under_lease(self.lease, [*actions, event])
+            store.transact(self.lease, [*actions, event])
         except store.AlreadyRecorded:
             return self._recorded(step_id)
         if existing is not None and existing.kind == "invoke" and existing.child_run_id:
@@ -408,25 +408,19 @@ class _OpContext:
 
     def _finish(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
         now = clock.iso(clock.now())
-        finish = self._finish_args(step_id, op, now)
+        planned = self._end(step_id, op, now)
+        retry = planned.result["result"] == "retry"
+        # A branch's step that ended resumes its run: the same transaction asks for it.
+        bump = self.claims.step_id is not None and not retry
         try:
-            store.finish(
-                self.lease,
-                step_id=step_id,
-                at=now,
-                event=finish.event,
-                inline=_inline_start(op),
-                expires=self._expires(),
-                **finish.fields,
-            )
+            store.transact(self.lease, planned.actions, bump=bump)
         except store.AlreadyRecorded:
             step = store.get_step(self.claims.run_id, step_id)
-            retry_at = finish.fields.get("retry_at")
-            if step is not None and step.status == "retrying" and retry_at:
+            if step is not None and step.status == "retrying" and retry:
                 # A resent retryable fail: the retry is recorded (and may be due already).
                 return {"stepId": step_id, "result": "retry", "retryAt": step.wake_at or now}
             return self._recorded(step_id)
-        return finish.result
+        return planned.result
 
     def _record_args(self, op: dict[str, Any]) -> tuple[str, str]:
         name = validation.check_step_name(op.get("name"))
@@ -437,24 +431,12 @@ class _OpContext:
         return name, validation.encode_value(op["output"], "output")
 
     def _record(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
-        name, text = self._record_args(op)
-        now = clock.iso(clock.now())
+        planned = self._end(step_id, op, clock.iso(clock.now()))
         try:
-            store.record(
-                self.lease,
-                step_id=step_id,
-                name=name,
-                kind="value",
-                order=ids.time_ordered_id(),
-                at=now,
-                output_text=text,
-                expires=self._expires(),
-                event=None,
-                marks=self._marks(),
-            )
+            store.transact(self.lease, planned.actions)
         except store.AlreadyRecorded:
             return self._recorded(step_id)
-        return {"stepId": step_id, "result": "ok"}
+        return planned.result
 
 
 @dataclass(frozen=True)

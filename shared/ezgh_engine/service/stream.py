@@ -12,6 +12,7 @@ from typing import Any
 
 from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, messages
+from ezgh_engine.core.models import LIVE_STATUSES
 from ezgh_engine.service import notifications
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def wants_invocation(run: dict[str, Any] | None) -> bool:
     """A live run with an unanswered reason to invoke and no lease (not even a backoff)."""
     return bool(
         run
-        and run.get("status") in ("running", "cancelling")
+        and run.get("status") in LIVE_STATUSES
         and int(run.get("invokeSeq", 0)) > int(run.get("handledSeq", 0))
         and int(run.get("leaseUntil", 0)) == 0
     )

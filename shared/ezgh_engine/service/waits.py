@@ -245,11 +245,6 @@ def cancel_step_actions(run: Run | None, run_id: str, step: Any) -> list[dict[st
 def _cancelled_item(run: Run, step: Step, at: str) -> dict[str, Any]:
     """The Put of a step that was running by a `next` mark only, as `cancelled`."""
     values = {
-        "pk": items.run_pk(run.id),
-        "sk": items.STEP_PREFIX + step.id,
-        "type": "step",
-        "runId": run.id,
-        "stepId": step.id,
         "name": step.name,
         "kind": step.kind,
         "status": "cancelled",
@@ -260,7 +255,7 @@ def _cancelled_item(run: Run, step: Step, at: str) -> dict[str, Any]:
         "error": CANCELLED_ERROR.to_api(),
         "ttl": int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS,
     }
-    return ws.plain_put(values)
+    return ws.step_put(run.id, step.id, values)
 
 
 def cancel_leftovers(run_id: str) -> None:
