@@ -1,8 +1,10 @@
-"""`ezgh ops …`: operator commands that read the engine's tables directly (not the API).
+"""`ezgh ops …`: operator commands.
 
     ezgh ops stuck-runs [--project-id UUID] [--older-than 300] [--json] [--stack EzghWorkflows]
+    ezgh ops verify [--stack EzghWorkflows] [--timeout 180] [--keep] [--json]
 
-Where the tables are: with `--stack`, from that CloudFormation stack's outputs (as
+`verify` runs a canary workflow through the API (see `ezgh_engine.cli.verify`); the others
+read the engine's tables directly. Where the tables are: with `--stack`, from that CloudFormation stack's outputs (as
 `ezgh bootstrap` reads them, with the operator's AWS credentials); without it, from the
 environment variables the engine's handlers read (`EZGH_RUNS_TABLE`, ...; `AWS_ENDPOINT_URL`
 for an emulator). `stuck-runs` without `--project-id` scans the whole runs table (see
@@ -72,3 +74,7 @@ def register(subparsers: Any) -> None:
     stuck.add_argument("--stack", help="read table names from this CloudFormation stack")
     stuck.add_argument("--json", action="store_true", help="JSON for scripts")
     stuck.set_defaults(func=_stuck_runs)
+    from ezgh_engine.cli import verify
+    from ezgh_engine.cli.common import connection_parent
+
+    verify.register(commands, connection_parent())
