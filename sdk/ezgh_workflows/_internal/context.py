@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic
 
-StepsT = TypeVar("StepsT")
+if TYPE_CHECKING:
+    # PEP 696 defaults (typing.TypeVar has them from 3.13): a bare `Context` is
+    # `Context[Steps]`, so `ctx.step` is typed in the docs' `async def f(ctx: Context)`.
+    from typing_extensions import TypeVar
+
+    from .steps import Steps
+
+    StepsT = TypeVar("StepsT", default=Steps)
+else:
+    from typing import TypeVar
+
+    StepsT = TypeVar("StepsT")
 
 
 class Context(Generic[StepsT]):
@@ -15,8 +26,8 @@ class Context(Generic[StepsT]):
     - ``attempt``: the run's attempt, from 1 (a retried run counts up).
     - ``step``: the durable step API. In an ``async def`` workflow it is a `Steps` whose
       calls are awaited; in a plain ``def`` workflow a `BlockingSteps` whose calls block and
-      return values. A bare ``Context`` annotation fits both (``Context[Steps]`` and
-      ``Context[BlockingSteps]`` are the precise types).
+      return values. A bare ``Context`` is ``Context[Steps]`` (the async form the docs use);
+      annotate a plain ``def`` workflow's argument as ``Context[BlockingSteps]``.
     """
 
     __slots__ = ("attempt", "input", "run_id", "step")

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 from . import clock
 from .duration import MAX_SLEEP_SECONDS, Duration, parse_duration_unbounded
@@ -36,6 +36,9 @@ from .step_args import (
 from .values import iso_utc, parse_iso
 
 StepFn = Callable[[], Any]
+T = TypeVar("T")
+# `run`'s overloads take `Callable[..., …]`, not `Callable[[], …]`: mypy types a loop's
+# `lambda i=i: …` as taking an argument, and would refuse the docs' idiom.
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,21 @@ class Steps:
 
     def __init__(self, host: StepHost) -> None:
         self._host = host
+
+    @overload
+    def run(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *,
+        id: str | None = None,
+        retries: int | None = None,
+    ) -> Coroutine[Any, Any, T]: ...
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[..., T], *, id: str | None = None, retries: int | None = None
+    ) -> Coroutine[Any, Any, T]: ...
 
     def run(
         self, name: str, fn: StepFn, *, id: str | None = None, retries: int | None = None
@@ -348,6 +366,21 @@ class BlockingSteps:
             if not asyncio.iscoroutine(item):
                 raise TypeError("each callable must make exactly one step call and return it")
         return collected
+
+    @overload
+    def run(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *,
+        id: str | None = None,
+        retries: int | None = None,
+    ) -> T: ...
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[..., T], *, id: str | None = None, retries: int | None = None
+    ) -> T: ...
 
     def run(
         self, name: str, fn: StepFn, *, id: str | None = None, retries: int | None = None
