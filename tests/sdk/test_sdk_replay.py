@@ -376,3 +376,26 @@ def test_in_a_round_of_several_steps_each_end_is_sent_when_its_step_ends(
         [("start", "a#1")],
         [("complete", "a#1")],  # at once, not held for a later call
     ]
+
+
+def test_name_mismatch_under_an_explicit_id_is_nondeterminism(engine: FakeEngine) -> None:
+    # Recorded as "charge-card" with id="pay"; the code now calls the step "refund" with the
+    # same id: replaying the charge's result as the refund's would be a silent wrong value.
+    engine.steps["pay"] = {
+        "id": "pay",
+        "name": "charge-card",
+        "kind": "run",
+        "status": "completed",
+        "attempt": 1,
+        "output": "charged",
+    }
+
+    @workflow("renamed")
+    async def renamed(ctx: Context) -> Any:
+        return await ctx.step.run("refund", lambda: "refunded", id="pay")
+
+    outcome = invoke(make_app(engine, renamed), engine, "renamed")
+    assert outcome["outcome"] == "failed"
+    error = outcome["error"]
+    assert error["code"] == "workflows.nondeterminism"
+    assert "'charge-card'" in error["message"] and "'refund'" in error["message"]

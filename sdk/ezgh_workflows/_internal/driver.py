@@ -39,7 +39,7 @@ from .errors import (
 )
 from .identity import StepIds
 from .pending import FRESH, Finished, PendingStep, apply_resolution, run_error, set_result
-from .protocol import InvokeRequest
+from .protocol import InvokeRequest, RecordedStep
 from .runner import (
     Resolution,
     cancel_step,
@@ -123,13 +123,8 @@ class Invocation:
     def _register(self, request: StepRequest) -> PendingStep:
         step_id = request.wait_for or self._allocate(request)
         recorded = self._recorded.get(step_id)
-        if recorded is not None and recorded.kind != request.kind:
-            raise self.violate(
-                NondeterminismError(
-                    f"step {step_id!r} was recorded with kind {recorded.kind!r}, but the workflow "
-                    f"now asks for kind {request.kind!r} at this step"
-                )
-            )
+        if recorded is not None:
+            self._check_replay(step_id, recorded, request)
         pending = PendingStep(step_id, request, recorded, self._loop.create_future())
         self._pending.append(pending)
         if request.explicit_id is None and request.wait_for is None:
@@ -137,6 +132,24 @@ class Invocation:
         self._registrations += 1
         self._wake.set()
         return pending
+
+    def _check_replay(self, step_id: str, recorded: RecordedStep, request: StepRequest) -> None:
+        """Fail closed when the code asks a recorded step for another kind or name (a step
+        renamed under an explicit ``id=`` would otherwise replay someone else's result)."""
+        if recorded.kind != request.kind:
+            raise self.violate(
+                NondeterminismError(
+                    f"step {step_id!r} was recorded with kind {recorded.kind!r}, but the workflow "
+                    f"now asks for kind {request.kind!r} at this step"
+                )
+            )
+        if request.wait_for is None and recorded.name and recorded.name != request.name:
+            raise self.violate(
+                NondeterminismError(
+                    f"step {step_id!r} was recorded with name {recorded.name!r}, but the workflow "
+                    f"now asks for name {request.name!r} at this step"
+                )
+            )
 
     def _allocate(self, request: StepRequest) -> str:
         if request.explicit_id is None and request.name in self._pending_names:
