@@ -128,3 +128,24 @@ def test_settings_from_the_state_dir(engine, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert main(["workflows", "apps", "list", "--state-dir", str(tmp_path / "none")]) == 1
     assert "no api url" in capsys.readouterr().err
+
+
+def test_json_errors_are_json(ezgh, capsys):
+    err = ezgh("apps", "get", "no-such-app", "--json", expect=1)
+    error = json.loads(err)["error"]
+    assert error["code"] == "not_found" and error["status"] == 404
+    assert error["message"]
+    assert ezgh("apps", "get", "no-such-app", expect=1).startswith("error: ")
+
+
+def test_missing_settings_name_the_state_dir_in_use(engine, capsys, monkeypatch, tmp_path):
+    for name in engine.env:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    custom = tmp_path / "elsewhere"
+    assert main(["workflows", "apps", "list", "--json", "--state-dir", str(custom)]) == 1
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert f"ezgh dev --state-dir {custom}" in error["message"]
+    assert str(custom / "dev.env") in error["message"]
+    assert main(["workflows", "apps", "list"]) == 1
+    assert "run `ezgh dev` (which writes .ezgh/dev.env" in capsys.readouterr().err

@@ -79,7 +79,13 @@ def settings_from(args: argparse.Namespace) -> dict[str, str]:
         value = getattr(args, attr, None) or os.environ.get(env) or dev.get(env)
         if not value:
             flag = "--" + attr.replace("_", "-")
-            raise CliError(f"no {attr.replace('_', ' ')}: pass {flag}, set {env}, or run ezgh dev")
+            state_dir = getattr(args, "state_dir", None) or ".ezgh"
+            dev = "ezgh dev" if state_dir == ".ezgh" else f"ezgh dev --state-dir {state_dir}"
+            raise CliError(
+                f"no {attr.replace('_', ' ')}: pass {flag}, set {env}, or run `{dev}` "
+                f"(which writes {Path(state_dir) / 'dev.env'}; not found)",
+                code="validation_error",
+            )
         found[attr] = value
     return found
 
@@ -186,13 +192,25 @@ def emit(args: argparse.Namespace, data: Any, human: Callable[[Any], None]) -> i
 
 
 def guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Report a `CliError` on stderr with exit code 1."""
+    """Report a `CliError` on stderr with exit code 1: a line for people, or with `--json`
+    the API's error shape (`{"error": {"code", "message", "status"?}}`) for scripts."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
         except CliError as exc:
-            print(f"error: {exc.message}", file=sys.stderr)
+            report_error(args, exc)
             return 1
 
     return run
+
+
+def report_error(args: argparse.Namespace, exc: CliError) -> None:
+    """Print `exc` on stderr as `guarded` does."""
+    if not getattr(args, "json", False):
+        print(f"error: {exc.message}", file=sys.stderr)
+        return
+    error: dict[str, Any] = {"code": exc.code or "error", "message": exc.message}
+    if exc.status is not None:
+        error["status"] = exc.status
+    print(json.dumps({"error": error}), file=sys.stderr)
