@@ -80,9 +80,9 @@ def settings_from(args: argparse.Namespace) -> dict[str, str]:
         if not value:
             flag = "--" + attr.replace("_", "-")
             state_dir = getattr(args, "state_dir", None) or ".ezgh"
-            dev = "ezgh dev" if state_dir == ".ezgh" else f"ezgh dev --state-dir {state_dir}"
+            command = "ezgh dev" if state_dir == ".ezgh" else f"ezgh dev --state-dir {state_dir}"
             raise CliError(
-                f"no {attr.replace('_', ' ')}: pass {flag}, set {env}, or run `{dev}` "
+                f"no {attr.replace('_', ' ')}: pass {flag}, set {env}, or run `{command}` "
                 f"(which writes {Path(state_dir) / 'dev.env'}; not found)",
                 code="validation_error",
             )
