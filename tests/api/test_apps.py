@@ -24,8 +24,9 @@ def test_create_answers_the_app_with_its_signing_key_once(project):
 
     by_id = project.call("GET", f"/apps/{app['id']}")
     by_slug = project.call("GET", f"/apps/{app['slug']}")
-    assert by_id.status == by_slug.status == 200
-    assert by_id.body == by_slug.body
+    by_name = project.call("GET", f"/apps/{app['name']}")
+    assert by_id.status == by_slug.status == by_name.status == 200
+    assert by_id.body == by_slug.body == by_name.body
     assert "signingKey" not in by_id.body
     assert by_id.body == {k: v for k, v in app.items() if k != "signingKey"}
 
@@ -179,13 +180,15 @@ def test_delete_frees_the_id_slug_and_name(project):
     assert deleted.status == 204 and deleted.raw == ""
     assert project.call("GET", f"/apps/{app['id']}").status == 404
     assert project.call("GET", f"/apps/{app['slug']}").status == 404
+    assert project.call("GET", f"/apps/{app['name']}").status == 404
     assert project.call("DELETE", f"/apps/{app['id']}").status == 404
     assert create(project).status == 201
 
 
 def test_unknown_and_foreign_apps_are_not_found(project, other_project):
     foreign = create(other_project).body
-    for ref in (foreign["id"], foreign["slug"], "wfa_0000", "00000000-0000-0000-0000-000000000000"):
+    refs = (foreign["id"], foreign["slug"], foreign["name"], "wfa_0000", "no-such-app")
+    for ref in (*refs, "00000000-0000-0000-0000-000000000000"):
         answer = project.call("GET", f"/apps/{ref}")
         assert answer.status == 404 and answer.body["error"]["code"] == "not_found"
 

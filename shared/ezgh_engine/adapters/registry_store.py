@@ -18,6 +18,7 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.core.validation import is_uuid
 from ezgh_engine.errors import Conflict, NotFound
 
 Permission = tuple[str, str | None]  # (action, resource or None for all)
@@ -318,15 +319,21 @@ def _get_app_by_id(app_id: str) -> App | None:
 
 
 def get_app(project_id: str, app_ref: str) -> App | None:
-    """The app named by its UUID or `wfa_` slug, or None (unknown, or of another project)."""
-    app_id = app_ref
+    """The app named by its UUID, its `wfa_` slug or its name, or None (unknown, or of
+    another project). Every `{appId}` in a path is read through here, so all accept the
+    three forms alike (as queues accept an ID or a name)."""
+    app_id: str | None = app_ref
     if app_ref.startswith("wfa_"):
-        slug_item = get_item(f"APPSLUG#{app_ref}", "APPSLUG")
-        if not slug_item:
-            return None
-        app_id = slug_item["appId"]["S"]
-    app = _get_app_by_id(app_id)
+        app_id = _app_id_of(f"APPSLUG#{app_ref}", "APPSLUG")
+    elif not is_uuid(app_ref):
+        app_id = _app_id_of(f"APPNAME#{project_id}#{app_ref}", "APPNAME")
+    app = _get_app_by_id(app_id) if app_id else None
     return app if app and app.project_id == project_id else None
+
+
+def _app_id_of(pk: str, sk: str) -> str | None:
+    item = get_item(pk, sk)
+    return item["appId"]["S"] if item else None
 
 
 def list_apps(project_id: str) -> list[App]:

@@ -69,7 +69,7 @@ def list_apps(orgId: str, projectId: str) -> Response[Any]:
 @router.get(
     f"{PREFIX}/apps/<appId>",
     security=m.API_KEY,
-    summary="Get an app by UUID or slug",
+    summary="Get an app by UUID, slug or name",
     responses=m.doc(200, m.AppAnswer, "the app"),
 )
 def get_app(orgId: str, projectId: str, appId: str) -> Response[Any]:

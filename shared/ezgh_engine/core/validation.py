@@ -16,6 +16,14 @@ WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 APP_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
 EXPLICIT_STEP_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 AUTO_STEP_ID_RE = re.compile(r"^(?P<name>.+)#(?P<n>[1-9][0-9]*)$", re.DOTALL)
+UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+
+
+def is_uuid(text: str) -> bool:
+    """Whether `text` has a UUID's form (IDs in paths; anything else is a slug or name)."""
+    return bool(UUID_RE.fullmatch(text))
 
 
 def check_pattern(field: str, value: object, pattern: re.Pattern[str], rule: str) -> str:

@@ -69,7 +69,7 @@ def create_app(
 
 
 def get_app(principal: Principal, app_ref: str) -> App:
-    """An app of the caller's project by UUID or slug; 404 otherwise."""
+    """An app of the caller's project by UUID, slug or name; 404 otherwise."""
     app = registry_store.get_app(principal.project_id, app_ref)
     if app is None:
         raise NotFound(f"app {app_ref} not found")
