@@ -63,6 +63,7 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
         "lost": total.lost,
         "duplicated": total.duplicated,
         "stuck": total.stuck,
+        "unfinished_out_of_time": total.unfinished,
         "restarts": total.restarts,
         "step_executions": total.step_executions,
         "re_executions_at_least_once": total.re_executions,
@@ -70,9 +71,12 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
         "faults_total": sum(total.faults.values()),
     }
     print("\nfault suite figures:", json.dumps(report, indent=2))
+    if total.notes:  # a slow machine: named, never counted as lost
+        print("unfinished when the time budget ran out:\n" + "\n".join(total.notes))
     target = os.environ.get("EZGH_FAULTS_REPORT")
     if target:
         Path(target).write_text(json.dumps({**report, "problems": total.problems}, indent=2))
     assert not total.problems, "\n".join(total.problems)
     assert total.lost == total.duplicated == total.stuck == 0
     assert sum(total.faults.values()) > 0
+    assert total.completed > 0  # a campaign where nothing ended proves nothing
