@@ -73,11 +73,11 @@ def hermetic(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> None:
     def resolve(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port or 443))]
 
-    def unreachable(url: Any, **kwargs: Any) -> Any:
-        raise httpx.ConnectError("fuzz: no network")
+    def unreachable(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("fuzz: no network", request=request)
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(push.httpx, "post", unreachable)
+    monkeypatch.setattr(push, "network_transport", lambda: httpx.MockTransport(unreachable))
     monkeypatch.setattr(pull, "MAX_POLL_SECONDS", 0)
     monkeypatch.setenv(event_sources.ENV_EVENT_SOURCES, "local")
     monkeypatch.setenv(
