@@ -102,13 +102,32 @@ _LOCAL_NETWORKS = tuple(
     for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Special-purpose blocks (IANA registries) that some Python versions count as global.
+_NOT_GLOBAL = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "100.64.0.0/10",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "240.0.0.0/4",
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "64:ff9b:1::/48",
+        "fec0::/10",
+    )
+)
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """The IPv4 addresses an IPv6 address carries (mapped, 6to4, Teredo, NAT64, compatible):
     a packet to it may end up there."""
     found = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
-    if ip in _NAT64 or int(ip) >> 32 == 0:
+    if ip in _NAT64 or (int(ip) >> 32 == 0 and int(ip) > 1):  # not :: or ::1 themselves
         found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
     return [a for a in found if a is not None]
 
@@ -116,7 +135,8 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
 def _one_allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_local: bool) -> bool:
     if ip.is_multicast or ip.is_unspecified:
         return False
-    if ip.is_global:
+    special = any(ip in net for net in _NOT_GLOBAL if ip.version == net.version)
+    if ip.is_global and not special:
         return True
     return allow_local and any(ip in net for net in _LOCAL_NETWORKS if ip.version == net.version)
 
