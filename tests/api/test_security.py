@@ -52,8 +52,11 @@ def _event(body: bytes, headers: dict[str, str]) -> dict[str, Any]:
 
 
 def _signed(body: bytes, *, key: str = KEY, timestamp: int | None = None) -> dict[str, str]:
+    """The headers the engine's own signer makes for a sync to `/` (at `timestamp`)."""
     ts = clock.wall_seconds() if timestamp is None else timestamp
-    return {"x-ezgh-timestamp": str(ts), "x-ezgh-signature": push.sign(key, ts, body)}
+    v1 = push.sign(key, ts, body)
+    v2 = push.sign_v2(key, ts, "POST", "/", "", body)
+    return {"x-ezgh-timestamp": str(ts), "x-ezgh-signature": f"{v1},{v2}"}
 
 
 def test_a_request_signed_by_the_engine_is_accepted() -> None:

@@ -59,10 +59,8 @@ def sign_v2(
 
 
 def request_path(url: str) -> str:
-    """The path an app sees for `url` (with its query, if any): what `sign_v2` covers."""
-    parts = urlsplit(url)
-    path = parts.path or "/"
-    return f"{path}?{parts.query}" if parts.query else path
+    """The path an app sees for `url` (without the query): what `sign_v2` covers."""
+    return urlsplit(url).path or "/"
 
 
 def invocation_of(body: dict[str, Any]) -> str:
