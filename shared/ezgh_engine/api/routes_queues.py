@@ -122,7 +122,7 @@ class CreatedSubscriptionAnswer(SubscriptionAnswer):
             "Each delivery carries the Standard Webhooks headers webhook-id, "
             "webhook-timestamp and webhook-signature: v1,<base64 HMAC-SHA256 of "
             "'{webhook-id}.{webhook-timestamp}.{body}' keyed by the base64-decoded secret>"
-        )
+        ),
     )
 
 
