@@ -94,8 +94,10 @@ def parse_json(raw: str, field: str = "body", *, extra_levels: int = 0) -> Any:
     not JSON, including nesting too deep for the decoder itself (`RecursionError`)."""
     try:
         value = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise ValidationError(f"{field} is not valid JSON (values must be {DEPTH_RULE})") from None
+    except ValueError:
+        raise ValidationError(f"{field} is not valid JSON") from None
+    except RecursionError:  # far deeper than the limit: the decoder itself gave out
+        raise ValidationError(f"{field} must be {DEPTH_RULE}") from None
     check_json_value(value, field, extra_levels=extra_levels)
     return value
 
