@@ -215,6 +215,28 @@ def _public_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "getaddrinfo", fake)
 
 
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's outgoing HTTP (push apps, https subscriptions) reaches loopback only: a
+    request pinned to any other address fails as a connection error, never leaving the host.
+    Tests that answer such requests put a mock transport in `push.network_transport`."""
+    import ipaddress
+
+    import httpx
+    from ezgh_engine.adapters import push
+
+    class LoopbackOnly(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self._real = httpx.HTTPTransport()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if not ipaddress.ip_address(request.url.host).is_loopback:
+                raise httpx.ConnectError("tests: no network beyond loopback", request=request)
+            return self._real.handle_request(request)
+
+    monkeypatch.setattr(push, "network_transport", LoopbackOnly)
+
+
 @pytest.fixture
 def api(aws_env: None) -> Any:
     """`api(method, path, ...)`: one request through the handler (see `call`)."""

@@ -52,8 +52,11 @@ def _event(body: bytes, headers: dict[str, str]) -> dict[str, Any]:
 
 
 def _signed(body: bytes, *, key: str = KEY, timestamp: int | None = None) -> dict[str, str]:
+    """The headers the engine's own signer makes for a sync to `/` (at `timestamp`)."""
     ts = clock.wall_seconds() if timestamp is None else timestamp
-    return {"x-ezgh-timestamp": str(ts), "x-ezgh-signature": push.sign(key, ts, body)}
+    v1 = push.sign(key, ts, body)
+    v2 = push.sign_v2(key, ts, "POST", "/", "", body)
+    return {"x-ezgh-timestamp": str(ts), "x-ezgh-signature": f"{v1},{v2}"}
 
 
 def test_a_request_signed_by_the_engine_is_accepted() -> None:
@@ -206,8 +209,9 @@ def dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 @pytest.fixture
 def requests_sent(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
-    """Every HTTP request the engine sends to an app, through a real httpx client whose
-    transport answers sync, or a redirect to the metadata service for `/redirect`."""
+    """Every HTTP request the engine sends to an app, as it leaves the pinned transport (its URL
+    holds the checked address, its Host header the name), answered by a mock transport: sync,
+    or a redirect to the metadata service for `/redirect`."""
     sent: list[httpx.Request] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -216,16 +220,13 @@ def requests_sent(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
             return httpx.Response(302, headers={"location": "http://169.254.169.254/latest/"})
         return httpx.Response(200, json={"workflows": [{"name": "w"}]})
 
-    def post(url: str, **kwargs: Any) -> httpx.Response:
-        follow = kwargs.pop("follow_redirects")
-        timeout = kwargs.pop("timeout")
-        with httpx.Client(
-            transport=httpx.MockTransport(handle), follow_redirects=follow, timeout=timeout
-        ) as client:
-            return client.post(url, **kwargs)
-
-    monkeypatch.setattr(push.httpx, "post", post)
+    monkeypatch.setattr(push, "network_transport", lambda: httpx.MockTransport(handle))
     return sent
+
+
+def _sent_to(request: httpx.Request) -> str:
+    """`https://<Host header><path>` of a request sent through the pinned transport."""
+    return f"{request.url.scheme}://{request.headers['host']}{request.url.raw_path.decode()}"
 
 
 def _push_app(project: Project, url: str = "https://app.example.net/hooks") -> dict[str, Any]:
@@ -271,7 +272,7 @@ def test_a_redirect_is_not_followed(
     app = _push_app(project, "https://app.example.net/redirect")
     answer = project.call("POST", f"/apps/{app['id']}/sync")
     assert answer.status == 409 and answer.body["error"]["code"] == "app_not_synced"
-    assert [str(r.url) for r in requests_sent] == ["https://app.example.net/redirect"]
+    assert [_sent_to(r) for r in requests_sent] == ["https://app.example.net/redirect"]
 
 
 def test_the_public_address_is_called(

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 from ezgh_workflows import PushApp, Workflow
+from ezgh_workflows._internal import signing
 from ezgh_workflows._internal.protocol import ApiInfo
-from ezgh_workflows._internal.signing import sign
 
 KEY = "test-signing-key"
 ENDED = {"completed", "failed", "cancelled"}
@@ -164,13 +164,21 @@ class FakeTransport:
         return None
 
 
-def signed_headers(body: bytes, key: str = KEY, timestamp: int | None = None) -> dict[str, str]:
+def signed_headers(
+    body: bytes, key: str = KEY, timestamp: int | None = None, path: str = "/"
+) -> dict[str, str]:
+    """The headers the engine sends (protocol 1.4: both signature forms, and the invocation
+    an invoke body delivers, at epoch 1)."""
     ts = str(int(time.time()) if timestamp is None else timestamp)
-    return {
-        "content-type": "application/json",
-        "x-ezgh-timestamp": ts,
-        "x-ezgh-signature": sign(key, ts, body),
-    }
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    invocation = ""
+    if isinstance(payload, dict) and payload.get("type") == "invoke":
+        invocation = f"{payload.get('invocationId')}/1"
+    headers = signing.signed_headers(key, ts, body, path=path, invocation=invocation)
+    return {"content-type": "application/json", **headers}
 
 
 async def _post(app: PushApp, body: bytes, headers: dict[str, str]) -> httpx.Response:
@@ -196,7 +204,7 @@ def invoke(
     answer = post(app, engine.invoke_body(workflow, input, branch=branch))
     assert answer.status_code == 200, answer.text
     outcome: dict[str, Any] = answer.json()
-    assert outcome["protocol"] == "1.3"
+    assert outcome["protocol"] == "1.4"
     engine.apply_answer_ops(outcome)
     engine.note_waits(outcome)
     return outcome

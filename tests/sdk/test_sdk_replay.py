@@ -21,7 +21,7 @@ def test_repeated_names_get_counted_ids(engine: FakeEngine) -> None:
 
     outcome = invoke(make_app(engine, loop), engine, "loop")
     assert outcome == {
-        "protocol": "1.3",
+        "protocol": "1.4",
         "deploymentId": None,
         "outcome": "completed",
         "output": [0, 1, 2],

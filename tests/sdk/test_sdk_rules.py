@@ -189,7 +189,7 @@ def test_sleep_suspends_with_waits(engine: FakeEngine) -> None:
 
     outcome = _run_steps(engine, wf)
     assert outcome == {
-        "protocol": "1.3",
+        "protocol": "1.4",
         "deploymentId": None,
         "outcome": "suspended",
         "waits": [{"stepId": "cooldown#1", "name": "cooldown", "kind": "sleep", "seconds": 259200}],

@@ -19,7 +19,7 @@ from ezgh_workflows._internal.errors import (
     OutputTooLargeError,
 )
 from ezgh_workflows._internal.identity import StepIds, validate_explicit_id, validate_name
-from ezgh_workflows._internal.signing import sign, verify
+from ezgh_workflows._internal.signing import sign, sign_v2, verify
 
 
 class Color(StrEnum):
@@ -167,15 +167,34 @@ def test_name_and_id_validation() -> None:
 
 
 def test_signatures() -> None:
-    sig = sign("k", "100", b'{"a":1}')
-    assert sig.startswith("v1=") and len(sig) == 67
-    assert verify("k", "100", sig, b'{"a":1}', now=100) is None
-    assert verify("k", "100", sig, b'{"a":1}', now=400) is None
-    assert verify("k", "100", sig, b'{"a":1}', now=401) is not None
+    body = b'{"a":1}'
+    sig = sign_v2("k", "100", "POST", "/", "", body)
+    assert sig.startswith("v2=") and len(sig) == 67
+    assert verify("k", "100", sig, body, now=100) is None
+    assert verify("k", "100", sig, body, now=400) is None
+    assert verify("k", "100", sig, body, now=401) is not None
     assert verify("k", "100", sig, b'{"a":2}', now=100) is not None
-    assert verify("other", "100", sig, b'{"a":1}', now=100) is not None
-    assert verify("k", "100", "v1=é", b'{"a":1}', now=100) is not None
+    assert verify("other", "100", sig, body, now=100) is not None
+    assert verify("k", "100", "v2=é", body, now=100) is not None
+    assert verify("k", "100", "v2=\udc80", body, now=100) is not None
     assert verify("k", None, sig, b"", now=100) is not None
+
+
+def test_v2_signatures_cover_method_path_and_invocation() -> None:
+    body = b'{"type":"invoke","invocationId":"i1"}'
+    sig = sign_v2("k", "100", "POST", "/hooks", "i1/3", body)
+    ok = {"method": "POST", "path": "/hooks", "invocation": "i1/3"}
+    assert verify("k", "100", sig, body, now=100, **ok) is None
+    for changed in ({"path": "/other"}, {"method": "PUT"}, {"invocation": "i1/4"}):
+        assert verify("k", "100", sig, body, now=100, **{**ok, **changed}) is not None
+
+
+def test_the_first_form_alone_is_refused() -> None:
+    body = b'{"a":1}'
+    problem = verify("k", "100", sign("k", "100", body), body, now=100)
+    assert problem is not None and "1.4" in problem
+    both = f"{sign('k', '100', body)},{sign_v2('k', '100', 'POST', '/', '', body)}"
+    assert verify("k", "100", both, body, now=100) is None
 
 
 @pytest.mark.parametrize(

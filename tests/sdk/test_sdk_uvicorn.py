@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 from ezgh_workflows import Context, PushApp, workflow
-from ezgh_workflows._internal.signing import sign
+from ezgh_workflows._internal.signing import signed_headers
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -39,11 +39,7 @@ def test_push_app_under_uvicorn() -> None:
             time.sleep(0.02)
         body = json.dumps({"protocol": "1.3", "type": "sync"}).encode()
         ts = str(int(time.time()))
-        headers = {
-            "content-type": "application/json",
-            "x-ezgh-timestamp": ts,
-            "x-ezgh-signature": sign("k-123", ts, body),
-        }
+        headers = {"content-type": "application/json", **signed_headers("k-123", ts, body)}
         answer = httpx.post(f"http://127.0.0.1:{port}/", content=body, headers=headers)
         assert answer.status_code == 200
         assert [w["name"] for w in answer.json()["workflows"]] == ["hello"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import ErrorBody
 
-PROTOCOL_VERSION = "1.3"
+PROTOCOL_VERSION = "1.4"
 # From 1.3 an invocation's answer may carry `ops`: the step ends held since its last call.
 HELD_ENDS_SINCE = (1, 3)
 SDK_VERSION = "0.3.0"

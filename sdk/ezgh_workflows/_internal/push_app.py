@@ -16,7 +16,7 @@ from .deployment import detect_deployment_id
 from .driver import Invocation
 from .errors import InvocationSignal, UnknownWorkflowError, WorkflowRuleError
 from .protocol import InvokeRequest, ProtocolError
-from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from .signing import INVOCATION_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from .threads import run_in_loop_thread
 from .transport import TransportFactory, http_transport_factory
 from .web import (
@@ -116,8 +116,11 @@ class PushApp:
             return error_response(401, "unauthorized", problem)
         try:
             body = json.loads(request.body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return error_response(400, "validation_error", "the body is not JSON")
+        problem = _check_invocation(body, request.headers.get(INVOCATION_HEADER, ""))
+        if problem is not None:
+            return error_response(401, "unauthorized", problem)
         return self._dispatch(body)
 
     def _verify(self, request: HttpRequest) -> str | None:
@@ -126,7 +129,16 @@ class PushApp:
             return f"no signing key configured: pass signing_key= or set {SIGNING_KEY_ENV}"
         timestamp = request.headers.get(TIMESTAMP_HEADER)
         signature = request.headers.get(SIGNATURE_HEADER)
-        return verify(key, timestamp, signature, request.body, clock.unix_seconds())
+        return verify(
+            key,
+            timestamp,
+            signature,
+            request.body,
+            clock.unix_seconds(),
+            method=request.method,
+            path=request.path,
+            invocation=request.headers.get(INVOCATION_HEADER, ""),
+        )
 
     def _dispatch(self, body: Any) -> HttpResponse | _InvokeJob:
         kind = body.get("type") if isinstance(body, dict) else None
@@ -164,6 +176,19 @@ class PushApp:
             logger.error("invocation of run %s failed in the SDK", job.request.run.id, exc_info=exc)
             message = f"the SDK could not complete the invocation: {type(exc).__name__}"
             return error_response(500, "internal_error", message)
+
+
+def _check_invocation(body: Any, invocation: str) -> str | None:
+    """The signed `X-Ezgh-Invocation` (`<invocationId>/<epoch>`) must name the invocation the
+    body carries: a signature made for one invocation never delivers another."""
+    if not isinstance(body, dict) or body.get("type") != "invoke":
+        return None if not invocation else "X-Ezgh-Invocation on a request that is not an invoke"
+    if not isinstance(body.get("invocationId"), str):
+        return None  # a malformed invoke: refused as such (400) when parsed
+    invocation_id, _, epoch = invocation.partition("/")
+    if not invocation_id or not epoch or invocation_id != body.get("invocationId"):
+        return "X-Ezgh-Invocation does not name this request's invocationId"
+    return None
 
 
 def _index(workflows: Iterable[Workflow]) -> dict[str, Workflow]:

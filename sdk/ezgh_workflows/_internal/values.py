@@ -15,12 +15,16 @@ from typing import Any
 from .errors import InvalidValueError, OutputTooLargeError
 
 MAX_VALUE_BYTES = 1_048_576
-MAX_DEPTH = 256
+# Arrays and objects nest at most this deep (`{"a": [1]}` is 2 levels): the engine's limit
+# (`ezgh_engine.core.validation.MAX_DEPTH`), checked here before a value is sent.
+MAX_DEPTH = 64
 
 
 def to_json_value(value: Any, path: str = "$", depth: int = 0) -> Any:
-    """Validate ``value`` and return its plain JSON form (tuples as lists, times as strings)."""
-    if depth > MAX_DEPTH:
+    """Validate ``value`` and return its plain JSON form (tuples as lists, times as strings).
+
+    ``depth`` is the number of arrays and objects around ``value``."""
+    if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
         raise InvalidValueError(f"{path}: nested deeper than {MAX_DEPTH} levels (or circular)")
     if value is None or isinstance(value, bool):
         return value
@@ -31,7 +35,7 @@ def to_json_value(value: Any, path: str = "$", depth: int = 0) -> Any:
             raise InvalidValueError(f"{path}: {value!r} is not a finite number")
         return float(value)
     if isinstance(value, str):
-        return str.__str__(value)
+        return _text(value, path)
     if isinstance(value, datetime):
         return _aware_iso(value, path)
     if isinstance(value, date):
@@ -41,6 +45,16 @@ def to_json_value(value: Any, path: str = "$", depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return [to_json_value(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
     raise InvalidValueError(f"{path}: a {type(value).__name__} is not a JSON value")
+
+
+def _text(value: str, path: str) -> str:
+    """A ``str`` that is Unicode text: a lone surrogate (``"\\ud800"``) has no UTF-8 form."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidValueError(f"{path}: a lone UTF-16 surrogate is not text") from None
+    return str.__str__(value)
 
 
 def _aware_iso(value: datetime, path: str) -> str:
@@ -54,7 +68,7 @@ def _dict_value(value: dict[Any, Any], path: str, depth: int) -> dict[str, Any]:
     for key, item in value.items():
         if not isinstance(key, str):
             raise InvalidValueError(f"{path}: key {key!r} is not a string")
-        out[str.__str__(key)] = to_json_value(item, f"{path}.{key}", depth + 1)
+        out[_text(key, f"{path} key")] = to_json_value(item, f"{path}.{key}", depth + 1)
     return out
 
 

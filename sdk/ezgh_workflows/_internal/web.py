@@ -22,6 +22,7 @@ class HttpRequest:
     method: str
     headers: dict[str, str]  # names lower-cased
     body: bytes
+    path: str = "/"  # as sent, without the query (the request signature covers it)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,10 @@ async def read_asgi_request(scope: Scope, receive: Receive) -> HttpRequest:
         name.decode("latin-1").lower(): value.decode("latin-1")
         for name, value in scope.get("headers", [])
     }
-    return HttpRequest(str(scope.get("method", "GET")).upper(), headers, b"".join(chunks))
+    raw_path = scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else str(scope.get("path") or "/")
+    method = str(scope.get("method", "GET")).upper()
+    return HttpRequest(method, headers, b"".join(chunks), path.partition("?")[0] or "/")
 
 
 async def send_asgi_response(send: Send, response: HttpResponse) -> None:
@@ -84,7 +88,8 @@ def lambda_request(event: Any) -> HttpRequest:
     if not isinstance(method, str):
         raise ValueError("the Lambda event has no HTTP method")
     headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
-    return HttpRequest(method.upper(), headers, _event_body(event))
+    path = event.get("rawPath") or http.get("path") or event.get("path") or "/"
+    return HttpRequest(method.upper(), headers, _event_body(event), str(path).partition("?")[0])
 
 
 def _event_body(event: dict[str, Any]) -> bytes:

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import base64
 import json
+import zlib
 from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from ezgh_engine import ids
+from ezgh_engine.config import settings
+from ezgh_engine.core import sealing
 from ezgh_engine.errors import TransientError, ValidationError
+
+CURSOR_PREFIX = "c1."  # the sealed form; a cursor of the first (clear) form is refused
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()
@@ -75,15 +81,42 @@ def raise_transient(exc: ClientError) -> None:
         raise TransientError(f"DynamoDB is busy ({code}); try again") from exc
 
 
-def encode_cursor(key: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode()
+def _cursor_key() -> bytes:
+    return sealing.derive_key(settings().token_secret, "cursor")
 
 
-def decode_cursor(cursor: str) -> dict[str, Any]:
+def _cursor_aad(scope: str) -> bytes:
+    return b"cursor\x1f" + scope.encode("utf-8", "surrogatepass")
+
+
+def encode_cursor(key: dict[str, Any], *, scope: str) -> str:
+    """An opaque cursor for a page's last key: sealed (AES-GCM) under the engine's secret and
+    bound to `scope` (the project and query it pages), so a client can neither read the
+    table's keys from it nor forge, alter or reuse it for another query."""
+    plain = zlib.compress(json.dumps(key, separators=(",", ":")).encode())
+    nonce = sealing.nonce_from(ids.secret_token(16))
+    sealed = sealing.seal(_cursor_key(), plain, _cursor_aad(scope), nonce)
+    return CURSOR_PREFIX + base64.urlsafe_b64encode(sealed).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str, *, scope: str) -> dict[str, Any]:
+    """The key `encode_cursor` sealed for this `scope`; `ValidationError` (400) for anything
+    else: altered, another project's or another query's, made before a secret rotation."""
+    invalid = ValidationError("cursor is not valid: pass the nextCursor of this same query")
+    if not isinstance(cursor, str) or not cursor.isascii() or not cursor.startswith(CURSOR_PREFIX):
+        raise invalid
+    text = cursor.removeprefix(CURSOR_PREFIX)
     try:
-        key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, TypeError):
-        raise ValidationError("cursor is not valid") from None
+        sealed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        raise invalid from None
+    plain = sealing.unseal(_cursor_key(), sealed, _cursor_aad(scope))
+    if plain is None:
+        raise invalid
+    try:
+        key = json.loads(zlib.decompress(plain))
+    except (ValueError, zlib.error):
+        raise invalid from None
     if not isinstance(key, dict) or not all(isinstance(v, dict) for v in key.values()):
-        raise ValidationError("cursor is not valid")
+        raise invalid
     return key

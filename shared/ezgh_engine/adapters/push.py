@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import ipaddress
 import json
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -14,10 +17,11 @@ import httpx
 
 from ezgh_engine import clock
 from ezgh_engine.config import settings
+from ezgh_engine.core import tokens
 from ezgh_engine.core.models import App
 from ezgh_engine.errors import EngineError, ValidationError
 
-PROTOCOL_VERSION = "1.3"
+PROTOCOL_VERSION = "1.4"
 SYNC_TIMEOUT_SECONDS = 30.0
 
 
@@ -28,74 +32,266 @@ class AppUnreachable(EngineError):
     retryable = True
 
 
+# --- request signatures (docs/protocol.md section 1) -----------------------------------------
+
+TIMESTAMP_HEADER = "X-Ezgh-Timestamp"
+SIGNATURE_HEADER = "X-Ezgh-Signature"
+INVOCATION_HEADER = "X-Ezgh-Invocation"
+
+
 def sign(signing_key: str, timestamp: int, body: bytes) -> str:
+    """The first form, `v1=<hex HMAC("<timestamp>.<body>")>`: still sent next to `v2` so apps
+    on SDKs before protocol 1.4 keep working (they verify only this one)."""
     mac = hmac.new(signing_key.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return "v1=" + mac.hexdigest()
 
 
-def _forbidden_address(address: str, *, allow_local: bool = False) -> bool:
-    """Never link-local (the instance metadata service), multicast, reserved or unspecified;
-    loopback and private only when `allow_local` (`ezgh dev`)."""
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    reserved = ip.is_reserved and not ip.is_loopback  # ::1 sits in the reserved ::/8
-    if ip.is_link_local or ip.is_multicast or reserved or ip.is_unspecified:
+def sign_v2(
+    signing_key: str, timestamp: int, method: str, path: str, invocation: str, body: bytes
+) -> str:
+    """`v2=<hex HMAC("v2\\n<timestamp>\\n<METHOD>\\n<path>\\n<invocation>\\n<body>")>`
+    (protocol 1.4): the request's method and path, and the invocation it delivers
+    (`<invocationId>/<epoch>`, empty for a sync), are covered, so a captured request can be
+    replayed only as itself: to the same path, repeating an invocation the engine then
+    refuses (its epoch is over, or it answered)."""
+    message = f"v2\n{timestamp}\n{method.upper()}\n{path}\n{invocation}\n".encode() + body
+    return "v2=" + hmac.new(signing_key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def request_path(url: str) -> str:
+    """The path an app sees for `url` (without the query): what `sign_v2` covers."""
+    return urlsplit(url).path or "/"
+
+
+def invocation_of(body: dict[str, Any]) -> str:
+    """`<invocationId>/<epoch>` of an invoke request (the epoch read from its own token), or
+    "" for a sync."""
+    invocation_id = body.get("invocationId")
+    if body.get("type") != "invoke" or not isinstance(invocation_id, str):
+        return ""
+    token = str((body.get("api") or {}).get("token") or "")
+    try:
+        epoch = str(tokens.verify(settings().token_secret, token, 0).epoch)
+    except EngineError:  # not one of ours: signed as it is, the app need not read it
+        epoch = "-"
+    return f"{invocation_id}/{epoch}"
+
+
+def signed_headers(signing_key: str, url: str, raw: bytes, invocation: str) -> dict[str, str]:
+    """The headers of a signed POST to a push app: both signature forms, one header."""
+    timestamp = clock.wall_seconds()
+    v2 = sign_v2(signing_key, timestamp, "POST", request_path(url), invocation, raw)
+    headers = {
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: f"{sign(signing_key, timestamp, raw)},{v2}",
+    }
+    if invocation:
+        headers[INVOCATION_HEADER] = invocation
+    return headers
+
+
+# --- the address guard (SSRF) ---------------------------------------------------------------
+
+Resolver = Callable[[str, int], list[str]]
+
+# What `ezgh dev` may call besides public addresses: its own machine and private networks.
+_LOCAL_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7")
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Special-purpose blocks (IANA registries) that some Python versions count as global.
+_NOT_GLOBAL = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "100.64.0.0/10",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "240.0.0.0/4",
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "64:ff9b:1::/48",
+        "fec0::/10",
+    )
+)
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (mapped, 6to4, Teredo, NAT64, compatible):
+    a packet to it may end up there."""
+    found = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    if ip in _NAT64 or (int(ip) >> 32 == 0 and int(ip) > 1):  # not :: or ::1 themselves
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return [a for a in found if a is not None]
+
+
+def _one_allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_local: bool) -> bool:
+    if ip.is_multicast or ip.is_unspecified:
+        return False
+    special = any(ip in net for net in _NOT_GLOBAL if ip.version == net.version)
+    if ip.is_global and not special:
         return True
-    return not allow_local and (ip.is_loopback or ip.is_private)
+    return allow_local and any(ip in net for net in _LOCAL_NETWORKS if ip.version == net.version)
 
 
-def check_app_url(url: str, *, allow_loopback: bool | None = None) -> str:
-    """Refuse URLs the engine must not call: not http(s); a link-local (metadata),
-    multicast or reserved host always; a loopback or private host except under `ezgh dev`.
-    Answers the URL."""
+def address_allowed(address: str, *, allow_local: bool = False) -> bool:
+    """Whether the engine may connect to `address` (pure). Deployed: only global unicast
+    addresses (not private, shared 100.64/10, loopback, link-local, reserved or multicast),
+    judged on every IPv4 address an IPv6 one carries too. `ezgh dev` (`allow_local`) also
+    allows loopback and the private networks, never link-local (the metadata service)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.scope_id:  # a zoned address names a link: link-local by definition
+            return False
+        ip = ipaddress.IPv6Address(int(ip))
+        candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+        candidates += _embedded_ipv4(ip)
+        if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is a.b.c.d itself
+            candidates = [ip.ipv4_mapped]
+        return all(_one_allowed(c, allow_local) for c in candidates)
+    return _one_allowed(ip, allow_local)
+
+
+def _system_resolver(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+    return [str(info[4][0]) for info in infos]
+
+
+def _check_host_name(host: str) -> str:
+    """The host as DNS sees it (IDNA), or `ValidationError` for a name DNS cannot carry (a
+    label over 63 characters, a name over 253, an empty label)."""
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(host))
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise ValidationError("url's host is not a valid DNS name") from None
+    labels = ascii_host.rstrip(".").split(".")
+    if len(ascii_host) > 253 or not all(1 <= len(label) <= 63 for label in labels):
+        raise ValidationError("url's host is not a valid DNS name")
+    return ascii_host
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked URL and the one address its request connects to."""
+
+    url: str
+    host: str
+    address: str
+
+
+def check_target(
+    url: str, *, allow_loopback: bool | None = None, resolver: Resolver | None = None
+) -> Target:
+    """Check a URL the engine is about to call (or store) and pick the address to connect to.
+
+    Refused (`ValidationError`): not http(s); http outside `ezgh dev`; a host DNS cannot carry
+    or that does not resolve (fail closed); any resolved address that `address_allowed`
+    refuses."""
     allow = settings().allow_loopback_apps if allow_loopback is None else allow_loopback
     parts = urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
+    try:
+        hostname, port = parts.hostname, parts.port
+    except ValueError:
+        raise ValidationError("url must be an absolute https URL") from None
+    if parts.scheme not in ("https", "http") or not hostname:
         raise ValidationError("url must be an absolute https URL")
     if parts.scheme == "http" and not allow:
         raise ValidationError("url must use https")
+    host = _check_host_name(hostname)
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
-    except OSError:
-        return url  # unresolvable now; checked again when called
-    if any(_forbidden_address(str(info[4][0]), allow_local=allow) for info in infos):
+        addresses = (resolver or _system_resolver)(host, port or 443)
+    except (OSError, UnicodeError):
+        raise ValidationError(f"url's host {host} does not resolve") from None
+    if not addresses:
+        raise ValidationError(f"url's host {host} does not resolve")
+    if not all(address_allowed(a, allow_local=allow) for a in addresses):
         raise ValidationError(
             "url must not point at a link-local or metadata address"
             if allow
-            else "url must not point at a loopback, link-local or private address"
+            else "url must point at a public address (not loopback, private, shared, "
+            "link-local or reserved)"
         )
-    return url
+    return Target(url, hostname, addresses[0])
+
+
+def check_app_url(url: str, *, allow_loopback: bool | None = None) -> str:
+    """`check_target`, answering the URL (for storing it)."""
+    return check_target(url, allow_loopback=allow_loopback).url
+
+
+# --- pinned requests -----------------------------------------------------------------------
+
+
+def network_transport() -> httpx.BaseTransport:
+    """The transport that reaches the network (tests put a mock one in its place)."""
+    return httpx.HTTPTransport()
+
+
+class PinnedTransport(httpx.BaseTransport):
+    """Connects to one checked address whatever DNS says now: the URL's host stays in the Host
+    header and in TLS (SNI and certificate checks), so a name cannot be re-pointed at a
+    forbidden address between the check and the connection."""
+
+    def __init__(self, address: str, inner: httpx.BaseTransport) -> None:
+        self._address = address
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` to the pinned address."""
+        host = request.url.host
+        request.url = request.url.copy_with(host=self._address)
+        request.extensions = {**request.extensions, "sni_hostname": host}
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        """Close the network transport."""
+        self._inner.close()
+
+
+def pinned_post(
+    target: Target, *, content: bytes, headers: dict[str, str], timeout: float
+) -> httpx.Response:
+    """POST to a checked target's pinned address; redirects are never followed."""
+    transport = PinnedTransport(target.address, network_transport())
+    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=False) as client:
+        return client.post(target.url, content=content, headers=headers)
 
 
 def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     if not app.url:
         raise AppUnreachable(f"app {app.name} has no URL")
     try:
-        check_app_url(app.url)
+        target = check_target(app.url)
     except ValidationError as exc:
         raise AppUnreachable(f"app {app.name} at {app.url}: {exc.message}") from None
     raw = json.dumps(body, separators=(",", ":")).encode()
-    timestamp = clock.wall_seconds()
     headers = {
         "Content-Type": "application/json",
-        "X-Ezgh-Timestamp": str(timestamp),
-        "X-Ezgh-Signature": sign(app.signing_key, timestamp, raw),
+        **signed_headers(app.signing_key, app.url, raw, invocation_of(body)),
         "User-Agent": "ezgh-engine",
     }
     try:
-        answer = httpx.post(
-            app.url, content=raw, headers=headers, timeout=timeout, follow_redirects=False
-        )
+        answer = pinned_post(target, content=raw, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
-        raise AppUnreachable(f"could not reach app {app.name} at {app.url}: {exc!r}") from None
-    if answer.status_code != 200:
         raise AppUnreachable(
-            f"app {app.name} at {app.url} answered HTTP {answer.status_code}: {answer.text[:200]}"
-        )
+            f"could not reach app {app.name} at {app.url}: {type(exc).__name__}"
+        ) from None
+    if answer.status_code != 200:
+        # The status only: the body is the target's, and an API error must not reflect it.
+        raise AppUnreachable(f"app {app.name} at {app.url} answered HTTP {answer.status_code}")
     try:
         data = answer.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         raise AppUnreachable(
             f"app {app.name} at {app.url} answered a body that is not JSON"
         ) from None

@@ -1,8 +1,9 @@
 """DynamoDB access to the `registry` table: projects, API keys and apps, with the item
 layout of docs/architecture.md ("registry"). Idempotency records are in `idempotency_store`.
 
-Every write is conditional, so two racing requests never both win. Secrets are never stored:
-an API key is kept as its SHA-256 only.
+Every write is conditional, so two racing requests never both win. Secrets are never stored
+in clear: an API key is kept as its SHA-256 only, an app's signing key sealed (AES-GCM under
+the engine's secret, bound to the app's item: `signingKeySealed`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
 from ezgh_engine.config import settings
+from ezgh_engine.core import sealing
 from ezgh_engine.core.models import App, Notifications, Principal
 from ezgh_engine.core.validation import is_uuid
 from ezgh_engine.errors import Conflict, NotFound
@@ -228,6 +230,31 @@ def delete_api_key(project_id: str, key_id: str) -> None:
 # --- apps ----------------------------------------------------------------------------------
 
 
+def _signing_cipher() -> bytes:
+    return sealing.derive_key(settings().token_secret, "app-signing-key")
+
+
+def _seal_signing_key(app_id: str, key: str) -> bytes:
+    """An app's signing key as stored: AES-GCM-sealed under the engine's secret and bound to
+    the app's item, so the table alone (a backup, a read-only role) reveals no key."""
+    nonce = sealing.nonce_from(ids.secret_token(16))
+    return sealing.seal(_signing_cipher(), key.encode(), f"APP#{app_id}".encode(), nonce)
+
+
+def _signing_key_of(item: dict[str, Any]) -> str:
+    """The app's signing key in clear; an item written before keys were sealed holds it in
+    clear (`signingKey`) until its next write."""
+    if "signingKeySealed" not in item:
+        return str(item["signingKey"]["S"])
+    sealed = item["signingKeySealed"]["B"]
+    plain = sealing.unseal(_signing_cipher(), bytes(sealed), f"APP#{item['id']['S']}".encode())
+    if plain is None:
+        raise RuntimeError(
+            f"app {item['id']['S']}: its signing key does not unseal (secret rotated?)"
+        )
+    return plain.decode()
+
+
 def _app_item(app: App) -> dict[str, Any]:
     item: dict[str, Any] = {
         **item_key(f"APP#{app.id}", "APP"),
@@ -239,7 +266,7 @@ def _app_item(app: App) -> dict[str, Any]:
         "kind": _s(app.kind),
         "status": _s(app.status),
         "workflows": {"L": [_s(w) for w in app.workflows]},
-        "signingKey": _s(app.signing_key),
+        "signingKeySealed": {"B": _seal_signing_key(app.id, app.signing_key)},
         "createdAt": _s(app.created_at),
         "version": {"N": str(app.version)},
         "gsi1pk": _s(f"APPS#{app.project_id}"),
@@ -272,7 +299,7 @@ def _app_from_item(item: dict[str, Any]) -> App:
         url=item["url"]["S"] if "url" in item else None,
         status=item["status"]["S"],
         workflows=tuple(w["S"] for w in item.get("workflows", {}).get("L", [])),
-        signing_key=item["signingKey"]["S"],
+        signing_key=_signing_key_of(item),
         created_at=item["createdAt"]["S"],
         notifications=notifications,
         version=int(item["version"]["N"]),

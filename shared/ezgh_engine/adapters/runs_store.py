@@ -7,6 +7,7 @@ second effect. Invocation leases and outcomes are in `invocations_store`; step w
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -192,8 +193,10 @@ def search_runs(
         kwargs["FilterExpression"] = " AND ".join(f"#f{i} = :f{i}" for i in range(len(filters)))
         kwargs["ExpressionAttributeNames"] = names
     kwargs["ExpressionAttributeValues"] = values
+    # A cursor pages this project's query with these filters only.
+    scope = json.dumps(["runs", project_id, filters, created_after, created_before], sort_keys=True)
     if cursor:
-        kwargs["ExclusiveStartKey"] = ddb.decode_cursor(cursor)
+        kwargs["ExclusiveStartKey"] = ddb.decode_cursor(cursor, scope=scope)
     runs: list[Run] = []
     last: dict[str, Any] | None = None
     while len(runs) < limit:
@@ -206,7 +209,7 @@ def search_runs(
                 break
         if len(runs) == limit:
             more = raw is not answer["Items"][-1] or "LastEvaluatedKey" in answer
-            return runs, ddb.encode_cursor(last) if more and last else None
+            return runs, ddb.encode_cursor(last, scope=scope) if more and last else None
         if "LastEvaluatedKey" not in answer:
             return runs, None
         kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
@@ -220,7 +223,7 @@ def list_events(
     invocation's item stands for up to three events, `run_items.expand_event`) merged with
     the events its run and step items carry. Every page reads the run's events whole: a
     folded event may sort far from its item, and listing is a rare, read-only path."""
-    after = _events_after(cursor)
+    after = _events_after(run_id, cursor)
     found = _query_all(
         KeyConditionExpression="pk = :pk AND begins_with(sk, :evt)",
         ExpressionAttributeValues={
@@ -234,14 +237,15 @@ def list_events(
     events = sorted((e for e in events if str(e["id"]) > after), key=lambda e: str(e["id"]))
     page = events[:limit]
     more = len(events) > limit
-    return page, ddb.encode_cursor({"after": {"S": page[-1]["id"]}}) if more else None
+    last = {"after": {"S": page[-1]["id"]}}
+    return page, ddb.encode_cursor(last, scope=f"events:{run_id}") if more else None
 
 
-def _events_after(cursor: str | None) -> str:
+def _events_after(run_id: str, cursor: str | None) -> str:
     """The ID of the last event a cursor's page held ("" for the first page)."""
     if not cursor:
         return ""
-    key = ddb.decode_cursor(cursor)
+    key = ddb.decode_cursor(cursor, scope=f"events:{run_id}")
     after = key.get("after", {}).get("S")
     if isinstance(after, str):
         return after

@@ -20,11 +20,16 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
+from ezgh_engine.core import validation
 from ezgh_engine.errors import EngineError, PayloadTooLarge, ValidationError
 
 logger = Logger(service="ezgh-api")
 
 MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the contract's limit on bodies and JSON values
+
+# A body may wrap its JSON values a few levels deep (an outcome's `ops[i].output`); each value
+# is then held to `validation.MAX_DEPTH` itself.
+ENVELOPE_LEVELS = 4
 
 # Where a value came from, as Powertools names it in an error's `loc`.
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
@@ -51,17 +56,16 @@ def parse_json_body(raw: str) -> Any:
         raise ValidationError("request body is not UTF-8 text")
     if len(raw.encode()) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise ValidationError("request body is not valid JSON") from None
+    value = validation.parse_json(raw, "request body", extra_levels=ENVELOPE_LEVELS)
     if not isinstance(value, dict):
         raise ValidationError("request body must be a JSON object")
     return value
 
 
 def check_value_size(value: Any, field: str) -> None:
-    """413 when one JSON value (e.g. a run's input) is over 1 MiB encoded."""
+    """413 when one JSON value (e.g. a run's input) is over 1 MiB encoded; 400 when it nests
+    deeper than `validation.MAX_DEPTH` or holds a lone surrogate."""
+    validation.check_json_value(value, field)
     encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     if len(encoded) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"{field} is larger than {MAX_BODY_BYTES} bytes (1 MiB) as JSON")

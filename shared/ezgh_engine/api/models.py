@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ezgh_engine.core.validation import MAX_DEPTH
+
 AppName = Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$", description="^[a-z0-9-]{1,64}$")]
 WorkflowName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 RunKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
@@ -54,7 +56,13 @@ class CreateApiKeyRequest(BaseModel):
 class StartRunRequest(BaseModel):
     appId: Annotated[str, Field(min_length=1, max_length=128, description="UUID or wfa_ slug")]
     workflow: WorkflowName
-    input: Any = None
+    input: Any = Field(
+        default=None,
+        description=(
+            f"any JSON value up to 1 MiB, nested at most {MAX_DEPTH} levels, without lone "
+            "surrogates (else 400 validation_error)"
+        ),
+    )
     runKey: RunKey | None = None
     timeoutSeconds: Annotated[int, Field(ge=1, le=365 * 24 * 3600)] | None = None
 

@@ -99,13 +99,31 @@ class UpdateSubscriptionRequest(BaseModel):
 class SubscriptionAnswer(BaseModel):
     id: str
     queueId: str
-    target: dict[str, Any]
+    target: dict[str, Any] = Field(
+        description=(
+            "An https target's url is shown in full only to a key holding "
+            "queues.subscriptions.create on the queue; other keys see its scheme and host, "
+            "with urlRedacted: true"
+        )
+    )
     maxConcurrency: int
     state: Literal["active", "paused"]
     paused: bool
     status: str = Field(description="'ok', or the last failure, e.g. No run to resume (message)")
     lastFailure: dict[str, Any] | None
     createdAt: str
+
+
+class CreatedSubscriptionAnswer(SubscriptionAnswer):
+    secret: str | None = Field(
+        default=None,
+        description=(
+            "An https target's signing secret (whsec_<base64>), shown in this answer only. "
+            "Each delivery carries the Standard Webhooks headers webhook-id, "
+            "webhook-timestamp and webhook-signature: v1,<base64 HMAC-SHA256 of "
+            "'{webhook-id}.{webhook-timestamp}.{body}' keyed by the base64-decoded secret>"
+        ),
+    )
 
 
 class SubscriptionList(BaseModel):
@@ -233,7 +251,7 @@ def redrive(orgId: str, projectId: str, queueId: str) -> Response[Any]:
     f"{PREFIX}/subscriptions",
     security=m.API_KEY,
     summary="Subscribe an HTTPS endpoint or a workflow to a queue",
-    responses=m.doc(201, SubscriptionAnswer, "the subscription"),
+    responses=m.doc(201, CreatedSubscriptionAnswer, "the subscription, with its secret"),
 )
 def create_subscription(
     orgId: str,
@@ -250,7 +268,8 @@ def create_subscription(
             target=_target(body.target),
             max_concurrency=body.maxConcurrency,
         )
-        return 201, sub.to_api()
+        secret = subscriptions.signing_secret(sub)  # https targets only; this answer only
+        return 201, {**sub.to_api(), **({"secret": secret} if secret else {})}
 
     return answer_once(
         principal, "POST /subscriptions", idempotency_key, body.model_dump(mode="json"), run
@@ -268,7 +287,8 @@ def list_subscriptions(
 ) -> Response[Any]:
     principal = _caller(orgId, projectId)
     subs = subscriptions.list_subscriptions(principal, queueId)
-    return json_response(200, {"subscriptions": [s.to_api() for s in subs]})
+    answers = [subscriptions.to_api(principal, s) for s in subs]
+    return json_response(200, {"subscriptions": answers})
 
 
 @router.get(
@@ -279,7 +299,8 @@ def list_subscriptions(
 )
 def get_subscription(orgId: str, projectId: str, subId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, subscriptions.get_subscription(principal, subId).to_api())
+    sub = subscriptions.get_subscription(principal, subId)
+    return json_response(200, subscriptions.to_api(principal, sub))
 
 
 @router.patch(

@@ -228,9 +228,8 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     },
 )
 def complete_callback(token: str) -> Response[Any]:
-    import json
-
     from ezgh_engine.api.errors import MAX_BODY_BYTES
+    from ezgh_engine.core import validation
     from ezgh_engine.errors import PayloadTooLarge
     from ezgh_engine.service import callbacks
 
@@ -238,8 +237,5 @@ def complete_callback(token: str) -> Response[Any]:
     raw = router.current_event.decoded_body or ""
     if len(raw.encode()) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"the body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
-    try:
-        body = json.loads(raw) if raw.strip() else None
-    except ValueError:
-        raise ValidationError("the body is not valid JSON") from None
+    body = validation.parse_json(raw, "the body") if raw.strip() else None
     return json_response(200, callbacks.complete(token, body))

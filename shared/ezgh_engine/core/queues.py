@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 QUEUE_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
 # SQS's own limits on a message: its size (body and attributes together), its attributes.
@@ -61,6 +62,16 @@ class QueueRecord:
         }
 
 
+def redacted_url(url: str) -> str:
+    """`scheme://host[:port]` of a URL: what every reader may see of a target."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"
+
+
 @dataclass(frozen=True)
 class Subscription:
     """A queue's delivery to an HTTPS endpoint or a workflow (start or resume mode)."""
@@ -78,8 +89,16 @@ class Subscription:
     last_failure: str | None = None
     last_failure_at: str | None = None
     last_failure_message_id: str | None = None
+    # An https target's signing secret, sealed (`service.subscriptions`); never answered.
+    sealed_secret: str | None = None
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self, *, show_url: bool = True) -> dict[str, Any]:
+        """The API's shape. Without `show_url` (a key that may not manage it), an https
+        target's URL is cut to its scheme and host: its path or query may hold a token."""
+        target = dict(self.target)
+        if not show_url and isinstance(target.get("url"), str):
+            target["url"] = redacted_url(target["url"])
+            target["urlRedacted"] = True
         failure = None
         if self.last_failure:
             failure = {
@@ -90,7 +109,7 @@ class Subscription:
         return {
             "id": self.id,
             "queueId": self.queue_id,
-            "target": dict(self.target),
+            "target": target,
             "maxConcurrency": self.max_concurrency,
             "state": "paused" if self.paused else "active",
             "paused": self.paused,

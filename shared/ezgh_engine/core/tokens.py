@@ -56,7 +56,10 @@ def mint(secret: str, claims: InvocationClaims) -> str:
 def verify(secret: str, token: str, now_ms: int) -> InvocationClaims:
     """The token's claims, or `Unauthorized` when it is forged, malformed or expired."""
     payload, _, signature = token.partition(".")
-    if not payload or not hmac.compare_digest(signature, _sign(secret, payload)):
+    # A real token is ASCII; `compare_digest` raises TypeError on non-ASCII text.
+    if not payload or not token.isascii():
+        raise Unauthorized("invalid invocation token")
+    if not hmac.compare_digest(signature, _sign(secret, payload)):
         raise Unauthorized("invalid invocation token")
     try:
         body = json.loads(_unb64(payload))

@@ -10,6 +10,11 @@ from typing import Any
 from ezgh_engine.errors import PayloadTooLarge, ValidationError
 
 MAX_VALUE_BYTES = 1024 * 1024  # inputs, outputs, step results and callback bodies
+# How deeply arrays and objects may nest in a JSON value (`{"a": [1]}` is 2 levels). Far
+# above what real inputs use and far below where encoding, validation and Python's recursion
+# give out (the SDK checks the same limit before it sends a value).
+MAX_DEPTH = 64
+DEPTH_RULE = f"nested at most {MAX_DEPTH} levels deep"
 
 RUN_KEY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -61,13 +66,59 @@ def check_step_id(value: object) -> str:
     raise ValidationError("stepId must be an explicit step ID or <name>#<n>")
 
 
+def _has_lone_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_json_value(value: Any, field: str = "value", *, extra_levels: int = 0) -> None:
+    """Refuse a decoded JSON value that nests deeper than `MAX_DEPTH` (plus `extra_levels` for
+    an envelope, e.g. a request body around a run's input) or holds a lone UTF-16 surrogate
+    (`"\\ud800"`: valid JSON escape, but no Unicode text). Iterative: it never recurses."""
+    limit = MAX_DEPTH + extra_levels
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _has_lone_surrogate(item):
+                raise ValidationError(f"{field} holds a lone UTF-16 surrogate (not Unicode text)")
+        elif isinstance(item, dict | list):
+            if depth >= limit:
+                raise ValidationError(f"{field} must be {DEPTH_RULE}")
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+
+
+def parse_json(raw: str, field: str = "body", *, extra_levels: int = 0) -> Any:
+    """Decode JSON text and apply `check_json_value`; `ValidationError` for anything that is
+    not JSON, including nesting too deep for the decoder itself (`RecursionError`)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ValidationError(f"{field} is not valid JSON") from None
+    except RecursionError:  # far deeper than the limit: the decoder itself gave out
+        raise ValidationError(f"{field} must be {DEPTH_RULE}") from None
+    check_json_value(value, field, extra_levels=extra_levels)
+    return value
+
+
 def _finite(value: Any) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("non-finite number")
 
 
 def encode_value(value: Any, field: str = "value") -> str:
-    """Encode a JSON value, refusing NaN/Infinity and anything over 1 MiB."""
+    """Encode a JSON value, refusing NaN/Infinity, lone surrogates, nesting deeper than
+    `MAX_DEPTH` and anything over 1 MiB."""
+    check_json_value(value, field)
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:

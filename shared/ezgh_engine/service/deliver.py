@@ -6,7 +6,10 @@ visibility stretched (exponential backoff from the queue's visibility timeout, a
 minutes), so it comes back later and, after the queue's `maxReceiveCount` receives, moves to
 the dead-letter queue. Targets:
 
-- `https`: POST the message (the seed's shape) as JSON; a 2xx acknowledges.
+- `https`: POST the message (the seed's shape) as JSON, signed as Standard Webhooks
+  (`webhook-id` = the message ID, `webhook-timestamp`, `webhook-signature`) with the
+  subscription's secret, to the address the guard checked (`push.pinned_post`); a 2xx
+  acknowledges. A failure's status names the target by scheme and host only.
 - `workflow` / `start`: start a run with the message as input and the ID
   `derived_id("queue-start", project, queue, message)`: a redelivered message finds its run
   (accepted). An app not synced (or not hosting the workflow) is refused and retried.
@@ -17,6 +20,10 @@ the dead-letter queue. Targets:
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +38,10 @@ from ezgh_engine.core.queues import (
     QueueRecord,
     Subscription,
     delivered_message,
+    redacted_url,
 )
 from ezgh_engine.errors import EngineError, ValidationError
+from ezgh_engine.service.subscriptions import SECRET_PREFIX, signing_secret
 
 log = logging.getLogger(__name__)
 
@@ -52,27 +61,45 @@ def start_run_id(project_id: str, queue_id: str, message_id: str) -> str:
     return ids.derived_id("queue-start", project_id, queue_id, message_id)
 
 
+def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """Standard Webhooks: `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`, the key
+    being the base64-decoded part of `whsec_<base64>`."""
+    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
 def _deliver_https(sub: Subscription, message: dict[str, Any]) -> None:
     url = str(sub.target["url"])
+    shown = redacted_url(url)  # a failure is shown to every reader: no path, no query
     try:
-        push.check_app_url(url)
+        target = push.check_target(url)
     except ValidationError as err:
-        raise DeliveryFailed(f"{url}: {err.message}") from None
+        raise DeliveryFailed(f"{shown}: {err.message}") from None
+    raw = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    msg_id = str(message["messageId"])  # the same on every retry: receivers dedupe on it
+    headers = {
+        "Content-Type": "application/json",
+        "X-EZGH-Subscription-Id": sub.id,
+        "X-EZGH-Queue-Id": sub.queue_id,
+        "X-EZGH-Message-Id": msg_id,
+    }
+    secret = signing_secret(sub)
+    if secret is not None:
+        timestamp = clock.wall_seconds()
+        headers |= {
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": webhook_signature(secret, msg_id, timestamp, raw),
+        }
     try:
-        answer = httpx.post(
-            url,
-            json=message,
-            timeout=HTTPS_TIMEOUT_SECONDS,
-            headers={
-                "X-EZGH-Subscription-Id": sub.id,
-                "X-EZGH-Queue-Id": sub.queue_id,
-                "X-EZGH-Message-Id": str(message["messageId"]),
-            },
+        answer = push.pinned_post(
+            target, content=raw, headers=headers, timeout=HTTPS_TIMEOUT_SECONDS
         )
     except httpx.HTTPError as err:
-        raise DeliveryFailed(f"POST {url} failed: {type(err).__name__}") from None
+        raise DeliveryFailed(f"POST {shown} failed: {type(err).__name__}") from None
     if not 200 <= answer.status_code < 300:
-        raise DeliveryFailed(f"POST {url} answered {answer.status_code}")
+        raise DeliveryFailed(f"POST {shown} answered {answer.status_code}")
 
 
 def _deliver_start(sub: Subscription, message: dict[str, Any]) -> None:

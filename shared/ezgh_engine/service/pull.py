@@ -100,7 +100,8 @@ def verify_task_id(task_id: Any) -> TaskClaims:
     if not isinstance(task_id, str):
         raise ValidationError("taskId: required")
     payload, _, signature = task_id.partition(".")
-    if not payload or not hmac.compare_digest(signature, _sign(payload)):
+    # A real task ID is ASCII; `compare_digest` raises TypeError on non-ASCII text.
+    if not payload or not task_id.isascii() or not hmac.compare_digest(signature, _sign(payload)):
         raise Unauthorized("invalid taskId")
     try:
         body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))

@@ -12,16 +12,25 @@ Rules:
   kind, the target. Pause and resume enable and disable the event source mapping.
 - `maxConcurrency` 1 to 1000 (default 10). See `adapters.event_sources` for how 1 maps onto
   AWS's minimum of 2.
+- An https target gets a signing secret (`whsec_<base64 of 32 random bytes>`, Standard
+  Webhooks): answered once, by the create; stored sealed (AES-GCM under the engine's secret,
+  bound to the subscription's ID). Deliveries are signed with it (`service.deliver`).
+- Only a key that may manage a subscription (`queues.subscriptions.create` on its queue) sees
+  an https target's URL in full; other readers see its scheme and host (`to_api`).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 from dataclasses import replace
 from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import event_sources, push, queues_store, registry_store
+from ezgh_engine.config import settings
+from ezgh_engine.core import sealing
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.queues import (
     ATTRIBUTE_NAME_RE,
@@ -84,6 +93,42 @@ def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any
     return stored
 
 
+SECRET_PREFIX = "whsec_"
+
+
+def _secret_key() -> bytes:
+    return sealing.derive_key(settings().token_secret, "subscription-secret")
+
+
+def _seal_secret(sub_id: str, secret: str) -> str:
+    nonce = sealing.nonce_from(ids.secret_token(16))
+    sealed = sealing.seal(_secret_key(), secret.encode(), f"SUB#{sub_id}".encode(), nonce)
+    return base64.b64encode(sealed).decode()
+
+
+def new_secret() -> str:
+    """`whsec_<base64 of 32 random bytes>`, the Standard Webhooks form of a secret."""
+    key = hashlib.sha256(ids.secret_token(32).encode()).digest()  # 256 random bits
+    return SECRET_PREFIX + base64.b64encode(key).decode()
+
+
+def signing_secret(sub: Subscription) -> str | None:
+    """The subscription's `whsec_` secret in clear (None: not an https target, or created
+    before deliveries were signed, or sealed under a rotated engine secret)."""
+    if not sub.sealed_secret:
+        return None
+    plain = sealing.unseal(
+        _secret_key(), base64.b64decode(sub.sealed_secret), f"SUB#{sub.id}".encode()
+    )
+    return plain.decode() if plain is not None else None
+
+
+def to_api(principal: Principal, sub: Subscription) -> dict[str, Any]:
+    """The subscription as `principal` may see it: an https target's full URL only for a key
+    that may manage the subscription."""
+    return sub.to_api(show_url=principal.allows(CREATE_ACTION, sub.queue_id))
+
+
 def _check_concurrency(value: int | None) -> int:
     concurrency = DEFAULT_MAX_CONCURRENCY if value is None else value
     if isinstance(concurrency, bool) or not 1 <= concurrency <= MAX_CONCURRENCY:
@@ -107,8 +152,10 @@ def create_subscription(
     mapping_id = sources.create(
         queue_arn=queue.arn, queue_url=queue.url, max_concurrency=concurrency, enabled=False
     )
+    sub_id = ids.new_id()
+    secret = new_secret() if stored["kind"] == "https" else None
     sub = Subscription(
-        id=ids.new_id(),
+        id=sub_id,
         org_id=principal.org_id,
         project_id=principal.project_id,
         queue_id=queue.id,
@@ -117,6 +164,7 @@ def create_subscription(
         paused=False,
         mapping_id=mapping_id,
         created_at=clock.iso(clock.now()),
+        sealed_secret=_seal_secret(sub_id, secret) if secret else None,
     )
     try:
         queues_store.create_subscription(sub)
