@@ -204,13 +204,17 @@ def wake_sleep(
     *,
     ended_at: str,
     marks: dict[str, Any],
-    lease: tuple[int, int] | None = None,
+    lease: tuple[int, int, int] | None = None,
 ) -> str | None:
     """Complete a sleeping step and ask for an invocation, once: None when already woken or
     the run is no longer live. With `lease` (`now_ms`, `lease_ms`) the same write also takes
-    the run's lease when it is free ("leased": the caller invokes at once, and the outbox,
+    the run's lease when it is free and still at epoch `epoch` (`lease` is `now_ms`,
+    `lease_ms`, `epoch`; the lease taken is `epoch` + 1, which the caller must hold to:
+    "leased": the caller invokes at once, and the outbox,
     which skips leased runs, sends nothing); else, or when another invocation holds the run,
-    it only asks ("woke": the outbox sends the invocation)."""
+    it only asks ("woke": the outbox sends the invocation). With `lease`, answers whether
+    the epoch it read is still the run's: a lease write that knew no epoch would leave its
+    handler to adopt whatever epoch it read later, perhaps a newer invocation's."""
     # The step is its own `step.completed` event (`marks`, see steps_store.event_marks).
     step = waits_store.step_update(
         run_id,
@@ -228,13 +232,15 @@ def wake_sleep(
         "ExpressionAttributeValues": {**_LIVE, ":one": {"N": "1"}},
     }
     if lease is not None:
-        now_ms, lease_ms = lease
-        run["UpdateExpression"] += ", epoch = epoch + :one, leaseUntil = :until"
-        run["ConditionExpression"] += " AND leaseUntil < :now"
+        now_ms, lease_ms, epoch = lease
+        run["UpdateExpression"] += ", epoch = :next, leaseUntil = :until"
+        run["ConditionExpression"] += " AND leaseUntil < :now AND epoch = :epoch"
         run["ExpressionAttributeValues"] = {
             **run["ExpressionAttributeValues"],
             ":until": {"N": str(now_ms + lease_ms)},
             ":now": {"N": str(now_ms)},
+            ":epoch": {"N": str(epoch)},
+            ":next": {"N": str(epoch + 1)},
         }
     try:
         _ddb().transact_write_items(TransactItems=[step, {"Update": run}])

@@ -29,6 +29,7 @@ class Owed:
     run_id: str
     leased: bool
     seq: int = 0
+    epoch: int = 0  # when `leased`: the epoch its wake-up write took, the only one to act on
 
 
 def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | None:
@@ -59,9 +60,9 @@ def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | N
     at = clock.iso(clock.now())
     if step.status == "sleeping":
         marks = steps_store.event_marks(ids.time_ordered_id(), run.attempt, None)
-        lease = (clock.now_ms(), lease_ms) if lease_ms is not None else None
+        lease = (clock.now_ms(), lease_ms, run.epoch) if lease_ms is not None else None
         woke = store.wake_sleep(run.id, step.id, ended_at=at, marks=marks, lease=lease)
-        return Owed(run.id, leased=True) if woke == "leased" else None
+        return Owed(run.id, leased=True, epoch=run.epoch + 1) if woke == "leased" else None
     if step.status == "retrying":
         _retry_due(run.id, step.id, step.branch, message["wakeAt"])
     elif step.status == "waiting":  # a callback or message wait timed out: it gives null

@@ -1,0 +1,80 @@
+"""Races and stuck shapes of issue 14, each reproduced on the real handlers on in-process
+moto with a skipped clock and failures injected at the boto3 seam (`adapters.aws.intercept`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ezgh_engine import clock, config
+from ezgh_engine.adapters import invocations_store as inv
+from ezgh_engine.adapters import runs_store
+from ezgh_engine.core import tokens
+
+from tests.api.test_protocol_races import _raw_run, _sleeping
+from tests.api.test_step_writes import _run
+
+APP = SimpleNamespace(kind="push", name="app", notifications=None)
+
+
+@pytest.fixture
+def skip_clock() -> Iterator[clock.SkipClock]:
+    previous = clock.get_clock()
+    skipping = clock.SkipClock()
+    clock.set_clock(skipping)
+    yield skipping
+    clock.set_clock(previous)
+
+
+def _epoch_of(request: dict[str, Any]) -> int:
+    claims = tokens.verify(config.settings().token_secret, request["api"]["token"], 0)
+    return int(claims.epoch)
+
+
+def test_a_timer_handler_that_stalls_past_its_lease_acts_only_on_the_epoch_it_took(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """The wake-up write took epoch e; the handler stalls past the lease, and another
+    invocation takes the run (epoch e + 1). The stalled handler must not invoke the app
+    with e + 1 (two attempts at once) nor move that invocation's lease."""
+    from ezgh_engine.service import invoker
+
+    run = _run()
+    wake = clock.iso(clock.now() - timedelta(seconds=5))
+    _sleeping(run.id, wake)
+    real_get_run = invoker.runs_store.get_run
+    taken: dict[str, Any] = {}
+
+    def stalled_get_run(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        if not taken and kwargs.get(
+            "with_steps", True
+        ):  # the stall: the lease ends, a newer invocation leases the run
+            skip_clock.advance(timedelta(minutes=7))
+            raw = _raw_run(run_id)
+            newer = inv.take_lease(
+                run_id, int(raw["invokeSeq"]), now_ms=clock.now_ms(), lease_ms=600_000
+            )
+            assert newer is not None
+            taken["run"] = newer
+        return real_get_run(run_id, *args, **kwargs)
+
+    invoked: list[int] = []
+
+    def invoke_app(app: Any, request: dict[str, Any]) -> Any:
+        invoked.append(_epoch_of(request))
+        return {"protocol": "1.3", "outcome": "aborted", "reason": "test"}
+
+    monkeypatch.setattr(invoker.runs_store, "get_run", stalled_get_run)
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", invoke_app)
+    body = json.dumps({"type": "timer", "runId": run.id, "stepId": "nap#1", "wakeAt": wake})
+    assert invoker.handle_batch([{"messageId": "m1", "body": body}]) == []
+    newer = taken["run"]
+    assert invoked == []  # the newer epoch belongs to the newer invocation alone
+    raw = _raw_run(run.id)
+    assert int(raw["epoch"]) == newer.epoch
+    assert int(raw["leaseUntil"]) == newer.lease_until_ms  # its live lease is untouched
