@@ -78,3 +78,26 @@ def test_a_timer_handler_that_stalls_past_its_lease_acts_only_on_the_epoch_it_to
     raw = _raw_run(run.id)
     assert int(raw["epoch"]) == newer.epoch
     assert int(raw["leaseUntil"]) == newer.lease_until_ms  # its live lease is untouched
+
+
+def test_a_cancel_while_the_invocation_runs_ends_the_run_cancelled(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The invocation read `running`; a cancel comes while the app runs; the app answers
+    `completed`. The end is conditional on the status it saw, so the run ends cancelled."""
+    from ezgh_engine.adapters import run_control_store as control
+    from ezgh_engine.service import invoker
+
+    run = _run()
+
+    def invoke_app(app: Any, request: dict[str, Any]) -> Any:
+        current = runs_store.get_run(run.id, with_steps=False)
+        assert current is not None
+        control.request_cancel(current, at=clock.iso(clock.now()))
+        return {"protocol": "1.3", "outcome": "completed", "output": "done"}
+
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", invoke_app)
+    assert invoker.invoke(run.id, 1) is None
+    done = runs_store.get_run(run.id)
+    assert done is not None and done.status == "cancelled" and done.output is None

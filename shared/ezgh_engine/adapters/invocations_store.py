@@ -65,15 +65,26 @@ def take_lease(run_id: str, seq: int, *, now_ms: int, lease_ms: int) -> Run | No
 
 
 def _run_update(
-    run: Run, expression: str, values: dict[str, Any], names: dict[str, str] | None = None
+    run: Run,
+    expression: str,
+    values: dict[str, Any],
+    names: dict[str, str] | None = None,
+    *,
+    seen_status: str | None = None,
 ) -> dict[str, Any]:
-    """A transaction Update of the run item, conditional on the invocation's epoch."""
+    """A transaction Update of the run item, conditional on the invocation's epoch (and,
+    with `seen_status`, on the status the invocation saw: an end computed from `running`
+    must not overwrite a cancel that came meanwhile)."""
+    condition = f"epoch = :epoch AND {_LIVE_CONDITION}"
+    if seen_status is not None:
+        condition += " AND #status = :seen"
+        values = {**values, ":seen": {"S": seen_status}}
     return {
         "Update": {
             "TableName": _table(),
             "Key": items.run_key(run.id),
             "UpdateExpression": expression + ", version = version + :one",
-            "ConditionExpression": f"epoch = :epoch AND {_LIVE_CONDITION}",
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": {"#status": "status", **(names or {})},
             "ExpressionAttributeValues": {
                 **_LIVE,
@@ -121,8 +132,8 @@ def end_run(
     step_writes: Sequence[dict[str, Any]] = (),
     notify: bool | None = None,
 ) -> None:
-    """End the run (completed/failed/…) for the invocation holding `run.epoch`, with the
-    step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
+    """End the run (completed/failed/…) for the invocation holding `run.epoch`, while its
+    status is still `run.status` (`StaleInvocation` otherwise), with the step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
     a run whose app has no notifications, so the outbox sends it nowhere (None: unknown,
     the notify function decides)."""
     values: dict[str, Any] = {
@@ -149,7 +160,7 @@ def end_run(
         values[":notify"] = {"S": "yes" if notify else "no"}
     names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
     used = {n: v for n, v in names.items() if n in expression}
-    update = _run_update(run, expression, values, used)
+    update = _run_update(run, expression, values, used, seen_status=run.status)
     _transact([update, *step_writes, *events], len(step_writes))
 
 
