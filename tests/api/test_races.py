@@ -101,3 +101,77 @@ def test_a_cancel_while_the_invocation_runs_ends_the_run_cancelled(
     assert invoker.invoke(run.id, 1) is None
     done = runs_store.get_run(run.id)
     assert done is not None and done.status == "cancelled" and done.output is None
+
+
+def _fail(run_id: str) -> None:
+    """The run ends `failed` as an invocation's answer would end it."""
+    from ezgh_engine.core.models import RunError
+    from ezgh_engine.core.outcomes import Outcome
+    from ezgh_engine.service import outcomes
+
+    leased = runs_store.get_run(run_id)
+    assert leased is not None
+    error = RunError("boom", "Boom", "it failed")
+    outcomes.apply(
+        leased,
+        leased.invoke_seq,
+        Outcome("failed", error=error),
+        invocation_id="inv-1",
+        started_at=clock.iso(clock.now()),
+    )
+
+
+def test_retry_run_cuts_off_the_old_attempts_invocation(aws_env: None) -> None:
+    """Attempt 1's token must not record steps once the run was retried: RetryRun takes a
+    new epoch."""
+    from ezgh_engine.adapters import run_control_store as control
+
+    from tests.api.test_step_writes import _lease, start, steps_call
+
+    run = _run()
+    old = _lease(run)
+    assert steps_call(old, [start("a#1")])[0] == 200
+    _fail(run.id)
+    failed = runs_store.get_run(run.id)
+    assert failed is not None and failed.status == "failed"
+    control.retry(failed, at=clock.iso(clock.now()))
+    status, body, _ = steps_call(old, [start("b#1")])
+    assert status == 409, body
+
+
+def test_retry_run_after_a_timer_was_dropped_records_the_sleep_afresh(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """A run failed while a step slept; its timer fired while it was failed and was
+    dropped. RetryRun must not leave that step `sleeping` with no timer: the new attempt
+    records the sleep again (a new item, whose timer the stream sends)."""
+    from ezgh_engine.adapters import run_control_store as control
+    from ezgh_engine.service import invoker
+
+    run = _run()
+    wake = clock.iso(clock.now() + timedelta(minutes=1))
+    _sleeping(run.id, wake)
+    _fail(run.id)
+    skip_clock.advance(timedelta(minutes=2))
+    timer = json.dumps({"type": "timer", "runId": run.id, "stepId": "nap#1", "wakeAt": wake})
+    assert invoker.handle_batch([{"messageId": "t1", "body": timer}]) == []  # dropped
+    failed = runs_store.get_run(run.id)
+    assert failed is not None and failed.status == "failed"
+    control.retry(failed, at=clock.iso(clock.now()))
+    sent: list[list[dict[str, Any]]] = []
+
+    def invoke_app(app: Any, request: dict[str, Any]) -> Any:
+        sent.append(request["steps"])
+        nap = {"kind": "sleep", "stepId": "nap#1", "name": "nap", "seconds": 60}
+        return {"protocol": "1.3", "outcome": "suspended", "waits": [nap]}
+
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", invoke_app)
+    retried = runs_store.get_run(run.id, with_steps=False)
+    assert retried is not None
+    assert invoker.invoke(run.id, retried.invoke_seq) is None
+    assert [s for s in sent[0] if s.get("status") == "sleeping"] == []
+    after = runs_store.get_run(run.id)
+    assert after is not None and after.status == "running"
+    nap = next(s for s in after.steps if s.id == "nap#1")
+    assert nap.status == "sleeping" and nap.wake_at is not None and nap.wake_at > wake
