@@ -16,7 +16,6 @@ from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run
 from ezgh_engine.errors import Conflict
 
-
 RESET_STATUSES = ("failed", "cancelled", "sleeping", "waiting", "retrying")
 
 
