@@ -175,3 +175,36 @@ def test_retry_run_after_a_timer_was_dropped_records_the_sleep_afresh(
     assert after is not None and after.status == "running"
     nap = next(s for s in after.steps if s.id == "nap#1")
     assert nap.status == "sleeping" and nap.wake_at is not None and nap.wake_at > wake
+
+
+def _synced_app(project: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    from ezgh_engine.adapters import push
+
+    app = project.call(
+        "POST", "/apps", body={"name": "billing", "kind": "push", "url": "https://app.example.com/"}
+    ).body
+    monkeypatch.setattr(push, "sync_app", lambda _app: ["onboarding"])
+    assert project.call("POST", f"/apps/{app['id']}/sync").status == 200
+    return dict(app)
+
+
+def test_a_run_key_is_free_again_once_its_run_expired(
+    project: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TTL deleted the run's item (30 days after it ended); its key must start a new run,
+    not answer `409 … being released` forever."""
+    from ezgh_engine.adapters import run_items as items
+    from ezgh_engine.adapters import waits_store as ws
+
+    app = _synced_app(project, monkeypatch)
+    body = {"appId": app["slug"], "workflow": "onboarding", "input": {}, "runKey": "k-1"}
+    first = project.call("POST", "/runs", body=body)
+    assert first.status == 201
+    key_item = ws.get(items.run_key_pk(project.project_id, "k-1"), "RUNKEY")
+    assert key_item is not None and int(key_item["ttl"]) > 0  # the key expires too
+    ws.transact([ws.delete(items.run_pk(first.body["id"]), items.RUN_SK)])  # as TTL does
+    second = project.call("POST", "/runs", body=body)
+    assert second.status == 201, second.body
+    assert second.body["id"] != first.body["id"]
+    again = project.call("POST", "/runs", body=body)
+    assert again.status == 200 and again.body["id"] == second.body["id"]
