@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -208,3 +209,35 @@ def test_a_run_key_is_free_again_once_its_run_expired(
     assert second.body["id"] != first.body["id"]
     again = project.call("POST", "/runs", body=body)
     assert again.status == 200 and again.body["id"] == second.body["id"]
+
+
+def _message_wait(run: Any, step_id: str, queue_id: str, key: str) -> None:
+    """The run waits on (queue, key) at `step_id`, as a suspend writes it."""
+    from ezgh_engine.adapters import waits_store as ws
+    from ezgh_engine.core.outcomes import Wait
+    from ezgh_engine.service import waits
+
+    wait = Wait(kind="message", step_id=step_id, name=step_id.split("#")[0])
+    wait = replace(wait, queue_id=queue_id, key=key)
+    assert ws.transact(waits.suspend_actions(run, wait, at=clock.iso(clock.now()), order=step_id))
+
+
+def test_one_message_delivered_twice_resumes_one_wait(aws_env: None) -> None:
+    """A workflow waits twice in a row on one queue and key; the first delivery's delete is
+    lost and SQS delivers the message again while the second wait waits: it must not end
+    the second wait with the same messageId (and is acknowledged, not retried)."""
+    from ezgh_engine.service import waits
+
+    run = _run()
+    message = {"messageId": "m-1", "body": "{}", "attributes": {"k": "order-1"}}
+    _message_wait(run, "paid#1", "q-1", "order-1")
+    assert waits.resume_message_waiters(run.project_id, "q-1", "order-1", message) == 1
+    _message_wait(run, "paid#2", "q-1", "order-1")
+    assert waits.resume_message_waiters(run.project_id, "q-1", "order-1", message) == 1
+    steps = {s.id: s.status for s in (runs_store.get_run(run.id) or run).steps}
+    assert steps == {"paid#1": "completed", "paid#2": "waiting"}
+    other = dict(message, messageId="m-2")
+    assert waits.resume_message_waiters(run.project_id, "q-1", "order-1", other) == 1
+    after = runs_store.get_run(run.id)
+    assert after is not None
+    assert {s.id: s.status for s in after.steps} == {"paid#1": "completed", "paid#2": "completed"}
