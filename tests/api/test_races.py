@@ -241,3 +241,27 @@ def test_one_message_delivered_twice_resumes_one_wait(aws_env: None) -> None:
     after = runs_store.get_run(run.id)
     assert after is not None
     assert {s.id: s.status for s in after.steps} == {"paid#1": "completed", "paid#2": "completed"}
+
+
+def test_a_failed_run_leaves_no_step_pending(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run fails while one step waits for its retry and another for a message: both end
+    with the run (cancelled), none stays `retrying` or `waiting`."""
+    from ezgh_engine.adapters import waits_store as ws
+    from ezgh_engine.service import invoker
+
+    run = _run()
+    later = clock.iso(clock.now() + timedelta(hours=1))
+    values = {"name": "a", "kind": "run", "status": "retrying", "attempt": 1, "order": "1"}
+    assert ws.transact([ws.step_put(run.id, "a#1", {**values, "wakeAt": later})])
+    _message_wait(run, "paid#1", "q-1", "order-1")
+    answer = {"protocol": "1.3", "outcome": "failed", "error": {"message": "x", "name": "E"}}
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", lambda app, request: answer)
+    assert invoker.invoke(run.id, 1) is None
+    done = runs_store.get_run(run.id)
+    assert done is not None and done.status == "failed"
+    assert {s.id: s.status for s in done.steps} == {"a#1": "cancelled", "paid#1": "cancelled"}
+    index = ws.query_pk(ws.msgwait_pk(run.project_id, "q-1", "order-1"))
+    assert index == []

@@ -46,6 +46,8 @@ class OpsConflict(Exception):
         self.step_ids = step_ids
 
 
+PENDING = frozenset({"sleeping", "waiting", "retrying"})
+
 # Past this many held ends and waits, the ends are written before the outcome, not in its
 # transaction (DynamoDB takes 100 actions a transaction).
 MAX_ENDS_IN_OUTCOME = 60
@@ -185,7 +187,9 @@ def _end(
         step_writes=step_writes or (),
         notify=notify,
     )
-    if status == "cancelled":
+    if status != "completed" or any(s.status in PENDING for s in run.steps):
+        # A run that ends leaves no step pending (a retry, a wait, a sleep): each ends
+        # `cancelled`, its timer then finds nothing, and a RetryRun records it afresh.
         from ezgh_engine.service import waits
 
         waits.cancel_leftovers(run.id)
