@@ -265,3 +265,48 @@ def test_a_failed_run_leaves_no_step_pending(
     assert {s.id: s.status for s in done.steps} == {"a#1": "cancelled", "paid#1": "cancelled"}
     index = ws.query_pk(ws.msgwait_pk(run.project_id, "q-1", "order-1"))
     assert index == []
+
+
+def _suspend_on_callback(run_id: str) -> None:
+    """The run waits on a callback without a timeout: nothing is owed, no lease."""
+    from ezgh_engine.adapters import run_items as items
+    from ezgh_engine.adapters import waits_store as ws
+
+    values = {"name": "approve", "kind": "callback", "status": "waiting", "attempt": 1}
+    update = {
+        "Update": {
+            "TableName": config.settings().runs_table,
+            "Key": items.run_key(run_id),
+            "UpdateExpression": "SET leaseUntil = :z, handledSeq = invokeSeq",
+            "ExpressionAttributeValues": {":z": {"N": "0"}},
+        }
+    }
+    assert ws.transact([ws.step_put(run_id, "approve#1", {**values, "order": "1"}), update])
+
+
+def test_deleting_an_app_ends_its_live_runs_failed(
+    project: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of a deleted app waiting on a callback without a timeout would stay `running`
+    for ever: deleting the app ends it `failed` with `workflows.app_deleted` at once, and
+    leaves other apps' runs alone."""
+    from ezgh_engine.service.ops import find_stuck_runs
+
+    app = _synced_app(project, monkeypatch)
+    other = project.call(
+        "POST", "/apps", body={"name": "other", "kind": "push", "url": "https://o.example.com/"}
+    ).body
+    assert project.call("POST", f"/apps/{other['id']}/sync").status == 200
+    start = {"appId": app["slug"], "workflow": "onboarding", "input": {}}
+    waiting = project.call("POST", "/runs", body=start).body
+    unrelated = project.call("POST", "/runs", body={**start, "appId": other["slug"]}).body
+    for run in (waiting, unrelated):
+        _suspend_on_callback(run["id"])
+    assert project.call("DELETE", f"/apps/{app['id']}").status in (200, 204)
+    ended = project.call("GET", f"/runs/{waiting['id']}").body
+    assert ended["status"] == "failed", ended
+    assert ended["error"]["code"] == "workflows.app_deleted"
+    done = runs_store.get_run(waiting["id"])
+    assert done is not None and [s.status for s in done.steps] == ["cancelled"]
+    assert project.call("GET", f"/runs/{unrelated['id']}").body["status"] == "running"
+    assert find_stuck_runs(project.project_id, older_than_seconds=0) == []

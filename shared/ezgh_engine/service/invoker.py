@@ -137,8 +137,9 @@ def _invoke_leased(
         timers.time_out(run.id)
         return None
     if app is None:
-        error = RunError("workflows.app_not_found", "AppNotFound", "the run's app was deleted")
-        _end(run, seq, "failed", error, invocation_id, started_at)
+        from ezgh_engine.service.apps import APP_DELETED
+
+        _end(run, seq, "failed", APP_DELETED, invocation_id, started_at)
         return None
     if app.kind == "pull":  # issue 5: queue a task for the app's workers; don't wait
         from ezgh_engine.service import pull
