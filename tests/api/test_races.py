@@ -310,3 +310,65 @@ def test_deleting_an_app_ends_its_live_runs_failed(
     assert done is not None and [s.status for s in done.steps] == ["cancelled"]
     assert project.call("GET", f"/runs/{unrelated['id']}").body["status"] == "running"
     assert find_stuck_runs(project.project_id, older_than_seconds=0) == []
+
+
+def _run_of(project_id: str, app_id: str, **changes: Any) -> Any:
+    from ezgh_engine import ids
+    from ezgh_engine.adapters import run_items as items
+    from ezgh_engine.adapters import waits_store as ws
+    from ezgh_engine.core.models import Run
+
+    now = clock.iso(clock.now())
+    run = Run(
+        id=ids.new_id(),
+        org_id="o",
+        project_id=project_id,
+        app_id=app_id,
+        workflow="w",
+        status="running",
+        input=None,
+        attempt=1,
+        created_at=now,
+        started_at=now,
+        version=1,
+        invoke_seq=1,
+        handled_seq=0,
+    )
+    run = replace(run, **changes)
+    ws.transact([ws.plain_put(items.run_values(run))])
+    return run
+
+
+def test_the_stuck_run_detector_reports_every_stuck_shape(
+    aws_env: None, skip_clock: clock.SkipClock
+) -> None:
+    """Runs nothing will move although a step is pending: a sleep whose timer was dropped,
+    a child wait whose child ended, a callback wait of a deleted app. A sleep still due
+    later is healthy."""
+    from ezgh_engine import ids
+    from ezgh_engine.adapters import registry_store
+    from ezgh_engine.adapters import waits_store as ws
+    from ezgh_engine.core.models import App
+    from ezgh_engine.service.ops import find_stuck_runs
+
+    project = ids.new_id()
+    now = clock.iso(clock.now())
+    app = App(ids.new_id(), "wfa_x", "o", project, "x", "push", None, "synced", (), "k", now)
+    registry_store.create_app(app)
+    lost_timer = _run_of(project, app.id)
+    _sleeping(lost_timer.id, clock.iso(clock.now() + timedelta(minutes=1)))
+    healthy = _run_of(project, app.id)
+    _sleeping(healthy.id, clock.iso(clock.now() + timedelta(days=3)))
+    parent = _run_of(project, app.id)
+    child = _run_of(project, app.id, status="completed", parent_run_id=parent.id)
+    wait = {"name": "sub", "kind": "invoke", "status": "waiting", "attempt": 1, "order": "1"}
+    assert ws.transact([ws.step_put(parent.id, "sub#1", {**wait, "childRunId": child.id})])
+    _suspend_on_callback(parent.id)  # (and nothing owed)
+    orphan = _run_of(project, ids.new_id())  # its app was deleted
+    _suspend_on_callback(orphan.id)
+    skip_clock.advance(timedelta(hours=1))
+    found = {s.run_id: s.why for s in find_stuck_runs(project, older_than_seconds=300)}
+    assert set(found) == {lost_timer.id, parent.id, orphan.id}
+    assert "timer lost" in found[lost_timer.id]
+    assert child.id in found[parent.id] and "ended completed" in found[parent.id]
+    assert "was deleted" in found[orphan.id]
