@@ -372,3 +372,25 @@ def test_the_stuck_run_detector_reports_every_stuck_shape(
     assert "timer lost" in found[lost_timer.id]
     assert child.id in found[parent.id] and "ended completed" in found[parent.id]
     assert "was deleted" in found[orphan.id]
+
+
+def test_a_child_wait_of_a_failed_parent_is_ended_and_retried_afresh(aws_env: None) -> None:
+    """A parent fails while it waits on a child: the wait ends with it (the child is
+    cancelled), so a child ending later has nothing to resume, and RetryRun starts the
+    wait afresh instead of leaving the parent waiting on an end that was refused."""
+    from ezgh_engine.adapters import run_control_store as control
+    from ezgh_engine.adapters import waits_store as ws
+
+    parent = _run()
+    child = _run_of(parent.project_id, parent.app_id, parent_run_id=parent.id)
+    wait = {"name": "sub", "kind": "invoke", "status": "waiting", "attempt": 1, "order": "1"}
+    assert ws.transact([ws.step_put(parent.id, "sub#1", {**wait, "childRunId": child.id})])
+    _fail(parent.id)
+    failed = runs_store.get_run(parent.id)
+    assert failed is not None and failed.status == "failed"
+    assert [(s.id, s.status) for s in failed.steps] == [("sub#1", "cancelled")]
+    cancelled = runs_store.get_run(child.id, with_steps=False)
+    assert cancelled is not None and cancelled.status == "cancelling"
+    control.retry(failed, at=clock.iso(clock.now()))
+    retried = runs_store.get_run(parent.id)
+    assert retried is not None and retried.status == "running" and retried.steps == ()
