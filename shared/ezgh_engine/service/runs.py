@@ -85,9 +85,14 @@ def start_run(
         if not runs_store.create_run_over_stale_key(
             run, taken.run_id, now_epoch_s=int(clock.now().timestamp())
         ):
-            raise Conflict(
-                "run key is being released; try again", code="run_key_conflict"
-            ) from None
+            # Another start took it over first: answer its run (or 409 if another).
+            owner = runs_store.run_id_for_key(run.project_id, run_key or "")
+            winner = _existing_for_key(principal, owner, run) if owner else None
+            if winner is None:
+                raise Conflict(
+                    "run key is being released; try again", code="run_key_conflict"
+                ) from None
+            return winner, False
     return _hydrate(run), True
 
 
