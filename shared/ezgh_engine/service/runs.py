@@ -207,6 +207,9 @@ def delete_run(principal: Principal, run_id: str) -> None:
     run = _visible_run(principal, run_id, "workflows.runs.cancel", with_steps=False)
     if run.status not in ENDED_STATUSES:
         raise Conflict(f"run {run_id} has not ended; cancel it first", code="invalid_state")
+    from ezgh_engine.service import retention
+
+    retention.delete_callbacks(run.id)  # (an ended run's callbacks are refused anyway)
     runs_store.delete_run(run)
     payloads.delete_run_payloads(run.project_id, run.id)
 
