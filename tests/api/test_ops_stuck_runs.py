@@ -70,8 +70,19 @@ def _step(run: Run, step_id: str, kind: str, status: str) -> None:
     )
 
 
+def _app(app_id: str, project_id: str) -> None:
+    """The runs' app exists (a deleted app's runs with pending steps are stuck)."""
+    from ezgh_engine.adapters import registry_store
+    from ezgh_engine.core.models import App
+
+    now = clock.iso(clock.now())
+    app = App(app_id, "wfa_" + app_id, "o", project_id, "a", "push", None, "synced", (), "k", now)
+    registry_store.create_app(app)
+
+
 @pytest.fixture
 def runs(aws_env: None) -> dict[str, Run]:
+    _app("a", PROJECT)
     stuck = _run()  # its one step completed; nothing owed, no lease, no timer
     _put(items.run_values(stuck))
     _step(stuck, "fetch", "run", "completed")

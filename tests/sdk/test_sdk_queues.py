@@ -142,3 +142,25 @@ def test_send_to_queue_checks_the_message_count() -> None:
         queue_steps.check_messages([])
     with pytest.raises(ValueError):
         queue_steps.check_messages([{"body": str(i)} for i in range(11)])
+
+
+def test_send_step_retries_a_send_still_in_progress() -> None:
+    """`409 idempotency_conflict` "still in progress" means an earlier attempt's send has
+    not answered yet (or its answer is being stored): transient, so the step's retry policy
+    resends the same key, instead of failing the run (issue 14)."""
+
+    class Fake:
+        def send(self, *args: Any, **kwargs: Any) -> Any:
+            raise ApiError(
+                409,
+                "idempotency_conflict",
+                "a request with this Idempotency-Key is still in progress; retry",
+            )
+
+    token = enter_step(StepContext("s", 1, "0" * 64))
+    try:
+        with pytest.raises(Exception) as raised:
+            queue_steps.send_fn(Fake(), "q1", [{"body": "x"}])()
+    finally:
+        leave_step(token)
+    assert not isinstance(raised.value, NonRetryableError)

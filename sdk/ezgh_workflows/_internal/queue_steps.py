@@ -4,8 +4,10 @@ The step is a ``run`` step whose function calls ``queues.send(...)`` with the Id
 ``wfq_<hex SHA-256 of "<runId>:<stepId>">`` (the same on every attempt, so a resend after a crash
 gets the first answer instead of storing a second copy). A FIFO message (one with a
 ``groupId``) without its own ``dedupId`` gets ``<hex>:<index>``. A 4xx answer from Queues (bad
-message, missing queue, refused permission) fails the step at once, without retries; the
-client itself resends 429 (not ``quota_exceeded``), 5xx and network errors.
+message, missing queue, refused permission) fails the step at once, without retries, except
+``409 idempotency_conflict`` "still in progress" (an earlier attempt's send has not answered
+yet), which the step's retry policy retries; the client itself resends 429 (not
+``quota_exceeded``), 5xx and network errors.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ MAX_MESSAGES = 10
 
 class QueueSendError(NonRetryableError):
     """Queues refused the messages (a 4xx): the step fails without retries."""
+
+
+class QueueSendInProgress(Exception):
+    """An earlier send with the step's key is still in progress: the step is retried."""
+
+
+def _in_progress(err: ApiError) -> bool:
+    return (
+        err.status == 409
+        and err.code == "idempotency_conflict"
+        and "in progress" in (err.message or "")
+    )
 
 
 def check_messages(messages: Any) -> list[dict[str, Any]]:
@@ -53,6 +67,10 @@ def send_fn(queues: Any, queue_id: str, messages: list[dict[str, Any]]) -> Calla
             answer = queues.send(queue_id, outgoing, idempotency_key=f"wfq_{digest}")
         except ApiError as err:
             resent = err.status == 429 and err.code != "quota_exceeded"  # the client's job
+            if _in_progress(err):
+                # An earlier attempt's send with this key has not answered yet: transient.
+                # The step's retries resend the same key and get that send's answer.
+                raise QueueSendInProgress(f"{err.status} {err.code}: {err.message}") from None
             if 400 <= err.status < 500 and not resent:
                 raise QueueSendError(f"{err.status} {err.code}: {err.message}") from None
             raise

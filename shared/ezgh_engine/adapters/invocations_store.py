@@ -65,15 +65,26 @@ def take_lease(run_id: str, seq: int, *, now_ms: int, lease_ms: int) -> Run | No
 
 
 def _run_update(
-    run: Run, expression: str, values: dict[str, Any], names: dict[str, str] | None = None
+    run: Run,
+    expression: str,
+    values: dict[str, Any],
+    names: dict[str, str] | None = None,
+    *,
+    seen_status: str | None = None,
 ) -> dict[str, Any]:
-    """A transaction Update of the run item, conditional on the invocation's epoch."""
+    """A transaction Update of the run item, conditional on the invocation's epoch (and,
+    with `seen_status`, on the status the invocation saw: an end computed from `running`
+    must not overwrite a cancel that came meanwhile)."""
+    condition = f"epoch = :epoch AND {_LIVE_CONDITION}"
+    if seen_status is not None:
+        condition += " AND #status = :seen"
+        values = {**values, ":seen": {"S": seen_status}}
     return {
         "Update": {
             "TableName": _table(),
             "Key": items.run_key(run.id),
             "UpdateExpression": expression + ", version = version + :one",
-            "ConditionExpression": f"epoch = :epoch AND {_LIVE_CONDITION}",
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": {"#status": "status", **(names or {})},
             "ExpressionAttributeValues": {
                 **_LIVE,
@@ -121,8 +132,8 @@ def end_run(
     step_writes: Sequence[dict[str, Any]] = (),
     notify: bool | None = None,
 ) -> None:
-    """End the run (completed/failed/…) for the invocation holding `run.epoch`, with the
-    step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
+    """End the run (completed/failed/…) for the invocation holding `run.epoch`, while its
+    status is still `run.status` (`StaleInvocation` otherwise), with the step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
     a run whose app has no notifications, so the outbox sends it nowhere (None: unknown,
     the notify function decides)."""
     values: dict[str, Any] = {
@@ -149,7 +160,7 @@ def end_run(
         values[":notify"] = {"S": "yes" if notify else "no"}
     names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
     used = {n: v for n, v in names.items() if n in expression}
-    update = _run_update(run, expression, values, used)
+    update = _run_update(run, expression, values, used, seen_status=run.status)
     _transact([update, *step_writes, *events], len(step_writes))
 
 
@@ -204,13 +215,17 @@ def wake_sleep(
     *,
     ended_at: str,
     marks: dict[str, Any],
-    lease: tuple[int, int] | None = None,
+    lease: tuple[int, int, int] | None = None,
 ) -> str | None:
     """Complete a sleeping step and ask for an invocation, once: None when already woken or
     the run is no longer live. With `lease` (`now_ms`, `lease_ms`) the same write also takes
-    the run's lease when it is free ("leased": the caller invokes at once, and the outbox,
+    the run's lease when it is free and still at epoch `epoch` (`lease` is `now_ms`,
+    `lease_ms`, `epoch`; the lease taken is `epoch` + 1, which the caller must hold to:
+    "leased": the caller invokes at once, and the outbox,
     which skips leased runs, sends nothing); else, or when another invocation holds the run,
-    it only asks ("woke": the outbox sends the invocation)."""
+    it only asks ("woke": the outbox sends the invocation). With `lease`, answers whether
+    the epoch it read is still the run's: a lease write that knew no epoch would leave its
+    handler to adopt whatever epoch it read later, perhaps a newer invocation's."""
     # The step is its own `step.completed` event (`marks`, see steps_store.event_marks).
     step = waits_store.step_update(
         run_id,
@@ -228,13 +243,15 @@ def wake_sleep(
         "ExpressionAttributeValues": {**_LIVE, ":one": {"N": "1"}},
     }
     if lease is not None:
-        now_ms, lease_ms = lease
-        run["UpdateExpression"] += ", epoch = epoch + :one, leaseUntil = :until"
-        run["ConditionExpression"] += " AND leaseUntil < :now"
+        now_ms, lease_ms, epoch = lease
+        run["UpdateExpression"] += ", epoch = :next, leaseUntil = :until"
+        run["ConditionExpression"] += " AND leaseUntil < :now AND epoch = :epoch"
         run["ExpressionAttributeValues"] = {
             **run["ExpressionAttributeValues"],
             ":until": {"N": str(now_ms + lease_ms)},
             ":now": {"N": str(now_ms)},
+            ":epoch": {"N": str(epoch)},
+            ":next": {"N": str(epoch + 1)},
         }
     try:
         _ddb().transact_write_items(TransactItems=[step, {"Update": run}])

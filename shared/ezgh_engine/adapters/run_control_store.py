@@ -16,6 +16,8 @@ from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run
 from ezgh_engine.errors import Conflict
 
+RESET_STATUSES = ("failed", "cancelled", "sleeping", "waiting", "retrying")
+
 
 def _expires() -> int:
     return int(clock.now().timestamp()) + CHILD_ITEM_TTL_SECONDS
@@ -73,6 +75,8 @@ def retry(run: Run, *, at: str) -> None:
                 "UpdateExpression": (
                     "SET #status = :running, attempt = attempt + :one, "
                     "invokeSeq = invokeSeq + :one, version = version + :one, "
+                    # A new epoch: the old attempt's tokens and late writes are refused.
+                    "epoch = epoch + :one, "
                     "invokeFailures = :zero, leaseUntil = :zero "
                     "REMOVE endedAt, #error, #ttl, notifyEnd"
                 ),
@@ -97,9 +101,11 @@ def retry(run: Run, *, at: str) -> None:
             " REMOVE", ", deadlineAt = :deadline REMOVE"
         )
         update["ExpressionAttributeValues"][":deadline"] = {"S": clock.iso(clock.now() + limit)}
-    # Failed steps run again; so do steps a timeout or cancellation ended.
+    # Failed steps run again; so do steps a timeout or cancellation ended, and steps left
+    # pending (a sleep, wait or retry whose timer or wake-up was dropped while the run was
+    # ended): the new attempt records them afresh, with timers of their own.
     for step in run.steps:
-        if step.status in ("failed", "cancelled"):
+        if step.status in RESET_STATUSES and not step.inline:
             actions.append(
                 {
                     "Delete": {

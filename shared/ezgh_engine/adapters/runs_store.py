@@ -89,6 +89,9 @@ def create_run(run: Run, *, now_epoch_s: int) -> None:
             "pk": items.run_key_pk(run.project_id, run.run_key),
             "sk": "RUNKEY",
             "runId": run.id,
+            # No run outlives its year plus retention; nor does its key (a key whose run
+            # expired sooner is taken over: `create_run_over_stale_key`).
+            "ttl": now_epoch_s + CHILD_ITEM_TTL_SECONDS,
         }
         actions.append(
             {
@@ -111,6 +114,49 @@ def create_run(run: Run, *, now_epoch_s: int) -> None:
             raise RunExists(run.id) from None
         ddb.raise_transient(exc)
         raise
+
+
+def create_run_over_stale_key(run: Run, stale_run_id: str, *, now_epoch_s: int) -> bool:
+    """Write a new run whose key still names `stale_run_id`, a run that no longer exists
+    (its item expired, or was deleted without its key): the key moves to the new run in
+    the run's own transaction, conditional on the old run still being absent and the key
+    still naming it. False when either changed meanwhile."""
+    assert run.run_key
+    key_pk = items.run_key_pk(run.project_id, run.run_key)
+    key_item: dict[str, Any] = {"pk": key_pk, "sk": "RUNKEY", "runId": run.id}
+    key_item["ttl"] = now_epoch_s + CHILD_ITEM_TTL_SECONDS
+    actions: list[dict[str, Any]] = [
+        {
+            "Put": {
+                "TableName": _table(),
+                "Item": ddb.to_item(items.run_values(run, started_event=ids.time_ordered_id())),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        },
+        {
+            "Put": {
+                "TableName": _table(),
+                "Item": ddb.to_item(key_item),
+                "ConditionExpression": "runId = :stale",
+                "ExpressionAttributeValues": {":stale": {"S": stale_run_id}},
+            }
+        },
+        {
+            "ConditionCheck": {
+                "TableName": _table(),
+                "Key": items.run_key(stale_run_id),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        },
+    ]
+    try:
+        _ddb().transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True
 
 
 def run_id_for_key(project_id: str, run_key: str) -> str | None:

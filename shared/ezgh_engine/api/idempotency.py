@@ -9,7 +9,10 @@ runs and then holds the first answer for 48 hours. Rules:
   `409 idempotency_conflict` ("still in progress; retry"). A claim older than the API's
   longest run time belongs to a request that died, and is taken over;
 - the first request failed (any error): the claim is let go, so a retry runs again. Only
-  successful answers are replayed.
+  successful answers are replayed;
+- the first request succeeded but storing its answer fails: the store is retried, and the
+  caller gets its answer even if it still fails (its effect happened; failing it would only
+  make the caller resend).
 
 Answers can hold secrets (`POST /apiKeys` answers the key's secret, stored nowhere else), so
 the record keeps neither the Idempotency-Key nor the answer in clear: its ID holds the key's
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
 import time
 import zlib
@@ -44,9 +48,12 @@ STALE_CLAIM_MS = 60_000
 # How long a repeat waits for a concurrent first request before answering 409.
 WAIT_SECONDS = 2.0
 _POLL_SECONDS = 0.1
+# Pauses between attempts to store an answer whose request had its effect.
+FINISH_RETRY_SECONDS = (0.05, 0.2, 0.5, 1.0)
 _KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
 
 Answer = tuple[int, Any]
+log = logging.getLogger(__name__)
 
 
 def _cipher_key(idempotency_key: str) -> bytes:
@@ -135,5 +142,24 @@ def answer_once(
     except BaseException:
         idempotency_store.release(pk, token)
         raise
-    idempotency_store.finish(pk, token, status, _seal(key, pk, token, answer))
+    _finish(pk, token, status, _seal(key, pk, token, answer))
     return _response(status, answer)
+
+
+def _finish(pk: str, token: str, status: int, sealed: bytes) -> None:
+    """Store the answer, retrying a failed write a few times. The request's effect has
+    happened (SQS holds the messages): failing now would make the caller resend, and a
+    resend must find this answer, so the write is retried rather than the request failed.
+    If it still fails, the caller gets its answer anyway and the claim stays unfinished
+    (a resend meanwhile is told to retry; see docs/guarantees.md for the one window left)."""
+    for pause in FINISH_RETRY_SECONDS:
+        try:
+            idempotency_store.finish(pk, token, status, sealed)
+            return
+        except Exception as err:  # a throttle or a network error: the claim still stands
+            log.warning("idempotency record %s: storing the answer failed: %s", pk[:40], err)
+            time.sleep(pause)
+    try:
+        idempotency_store.finish(pk, token, status, sealed)
+    except Exception:
+        log.exception("idempotency record %s: the answer could not be stored", pk[:40])

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import push, registry_store
-from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.core.models import App, Notifications, Principal, RunError
 from ezgh_engine.errors import Conflict, EngineError, Forbidden, NotFound, ValidationError
 
 APP_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
@@ -155,8 +155,18 @@ def sync_app(principal: Principal, app_ref: str) -> App:
     return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
 
 
+def _end_deleted(run_id: str, end_now: Any) -> bool:
+    """End one run for its deleted app; a write lost to another change is tried again."""
+    return any(end_now(run_id, "failed", APP_DELETED) for _ in range(3))
+
+
+APP_DELETED = RunError("workflows.app_deleted", "AppDeleted", "the run's app was deleted")
+
+
 def delete_app(principal: Principal, app_ref: str) -> None:
-    """Delete the app; its name is free again at once."""
+    """Delete the app; its name is free again at once. Its live runs end `failed` with
+    `workflows.app_deleted` now: nothing could run their next step (a run waiting on a
+    callback without a timeout would otherwise stay `running` for ever)."""
     app = get_app(principal, app_ref)
     _require(principal, UPDATE_ACTION, app.name)
     registry_store.delete_app(app)
@@ -164,3 +174,30 @@ def delete_app(principal: Principal, app_ref: str) -> None:
         from ezgh_engine.service.pull import delete_task_queue
 
         delete_task_queue(app.id)
+    end_runs_of_deleted_app(app.project_id, app.id)
+
+
+def end_runs_of_deleted_app(project_id: str, app_id: str) -> int:
+    """End every live run of a deleted app `failed` (`workflows.app_deleted`); answer how
+    many. One query of the project's runs index per page (filtered to the app's running
+    and cancelling runs), then one transaction per run. Idempotent: a run that ended
+    meanwhile is skipped; the invoker ends one it meets later the same way."""
+    from ezgh_engine.adapters import runs_store
+    from ezgh_engine.service import timers
+
+    ended = 0
+    for status in ("running", "cancelling"):
+        cursor: str | None = None
+        while True:
+            runs, cursor = runs_store.search_runs(
+                project_id,
+                filters={"appId": app_id, "status": status},
+                created_after=None,
+                created_before=None,
+                limit=100,
+                cursor=cursor,
+            )
+            ended += sum(_end_deleted(run.id, timers.end_now) for run in runs)
+            if cursor is None:
+                break
+    return ended

@@ -108,8 +108,12 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
         _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
     app = registry_store.get_app(run.project_id, run.app_id)
-    if app is None:
-        return None  # the main invocation fails the run
+    if app is None:  # the app was deleted: the run ends now (no invocation may come)
+        from ezgh_engine.service import timers
+        from ezgh_engine.service.apps import APP_DELETED
+
+        timers.end_now(run_id, "failed", APP_DELETED)
+        return None
     invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
     request = invoke_request(
         run, invocation_id, lease_ms, now_ms, branch_step=step_id, branch_epoch=epoch

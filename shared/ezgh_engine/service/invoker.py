@@ -57,7 +57,7 @@ def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None
             return None
         if not owed.leased:  # the handler that woke it died: invoke as an invoke message would
             return invoke(owed.run_id, owed.seq)
-        _invoke_for_timer(owed.run_id, now_ms, lease_ms)
+        _invoke_for_timer(owed.run_id, owed.epoch, now_ms, lease_ms)
         return None
     if kind == "branch":  # issue 3: one parallel step in an invocation of its own
         from ezgh_engine.service import branches
@@ -88,11 +88,12 @@ def invoke(run_id: str, seq: int) -> Retry | None:
     return _invoke_leased(run_id, run, now_ms, lease_ms)
 
 
-def _invoke_for_timer(run_id: str, now_ms: int, lease_ms: int) -> None:
-    """Invoke a run a timer woke with its lease. Its message is a timer's, which must not
-    come back (the step is awake, it would be dropped): a delivery to retry later goes back
-    as an invoke message, delayed like a held one."""
-    retry = _invoke_leased(run_id, None, now_ms, lease_ms)
+def _invoke_for_timer(run_id: str, epoch: int, now_ms: int, lease_ms: int) -> None:
+    """Invoke a run a timer woke with its lease (`epoch`, the one its wake-up took). Its
+    message is a timer's, which must not come back (the step is awake, it would be
+    dropped): a delivery to retry later goes back as an invoke message, delayed like a
+    held one."""
+    retry = _invoke_leased(run_id, None, now_ms, lease_ms, taken_epoch=epoch)
     if retry is None:
         return
     run = runs_store.get_run(run_id, with_steps=False)
@@ -101,13 +102,29 @@ def _invoke_for_timer(run_id: str, now_ms: int, lease_ms: int) -> None:
         messages.send_invocation(run_id, run.invoke_seq, delay_seconds=delay)
 
 
-def _invoke_leased(run_id: str, leased: Run | None, now_ms: int, lease_ms: int) -> Retry | None:
+def _invoke_leased(
+    run_id: str,
+    leased: Run | None,
+    now_ms: int,
+    lease_ms: int,
+    *,
+    taken_epoch: int | None = None,
+) -> Retry | None:
     """Invoke the run whose lease this handler took (`leased`: the run as the lease write
-    answered; None when that write answered nothing, as a timer's wake-up transaction)."""
+    answered; None when that write answered nothing, as a timer's wake-up transaction,
+    which took `taken_epoch`)."""
     started_at = clock.iso(clock.now())
     invocation_id = ids.time_ordered_id()
     full = runs_store.get_run(run_id)
     if full is None:
+        return None
+    if leased is None and taken_epoch is not None and full.epoch != taken_epoch:
+        # This handler stalled past its lease and a newer invocation holds the run: act
+        # only on the epoch it took, so it neither runs a second attempt nor moves the
+        # newer invocation's lease.
+        log.info(
+            "run %s: epoch %d was taken over; dropping the timer's invocation", run_id, taken_epoch
+        )
         return None
     run = _with_lease(full, leased) if leased is not None else full
     # Answer every reason known when the steps were read, not just the message's: a newer
@@ -120,8 +137,9 @@ def _invoke_leased(run_id: str, leased: Run | None, now_ms: int, lease_ms: int) 
         timers.time_out(run.id)
         return None
     if app is None:
-        error = RunError("workflows.app_not_found", "AppNotFound", "the run's app was deleted")
-        _end(run, seq, "failed", error, invocation_id, started_at)
+        from ezgh_engine.service.apps import APP_DELETED
+
+        _end(run, seq, "failed", APP_DELETED, invocation_id, started_at)
         return None
     if app.kind == "pull":  # issue 5: queue a task for the app's workers; don't wait
         from ezgh_engine.service import pull

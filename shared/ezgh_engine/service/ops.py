@@ -8,6 +8,11 @@ A run is *stuck* when it is `running` or `cancelling` and nothing will ever move
 - no step that something pending will end (`sleeping` has a timer, `waiting` a callback,
   message or child run, `retrying` a retry timer, `running` an invocation that will record it).
 
+It is also stuck when something pending will never move it: its app was deleted and steps
+are pending (nothing will run them), a sleep, retry or wait is still pending long past its
+wake time (its timer was dropped), or a child wait names a child run that has ended or is
+gone (its end was refused while the parent was ended).
+
 Cost: with `project_id`, one query of the project's runs index (every run of the project,
 filtered to `running`/`cancelling`); without it, a paged **Scan of the whole runs table**
 (every run, step and event item is read and billed, only run items are kept). Then one query
@@ -17,18 +22,20 @@ and with `project_id` where you can.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import ddb, runs_store
+from ezgh_engine.adapters import ddb, registry_store, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run
+from ezgh_engine.core.models import Run, Step
 
 ACTIVE_STATUSES = ("running", "cancelling")
+ENDED_STATUSES = frozenset({"completed", "failed", "cancelled", "timedOut"})
 PENDING_STEP_STATUSES = frozenset({"sleeping", "waiting", "retrying", "running"})
 DEFAULT_OLDER_THAN_SECONDS = 300
 
@@ -81,8 +88,36 @@ def _active_run_items(project_id: str | None) -> list[dict[str, Any]]:
         kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
 
-def stuck_reason(run: Run, *, now_ms: int, older_than_seconds: float = 0) -> str | None:
-    """Why `run` is stuck, or None when something pending will move it (or it is too recent)."""
+def _dead_step(
+    step: Step, quiet_since_ms: int, child_status: Callable[[str], str | None]
+) -> str | None:
+    """Why a pending step will never end, or None: a sleep, retry or wait whose wake time
+    passed long ago (its timer was dropped, e.g. while the run was ended), or a child wait
+    whose child run has ended (or is gone) without ending it."""
+    due = step.wake_at is not None and clock.parse_iso(step.wake_at).timestamp() * 1000
+    if step.status in ("sleeping", "retrying", "waiting") and due and due <= quiet_since_ms:
+        return f"step {step.id} {step.status} past its wake time {step.wake_at} (timer lost)"
+    if step.kind == "invoke" and step.status == "waiting" and step.child_run_id:
+        child = child_status(step.child_run_id)
+        if child is None or child in ENDED_STATUSES:
+            state = "is gone" if child is None else f"ended {child}"
+            return f"step {step.id} waits on child run {step.child_run_id}, which {state}"
+    return None
+
+
+def stuck_reason(
+    run: Run,
+    *,
+    now_ms: int,
+    older_than_seconds: float = 0,
+    app_exists: bool = True,
+    child_status: Callable[[str], str | None] = lambda _id: "running",
+) -> str | None:
+    """Why `run` is stuck, or None when something pending will move it (or it is too recent).
+
+    Besides "nothing pending": pending steps of a run whose app was deleted (`app_exists`),
+    and pending steps nothing will end (`_dead_step`; `child_status` answers a child
+    run's status, None when it is gone)."""
     if run.status not in ACTIVE_STATUSES:
         return None
     quiet_since_ms = now_ms - int(older_than_seconds * 1000)
@@ -93,6 +128,15 @@ def stuck_reason(run: Run, *, now_ms: int, older_than_seconds: float = 0) -> str
     if run.invoke_seq != run.handled_seq:
         return None  # an invocation is owed: its message is in flight or due
     pending = [s for s in run.steps if s.status in PENDING_STEP_STATUSES]
+    if pending and not app_exists:
+        return (
+            f"status {run.status}; its app {run.app_id} was deleted: nothing will run its "
+            f"{len(pending)} pending step(s) ({', '.join(s.id for s in pending[:5])})"
+        )
+    for step in pending:
+        why = _dead_step(step, quiet_since_ms, child_status)
+        if why is not None:
+            return f"status {run.status}; no live lease; {why}"
     if pending:
         return None
     lease = (
@@ -107,6 +151,11 @@ def stuck_reason(run: Run, *, now_ms: int, older_than_seconds: float = 0) -> str
     )
 
 
+def _child_status(run_id: str) -> str | None:
+    child = runs_store.get_run(run_id, with_steps=False)
+    return child.status if child is not None else None
+
+
 def find_stuck_runs(
     project_id: str | None = None, *, older_than_seconds: float = DEFAULT_OLDER_THAN_SECONDS
 ) -> list[StuckRun]:
@@ -115,6 +164,7 @@ def find_stuck_runs(
     first."""
     now = clock.now_ms()
     found: list[tuple[str, StuckRun]] = []
+    apps: dict[str, bool] = {}
     for values in _active_run_items(project_id):
         head = items.run_from(values)
         if stuck_reason(head, now_ms=now, older_than_seconds=older_than_seconds) is None:
@@ -122,7 +172,15 @@ def find_stuck_runs(
         run = runs_store.get_run(head.id, with_steps=True)
         if run is None:
             continue
-        why = stuck_reason(run, now_ms=now, older_than_seconds=older_than_seconds)
+        if run.app_id not in apps:
+            apps[run.app_id] = registry_store.get_app(run.project_id, run.app_id) is not None
+        why = stuck_reason(
+            run,
+            now_ms=now,
+            older_than_seconds=older_than_seconds,
+            app_exists=apps[run.app_id],
+            child_status=_child_status,
+        )
         if why is not None:
             found.append(
                 (

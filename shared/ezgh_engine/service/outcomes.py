@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ezgh_engine import clock, ids
@@ -11,7 +12,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.outcomes import Outcome
-from ezgh_engine.errors import EngineError
+from ezgh_engine.errors import EngineError, StaleInvocation
 
 
 def _events(
@@ -44,6 +45,8 @@ class OpsConflict(Exception):
         super().__init__(f"steps recorded with other outcomes: {', '.join(step_ids)}")
         self.step_ids = step_ids
 
+
+PENDING = frozenset({"sleeping", "waiting", "retrying"})
 
 # Past this many held ends and waits, the ends are written before the outcome, not in its
 # transaction (DynamoDB takes 100 actions a transaction).
@@ -133,6 +136,38 @@ def apply(
         return  # only branch invocations answer this (service.branches)
     if outcome.kind == "aborted":
         return  # the invocation gave up its lease to a newer one: nothing to write
+    try:
+        _end(run, seq, outcome, events, at, now, step_writes, notify)
+    except StaleInvocation:
+        current = runs_store.get_run(run.id, with_steps=False)
+        if current is None or current.ended or current.epoch != run.epoch:
+            raise
+        if current.status == run.status:
+            raise
+        # A cancel came while the invocation ran: its end is written again from the status
+        # the run has now (a cancelling run ends cancelled however the workflow ended).
+        apply(
+            replace(run, status=current.status),
+            seq,
+            outcome,
+            invocation_id=invocation_id,
+            started_at=started_at,
+            step_writes=step_writes,
+            notify=notify,
+        )
+
+
+def _end(
+    run: Run,
+    seq: int,
+    outcome: Outcome,
+    events: list[dict[str, Any]],
+    at: str,
+    now: Any,
+    step_writes: list[dict[str, Any]] | None,
+    notify: bool | None,
+) -> None:
+    """End the run from `outcome`, conditional on the status the invocation saw."""
     status, error, text, ref = _ending(run, outcome)
     # The run's end rides the invocation's item too (listed after its outcome).
     run_end: dict[str, Any] = {"id": ids.time_ordered_id(), "type": f"run.{status}"}
@@ -152,7 +187,9 @@ def apply(
         step_writes=step_writes or (),
         notify=notify,
     )
-    if status == "cancelled":
+    if status != "completed" or any(s.status in PENDING for s in run.steps):
+        # A run that ends leaves no step pending (a retry, a wait, a sleep): each ends
+        # `cancelled`, its timer then finds nothing, and a RetryRun records it afresh.
         from ezgh_engine.service import waits
 
         waits.cancel_leftovers(run.id)

@@ -78,11 +78,26 @@ def start_run(
     try:
         runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
     except runs_store.RunKeyTaken as taken:
-        return _existing_for_key(principal, taken.run_id, run), False
+        existing = _existing_for_key(principal, taken.run_id, run)
+        if existing is not None:
+            return existing, False
+        # The key names a run that no longer exists (expired): it is this run's now.
+        if not runs_store.create_run_over_stale_key(
+            run, taken.run_id, now_epoch_s=int(clock.now().timestamp())
+        ):
+            # Another start took it over first: answer its run (or 409 if another).
+            owner = runs_store.run_id_for_key(run.project_id, run_key or "")
+            winner = _existing_for_key(principal, owner, run) if owner else None
+            if winner is None:
+                raise Conflict(
+                    "run key is being released; try again", code="run_key_conflict"
+                ) from None
+            return winner, False
     return _hydrate(run), True
 
 
-def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run:
+def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run | None:
+    """The run the key names, if it is `wanted`'s (409 otherwise); None when it is gone."""
     existing = runs_store.get_run(run_id)
     for pause in (0.02, 0.05, 0.1):
         if existing is not None:
@@ -91,8 +106,8 @@ def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run:
         # moment before the run. Only a run deleted meanwhile stays missing.
         time.sleep(pause)
         existing = runs_store.get_run(run_id)
-    if existing is None:  # deleted between the two reads: the key is free again
-        raise Conflict("run key is being released; try again", code="run_key_conflict")
+    if existing is None:  # expired, or deleted between the two reads
+        return None
     existing = _hydrate(existing)
     if (
         existing.workflow != wanted.workflow
@@ -192,6 +207,9 @@ def delete_run(principal: Principal, run_id: str) -> None:
     run = _visible_run(principal, run_id, "workflows.runs.cancel", with_steps=False)
     if run.status not in ENDED_STATUSES:
         raise Conflict(f"run {run_id} has not ended; cancel it first", code="invalid_state")
+    from ezgh_engine.service import retention
+
+    retention.delete_callbacks(run.id)  # (an ended run's callbacks are refused anyway)
     runs_store.delete_run(run)
     payloads.delete_run_payloads(run.project_id, run.id)
 

@@ -75,6 +75,11 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
 def handle_record(record: dict[str, Any]) -> None:
     """React to one stream record of the `runs` table."""
     if record.get("eventName") == "REMOVE":
+        removed = _image(record, "OldImage")
+        if removed and removed.get("type") == "run":  # its TTL (or DeleteRun): the rest goes
+            from ezgh_engine.service import retention
+
+            retention.on_run_removed(removed)
         return
     new, old = _image(record, "NewImage"), _image(record, "OldImage")
     item = new or old or {}

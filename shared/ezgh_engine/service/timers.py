@@ -29,6 +29,7 @@ class Owed:
     run_id: str
     leased: bool
     seq: int = 0
+    epoch: int = 0  # when `leased`: the epoch its wake-up write took, the only one to act on
 
 
 def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | None:
@@ -59,9 +60,9 @@ def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | N
     at = clock.iso(clock.now())
     if step.status == "sleeping":
         marks = steps_store.event_marks(ids.time_ordered_id(), run.attempt, None)
-        lease = (clock.now_ms(), lease_ms) if lease_ms is not None else None
+        lease = (clock.now_ms(), lease_ms, run.epoch) if lease_ms is not None else None
         woke = store.wake_sleep(run.id, step.id, ended_at=at, marks=marks, lease=lease)
-        return Owed(run.id, leased=True) if woke == "leased" else None
+        return Owed(run.id, leased=True, epoch=run.epoch + 1) if woke == "leased" else None
     if step.status == "retrying":
         _retry_due(run.id, step.id, step.branch, message["wakeAt"])
     elif step.status == "waiting":  # a callback or message wait timed out: it gives null
@@ -89,6 +90,14 @@ def _retry_due(run_id: str, step_id: str, branch: bool, wake_at: str) -> None:
 
 def time_out(run_id: str) -> bool:
     """End a live run `timedOut` now, whatever invocation holds it (its writes then fail)."""
+    error = RunError("workflows.timed_out", "RunTimedOut", "the run went past its time limit")
+    return end_now(run_id, "timedOut", error)
+
+
+def end_now(run_id: str, status: str, error: RunError) -> bool:
+    """End a live run with `status` (`timedOut`, `failed`) and `error` now, whatever
+    invocation holds it: the epoch moves on, so that invocation's writes fail. Its pending
+    steps end with it. False when it had ended already (or changed meanwhile)."""
     from ezgh_engine.service import waits
 
     run = runs_store.get_run(run_id, with_steps=False)
@@ -96,7 +105,6 @@ def time_out(run_id: str) -> bool:
         return False
     at = clock.iso(clock.now())
     now_s = int(clock.now().timestamp())
-    error = RunError("workflows.timed_out", "RunTimedOut", "the run went past its time limit")
     update = {
         "Update": {
             "TableName": ws._table(),
@@ -109,7 +117,7 @@ def time_out(run_id: str) -> bool:
             "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
             "ExpressionAttributeValues": {
                 **ws.LIVE,
-                ":t": {"S": "timedOut"},
+                ":t": {"S": status},
                 ":at": {"S": at},
                 ":e": ws.ddb.to_attr(error.to_api()),
                 ":one": {"N": "1"},
@@ -122,7 +130,7 @@ def time_out(run_id: str) -> bool:
     event = runs_store.event_put(
         run_id,
         run.attempt,
-        "run.timedOut",
+        f"run.{status}",
         at,
         now_s + runs_store.CHILD_ITEM_TTL_SECONDS,
         error=error.to_api(),

@@ -161,18 +161,42 @@ def end_wait_actions(
     ]
 
 
+MESSAGE_SEEN_PREFIX = "MSG#"
+
+
+def _message_seen_put(run_id: str, message_id: str) -> dict[str, Any]:
+    """The marker `RUN#<runId>` / `MSG#<messageId>` a resume writes (only if new): a
+    message resumes at most one wait of a run, however often SQS delivers it."""
+    values = {
+        "pk": items.run_pk(run_id),
+        "sk": MESSAGE_SEEN_PREFIX + message_id,
+        "type": "msgseen",
+        "ttl": _expires(),
+    }
+    return ws.plain_put(values)
+
+
 def resume_message_waiters(project_id: str, queue_id: str, key: str, message: dict) -> int:
     """Complete every step waiting on (queue_id, key) in the project with `message`, each in
-    its own transaction with its run's `invokeSeq` bump; answer how many were resumed."""
+    its own transaction with its run's `invokeSeq` bump; answer how many were resumed
+    (counting runs this message resumed already: a redelivery, acknowledged, not resumed
+    again). A message with a `messageId` resumes at most one wait per run."""
     resumed = 0
+    message_id = message.get("messageId") if isinstance(message, dict) else None
     for waiter in ws.query_pk(ws.msgwait_pk(project_id, queue_id, key)):
         run_id, step_id = str(waiter["runId"]), str(waiter["stepId"])
         actions = end_wait_actions(
             run_id, 1, step_id, output=message, kind="message", project_id=project_id
         )
         actions.append(ws.delete(waiter["pk"], waiter["sk"]))
+        if message_id is not None:
+            actions.append(_message_seen_put(run_id, str(message_id)))
         if ws.transact(actions):
             resumed += 1
+        elif message_id is not None and ws.get(
+            items.run_pk(run_id), MESSAGE_SEEN_PREFIX + str(message_id)
+        ):
+            resumed += 1  # a redelivery of a message this run took: its next wait waits on
         else:  # the wait ended otherwise (timeout, cancel) or its run ended: drop the index
             ws.transact([ws.delete(waiter["pk"], waiter["sk"])])
     return resumed

@@ -1,0 +1,81 @@
+"""Retention (issue 14): every item and object of a run is gone once its run item is (its
+TTL, 30 days after it ended, or DeleteRun); DeleteRun leaves no callback index item."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import payloads
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.service import callbacks, stream
+
+from tests.api.conftest import ENV
+from tests.api.test_races import _run_of
+
+
+def _a_run_with_everything(project_id: str) -> tuple[Any, list[tuple[str, str]]]:
+    """An ended run with a run key, a callback step (and its index item), an event, a
+    message marker and a large output in S3; answers it and the keys of its other items."""
+    run = _run_of(project_id, "a", status="completed", run_key="k-1")
+    key = (items.run_key_pk(project_id, "k-1"), "RUNKEY")
+    ws.transact([ws.plain_put({"pk": key[0], "sk": key[1], "runId": run.id})])
+    at = clock.iso(clock.now())
+    actions, url = callbacks.create_actions(
+        run.id, project_id, "approve#1", "approve", None, order="1", at=at, expires=1
+    )
+    event = {"pk": items.run_pk(run.id), "sk": items.EVENT_PREFIX + "1", "type": "event"}
+    marker = {"pk": items.run_pk(run.id), "sk": "MSG#m-1", "type": "msgseen"}
+    assert ws.transact([*actions, ws.plain_put(event), ws.plain_put(marker)])
+    payloads.put(project_id, run.id, payloads.RUN_OUTPUT_PATH, '"big"')
+    token = url.rsplit("/", 1)[-1]
+    index = (ws.callback_pk(ids.sha256_hex(token)), "CALLBACK")
+    steps = [(items.run_pk(run.id), items.STEP_PREFIX + "approve#1")]
+    return run, [key, index, *steps, (event["pk"], event["sk"]), (marker["pk"], marker["sk"])]
+
+
+def _left(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [k for k in keys if ws.get(*k) is not None]
+
+
+def _objects(project_id: str, run_id: str) -> list[str]:
+    s3 = boto3.client("s3", region_name="us-east-1")
+    listed = s3.list_objects_v2(Bucket=ENV["EZGH_PAYLOAD_BUCKET"], Prefix=f"{project_id}/{run_id}/")
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_the_rest_of_a_run_goes_when_its_run_item_expires(aws_env: None) -> None:
+    project = ids.new_id()
+    run, keys = _a_run_with_everything(project)
+    raw = ws.get(items.run_pk(run.id), items.RUN_SK)
+    assert raw is not None and _left(keys) == keys and _objects(project, run.id)
+    ws.transact([ws.delete(items.run_pk(run.id), items.RUN_SK)])  # DynamoDB's TTL
+    removed = {
+        "eventName": "REMOVE",
+        "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"},
+        "dynamodb": {"OldImage": ws.ddb.to_item(raw)},
+    }
+    stream.handle_record(removed)
+    assert _left(keys) == []
+    assert _objects(project, run.id) == []
+
+
+def test_delete_run_leaves_no_callback_index_item(project: Any, monkeypatch: Any) -> None:
+    from ezgh_engine.service import timers
+
+    from tests.api.test_races import _synced_app
+
+    app = _synced_app(project, monkeypatch)
+    run = project.call("POST", "/runs", body={"appId": app["slug"], "workflow": "onboarding"})
+    run_id = run.body["id"]
+    actions, url = callbacks.create_actions(
+        run_id, project.project_id, "approve#1", "approve", None, order="1", at="x", expires=1
+    )
+    assert ws.transact(actions)
+    assert timers.time_out(run_id)  # the run ends (any end will do)
+    index = (ws.callback_pk(ids.sha256_hex(url.rsplit("/", 1)[-1])), "CALLBACK")
+    assert ws.get(*index) is not None
+    assert project.call("DELETE", f"/runs/{run_id}").status in (200, 204)
+    assert ws.get(*index) is None
