@@ -216,3 +216,21 @@ def test_a_failed_sync_reports_the_status_not_the_body(
     assert answer.status == 409
     assert "HTTP 500" in answer.body["error"]["message"]
     assert "hunter2" not in answer.raw
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://100.64.0.1/",
+        "https://[2002:a9fe:a9fe::]/",
+        "https://[2002:7f00:1::]/",
+        "https://[::ffff:169.254.169.254]/",
+        "https://[fe80::1%25eth0]/",
+        "https://192.0.0.8/",
+    ],
+)
+def test_a_push_app_url_at_a_non_global_address_is_refused_at_create(
+    project: Project, url: str
+) -> None:
+    answer = project.call("POST", "/apps", body={"name": "x", "kind": "push", "url": url})
+    assert answer.status == 400 and answer.body["error"]["code"] == "validation_error"
