@@ -65,15 +65,25 @@ def take_lease(run_id: str, seq: int, *, now_ms: int, lease_ms: int) -> Run | No
 
 
 def _run_update(
-    run: Run, expression: str, values: dict[str, Any], names: dict[str, str] | None = None
+    run: Run,
+    expression: str,
+    values: dict[str, Any],
+    names: dict[str, str] | None = None,
+    *,
+    answers: bool = False,
 ) -> dict[str, Any]:
-    """A transaction Update of the run item, conditional on the invocation's epoch."""
+    """A transaction Update of the run item, conditional on the invocation's epoch; with
+    `answers` (the invocation's answer, `:seq` in `values`) also on its reason being still
+    unanswered, so one answer is applied once, however often it is posted."""
+    condition = f"epoch = :epoch AND {_LIVE_CONDITION}"
+    if answers:
+        condition += " AND handledSeq < :seq"
     return {
         "Update": {
             "TableName": _table(),
             "Key": items.run_key(run.id),
             "UpdateExpression": expression + ", version = version + :one",
-            "ConditionExpression": f"epoch = :epoch AND {_LIVE_CONDITION}",
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": {"#status": "status", **(names or {})},
             "ExpressionAttributeValues": {
                 **_LIVE,
@@ -149,7 +159,7 @@ def end_run(
         values[":notify"] = {"S": "yes" if notify else "no"}
     names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
     used = {n: v for n, v in names.items() if n in expression}
-    update = _run_update(run, expression, values, used)
+    update = _run_update(run, expression, values, used, answers=True)
     _transact([update, *step_writes, *events], len(step_writes))
 
 
@@ -167,6 +177,7 @@ def suspend(
         run,
         "SET handledSeq = :seq, leaseUntil = :zero, invokeFailures = :zero",
         {":seq": {"N": str(seq)}, ":zero": {"N": "0"}},
+        answers=True,
     )
     _transact([update, *step_writes, *step_puts, *events], len(step_writes))
 

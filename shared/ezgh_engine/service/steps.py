@@ -150,6 +150,10 @@ class _OpContext:
         state = store.run_state(self.claims.run_id)
         if state is None or state[0] not in LIVE_STATUSES or state[1] > self.claims.epoch:
             raise StaleInvocation("the invocation's lease was taken over or the run ended")
+        # A main invocation's token works while its lease does: once it has answered (the
+        # lease released, `leaseUntil` 0) or its lease ran out, it starts and ends nothing.
+        if self.claims.step_id is None and state[2] < clock.now_ms():
+            raise StaleInvocation("the invocation has answered or its lease ended")
 
     def _checked(self, op: Any) -> tuple[str, str]:
         if not isinstance(op, dict):
