@@ -102,3 +102,33 @@ def test_a_long_lived_token_stops_when_its_lease_ends(
     with pytest.raises(StaleInvocation):  # nor can a late heartbeat bring it back
         pull.set_lease(run.id, leased.epoch, clock.now_ms() + 60_000)
     assert _steps(run.id) == {"a#1": ("running", None)}
+
+
+def test_a_branch_invocations_token_does_nothing_once_it_answered(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The branch answered with its step due again (a retry): until the next branch
+    invocation takes the step's lease, the old token must not start it."""
+    from ezgh_engine.adapters import run_items as items
+    from ezgh_engine.adapters import waits_store as ws
+    from ezgh_engine.service import branches
+
+    from tests.api.test_branch_outcomes import STEP, _app, _put, _run_with_branch
+
+    run_id = _run_with_branch()
+    seen: dict[str, str] = {}
+
+    def invoke_app(app: Any, request: dict[str, Any]) -> dict[str, Any]:
+        seen["token"] = request["api"]["token"]
+        step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+        _put({**step, "status": "waiting", "attempt": int(step.get("attempt", 0)) + 1})
+        return {"protocol": "1.3", "deploymentId": None, "outcome": "branch", "stepId": STEP}
+
+    monkeypatch.setattr(branches, "invoke_app", invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+    assert branches.invoke_branch(run_id, STEP) is None
+    before = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP)
+    assert before is not None and before["status"] == "waiting"
+    op = {"op": "start", "stepId": STEP, "name": "fan-0", "kind": "run"}
+    _refused(steps_call(seen["token"], [op]))
+    assert ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) == before

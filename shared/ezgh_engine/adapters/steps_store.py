@@ -453,3 +453,16 @@ def run_state(run_id: str) -> tuple[str, int, int] | None:
         int(values.get("epoch", 0)),
         int(values.get("leaseUntil", 0)),
     )
+
+
+def branch_lease(run_id: str, step_id: str) -> tuple[int, int]:
+    """A branch step's lease: its `branchEpoch` and `branchLeaseUntil` (ms), read
+    consistently; (-1, 0) when the step does not exist."""
+    answer = _ddb().get_item(
+        TableName=_table(),
+        Key=items.step_key(run_id, step_id),
+        ProjectionExpression="branchEpoch, branchLeaseUntil",
+        ConsistentRead=True,
+    )
+    values = ddb.from_item(answer["Item"]) if "Item" in answer else {}
+    return int(values.get("branchEpoch", -1)), int(values.get("branchLeaseUntil", 0))
