@@ -272,6 +272,13 @@ def _live_task(body: str) -> dict[str, Any] | None:
         return None
     if not isinstance(task, dict):
         return None
+    try:
+        # The lease runs from the worker's receipt, not from the dispatch: a task that
+        # waited in the queue still gives its worker a whole lease before its first
+        # heartbeat (an ended lease is not revived: its token works no more).
+        set_lease(claims.run_id, claims.epoch, clock.now_ms() + pull_lease_seconds() * 1000)
+    except StaleInvocation:
+        return None
     return task
 
 
