@@ -71,14 +71,19 @@ def _run_update(
     names: dict[str, str] | None = None,
     *,
     seen_status: str | None = None,
+    answers: bool = False,
 ) -> dict[str, Any]:
-    """A transaction Update of the run item, conditional on the invocation's epoch (and,
-    with `seen_status`, on the status the invocation saw: an end computed from `running`
-    must not overwrite a cancel that came meanwhile)."""
+    """A transaction Update of the run item, conditional on the invocation's epoch; with
+    `seen_status`, on the status the invocation saw (an end computed from `running` must not
+    overwrite a cancel that came meanwhile); with `answers` (the invocation's answer, `:seq`
+    in `values`), on its reason being still unanswered, so one answer is applied once,
+    however often it is posted."""
     condition = f"epoch = :epoch AND {_LIVE_CONDITION}"
     if seen_status is not None:
         condition += " AND #status = :seen"
         values = {**values, ":seen": {"S": seen_status}}
+    if answers:
+        condition += " AND handledSeq < :seq"
     return {
         "Update": {
             "TableName": _table(),
@@ -160,7 +165,7 @@ def end_run(
         values[":notify"] = {"S": "yes" if notify else "no"}
     names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
     used = {n: v for n, v in names.items() if n in expression}
-    update = _run_update(run, expression, values, used, seen_status=run.status)
+    update = _run_update(run, expression, values, used, seen_status=run.status, answers=True)
     _transact([update, *step_writes, *events], len(step_writes))
 
 
@@ -178,6 +183,7 @@ def suspend(
         run,
         "SET handledSeq = :seq, leaseUntil = :zero, invokeFailures = :zero",
         {":seq": {"N": str(seq)}, ":zero": {"N": "0"}},
+        answers=True,
     )
     _transact([update, *step_writes, *step_puts, *events], len(step_writes))
 

@@ -61,6 +61,7 @@ def run_values(run: Run, *, started_event: str | None = None) -> dict[str, Any]:
         "orgId": run.org_id,
         "projectId": run.project_id,
         "appId": run.app_id,
+        "appName": run.app_name,
         "workflow": run.workflow,
         "status": run.status,
         "input": None if run.input_ref else dumps(run.input),
@@ -117,6 +118,7 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         epoch=int(values.get("epoch", 0)),
         lease_until_ms=int(values.get("leaseUntil", 0)),
         invoke_failures=int(values.get("invokeFailures", 0)),
+        app_name=values.get("appName"),
         steps=steps,
     )
 

@@ -8,6 +8,7 @@ second effect. Invocation leases and outcomes are in `invocations_store`; step w
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -213,8 +214,10 @@ def search_runs(
     created_before: str | None,
     limit: int,
     cursor: str | None,
+    keep: Callable[[Run], bool] | None = None,
 ) -> tuple[list[Run], str | None]:
-    """Runs of a project, newest first, matching every filter (attribute name → value)."""
+    """Runs of a project, newest first, matching every filter (attribute name → value) and,
+    with `keep`, that predicate (the runs a scoped key may read)."""
     values: dict[str, Any] = {":pk": {"S": items.runs_index_pk(project_id)}}
     condition = "gsi1pk = :pk"
     if created_after and created_before:
@@ -249,7 +252,10 @@ def search_runs(
         kwargs["Limit"] = max(limit * 2, 25)
         answer = _ddb().query(**kwargs)
         for raw in answer.get("Items", []):
-            runs.append(items.run_from(ddb.from_item(raw)))
+            run = items.run_from(ddb.from_item(raw))
+            if keep is not None and not keep(run):
+                continue
+            runs.append(run)
             last = {k: raw[k] for k in ("pk", "sk", "gsi1pk", "gsi1sk")}
             if len(runs) == limit:
                 break

@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, waits_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
@@ -68,13 +69,21 @@ def _lease_check(lease: Lease, *, bump: bool = False) -> dict[str, Any]:
         live["UpdateExpression"] = "SET invokeSeq = invokeSeq + :one, version = version + :one"
         live["ExpressionAttributeValues"] = {**items.LIVE_VALUES, ":one": {"N": "1"}}
         return {"Update": live}
+    # The lease is this invocation's only while it lasts: answering it (or backing off)
+    # sets `leaseUntil` to 0 or a retry time, so its token then writes nothing.
     return {
         "ConditionCheck": {
             "TableName": _table(),
             "Key": items.run_key(lease.run_id),
-            "ConditionExpression": f"epoch = :epoch AND {items.LIVE_CONDITION}",
+            "ConditionExpression": (
+                f"epoch = :epoch AND leaseUntil >= :now AND {items.LIVE_CONDITION}"
+            ),
             "ExpressionAttributeNames": items.LIVE_NAMES,
-            "ExpressionAttributeValues": {":epoch": {"N": str(lease.epoch)}, **items.LIVE_VALUES},
+            "ExpressionAttributeValues": {
+                ":epoch": {"N": str(lease.epoch)},
+                ":now": {"N": str(clock.now_ms())},
+                **items.LIVE_VALUES,
+            },
         }
     }
 
@@ -425,17 +434,35 @@ def write(actions: list[dict[str, Any]]) -> None:
         raise
 
 
-def run_state(run_id: str) -> tuple[str, int] | None:
-    """The run's status and lease epoch, read eventually consistent (half a read unit):
-    enough to stop an invocation whose run ended or was taken over, which its steps'
-    own conditions would otherwise only catch when it touched a step another one owns."""
+def run_state(run_id: str) -> tuple[str, int, int] | None:
+    """The run's status, lease epoch and lease end (ms), read eventually consistent (half a
+    read unit): enough to stop an invocation whose run ended, was taken over or that has
+    answered, which its steps' own conditions would otherwise only catch when it touched a
+    step another one owns."""
     answer = _ddb().get_item(
         TableName=_table(),
         Key=items.run_key(run_id),
-        ProjectionExpression="#status, epoch",
+        ProjectionExpression="#status, epoch, leaseUntil",
         ExpressionAttributeNames={"#status": "status"},
     )
     if "Item" not in answer:
         return None
     values = ddb.from_item(answer["Item"])
-    return str(values.get("status")), int(values.get("epoch", 0))
+    return (
+        str(values.get("status")),
+        int(values.get("epoch", 0)),
+        int(values.get("leaseUntil", 0)),
+    )
+
+
+def branch_lease(run_id: str, step_id: str) -> tuple[int, int]:
+    """A branch step's lease: its `branchEpoch` and `branchLeaseUntil` (ms), read
+    consistently; (-1, 0) when the step does not exist."""
+    answer = _ddb().get_item(
+        TableName=_table(),
+        Key=items.step_key(run_id, step_id),
+        ProjectionExpression="branchEpoch, branchLeaseUntil",
+        ConsistentRead=True,
+    )
+    values = ddb.from_item(answer["Item"]) if "Item" in answer else {}
+    return int(values.get("branchEpoch", -1)), int(values.get("branchLeaseUntil", 0))

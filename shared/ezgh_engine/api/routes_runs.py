@@ -77,6 +77,13 @@ def start_run(
     f"{PREFIX}/runs",
     security=m.API_KEY,
     summary="SearchRuns",
+    description=(
+        "Runs newest first, with their input and output. A key sees only the runs it may "
+        "read: one whose workflows.runs.read grants (or * grants) all name a resource gets "
+        "the runs of those <app name>/<workflow> resources only, whatever the filters ask "
+        "(an appId or workflow it may not read answers an empty list); a key without "
+        "workflows.runs.read on any resource gets 403."
+    ),
     responses=m.doc(200, m.RunList, "runs, newest first"),
 )
 def search_runs(
@@ -126,6 +133,10 @@ def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     f"{RUN}/cancel",
     security=m.API_KEY,
     summary="CancelRun",
+    description=(
+        "Needs workflows.runs.cancel and, as it answers the run, workflows.runs.read on the "
+        "run's <app name>/<workflow>; both are checked before the run is touched."
+    ),
     responses=m.doc(202, m.RunAnswer, "cancelling"),
 )
 def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
@@ -138,6 +149,10 @@ def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     f"{RUN}/retry",
     security=m.API_KEY,
     summary="RetryRun",
+    description=(
+        "Needs workflows.runs.start and, as it answers the run, workflows.runs.read on the "
+        "run's <app name>/<workflow>; both are checked before the run is touched."
+    ),
     responses=m.doc(200, m.RunAnswer, "running again"),
 )
 def retry_run(orgId: str, projectId: str, runId: str) -> Response[Any]:

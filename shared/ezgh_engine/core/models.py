@@ -31,12 +31,30 @@ class Principal:
     permissions: tuple[tuple[str, str | None], ...]  # (action, resource or None for all)
 
     def allows(self, action: str, resource: str | None = None) -> bool:
+        """Whether a grant covers `action` on `resource`.
+
+        No resource means the whole project (an action on no one resource, or one whose
+        resource is unknown): only a grant without a resource covers it, never a scoped one.
+        """
+        return any(
+            granted in ("*", action) and (scope is None or scope == resource)
+            for granted, scope in self.permissions
+        )
+
+    def resources(self, action: str) -> frozenset[str] | None:
+        """The resources the key holds `action` on: None when a grant covers every resource
+        (so the caller need not filter), else the scoped grants' resources (maybe none)."""
+        scopes: set[str] = set()
         for granted, scope in self.permissions:
-            if granted not in ("*", action):
-                continue
-            if scope is None or resource is None or scope == resource:
-                return True
-        return False
+            if granted in ("*", action):
+                if scope is None:
+                    return None
+                scopes.add(scope)
+        return frozenset(scopes)
+
+    def holds(self, action: str) -> bool:
+        """Whether the key holds `action` on at least one resource (or on all)."""
+        return self.resources(action) != frozenset()
 
 
 @dataclass(frozen=True)
@@ -181,6 +199,9 @@ class Run:
     epoch: int = 0
     lease_until_ms: int = 0
     invoke_failures: int = 0
+    # The app's name when the run started: the run's resource (`<app name>/<workflow>`) for
+    # permission checks, which must survive the app's deletion (None on runs from before).
+    app_name: str | None = None
     steps: tuple[Step, ...] = field(default=())
 
     @property

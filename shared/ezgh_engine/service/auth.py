@@ -49,15 +49,8 @@ def check_project(principal: Principal, org_id: str, project_id: str) -> None:
 
 
 def covers(principal: Principal, action: str, resource: str | None) -> bool:
-    """Whether the principal holds `(action, resource)`, without widening the resource.
-
-    `Principal.allows` treats a request without a resource as "any one"; here no resource
-    means "all resources", which only an unscoped grant covers.
-    """
-    if resource is None:
-        return any(
-            scope is None and granted in ("*", action) for granted, scope in principal.permissions
-        )
+    """Whether the principal holds `(action, resource)`; no resource means all resources,
+    which only an unscoped grant covers (`Principal.allows`)."""
     return principal.allows(action, resource)
 
 

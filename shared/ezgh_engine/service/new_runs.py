@@ -34,6 +34,7 @@ def new_run(
         org_id=org_id,
         project_id=project_id,
         app_id=app.id,
+        app_name=app.name,
         workflow=workflow,
         status="running",
         input=value,

@@ -57,8 +57,10 @@ log = logging.getLogger(__name__)
 
 ENV_PULL_LEASE = "EZGH_PULL_LEASE_SECONDS"
 DEFAULT_PULL_LEASE_SECONDS = 60
-# Step calls are guarded by a read of the run's epoch and the steps' own conditions; the token
-# itself may live long, so a worker that keeps heartbeating can run a step for hours.
+# Step calls are guarded by a read of the run's epoch and lease end and the steps' own
+# conditions: the token works only while the lease lasts (heartbeats extend it, an answer
+# ends it). The token itself may live long, so a worker that keeps heartbeating can run a
+# step for hours.
 TOKEN_LIFETIME_MS = 24 * 3600 * 1000
 MAX_POLL_SECONDS = 20
 UPDATE_ACTION = "workflows.apps.update"
@@ -122,11 +124,14 @@ def set_lease(run_id: str, epoch: int, until_ms: int) -> None:
             TableName=settings().runs_table,
             Key=items.run_key(run_id),
             UpdateExpression="SET leaseUntil = :until",
+            # A lease that ran out stays ended: its worker's token works no more.
             ConditionExpression=(
-                "epoch = :epoch AND #status IN (:running, :cancelling) AND handledSeq < invokeSeq"
+                "epoch = :epoch AND #status IN (:running, :cancelling) "
+                "AND handledSeq < invokeSeq AND leaseUntil >= :now"
             ),
             ExpressionAttributeNames={"#status": "status"},
             ExpressionAttributeValues={
+                ":now": {"N": str(clock.now_ms())},
                 ":until": {"N": str(until_ms)},
                 ":epoch": {"N": str(epoch)},
                 ":running": {"S": "running"},
@@ -268,6 +273,13 @@ def _live_task(body: str) -> dict[str, Any] | None:
         return None
     if not isinstance(task, dict):
         return None
+    try:
+        # The lease runs from the worker's receipt, not from the dispatch: a task that
+        # waited in the queue still gives its worker a whole lease before its first
+        # heartbeat (an ended lease is not revived: its token works no more).
+        set_lease(claims.run_id, claims.epoch, clock.now_ms() + pull_lease_seconds() * 1000)
+    except StaleInvocation:
+        return None
     return task
 
 
@@ -303,6 +315,9 @@ def post_outcome(token: str, body: Any) -> dict[str, Any]:
         raise NotFound(f"run {claims.run_id} not found")
     if run.ended or run.epoch != claims.epoch or run.handled_seq >= task.seq:
         raise StaleInvocation("the invocation's lease was taken over or the run ended")
+    if run.lease_until_ms < clock.now_ms():
+        # Its worker stopped heartbeating: the task goes to another worker (`watch`).
+        raise StaleInvocation("the invocation's lease ended")
     try:
         outcome = outcome_rules.parse(body, clock.now())
     except outcome_rules.MalformedOutcome as exc:

@@ -8,7 +8,8 @@ Rules (the contract leaves them to us):
   dead-letter queue. `visibilityTimeoutSeconds` 0 to 43200 (default 30): how long a delivered
   message stays invisible, and the first step of a subscription's retry backoff.
 - Permissions: creating, deleting and redriving a queue need `queues.manage` (on the queue's
-  ID for delete and redrive); sending needs `queues.messages.send` on the queue's ID. Reading
+  ID for delete and redrive; creating needs it without a resource, as a new queue has no ID
+  a grant could name); sending needs `queues.messages.send` on the queue's ID. Reading
   queues is open to every key of the project.
 - Sending validates every message before sending any (1 to 10 messages; a text body and
   string attributes within 256 KiB; FIFO: a `groupId`, and a `dedupId` or content-based

@@ -6,6 +6,7 @@ Permission checks happen here, against the run's app and workflow (`<app name>/<
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
@@ -19,13 +20,37 @@ from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
 from ezgh_engine.service.new_runs import new_run
 
 MAX_TIMEOUT_SECONDS = 365 * 86_400  # a run lasts at most a year (the default too)
+READ = "workflows.runs.read"
+START = "workflows.runs.start"
+CANCEL = "workflows.runs.cancel"
 RUN_STATUSES = ("running", "cancelling", "completed", "failed", "cancelled", "timedOut")
 
 
-def _require(principal: Principal, action: str, app: App | None, workflow: str | None) -> None:
-    resource = f"{app.name}/{workflow}" if app and workflow else None
+def _require(principal: Principal, action: str, app: App, workflow: str) -> None:
+    resource = f"{app.name}/{workflow}"
     if not principal.allows(action, resource):
-        raise Forbidden(f"this API key may not {action}" + (f" on {resource}" if resource else ""))
+        raise Forbidden(f"this API key may not {action} on {resource}")
+
+
+def run_resource(run: Run, apps: dict[str, str | None] | None = None) -> str | None:
+    """The run's resource, `<app name>/<workflow>`, from the app name the run keeps, so it
+    survives the app's deletion. A run from before runs kept it takes its app's (looked up
+    once per app in `apps`); None when that app is gone: only an unscoped grant covers it."""
+    name = run.app_name
+    if name is None:
+        cache = {} if apps is None else apps
+        if run.app_id not in cache:
+            app = registry_store.get_app(run.project_id, run.app_id)
+            cache[run.app_id] = app.name if app else None
+        name = cache[run.app_id]
+    return f"{name}/{run.workflow}" if name else None
+
+
+def _require_on_run(principal: Principal, action: str, run: Run) -> None:
+    resource = run_resource(run)
+    if not principal.allows(action, resource):
+        scope = f" on {resource}" if resource else " on this run (its app is gone)"
+        raise Forbidden(f"this API key may not {action}{scope}")
 
 
 def _app(principal: Principal, app_ref: str) -> App:
@@ -62,7 +87,7 @@ def start_run(
     if run_key is not None:
         validation.check_run_key(run_key)
     app = _app(principal, app_ref)
-    _require(principal, "workflows.runs.start", app, workflow)
+    _require(principal, START, app, workflow)
     if app.status != "synced":
         raise Conflict(f"app {app.name} has not synced yet", code="app_not_synced")
     if workflow not in app.workflows:
@@ -128,17 +153,19 @@ def _hydrate(run: Run) -> Run:
     return run
 
 
-def _visible_run(principal: Principal, run_id: str, action: str, with_steps: bool = True) -> Run:
+def _visible_run(principal: Principal, run_id: str, *actions: str, with_steps: bool = True) -> Run:
+    """The run, when the key holds every one of `actions` on it (all checked before the
+    caller acts, so a refusal has no effect); 404 for a run of another project."""
     run = runs_store.get_run(run_id, with_steps=with_steps)
     if run is None or run.project_id != principal.project_id:
         raise NotFound(f"run {run_id} not found")
-    app = registry_store.get_app(principal.project_id, run.app_id)
-    _require(principal, action, app, run.workflow)
+    for action in actions:
+        _require_on_run(principal, action, run)
     return _hydrate(run)
 
 
 def get_run(principal: Principal, run_id: str) -> Run:
-    return _visible_run(principal, run_id, "workflows.runs.read")
+    return _visible_run(principal, run_id, READ)
 
 
 def search_runs(
@@ -153,8 +180,11 @@ def search_runs(
     limit: int = 20,
     cursor: str | None = None,
 ) -> tuple[list[Run], str | None]:
-    if not principal.allows("workflows.runs.read"):
-        raise Forbidden("this API key may not workflows.runs.read")
+    # A key sees the runs it may read: with only scoped grants, the runs of those
+    # `<app name>/<workflow>` resources (whatever the filters ask); with none, 403.
+    readable = principal.resources(READ)
+    if readable is not None and not readable:
+        raise Forbidden(f"this API key may not {READ}")
     if not 1 <= limit <= 100:
         raise ValidationError("limit must be from 1 to 100")
     if status is not None and status not in RUN_STATUSES:
@@ -177,12 +207,20 @@ def search_runs(
         created_before=before,
         limit=limit,
         cursor=cursor,
+        keep=None if readable is None else _readable_by(readable),
     )
     return [_hydrate(r) for r in runs], nxt
 
 
+def _readable_by(resources: frozenset[str]) -> Callable[[Run], bool]:
+    apps: dict[str, str | None] = {}
+    return lambda run: run_resource(run, apps) in resources
+
+
 def cancel_run(principal: Principal, run_id: str) -> Run:
-    run = _visible_run(principal, run_id, "workflows.runs.cancel", with_steps=False)
+    """Cancel a live run; needs `workflows.runs.cancel`, and `workflows.runs.read` for the
+    run it answers, both checked before anything is written."""
+    run = _visible_run(principal, run_id, CANCEL, READ, with_steps=False)
     if run.status in ENDED_STATUSES:
         raise Conflict(f"run {run_id} has ended ({run.status})", code="invalid_state")
     control.request_cancel(run, at=clock.iso(clock.now()))
@@ -192,19 +230,21 @@ def cancel_run(principal: Principal, run_id: str) -> Run:
     for step in current.steps if current else ():  # its running children too
         if step.kind == "invoke" and step.child_run_id and step.status == "waiting":
             waits.cancel_run_quietly(step.child_run_id)
-    return _visible_run(principal, run_id, "workflows.runs.read")
+    return _visible_run(principal, run_id)
 
 
 def retry_run(principal: Principal, run_id: str) -> Run:
-    run = _visible_run(principal, run_id, "workflows.runs.start")
+    """Run a failed or timed-out run again; needs `workflows.runs.start`, and
+    `workflows.runs.read` for the run it answers, both checked before anything is written."""
+    run = _visible_run(principal, run_id, START, READ)
     if run.status not in ("failed", "timedOut"):
         raise Conflict(f"only a failed or timed-out run can be retried; run is {run.status}")
     control.retry(run, at=clock.iso(clock.now()))
-    return _visible_run(principal, run_id, "workflows.runs.read")
+    return _visible_run(principal, run_id)
 
 
 def delete_run(principal: Principal, run_id: str) -> None:
-    run = _visible_run(principal, run_id, "workflows.runs.cancel", with_steps=False)
+    run = _visible_run(principal, run_id, CANCEL, with_steps=False)
     if run.status not in ENDED_STATUSES:
         raise Conflict(f"run {run_id} has not ended; cancel it first", code="invalid_state")
     from ezgh_engine.service import retention
@@ -217,7 +257,7 @@ def delete_run(principal: Principal, run_id: str) -> None:
 def list_events(
     principal: Principal, run_id: str, *, limit: int = 100, cursor: str | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    _visible_run(principal, run_id, "workflows.runs.read", with_steps=False)
+    _visible_run(principal, run_id, READ, with_steps=False)
     if not 1 <= limit <= 1000:
         raise ValidationError("limit must be from 1 to 1000")
     return runs_store.list_events(run_id, limit=limit, cursor=cursor)
@@ -225,7 +265,7 @@ def list_events(
 
 def get_payload(principal: Principal, run_id: str, path: str) -> Any:
     """A large value of the run: `output`, `input`, or `steps/<stepId>/output`."""
-    run = _visible_run(principal, run_id, "workflows.runs.read")
+    run = _visible_run(principal, run_id, READ)
     path = path.strip("/")
     if path == payloads.RUN_OUTPUT_PATH:
         if run.output_ref:

@@ -124,7 +124,9 @@ def get_schedule(principal: Principal, ref: str) -> Schedule:
 
 
 def list_schedules(principal: Principal) -> list[Schedule]:
-    if not (principal.allows(READ) or principal.allows(START)):
+    """The schedules the key may read (a scoped key: those of its resources); 403 for a key
+    holding neither action on any resource."""
+    if not (principal.holds(READ) or principal.holds(START)):
         raise Forbidden(f"this API key may not {READ}")
     return [s for s in store.list_for(principal.project_id) if _may_read(principal, s)]
 

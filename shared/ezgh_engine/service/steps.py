@@ -106,6 +106,8 @@ class _OpContext:
         """Every op's result: on the fast path one write for the lot (a step's end and the
         next step's start are one item write), else one by one under the run's lease."""
         planned = [self.plan(op) for op in ops]
+        if self.claims.step_id is not None:
+            self._check_branch_live()
         distinct = len({p.step_id for p in planned if p}) == len(planned)
         if not distinct or not all(planned):
             return [self.apply(op) for op in ops]
@@ -150,6 +152,17 @@ class _OpContext:
         state = store.run_state(self.claims.run_id)
         if state is None or state[0] not in LIVE_STATUSES or state[1] > self.claims.epoch:
             raise StaleInvocation("the invocation's lease was taken over or the run ended")
+        # A main invocation's token works while its lease does: once it has answered (the
+        # lease released, `leaseUntil` 0) or its lease ran out, it starts and ends nothing.
+        if self.claims.step_id is None and state[2] < clock.now_ms():
+            raise StaleInvocation("the invocation has answered or its lease ended")
+
+    def _check_branch_live(self) -> None:
+        """A branch invocation's token works while it holds its step's branch lease: once it
+        has answered (the lease released) or the lease ran out, it starts and ends nothing."""
+        epoch, until = store.branch_lease(self.claims.run_id, self.claims.step_id or "")
+        if epoch != self.claims.epoch or until < clock.now_ms():
+            raise StaleInvocation("the branch invocation has answered or its lease ended")
 
     def _checked(self, op: Any) -> tuple[str, str]:
         if not isinstance(op, dict):

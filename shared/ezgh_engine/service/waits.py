@@ -101,6 +101,7 @@ def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict
         org_id=parent.org_id,
         project_id=parent.project_id,
         app_id=parent.app_id,
+        app_name=parent.app_name,
         workflow=wait.workflow or "",
         status="running",
         input=wait.input,

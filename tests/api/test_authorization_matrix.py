@@ -1,0 +1,387 @@
+"""The authorization matrix: every operation of the engine's OpenAPI document (issue 13).
+
+For each operation, a key holding exactly the permissions it needs (scoped to one app's
+workflow, one app or one queue where the operation has a resource) succeeds; keys holding any
+other single permission (scoped alike, or unscoped), or the needed ones on another resource,
+are refused with 403 (a search answers only what the key may read) and change nothing: every
+table item, queue depth and event-source mapping is the same after the refusals.
+
+The operations come from `GET /v1/openapi.json`: one without an entry here fails the test.
+Permissions and resources: CONTRACT.md "API keys"; the choices the contract leaves open are
+in each service's docstring (reading apps, queues and subscriptions is open to every key).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from ezgh_engine import config
+from ezgh_engine.adapters import event_sources, push
+from ezgh_engine.topology import TOPOLOGY
+
+from tests.api.conftest import ENV, Project, call
+from tests.api.test_run_scopes import fail_run, key, pull_app, start
+
+ACTIONS = (
+    "workflows.runs.start",
+    "workflows.runs.read",
+    "workflows.runs.cancel",
+    "workflows.runs.resume",
+    "workflows.apps.update",
+    "queues.subscriptions.create",
+    "queues.messages.send",
+    "queues.manage",
+)
+START, READ, CANCEL = "workflows.runs.start", "workflows.runs.read", "workflows.runs.cancel"
+APPS, SUBS, SEND, MANAGE = (
+    "workflows.apps.update",
+    "queues.subscriptions.create",
+    "queues.messages.send",
+    "queues.manage",
+)
+PREFIX = "/v1/organizations/{orgId}/projects/{projectId}"
+
+
+@dataclass
+class World:
+    """What the operations act on. Resource names: `wf` (alpha/a), `app` (alpha), `push`
+    (pusher), `newapp` (gamma, created by the call), `queue` (q1), `queue2` (q2), None (the
+    whole project); each has another resource a key may be scoped to instead."""
+
+    project: Project
+    ids: dict[str, str] = field(default_factory=dict)
+
+    def resource(self, name: str | None, *, other: bool = False) -> str | None:
+        table = {
+            "wf": ("alpha/a", "alpha/b"),
+            "app": ("alpha", "beta"),
+            "push": ("pusher", "beta"),
+            "newapp": ("gamma", "beta"),
+            "queue": (self.ids.get("q1"), self.ids.get("q2")),
+            "queue2": (self.ids.get("q2"), self.ids.get("q1")),
+        }
+        if name is None:
+            return self.ids["q1"] if other else None  # scoped where all was needed
+        return table[name][1 if other else 0]
+
+
+def build_world(project: Project) -> World:
+    world = World(project)
+    alpha = pull_app(project, "alpha", ["a", "b"])
+    pull_app(project, "beta", ["other"])
+    world.ids["alpha"] = alpha["id"]
+    pusher = project.call(
+        "POST", "/apps", body={"name": "pusher", "kind": "push", "url": "https://app.example.com/"}
+    )
+    assert pusher.status == 201, pusher.body
+    world.ids["pusher"] = pusher.body["id"]
+    world.ids["run"] = start(project, alpha, "a", {"secret": 1})
+    world.ids["failed"] = start(project, alpha, "a", {"secret": 2})
+    fail_run(world.ids["failed"])
+    start(project, alpha, "b")
+    for name in ("q1", "q2"):
+        queue = project.call("POST", "/queues", body={"name": name})
+        assert queue.status == 201, queue.body
+        world.ids[name] = queue.body["id"]
+    sub = project.call(
+        "POST",
+        "/subscriptions",
+        body={
+            "queueId": world.ids["q1"],
+            "target": {"kind": "https", "url": "https://hooks.example.com/in"},
+        },
+    )
+    assert sub.status == 201, sub.body
+    world.ids["sub"] = sub.body["id"]
+    schedule = project.call(
+        "POST", "/schedules", body={"appId": alpha["id"], "workflow": "a", "cron": "0 3 * * *"}
+    )
+    assert schedule.status == 201, schedule.body
+    world.ids["schedule"] = schedule.body["id"]
+    world.ids["target_key"] = project.call(
+        "POST",
+        "/apiKeys",
+        body={"name": "target", "permissions": [{"action": READ, "resource": "alpha/a"}]},
+    ).body["id"]
+    return world
+
+
+Needs = tuple[tuple[tuple[str, str | None], ...], ...]  # alternatives of permission sets
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One operation: its request, the permissions it needs (any one alternative), the
+    status it answers when allowed, and for a filtered list, what a refused key must not
+    see (None: refusal is 403)."""
+
+    request: Callable[[World], tuple[str, dict[str, Any]]]  # (concrete subpath, call kwargs)
+    needs: Needs
+    ok: int = 200
+    hidden: Callable[[World], str] | None = None
+
+
+def _get(path: str) -> Callable[[World], tuple[str, dict[str, Any]]]:
+    return lambda w: (path.format(**w.ids), {})
+
+
+def _with(path: str, body: Any = None, **kwargs: Any) -> Callable[[World], Any]:
+    def build(w: World) -> tuple[str, dict[str, Any]]:
+        concrete = json.loads(json.dumps(body).replace("<q1>", w.ids["q1"]).replace(
+            "<q2>", w.ids["q2"]).replace("<alpha>", w.ids["alpha"]))  # fmt: skip
+        return path.format(**w.ids), {"body": concrete, **kwargs}
+
+    return build
+
+
+OPEN: Needs = ((),)
+RUN = "/runs/{run}"
+SCHEDULE = "/schedules/{schedule}"
+SUB = "/subscriptions/{sub}"
+NEW_KEY = {"name": "made", "permissions": [{"action": READ, "resource": "alpha/a"}]}
+HTTPS = {"kind": "https", "url": "https://hooks.example.com/other"}
+
+MATRIX: dict[tuple[str, str], Entry] = {
+    # apps (reading is open to every key of the project)
+    ("GET", "/apps"): Entry(_get("/apps"), OPEN),
+    ("POST", "/apps"): Entry(
+        _with("/apps", {"name": "gamma", "kind": "pull"}), (((APPS, "newapp"),),), 201
+    ),
+    ("GET", "/apps/{appId}"): Entry(_get("/apps/{alpha}"), OPEN),
+    ("PATCH", "/apps/{appId}"): Entry(
+        _with("/apps/{alpha}", {"notifications": None}), (((APPS, "app"),),)
+    ),
+    ("DELETE", "/apps/{appId}"): Entry(_get("/apps/{alpha}"), (((APPS, "app"),),), 204),
+    ("POST", "/apps/{appId}/sync"): Entry(_with("/apps/{pusher}/sync"), (((APPS, "push"),),)),
+    ("POST", "/apps/{appId}/workers"): Entry(
+        _with("/apps/{alpha}/workers", {"workerId": "w2", "workflows": ["c"]}),
+        (((APPS, "app"),),),
+    ),
+    ("POST", "/apps/{appId}/tasks/poll"): Entry(
+        _with("/apps/{alpha}/tasks/poll", {"waitSeconds": 0}), (((APPS, "app"),),), 204
+    ),
+    # API keys: listing is open; creating or revoking a key needs what that key holds
+    ("GET", "/apiKeys"): Entry(_get("/apiKeys"), OPEN),
+    ("POST", "/apiKeys"): Entry(_with("/apiKeys", NEW_KEY), (((READ, "wf"),),), 201),
+    ("DELETE", "/apiKeys/{id}"): Entry(_get("/apiKeys/{target_key}"), (((READ, "wf"),),), 204),
+    # runs
+    ("GET", "/runs"): Entry(_get("/runs"), (((READ, "wf"),),), hidden=lambda w: w.ids["run"]),
+    ("POST", "/runs"): Entry(
+        _with("/runs", {"appId": "<alpha>", "workflow": "a", "input": 1}), (((START, "wf"),),), 201
+    ),
+    ("GET", "/runs/{runId}"): Entry(_get(RUN), (((READ, "wf"),),)),
+    ("DELETE", "/runs/{runId}"): Entry(_get("/runs/{failed}"), (((CANCEL, "wf"),),), 204),
+    ("POST", "/runs/{runId}/cancel"): Entry(
+        _with(RUN + "/cancel"), (((CANCEL, "wf"), (READ, "wf")),), 202
+    ),
+    ("POST", "/runs/{runId}/retry"): Entry(
+        _with("/runs/{failed}/retry"), (((START, "wf"), (READ, "wf")),)
+    ),
+    ("GET", "/runs/{runId}/events"): Entry(_get(RUN + "/events"), (((READ, "wf"),),)),
+    ("GET", "/runs/{runId}/payloads/{path}"): Entry(
+        _get(RUN + "/payloads/input"), (((READ, "wf"),),)
+    ),
+    # schedules: reading needs read or start; managing needs start
+    ("GET", "/schedules"): Entry(
+        _get("/schedules"),
+        (((READ, "wf"),), ((START, "wf"),)),
+        hidden=lambda w: w.ids["schedule"],
+    ),
+    ("POST", "/schedules"): Entry(
+        _with("/schedules", {"appId": "<alpha>", "workflow": "a", "cron": "0 4 * * *"}),
+        (((START, "wf"),),),
+        201,
+    ),
+    ("GET", "/schedules/{scheduleId}"): Entry(_get(SCHEDULE), (((READ, "wf"),), ((START, "wf"),))),
+    ("PATCH", "/schedules/{scheduleId}"): Entry(
+        _with(SCHEDULE, {"cron": "0 5 * * *"}), (((START, "wf"),),)
+    ),
+    ("DELETE", "/schedules/{scheduleId}"): Entry(_get(SCHEDULE), (((START, "wf"),),), 204),
+    ("POST", "/schedules/{scheduleId}/pause"): Entry(
+        _with(SCHEDULE + "/pause"), (((START, "wf"),),)
+    ),
+    ("POST", "/schedules/{scheduleId}/resume"): Entry(
+        _with(SCHEDULE + "/resume"), (((START, "wf"),),)
+    ),
+    # queues: reading is open; a new queue has no ID yet, so creating needs an unscoped grant
+    ("GET", "/queues"): Entry(_get("/queues"), OPEN),
+    ("POST", "/queues"): Entry(_with("/queues", {"name": "q3"}), (((MANAGE, None),),), 201),
+    ("GET", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), OPEN),
+    ("DELETE", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), (((MANAGE, "queue"),),), 204),
+    ("POST", "/queues/{queueId}/messages"): Entry(
+        _with("/queues/{q1}/messages", {"messages": [{"body": "x"}]}), (((SEND, "queue"),),)
+    ),
+    ("POST", "/queues/{queueId}/redrive"): Entry(
+        _with("/queues/{q1}/redrive"), (((MANAGE, "queue"),),)
+    ),
+    # subscriptions: reading is open; changing one needs subscriptions.create on its queue
+    ("GET", "/subscriptions"): Entry(_get("/subscriptions"), OPEN),
+    ("POST", "/subscriptions"): Entry(
+        _with("/subscriptions", {"queueId": "<q2>", "target": HTTPS}), (((SUBS, "queue2"),),), 201
+    ),
+    ("GET", "/subscriptions/{subId}"): Entry(_get(SUB), OPEN),
+    ("PATCH", "/subscriptions/{subId}"): Entry(
+        _with(SUB, {"maxConcurrency": 3}), (((SUBS, "queue"),),)
+    ),
+    ("DELETE", "/subscriptions/{subId}"): Entry(_get(SUB), (((SUBS, "queue"),),), 204),
+    ("POST", "/subscriptions/{subId}/pause"): Entry(_with(SUB + "/pause"), (((SUBS, "queue"),),)),
+    ("POST", "/subscriptions/{subId}/resume"): Entry(_with(SUB + "/resume"), (((SUBS, "queue"),),)),
+}
+
+# Operations no API key authorizes: what an admin key gets there (it is no credential).
+NOT_BY_API_KEY: dict[tuple[str, str], tuple[str, int]] = {
+    ("GET", "/v1/health"): ("/v1/health", 200),  # open to anyone
+    ("POST", "/v1/callbacks/{token}"): ("/v1/callbacks/not-a-token", 404),  # the URL's token
+    ("POST", "/v1/invocations/steps"): ("/v1/invocations/steps", 401),  # invocation token
+    ("POST", "/v1/invocations/outcome"): ("/v1/invocations/outcome", 401),
+    ("POST", "/v1/invocations/heartbeat"): ("/v1/invocations/heartbeat", 401),
+}
+
+
+def _document_operations() -> set[tuple[str, str]]:
+    from functions.api.handler import handler  # noqa: F401 (the resolver with every route)
+
+    answer = call("GET", "/v1/openapi.json")
+    assert answer.status == 200
+    found = set()
+    for path, item in answer.body["paths"].items():
+        for method in item:
+            if method.lower() in ("get", "post", "put", "patch", "delete"):
+                short = path[len(PREFIX) :] if path.startswith(PREFIX) else path
+                found.add((method.upper(), short))
+    return found
+
+
+def test_every_operation_of_the_openapi_document_has_a_matrix_entry(aws_env: None) -> None:
+    operations = _document_operations()
+    assert operations, "the OpenAPI document lists no operation"
+    covered = set(MATRIX) | set(NOT_BY_API_KEY)
+    assert operations - covered == set(), "operations without an authorization entry"
+    assert covered - operations == set(), "entries for operations the document lacks"
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(NOT_BY_API_KEY))
+def test_an_api_key_is_no_credential_where_another_authorizes(
+    project: Project, method: str, path: str
+) -> None:
+    concrete, status = NOT_BY_API_KEY[(method, path)]
+    body = {"ops": [], "taskId": "x"} if method == "POST" else None
+    answer = call(method, concrete, headers=project.auth(), body=body)
+    assert answer.status == status, answer.body
+
+
+# --- the matrix -------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _engine_env(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(
+        config.ENV_INVOCATIONS_QUEUE_ARN, "arn:aws:sqs:us-east-1:123456789012:ezgh-invocations"
+    )
+    monkeypatch.setenv("EZGH_SCHEDULER_ROLE_ARN", "arn:aws:iam::123456789012:role/scheduler")
+    monkeypatch.setenv(event_sources.ENV_EVENT_SOURCES, "local")
+    # The push app's own HTTP answer to a sync (the network is not ours to reach here).
+    monkeypatch.setattr(push, "sync_app", lambda app: ["a"])
+    config.reset_settings()
+    event_sources.LOCAL.clear()
+    yield
+    event_sources.LOCAL.clear()
+
+
+def snapshot() -> Any:
+    """Everything a request could change: every item of every table, every queue's depth,
+    the event-source mappings."""
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    tables = {}
+    for table in TOPOLOGY.tables:
+        name = ENV[table.env_var]
+        found = ddb.scan(TableName=name, ConsistentRead=True)["Items"]
+        tables[name] = sorted(json.dumps(item, sort_keys=True) for item in found)
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    depths = {}
+    for url in sqs.list_queues().get("QueueUrls", []):
+        attrs = sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        depths[url] = attrs
+    mappings = json.dumps(event_sources.LOCAL, sort_keys=True, default=str)
+    return tables, depths, mappings
+
+
+def _grant(world: World, action: str, resource: str | None) -> tuple[str, str | None]:
+    return action, world.resource(resource)
+
+
+def _family(world: World, action: str) -> str | None:
+    """The resource a key scoped to `action` would name here."""
+    if action.startswith("workflows.runs."):
+        return "alpha/a"
+    if action == APPS:
+        return "alpha"
+    return world.ids["q1"]
+
+
+def _covers(have: set[tuple[str, str | None]], needs: tuple[tuple[str, str | None], ...]) -> bool:
+    return all(
+        any(a in ("*", action) and (r is None or r == resource) for a, r in have)
+        for action, resource in needs
+    )
+
+
+def _refusing_keys(world: World, entry: Entry) -> list[tuple[tuple[str, str | None], ...]]:
+    """Every single permission (scoped alike, and unscoped) and every alternative on another
+    resource, less those that cover one of the entry's alternatives."""
+    needed = [tuple(_grant(world, a, r) for a, r in alt) for alt in entry.needs]
+    candidates: list[tuple[tuple[str, str | None], ...]] = []
+    for action in ACTIONS:
+        candidates += [((action, _family(world, action)),), ((action, None),)]
+    for alt in entry.needs:
+        candidates.append(tuple((a, world.resource(r, other=True)) for a, r in alt))
+    return [
+        perms
+        for perms in dict.fromkeys(candidates)
+        if perms and not any(_covers(set(perms), alt) for alt in needed)
+    ]
+
+
+def _refused(answer: Any, world: World, entry: Entry) -> bool:
+    if answer.status == 403 and answer.body["error"]["code"] == "forbidden":
+        return True
+    return (
+        entry.hidden is not None and answer.status == 200 and entry.hidden(world) not in answer.raw
+    )
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(MATRIX))
+def test_exactly_the_needed_permission_passes_and_nothing_else_does(
+    project: Project, method: str, path: str
+) -> None:
+    entry = MATRIX[(method, path)]
+    world = build_world(project)
+    subpath, kwargs = entry.request(world)
+    if entry.needs == OPEN:
+        for action in ACTIONS:
+            anyone = key(project, (action, _family(world, action)))
+            answer = project.call(method, subpath, key=anyone, **kwargs)
+            assert answer.status == entry.ok, (action, answer.body)
+        return
+    refusing = [(perms, key(project, *perms)) for perms in _refusing_keys(world, entry)]
+    exact = [key(project, *(_grant(world, a, r) for a, r in alt)) for alt in entry.needs]
+    before = snapshot()
+    for perms, secret in refusing:
+        answer = project.call(method, subpath, key=secret, **kwargs)
+        assert _refused(answer, world, entry), (perms, answer.status, answer.body)
+        assert snapshot() == before, f"a refused call with {perms} changed the state"
+    answer = project.call(method, subpath, key=exact[0], **kwargs)
+    assert answer.status == entry.ok, answer.body
+    if entry.hidden is not None:
+        assert entry.hidden(world) in answer.raw
+    for other in exact[1:]:  # the other alternatives pass too (reads: no state to undo)
+        again = project.call(method, subpath, key=other, **kwargs)
+        assert again.status == entry.ok, again.body
