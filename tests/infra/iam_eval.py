@@ -146,7 +146,7 @@ def allows(statements: list[dict[str, Any]], need: Need) -> bool:
 
 def _queue_arn(region: str, account: str, params: dict[str, Any]) -> str:
     if "QueueUrl" in params:
-        _, owner, name = urlparse(params["QueueUrl"]).path.split("/")[-3:]
+        owner, name = urlparse(params["QueueUrl"]).path.split("/")[-2:]
         return f"arn:{PARTITION}:sqs:{region}:{owner or account}:{name}"
     return f"arn:{PARTITION}:sqs:{region}:{account}:{params.get('QueueName', '*')}"
 
@@ -215,7 +215,9 @@ def needs(call: dict[str, Any], region: str, account: str) -> list[Need]:
     if service == "lambda":
         name = str(params.get("FunctionName", ""))
         function_arn = (
-            name if name.startswith("arn:") else f"arn:{PARTITION}:lambda:{region}:{account}:function:{name}"
+            name
+            if name.startswith("arn:")
+            else f"arn:{PARTITION}:lambda:{region}:{account}:function:{name}"
         )
         context = (("lambda:FunctionArn", function_arn),) if name else ()
         if operation == "CreateEventSourceMapping":
@@ -226,4 +228,6 @@ def needs(call: dict[str, Any], region: str, account: str) -> list[Need]:
         return [Need(f"lambda:{operation}", function_arn)]
     if service == "secretsmanager":
         return [Need(f"secretsmanager:{operation}", str(params.get("SecretId", "*")))]
-    raise ValueError(f"no IAM mapping for {service}:{operation}; add one to tests/infra/iam_eval.py")
+    raise ValueError(
+        f"no IAM mapping for {service}:{operation}; add one to tests/infra/iam_eval.py"
+    )

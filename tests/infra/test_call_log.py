@@ -23,9 +23,7 @@ def emulator() -> Iterator[Emulator]:
 
 
 @pytest.fixture()
-def log_dir(
-    emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
+def log_dir(emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     emulator.reset()
     monkeypatch.setenv(call_log.ENV_CALL_LOG, str(tmp_path / "calls"))
     yield tmp_path / "calls"
