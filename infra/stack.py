@@ -13,6 +13,7 @@ from ezgh_engine import config
 from ezgh_engine import topology as topology_module
 from ezgh_engine.adapters import sqs_queues, task_queues
 from ezgh_engine.adapters.event_sources import ENV_DELIVER_FUNCTION
+from ezgh_engine.cli import teardown
 from ezgh_engine.topology import (
     API_FUNCTION,
     DELIVER_FUNCTION,
@@ -324,6 +325,13 @@ class EzghStack(Stack):
                 value=url.url,
                 description=f"the {key} function's URL (SDK step calls)",
             )
+        # `ezgh ops teardown --stack` finds the queues and mappings made at run time by these.
+        CfnOutput(self, teardown.PREFIX_OUTPUT, value=self.prefix)
+        CfnOutput(
+            self,
+            teardown.DELIVER_OUTPUT,
+            value=self.functions.by_key[DELIVER_FUNCTION.key].function_name,
+        )
         CfnOutput(self, topology_module.BUCKET_OUTPUT, value=self.payloads.bucket.bucket_name)
         CfnOutput(
             self, topology_module.TOKEN_SECRET_OUTPUT, value=self.token_secret.secret.secret_arn

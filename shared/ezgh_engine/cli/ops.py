@@ -72,3 +72,6 @@ def register(subparsers: Any) -> None:
     stuck.add_argument("--stack", help="read table names from this CloudFormation stack")
     stuck.add_argument("--json", action="store_true", help="JSON for scripts")
     stuck.set_defaults(func=_stuck_runs)
+    from ezgh_engine.cli import teardown  # ezgh ops teardown (cli/teardown.py)
+
+    teardown.register(commands)
