@@ -5,7 +5,9 @@ decide). Before synthesizing, the app (re)builds the Lambda asset (infra/bundle.
 build downloads wheels from PyPI. `EZGH_SKIP_BUNDLE=1` (or `-c ezgh:skipBundle=true`) builds
 sources only, for offline synth and review: such a template is not deployable.
 
-Context: `ezgh:stackName` (default EzghWorkflows), `ezgh:alarmTopicArn` (SNS topic for alarms).
+Context: `ezgh:stackName` (default EzghWorkflows), `ezgh:alarmTopicArn` (SNS topic for alarms),
+`ezgh:stepsConcurrency` / `ezgh:apiConcurrency` (reserved concurrency of the public functions,
+see infra/stack.py PUBLIC_CONCURRENCY; 0 for none).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from aws_cdk import App, Aspects  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from infra import bundle  # noqa: E402
-from infra.stack import EzghStack  # noqa: E402
+from infra.stack import PUBLIC_CONCURRENCY, EzghStack  # noqa: E402
 
 DEFAULT_STACK_NAME = "EzghWorkflows"
 NO_DEPS_OUT = _ROOT / "build" / "lambda-nodeps"
@@ -40,10 +42,20 @@ def build_app(*, code_dir: str, app: App | None = None) -> tuple[App, EzghStack]
         stack_name,
         code_dir=code_dir,
         alarm_topic_arn=app.node.try_get_context("ezgh:alarmTopicArn"),
+        reserved_concurrency=_reserved_concurrency(app),
         description="EZGH Workflows: durable workflow engine (serverless, zero idle cost)",
     )
     Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
     return app, stack
+
+
+def _reserved_concurrency(app: App) -> dict[str, int]:
+    """PUBLIC_CONCURRENCY, with `-c ezgh:<key>Concurrency=N` overrides (0: no reservation)."""
+    chosen = {}
+    for key, default in PUBLIC_CONCURRENCY.items():
+        value = app.node.try_get_context(f"ezgh:{key}Concurrency")
+        chosen[key] = default if value is None else int(value)
+    return chosen
 
 
 def _skip_bundle(app: App) -> bool:

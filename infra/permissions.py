@@ -13,6 +13,25 @@ from typing import Literal
 
 Level = Literal["read", "read_write"]
 
+# The DynamoDB actions each level allows on a table: the operations the engine's adapters
+# make, nothing more (CDK's grant_read_write_data adds Scan, BatchGetItem, DescribeTable, the
+# stream reads and every action on every index). TransactWriteItems is authorized per item
+# (Put/Update/Delete/ConditionCheck). BatchWriteItem, which deletes a run's items
+# (runs_store.delete_run), is `Access.deletes_runs` only.
+TABLE_ACTIONS: dict[Level, tuple[str, ...]] = {
+    "read": ("dynamodb:GetItem", "dynamodb:Query"),
+    "read_write": (
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:ConditionCheckItem",
+    ),
+}
+# On a table's indexes (GSIs answer queries only).
+INDEX_ACTIONS = ("dynamodb:Query",)
+
 
 @dataclass(frozen=True)
 class Access:
@@ -27,12 +46,15 @@ class Access:
     event_source_mappings: bool = False
     # SQS actions on pull apps' task queues (`ezgh-tasks-<appId>`, issue 5).
     task_queues: tuple[str, ...] = ()
+    # BatchWriteItem on the runs table: `DELETE .../runs/{id}` deletes a run's items.
+    deletes_runs: bool = False
 
 
 ACCESS: dict[str, Access] = {
     # Public API: runs, apps, keys and idempotency records; large values; wakes runs up.
     "api": Access(
         tables={"runs": "read_write", "registry": "read_write"},
+        deletes_runs=True,
         payloads="read_write",
         send_to=("invocations",),
         token_secret=True,  # verifies the invocation tokens on step calls
@@ -66,9 +88,16 @@ ACCESS: dict[str, Access] = {
         payloads="read_write",
         token_secret=True,
     ),
-    # The outbox: turns committed changes into invocation messages and timers. It reads the
-    # stream (granted by its event source), never the tables.
-    "stream": Access(send_to=("invocations", "notifications"), schedules=True),
+    # The outbox: turns committed changes into invocation messages and timers (the stream is
+    # granted by its event source). A run's end also resumes its parent and cancels its
+    # children (service/waits.on_run_ended): it reads and writes runs, and reads a child's
+    # large output from S3 to hand it to the parent.
+    "stream": Access(
+        tables={"runs": "read_write"},
+        payloads="read",
+        send_to=("invocations", "notifications"),
+        schedules=True,
+    ),
     # Calls the app: reads apps, leases and updates runs, re-sends early timers.
     "invoker": Access(
         tables={"runs": "read_write", "registry": "read"},

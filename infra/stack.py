@@ -11,13 +11,15 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 from ezgh_engine import config
 from ezgh_engine import topology as topology_module
+from ezgh_engine.adapters import sqs_queues, task_queues
 from ezgh_engine.adapters.event_sources import ENV_DELIVER_FUNCTION
-from ezgh_engine.adapters.sqs_queues import NAME_PREFIX as USER_QUEUE_PREFIX
-from ezgh_engine.adapters.task_queues import DEFAULT_PREFIX as TASK_QUEUE_PREFIX
+from ezgh_engine.cli import teardown
 from ezgh_engine.topology import (
     API_FUNCTION,
     DELIVER_FUNCTION,
     INVOCATIONS_QUEUE,
+    RUNS_TABLE,
+    STEPS_FUNCTION,
     TOPOLOGY,
     Topology,
 )
@@ -32,7 +34,31 @@ from infra.components.sources import EventSources
 from infra.components.tables import Tables
 from infra.components.token_secret import TokenSecret
 from infra.nag import matching, suppress
-from infra.permissions import ACCESS, Access
+from infra.permissions import ACCESS, INDEX_ACTIONS, TABLE_ACTIONS, Access
+
+# SQS names are at most 80 characters: `<prefix>-q-<uuid>-dlq.fifo` leaves 32 for the prefix.
+MAX_PREFIX = 80 - len(sqs_queues.QUEUE_INFIX) - 36 - len("-dlq.fifo")
+
+
+def runtime_prefix(stack_name: str) -> str:
+    """The prefix of the queues the engine creates at run time: the stack's name, so each
+    stack's IAM covers its own queues only. Checked here, not when the first queue fails."""
+    if not re.fullmatch(r"[A-Za-z0-9-]+", stack_name) or len(stack_name) > MAX_PREFIX:
+        raise ValueError(
+            f"stack name {stack_name!r} must be at most {MAX_PREFIX} letters, digits or '-': "
+            "it prefixes the SQS queues the engine creates at run time"
+        )
+    return stack_name
+
+
+# Reserved concurrency of the functions anyone on the internet can invoke: the steps function
+# at its function URL (auth NONE: every request is an invocation, even one the handler then
+# refuses for its token) and the api behind the HTTP API. Reserving caps each at its number,
+# so a flood of requests cannot take the account's whole concurrency (1000 by default) and
+# starve the stream, invoker, deliver and notify functions that move runs forward; it also
+# guarantees the two their share. 0 removes a reservation (accounts whose concurrency quota
+# is too low to reserve: Lambda keeps 100 unreserved). Context: ezgh:<key>Concurrency.
+PUBLIC_CONCURRENCY = {STEPS_FUNCTION.key: 200, API_FUNCTION.key: 100}
 
 
 class EzghStack(Stack):
@@ -50,10 +76,14 @@ class EzghStack(Stack):
         code_dir: str,
         topology: Topology = TOPOLOGY,
         alarm_topic_arn: str | None = None,
+        reserved_concurrency: dict[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
         self.topology = topology
+        self.prefix = runtime_prefix(self.stack_name)
+        self.user_queue_prefix = sqs_queues.name_prefix(self.prefix)
+        self.task_queue_prefix = task_queues.name_prefix(self.prefix)
         self.tables = Tables(self, "Tables", tables=topology.tables)
         self.queues = Queues(self, "Queues", queues=topology.queues)
         self.payloads = Payloads(self, "Payloads")
@@ -67,6 +97,7 @@ class EzghStack(Stack):
             functions=topology.functions,
             code=lambda_.Code.from_asset(code_dir),
             environment=self._environment(),
+            reserved=PUBLIC_CONCURRENCY if reserved_concurrency is None else reserved_concurrency,
         )
         self.api = Api(self, "Api", handler=self.functions.by_key[API_FUNCTION.key])
         # Subscriptions map queues to `deliver` at run time (adapters/event_sources.py).
@@ -124,6 +155,8 @@ class EzghStack(Stack):
         env[self.topology.scheduler_role_env_var] = self.scheduler.role.role_arn
         # Handlers read the secret's value on first use (config.Settings.token_secret).
         env[config.ENV_TOKEN_SECRET_ARN] = self.token_secret.secret.secret_arn
+        # Names of the queues the engine creates at run time, to which IAM is scoped.
+        env[config.ENV_STACK_PREFIX] = self.prefix
         return env
 
     def _grant_all(self) -> None:
@@ -142,11 +175,20 @@ class EzghStack(Stack):
         wildcards: list[str] = []  # IAM5 findings this grant causes, each explained below
         for key, level in access.tables.items():
             table = self.tables.by_key[key]
-            if level == "read_write":
-                table.grant_read_write_data(function)
-            else:
-                table.grant_read_data(function)
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=list(TABLE_ACTIONS[level]), resources=[table.table_arn])
+            )
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=list(INDEX_ACTIONS), resources=[f"{table.table_arn}/index/*"]
+                )
+            )
             wildcards.append(rf"^Resource::<{self._logical_id(table)}\.Arn>/index/\*$")
+        if access.deletes_runs:
+            runs = self.tables.by_key[RUNS_TABLE.key]
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["dynamodb:BatchWriteItem"], resources=[runs.table_arn])
+            )
         if access.payloads:
             bucket = self.payloads.bucket
             # Exact actions rather than bucket.grant_read_write's wildcards. ListBucket lets a
@@ -173,18 +215,24 @@ class EzghStack(Stack):
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=list(access.user_queues),
-                    resources=[self.format_arn(service="sqs", resource=f"{USER_QUEUE_PREFIX}*")],
+                    resources=[
+                        self.format_arn(service="sqs", resource=f"{self.user_queue_prefix}*")
+                    ],
                 )
             )
-            wildcards.append(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{USER_QUEUE_PREFIX}\*$")
+            prefix = re.escape(self.user_queue_prefix)
+            wildcards.append(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{prefix}\*$")
         if access.task_queues:  # issue 5: one task queue per pull app
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=list(access.task_queues),
-                    resources=[self.format_arn(service="sqs", resource=f"{TASK_QUEUE_PREFIX}*")],
+                    resources=[
+                        self.format_arn(service="sqs", resource=f"{self.task_queue_prefix}*")
+                    ],
                 )
             )
-            wildcards.append(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{TASK_QUEUE_PREFIX}\*$")
+            prefix = re.escape(self.task_queue_prefix)
+            wildcards.append(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{prefix}\*$")
         if access.event_source_mappings:
             self._grant_event_source_mappings(role, wildcards)
         if wildcards:
@@ -194,8 +242,8 @@ class EzghStack(Stack):
                 "Scoped to this stack's own resources: a table's indexes (table/<name>/index/*, "
                 "for GSI queries), objects in the payload bucket (keys are per run), and "
                 "schedules in this stack's schedule group (one per long timer), the EZGH queues "
-                "users create at run time (sqs `ezgh-q-*`, issue 4), pull apps' task queues (sqs "
-                "`ezgh-tasks-*`, issue 5) and the `deliver` "
+                f"users create at run time (sqs `{self.user_queue_prefix}*`, issue 4), pull apps' "
+                f"task queues (sqs `{self.task_queue_prefix}*`, issue 5) and the `deliver` "
                 "function's event source mappings (conditioned on its ARN).",
                 applies_to=[matching(w) for w in wildcards],
                 children=True,
@@ -277,6 +325,13 @@ class EzghStack(Stack):
                 value=url.url,
                 description=f"the {key} function's URL (SDK step calls)",
             )
+        # `ezgh ops teardown --stack` finds the queues and mappings made at run time by these.
+        CfnOutput(self, teardown.PREFIX_OUTPUT, value=self.prefix)
+        CfnOutput(
+            self,
+            teardown.DELIVER_OUTPUT,
+            value=self.functions.by_key[DELIVER_FUNCTION.key].function_name,
+        )
         CfnOutput(self, topology_module.BUCKET_OUTPUT, value=self.payloads.bucket.bucket_name)
         CfnOutput(
             self, topology_module.TOKEN_SECRET_OUTPUT, value=self.token_secret.secret.secret_arn

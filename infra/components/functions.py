@@ -43,14 +43,23 @@ class Functions(Construct):
         code: lambda_.Code,
         environment: Mapping[str, str],
         log_level: str = "INFO",
+        reserved: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.by_key: dict[str, lambda_.Function] = {}
+        reserved = reserved or {}
         for spec in functions:
-            self.by_key[spec.key] = self._function(spec, code, environment, log_level)
+            self.by_key[spec.key] = self._function(
+                spec, code, environment, log_level, reserved.get(spec.key)
+            )
 
     def _function(
-        self, spec: Function, code: lambda_.Code, environment: Mapping[str, str], log_level: str
+        self,
+        spec: Function,
+        code: lambda_.Code,
+        environment: Mapping[str, str],
+        log_level: str,
+        reserved: int | None,
     ) -> lambda_.Function:
         name = spec.key.capitalize()
         log_group = logs.LogGroup(
@@ -75,6 +84,8 @@ class Functions(Construct):
             role=role,
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
+            # The public entry points' cap (and guarantee): see PUBLIC_CONCURRENCY in stack.py.
+            reserved_concurrent_executions=reserved or None,
             # No vpc: outside a VPC there is no NAT gateway, so idle cost stays zero.
             environment={
                 **environment,

@@ -24,6 +24,11 @@ ENV_PAYLOAD_THRESHOLD = "EZGH_PAYLOAD_INLINE_BYTES"
 ENV_INVOKE_TIMEOUT = "EZGH_INVOKE_TIMEOUT_SECONDS"
 ENV_INVOKE_ATTEMPTS = "EZGH_INVOKE_MAX_ATTEMPTS"
 ENV_INVOCATIONS_QUEUE_ARN = "EZGH_INVOCATIONS_QUEUE_ARN"  # Scheduler targets it directly
+# What the resources the engine creates at run time (EZGH queues, pull apps' task queues) are
+# named after: the stack's name when deployed (infra sets it and scopes IAM to it, so two
+# stacks in one account never touch each other's queues), "ezgh" locally.
+ENV_STACK_PREFIX = "EZGH_STACK_PREFIX"
+DEFAULT_STACK_PREFIX = "ezgh"
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,15 @@ class Settings:
 
         answer = client("secretsmanager").get_secret_value(SecretId=self.token_secret_arn)
         return str(answer["SecretString"])
+
+
+def stack_prefix() -> str:
+    """The prefix of every resource name the engine creates at run time (see ENV_STACK_PREFIX).
+
+    Read on each call, not cached with `settings()`: it only names things, and the adapters
+    that use it need no other setting.
+    """
+    return os.environ.get(ENV_STACK_PREFIX) or DEFAULT_STACK_PREFIX
 
 
 def _required(name: str) -> str:

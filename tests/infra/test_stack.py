@@ -28,6 +28,8 @@ from aws_cdk import aws_sqs as sqs  # noqa: E402
 from aws_cdk.assertions import Annotations, Match, Template  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from ezgh_engine import config  # noqa: E402
+from ezgh_engine.adapters import sqs_queues  # noqa: E402
+from ezgh_engine.cli import teardown  # noqa: E402
 from ezgh_engine.topology import (  # noqa: E402
     API_FUNCTION,
     INVOCATIONS_QUEUE,
@@ -41,7 +43,8 @@ from infra.app import build_app  # noqa: E402
 from infra.components.functions import lambda_handler  # noqa: E402
 from infra.components.sources import STREAM_RETRY_ATTEMPTS  # noqa: E402
 from infra.permissions import ACCESS  # noqa: E402
-from infra.stack import EzghStack  # noqa: E402
+from infra.stack import MAX_PREFIX, PUBLIC_CONCURRENCY, EzghStack, runtime_prefix  # noqa: E402
+from tests.infra import iam_eval  # noqa: E402
 
 # Actions that take no resource ARN in IAM, so "*" is their only possible resource.
 STAR_ALLOWED = {
@@ -524,3 +527,97 @@ def test_scheduler_role_is_passed_to_scheduler_only(
         assert statement["Condition"] == {
             "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}
         }
+
+
+# --- per-stack runtime resources, concurrency (issue 12) --------------------------------
+
+
+def _synth_named(name: str, **context: Any) -> tuple[EzghStack, dict[str, Any]]:
+    code = ROOT / "build" / "stack-test-placeholder"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "README").write_text("placeholder asset for synth tests\n")
+    _, named = build_app(code_dir=str(code), app=App(context={"ezgh:stackName": name, **context}))
+    return named, Template.from_stack(named).to_json()
+
+
+def _role_statements(stack: EzghStack, template: dict[str, Any], key: str) -> list[Any]:
+    r = iam_eval.Resolver(region="us-east-1", account="123456789012", stack_name=stack.stack_name)
+    return r.resolve(statements_of_role(template, function_role(stack, key)))
+
+
+def test_runtime_queues_are_named_after_the_stack(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    for fn in stack.functions.by_key.values():
+        env = props(template, logical_id(stack, fn))["Environment"]["Variables"]
+        assert env[config.ENV_STACK_PREFIX] == stack.stack_name
+    assert template["Outputs"][teardown.PREFIX_OUTPUT]["Value"] == stack.stack_name
+    deliver = logical_id(stack, stack.functions.by_key["deliver"])
+    assert template["Outputs"][teardown.DELIVER_OUTPUT]["Value"] == {"Ref": deliver}
+
+
+def test_two_stacks_in_one_account_cannot_touch_each_others_queues() -> None:
+    """Each stack's grants on run-time queues cover its own names only."""
+    a, b = _synth_named("StackA"), _synth_named("StackB")
+    arn = "arn:aws:sqs:us-east-1:123456789012:{}"
+    for (stack, template), other in ((a, "StackB"), (b, "StackA")):
+        own = stack.stack_name
+        checks = [
+            ("api", "sqs:SendMessage", f"{own}-q-0000", f"{other}-q-0000"),
+            ("api", "sqs:DeleteQueue", f"{own}-q-0000-dlq", f"{other}-q-0000-dlq"),
+            ("api", "sqs:CreateQueue", f"{own}-tasks-app", f"{other}-tasks-app"),
+            ("invoker", "sqs:SendMessage", f"{own}-tasks-app", f"{other}-tasks-app"),
+            ("deliver", "sqs:ReceiveMessage", f"{own}-q-0000", f"{other}-q-0000"),
+            ("notify", "sqs:SendMessage", f"{own}-q-0000", f"{other}-q-0000"),
+        ]
+        for key, action, mine, theirs in checks:
+            statements = _role_statements(stack, template, key)
+            assert iam_eval.allows(statements, iam_eval.Need(action, arn.format(mine)))
+            assert not iam_eval.allows(statements, iam_eval.Need(action, arn.format(theirs))), (
+                own,
+                key,
+                action,
+            )
+        # No grant on SQS names that is not this stack's own (or a declared queue).
+        for key in ACCESS:
+            for s in _role_statements(stack, template, key):
+                for resource in as_list(s["Resource"]):
+                    if ":sqs:" in str(resource) and "*" in str(resource):
+                        assert str(resource).endswith((f":{own}-q-*", f":{own}-tasks-*"))
+
+
+def test_runtime_prefix_must_fit_sqs_names() -> None:
+    assert runtime_prefix("A" * MAX_PREFIX) == "A" * MAX_PREFIX
+    longest = sqs_queues.name_prefix("A" * MAX_PREFIX) + "0" * 36 + "-dlq.fifo"
+    assert len(longest) == 80  # SQS's limit
+    with pytest.raises(ValueError, match="at most"):
+        runtime_prefix("A" * (MAX_PREFIX + 1))
+
+
+@pytest.mark.parametrize("key", sorted(PUBLIC_CONCURRENCY))
+def test_public_functions_have_reserved_concurrency(
+    stack: EzghStack, template: dict[str, Any], key: str
+) -> None:
+    """The steps function URL (auth NONE) and the api cannot take the account's whole
+    concurrency: each is capped, and the rest stays for the functions that move runs."""
+    p = props(template, logical_id(stack, stack.functions.by_key[key]))
+    assert p["ReservedConcurrentExecutions"] == PUBLIC_CONCURRENCY[key] > 0
+    # Lambda keeps 100 unreserved; the default account quota is 1000.
+    assert sum(PUBLIC_CONCURRENCY.values()) <= 1000 - 100
+
+
+def test_internal_functions_share_the_unreserved_pool(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    for key, fn in stack.functions.by_key.items():
+        if key not in PUBLIC_CONCURRENCY:
+            assert "ReservedConcurrentExecutions" not in props(template, logical_id(stack, fn))
+
+
+def test_reserved_concurrency_is_a_context_option() -> None:
+    named, template = _synth_named("StackC", **{"ezgh:stepsConcurrency": 50})
+    steps = props(template, logical_id(named, named.functions.by_key["steps"]))
+    assert steps["ReservedConcurrentExecutions"] == 50
+    named, template = _synth_named("StackD", **{"ezgh:stepsConcurrency": 0})
+    steps = props(template, logical_id(named, named.functions.by_key["steps"]))
+    assert "ReservedConcurrentExecutions" not in steps

@@ -136,11 +136,16 @@ def _after_call(http_response: Any, parsed: Any, model: Any, context: Any = None
     from ezgh_engine import clock
 
     seen = context.get(_CONTEXT_KEY, {}) if isinstance(context, dict) else {}
-    try:
-        response_bytes = len(http_response.content or b"")
-    except Exception:  # a streamed body (S3 GetObject): its declared length
-        headers = getattr(http_response, "headers", {}) or {}
+    headers = getattr(http_response, "headers", {}) or {}
+    if getattr(model, "has_streaming_output", False):
+        # A streamed body (S3 GetObject) is the caller's to read: `.content` would consume
+        # it and leave the caller an empty stream. Its declared length instead.
         response_bytes = int(headers.get("content-length", 0) or 0)
+    else:
+        try:
+            response_bytes = len(http_response.content or b"")
+        except Exception:
+            response_bytes = int(headers.get("content-length", 0) or 0)
     record = {
         "service": model.service_model.service_name,
         "operation": model.name,

@@ -1,5 +1,6 @@
-"""SQS for EZGH queues: each one is an SQS queue `ezgh-q-<queueId>[.fifo]` with its own
-dead-letter queue `ezgh-q-<queueId>-dlq[.fifo]` (the IAM grants are scoped to `ezgh-q-*`)."""
+"""SQS for EZGH queues: each one is an SQS queue `<stack>-q-<queueId>[.fifo]` with its own
+dead-letter queue `<stack>-q-<queueId>-dlq[.fifo]`, `<stack>` being `config.stack_prefix()`
+("ezgh" locally). The stack scopes the functions' IAM grants to `<stack>-q-*`."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ezgh_engine import clock
+from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
 from ezgh_engine.core.queues import OutgoingMessage, QueueRecord
 from ezgh_engine.errors import TransientError
 
-NAME_PREFIX = "ezgh-q-"
+QUEUE_INFIX = "-q-"
 # SendMessageBatch carries at most 256 KiB in all; larger requests go in several calls.
 BATCH_BYTES = 256 * 1024
 REDRIVE_MAX_MESSAGES = 1000
@@ -25,17 +26,22 @@ def _sqs() -> Any:
     return aws.client("sqs")
 
 
+def name_prefix(stack_prefix: str | None = None) -> str:
+    """What every EZGH queue's SQS name starts with, for this stack (or `stack_prefix`)."""
+    return f"{stack_prefix or config.stack_prefix()}{QUEUE_INFIX}"
+
+
 def queue_names(queue_id: str, fifo: bool) -> tuple[str, str]:
-    suffix = ".fifo" if fifo else ""
-    return f"{NAME_PREFIX}{queue_id}{suffix}", f"{NAME_PREFIX}{queue_id}-dlq{suffix}"
+    suffix, prefix = ".fifo" if fifo else "", name_prefix()
+    return f"{prefix}{queue_id}{suffix}", f"{prefix}{queue_id}-dlq{suffix}"
 
 
 def queue_id_from_arn(arn: str) -> str | None:
     """The EZGH queue ID of an SQS queue ARN (an event's `eventSourceARN`), or None."""
-    name = arn.rsplit(":", 1)[-1]
-    if not name.startswith(NAME_PREFIX):
+    name, prefix = arn.rsplit(":", 1)[-1], name_prefix()
+    if not name.startswith(prefix):
         return None
-    name = name.removeprefix(NAME_PREFIX).removesuffix(".fifo")
+    name = name.removeprefix(prefix).removesuffix(".fifo")
     return None if name.endswith("-dlq") else name
 
 

@@ -1,26 +1,25 @@
-"""Pull apps' task queues: one SQS queue per pull app, `<prefix><appId>`.
+"""Pull apps' task queues: one SQS queue per pull app, `<stack>-tasks-<appId>`.
 
 The queue is a mailbox, not the source of truth: the run's lease is (see `service.pull`). A
 received task is deleted at once; a task whose worker dies is delivered again because the
 engine sends a new one when the lease ends.
 
-The prefix comes from `EZGH_TASK_QUEUE_PREFIX` (the stack sets `<stack>-tasks-` and scopes
-the functions' IAM to it; locally `ezgh-local-tasks-`).
+`<stack>` is `config.stack_prefix()`: the stack's name when deployed (the stack scopes the
+functions' IAM to `<stack>-tasks-*`), "ezgh" locally.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ezgh_engine import config
 from ezgh_engine.adapters.aws import client
 
-ENV_PREFIX = "EZGH_TASK_QUEUE_PREFIX"
-DEFAULT_PREFIX = "ezgh-tasks-"
+QUEUE_INFIX = "-tasks-"
 # Only a worker that crashed between receive and delete leaves a message in flight; the
 # lease, not this, decides redelivery.
 VISIBILITY_SECONDS = 30
@@ -30,8 +29,13 @@ _urls: dict[str, str] = {}
 _lock = threading.Lock()
 
 
+def name_prefix(stack_prefix: str | None = None) -> str:
+    """What every task queue's SQS name starts with, for this stack (or `stack_prefix`)."""
+    return f"{stack_prefix or config.stack_prefix()}{QUEUE_INFIX}"
+
+
 def queue_name(app_id: str) -> str:
-    return f"{os.environ.get(ENV_PREFIX) or DEFAULT_PREFIX}{app_id}"
+    return f"{name_prefix()}{app_id}"
 
 
 def _missing(exc: ClientError) -> bool:

@@ -74,7 +74,8 @@ def register(subparsers: Any) -> None:
     stuck.add_argument("--stack", help="read table names from this CloudFormation stack")
     stuck.add_argument("--json", action="store_true", help="JSON for scripts")
     stuck.set_defaults(func=_stuck_runs)
-    from ezgh_engine.cli import verify
+    from ezgh_engine.cli import teardown, verify
     from ezgh_engine.cli.common import connection_parent
 
-    verify.register(commands, connection_parent())
+    verify.register(commands, connection_parent())  # ezgh ops verify (cli/verify.py)
+    teardown.register(commands)  # ezgh ops teardown (cli/teardown.py)

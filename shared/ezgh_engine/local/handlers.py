@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ezgh_engine import clock, ids
-from ezgh_engine.local import incarnation
+from ezgh_engine.local import call_log, incarnation
 from ezgh_engine.local.emulator import ACCOUNT_ID, REGION
 from ezgh_engine.topology import TOPOLOGY, Function, Topology
 
@@ -60,7 +60,8 @@ class Invoker:
         context = LambdaContext(self.function)
         started = clock.monotonic()
         try:
-            with incarnation.marked(self.life):
+            # call_log: this thread's AWS requests are this function's (EZGH_AWS_CALL_LOG).
+            with incarnation.marked(self.life), call_log.running(self.function.key):
                 return self.handler(event, context)
         finally:
             elapsed = clock.monotonic() - started
