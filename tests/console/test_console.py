@@ -152,6 +152,44 @@ def test_find_a_run_by_filter_open_it_and_see_its_steps_in_order(
     shot(page, "run")
 
 
+def test_cursor_paging_walks_every_run_once(page, engine, client, app_id, link):
+    started = [client.start_run(app_id, "kid", {"n": i})["id"] for i in range(45)]
+    for run_id in started:
+        wait_ended(engine, client, run_id)
+    page.goto(link)
+    page.wait_for_selector("[data-testid=runs] tr[data-run-id]")
+    page.select_option("select[name=limit]", "20")
+    page.click("[data-testid=run-filters] button[type=submit]")
+    rows = "document.querySelectorAll('[data-testid=runs] tr[data-run-id]')"
+    seen: list[str] = []
+    for number, size in ((1, 20), (2, 20), (3, 5)):
+        page.wait_for_selector(f"[data-testid=page-number]:text('page {number}')")
+        page.wait_for_function(f"() => {rows}.length === {size}")
+        seen += page.locator("tr[data-run-id]").evaluate_all("rs => rs.map(r => r.dataset.runId)")
+        if number < 3:
+            page.get_by_test_id("next-page").click()
+    assert page.get_by_test_id("next-page").is_disabled()
+    assert sorted(seen) == sorted(started)  # every run once, newest first
+    assert seen == list(reversed(started))
+    page.click("button:text('Previous')")
+    page.wait_for_selector("[data-testid=page-number]:text('page 2')")
+    page.wait_for_function(f"() => {rows}[0].dataset.runId === '{seen[20]}'")
+
+
+def test_the_runs_list_refreshes_while_runs_move(page, engine, client, app_id, link):
+    from tests.e2e import workflows_app
+
+    run = client.start_run(app_id, "gated", {})
+    wait_status(engine, client, run["id"], lambda r: bool(r["steps"]))
+    page.goto(link)
+    page.wait_for_selector(f"tr[data-run-id='{run['id']}'][data-status=running]")
+    assert "1 run moving" in page.get_by_test_id("refresh-note").inner_text()
+    workflows_app.GATES[run["id"]].set()
+    # No click: the page asks again every two seconds while a run on it has not ended.
+    page.wait_for_selector(f"tr[data-run-id='{run['id']}'][data-status=completed]", timeout=30_000)
+    assert page.get_by_test_id("refresh-note").inner_text() == ""
+
+
 def test_retries_are_visible_on_the_timeline(page, engine, client, app_id, link, monkeypatch):
     monkeypatch.setenv(config.ENV_SQS_MAX_DELAY, "0")  # backoffs through the SkipClock
     config.reset_settings()
