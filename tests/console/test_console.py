@@ -240,6 +240,19 @@ def test_retry_a_failed_run(page, engine, client, app_id, link):
     page.wait_for_selector("[data-testid=run-status] .badge:text('failed')")
 
 
+def test_a_child_run_links_to_its_parent(page, engine, client, app_id, link):
+    parent = client.start_run(app_id, "parent", {"child": "kid", "ci": {"x": 1}})
+    wait_ended(engine, client, parent["id"])
+    children = client.search_runs(workflow="kid")["runs"]
+    assert len(children) == 1
+    _open_run(page, link, children[0]["id"])
+    page.get_by_test_id("parent-link").click()
+    page.wait_for_selector("[data-testid=run-title]:text('parent')")
+    assert page.url.endswith(f"#/runs/{parent['id']}")
+    kinds = page.locator("[data-testid=step]").evaluate_all("els => els.map(e => e.dataset.kind)")
+    assert kinds == ["invoke"]
+
+
 def test_an_unknown_run_shows_the_apis_words(page, engine, link):
     page.goto(link)
     page.wait_for_selector("h1:text('Runs')")
@@ -346,7 +359,12 @@ def test_apps_schedules_and_subscriptions(page, engine, app_id, link):
     row.locator("button:text('Pause')").click()
     page.wait_for_selector("[data-testid=schedule] button:text('Resume')")
     with _api(engine) as http:
-        assert http.get(f"/schedules/{schedule['id']}").json().get("paused") in (True, None)
+        assert http.get(f"/schedules/{schedule['id']}").json()["status"] == "paused"
+    assert page.locator("[data-testid=schedule] .badge").inner_text() == "paused"
+    page.locator("[data-testid=schedule] button:text('Resume')").click()
+    page.wait_for_selector("[data-testid=schedule] button:text('Pause')")
+    with _api(engine) as http:
+        assert http.get(f"/schedules/{schedule['id']}").json()["status"] == "active"
     page.click("#nav a[data-page=subscriptions]")
     sub_row = page.locator("[data-testid=subscription]")
     assert "workflow start: kid" in sub_row.inner_text()
