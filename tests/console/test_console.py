@@ -296,6 +296,15 @@ def test_a_read_only_key_sees_the_apis_refusal_not_a_crash(page, engine, client,
     assert button.is_disabled()
     assert client.get_run(run["id"])["attempt"] == 1
     shot(page, "forbidden")
+    # Reading queues is open to every key; redriving one is not.
+    with _api(engine) as http:
+        assert http.post("/queues", json={"name": "audit"}).status_code == 201
+    page.click("#nav a[data-page=queues]")
+    redrive = page.locator("tr[data-queue-name=audit]").get_by_test_id("redrive")
+    redrive.click()
+    error = page.wait_for_selector("tr[data-queue-name=audit] [data-testid=action-error]")
+    assert error.inner_text().startswith("forbidden: ")
+    assert redrive.is_disabled()
 
 
 # --- queues and the other pages ------------------------------------------------------------------
