@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -251,6 +252,22 @@ def test_a_child_run_links_to_its_parent(page, engine, client, app_id, link):
     assert page.url.endswith(f"#/runs/{parent['id']}")
     kinds = page.locator("[data-testid=step]").evaluate_all("els => els.map(e => e.dataset.kind)")
     assert kinds == ["invoke"]
+
+
+def test_large_values_are_read_through_get_payload(page, engine, client, app_id, link):
+    size = 200 * 1024
+    run = wait_ended(engine, client, client.start_run(app_id, "big", {"size": size})["id"])
+    assert run["outputRef"] == "output" and "outputRef" in run["steps"][0]
+    _open_run(page, link, run["id"])
+    page.click("[data-step-name=blob]")  # the step's detail, with its own stored value
+    loaders = page.get_by_test_id("load-payload")
+    assert loaders.count() == 2
+    for i in range(2):
+        loaders.nth(i).click()
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=payload]').length === 2")
+    texts = page.get_by_test_id("payload").all_inner_texts()
+    blob = "x" * size
+    assert sorted(texts) == sorted([json.dumps(blob), json.dumps({"blob": blob}, indent=2)])
 
 
 def test_an_unknown_run_shows_the_apis_words(page, engine, link):

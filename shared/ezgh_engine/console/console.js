@@ -621,7 +621,8 @@
     const out = h("div", {});
     const path = String(typeof ref === "object" && ref !== null ? ref.path || ref.key || "" : ref);
     const button = actionButton(`Load ${title.toLowerCase()} (stored separately)`, { "data-testid": "load-payload" }, async () => {
-      const encoded = path.split("/").map(enc).join("/");
+      // An outputRef is already percent-encoded: keep its escapes (and slashes) as they are.
+      const encoded = path.split("/").map((seg) => seg.split("%").map(enc).join("%")).join("/");
       const value = await api("GET", `/runs/${enc(runId)}/payloads/${encoded}`);
       clear(out);
       out.appendChild(jsonBlock(value, "payload"));
