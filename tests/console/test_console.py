@@ -403,11 +403,38 @@ def test_apps_schedules_and_subscriptions(page, engine, app_id, link):
 
 
 def test_flow_job_graph(page, engine, link):
+    graph = {
+        "nodes": [
+            {"id": "start", "moduleType": "trigger.manual"},
+            {"id": "shape", "moduleType": "transform", "config": {"expression": "input.name"}},
+            {"id": "greet", "moduleType": "transform", "config": {"expression": "in.shape"}},
+        ],
+        "edges": [{"source": "start", "target": "shape"}, {"source": "shape", "target": "greet"}],
+    }
     with _api(engine) as http:
         if http.get("/flows").status_code == 404:
             pytest.skip("this engine has no flows (EzFlow, /flows, is not on this branch)")
+        flow = http.post("/flows", json={"name": "greet"}).json()
+        made = http.post(f"/flows/{flow['id']}/commits", json={"graph": graph})
+        assert made.status_code == 201, made.text
+        started = http.post(f"/flows/{flow['id']}/jobs", json={"input": {"name": "Ada"}})
+        assert started.status_code == 201, started.text
+        job = started.json()
+        engine.wait_for(
+            lambda: http.get(f"/jobs/{job['id']}").json()["status"] == "COMPLETED", timeout=30
+        )
     page.goto(link)
     page.wait_for_selector("#nav-flows:not([hidden])")
     page.click("#nav-flows")
-    page.wait_for_selector("h1:text('Flows')")
-    shot(page, "flows")
+    page.click(f"a[href='#/jobs/{job['id']}']")
+    page.wait_for_selector("[data-testid=flow-graph] g.node")
+    nodes = page.locator("[data-testid=flow-graph] g.node").evaluate_all(
+        "gs => gs.map(g => [g.dataset.nodeId, g.dataset.status, g.getBBox().x + g.getCTM().e])"
+    )
+    assert [(n, st) for n, st, _ in nodes] == [(n["id"], "COMPLETED") for n in graph["nodes"]]
+    xs = [x for _, _, x in nodes]
+    assert xs == sorted(xs) and len(set(xs)) == 3  # one layer per step of the chain
+    assert page.locator("[data-testid=flow-graph] path.edge").count() == 2
+    page.click("[data-testid=flow-graph] g.node[data-node-id=greet]")
+    assert '"Ada"' in page.get_by_test_id("action-detail").inner_text()
+    shot(page, "flow-job")
