@@ -426,6 +426,7 @@ def test_flow_job_graph(page, engine, link):
     page.goto(link)
     page.wait_for_selector("#nav-flows:not([hidden])")
     page.click("#nav-flows")
+    page.wait_for_selector("h2:text('Failed items') + table :text('No failed items.')")
     page.click(f"a[href='#/jobs/{job['id']}']")
     page.wait_for_selector("[data-testid=flow-graph] g.node")
     nodes = page.locator("[data-testid=flow-graph] g.node").evaluate_all(

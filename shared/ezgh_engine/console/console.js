@@ -840,6 +840,32 @@
         h("td", { class: "mono", text: j.flowId }), h("td", {}, badge(j.status)),
         h("td", { class: "mono", text: j.trackingId || "" }), h("td", {}, fmtTime(j.startedAt)), h("td", {}, fmtTime(j.finishedAt)))),
       "No jobs."));
+    const failed = await failedItems(v);
+    if (failed && current(v)) main.append(h("h2", { text: "Failed items" }), failed);
+  }
+
+  /** Failed items (a node that gave up), each with Retry: the job resumes from that node. */
+  async function failedItems(v) {
+    let data;
+    try {
+      data = await api("GET", `/failedItems${query({ limit: PAGE_SIZE })}`);
+    } catch (err) {
+      return errorBox(err);
+    }
+    if (!current(v)) return null;
+    return table(["Failed item", "Job", "Node", "Error", "Attempts", "Created", ""],
+      (data.failedItems || data.items || []).map((it) => h("tr", { "data-testid": "failed-item" },
+        h("td", { class: "mono", text: it.id }),
+        h("td", {}, h("a", { href: `#/jobs/${enc(it.jobId)}`, class: "mono", text: it.jobId })),
+        h("td", { text: `${it.nodeId} (${it.moduleType})` }),
+        h("td", { text: it.error ? `${it.error.code || ""} ${it.error.message || ""}`.trim() : "" }),
+        h("td", { text: it.attempts }), h("td", {}, fmtTime(it.createdAt)),
+        h("td", {}, it.retriedAt ? h("span", { class: "muted", text: "retried" }) :
+          actionButton("Retry", { "data-testid": "retry-item" }, async () => {
+            await api("POST", `/failedItems/${enc(it.id)}/retry`);
+            return "retrying";
+          })))),
+      "No failed items.");
   }
 
   async function pageJob(v, jobId) {
@@ -907,11 +933,13 @@
     const cols = Object.keys(columns).length || 1;
     const width = PAD * 2 + cols * W + (cols - 1) * GX;
     const height = PAD * 2 + maxRows * H + (maxRows - 1) * GY;
-    const root = s("svg", { class: "graph", "data-testid": "flow-graph", width, height, viewBox: `0 0 ${width} ${height}` });
+    const root = s("svg", { class: "graph", "data-testid": "flow-graph", width, height, viewBox: `0 0 ${width} ${height}` },
+      s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
+        s("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9aa6bd" }))));
     for (const e of edges) {
       const a = pos[e.source], b = pos[e.target];
       const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, mx = (x1 + x2) / 2;
-      root.appendChild(s("path", { class: "edge", d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}` },
+      root.appendChild(s("path", { class: "edge", "marker-end": "url(#arrow)", d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}` },
         s("title", { text: `${e.source}${e.sourceHandle ? `.${e.sourceHandle}` : ""} → ${e.target}` })));
     }
     for (const n of nodes) {
