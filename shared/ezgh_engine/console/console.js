@@ -41,8 +41,9 @@
   function setAttrs(el, attrs) {
     for (const [name, value] of Object.entries(attrs || {})) {
       if (value === undefined || value === null || value === false) continue;
-      if (name.startsWith("on") && typeof value === "function") {
-        el.addEventListener(name.slice(2), value);
+      if (name.startsWith("on")) {
+        // Handlers are functions from this file; never an attribute string a browser would run.
+        if (typeof value === "function") el.addEventListener(name.slice(2), value);
       } else if (name === "text") {
         el.textContent = String(value);
       } else if (name === "href") {
