@@ -36,6 +36,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the runtime, print its environment, and wait for a signal to stop it."""
+    from ezgh_engine.api.routes_console import sign_in_link
     from ezgh_engine.local.runtime import LocalRuntime
 
     logging.basicConfig(
@@ -66,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         for name, value in runtime.env.items():
             print(f"{name}={value}", flush=True)
+        print(
+            f"ezgh dev: console (signed in): {sign_in_link(runtime.api_url, runtime.api_key, runtime.org_id, runtime.project_id)}",
+            flush=True,
+        )
         print(
             f"ezgh dev: ready in {clock.monotonic() - began:.1f}s on {runtime.api_url} "
             f"(env in {runtime.state_dir / 'dev.env'}); Ctrl-C stops",
