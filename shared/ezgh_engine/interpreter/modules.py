@@ -160,7 +160,8 @@ def _queue_send(call: NodeCall) -> Callable[[], Any]:
             if err.status < 500:
                 raise ModuleError(f"queue.send: {err.code}: {err.message}") from None
             raise
-        return json.loads(str(answer.body))
+        body = answer.body  # the recorded answer, or a replay of the first one
+        return json.loads(body) if isinstance(body, str | bytes) else body
 
     return send
 
