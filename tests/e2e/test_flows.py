@@ -555,3 +555,69 @@ def test_workflow_invoke_runs_a_code_workflow_of_another_app(
     done = api.wait(api.start("code")["id"], timeout=60)
     assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
     assert done["output"] == {"seq": 0 + 1 + 2 + 3}
+
+
+# --- queue subscriptions targeting a flow ----------------------------------------------------
+
+
+def test_each_message_starts_one_job_and_a_redelivery_none(api: Api, engine: LocalRuntime) -> None:
+    from ezgh_engine import ids
+
+    from functions.deliver.handler import handler as deliver
+
+    queue = api("POST", "/queues", json={"name": "signups"})
+    api.flow("signup", [trigger(), transform("who", "input.body")], [edge("start", "who")])
+    sub = api(
+        "POST",
+        "/subscriptions",
+        json={
+            "queueId": queue["id"],
+            "target": {"kind": "flow", "mode": "start", "flowId": "signup"},
+        },
+    )
+    assert sub["target"] == {
+        "kind": "flow",
+        "mode": "start",
+        "flowId": api("GET", "/flows/signup")["id"],
+    }
+    (sent,) = api("POST", f"/queues/{queue['id']}/messages", json={"messages": [{"body": "ada"}]})[
+        "messages"
+    ]
+    job_id = ids.derived_id("queue-start", engine.project_id, queue["id"], sent["messageId"])
+    engine.wait_for(lambda: api.call("GET", f"/jobs/{job_id}")[0] == 200, timeout=30)
+    done = api.wait(job_id)
+    assert done["status"] == "COMPLETED" and done["output"] == {"who": "ada"}
+    record = {  # SQS delivers at least once: the same message again
+        "messageId": sent["messageId"],
+        "receiptHandle": "gone",
+        "body": "ada",
+        "attributes": {"SentTimestamp": "1790000000000", "ApproximateReceiveCount": "2"},
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:ezgh-q-{queue['id']}",
+    }
+    assert deliver({"Records": [record]}, None) == {"batchItemFailures": []}
+    engine.wait_idle(timeout=30)
+    assert [j["id"] for j in api("GET", "/jobs", params={"flowId": "signup"})["jobs"]] == [job_id]
+
+
+def test_a_flow_resume_subscription_resumes_only_that_flows_jobs(api: Api) -> None:
+    queue = api("POST", "/queues", json={"name": "events"})
+    wait = {"queueId": queue["id"], "key": "{{ input.ref }}", "timeoutSeconds": 3600}
+    for name in ("listener", "other"):
+        api.flow(
+            name,
+            [trigger(), {"id": "hear", "moduleType": "wait.event", "config": wait}],
+            [edge("start", "hear")],
+        )
+    target = {"kind": "flow", "mode": "resume", "flowId": "listener", "correlationAttribute": "ref"}
+    api("POST", "/subscriptions", json={"queueId": queue["id"], "target": target})
+    job = api.start("listener", input={"ref": "r-1"})
+    other = api.start("other", input={"ref": "r-1"})
+    for started in (job, other):
+        api.wait(started["id"], lambda j: j["status"] == "WAITING")
+    message = {"body": "heard", "attributes": {"ref": "r-1"}}
+    api("POST", f"/queues/{queue['id']}/messages", json={"messages": [message]})
+    done = api.wait(job["id"])
+    assert done["status"] == "COMPLETED" and done["output"]["hear"]["body"] == "heard"
+    assert api("GET", f"/jobs/{other['id']}")["status"] == "WAITING"  # another flow's job
