@@ -621,3 +621,34 @@ def test_a_flow_resume_subscription_resumes_only_that_flows_jobs(api: Api) -> No
     done = api.wait(job["id"])
     assert done["status"] == "COMPLETED" and done["output"]["hear"]["body"] == "heard"
     assert api("GET", f"/jobs/{other['id']}")["status"] == "WAITING"  # another flow's job
+
+
+def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
+    api: Api, engine: LocalRuntime
+) -> None:
+    from datetime import timedelta
+
+    from ezgh_engine import clock, ids
+
+    api.flow("tick", [trigger(), transform("seen", "input.n")], [edge("start", "seen")])
+    schedule = api(
+        "POST",
+        "/schedules",
+        json={
+            "appId": engine.apps[APP].record["id"],
+            "workflow": "flow",
+            "cron": "*/5 * * * *",
+            "input": {"flowId": "tick", "input": {"n": 5}, "trackingId": "every-5"},
+        },
+    )
+    engine.clock.advance(
+        clock.parse_iso(schedule["nextRunAt"]) - clock.now() + timedelta(seconds=1)
+    )
+    engine.scheduler.kick()
+    job_id = ids.derived_id("schedule", schedule["id"], schedule["nextRunAt"])
+    engine.wait_for(lambda: api.call("GET", f"/jobs/{job_id}")[0] == 200, timeout=30)
+    done = api.wait(job_id)
+    assert done["status"] == "COMPLETED" and done["output"] == {"seen": 5}
+    assert done["trackingId"] == "every-5" and done["flowId"] == api("GET", "/flows/tick")["id"]
+    assert done["commitId"] == api("GET", "/flows/tick/commits")["commits"][0]["id"]
+    assert [j["id"] for j in api("GET", "/jobs", params={"flowId": "tick"})["jobs"]] == [job_id]

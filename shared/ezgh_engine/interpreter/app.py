@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ezgh_workflows import Context, PushApp, StepError, workflow
+from ezgh_workflows import Context, NonRetryableError, PushApp, StepError, workflow
 
 from ezgh_engine import clock
 from ezgh_engine.core.flows.graph import Node, parse_graph
-from ezgh_engine.core.flows.jobs import INTERPRETER_WORKFLOW, JobInput, step_name
+from ezgh_engine.core.flows.jobs import INTERPRETER_WORKFLOW, JOB_STEP, JobInput, step_name
 from ezgh_engine.core.flows.planning import COMPLETED, SKIPPED, Done, Plan
 from ezgh_engine.interpreter.modules import NodeCall, run_node
 
@@ -34,19 +34,36 @@ class NodeFailedError(Exception):
         self.node_id = node.id
 
 
-def _index_self(job_id: str, job: JobInput) -> Any:
-    """Index this job (a child job is started by the engine, not by the API)."""
+def _resolve_and_index(job_id: str, given: Any) -> Any:
+    """The job's full input, indexed for search. A run input that names a flow without its
+    graph (`{flowId, input?, trackingId?, branch?}`: a schedule of `ezgh-flows/flow`, or a
+    StartRun) is resolved here, once, to the branch's latest commit; the recorded answer keeps
+    the job on that commit for good."""
 
-    def index() -> Any:
-        from ezgh_engine.adapters import runs_store
+    def resolve() -> Any:
+        from ezgh_engine import ids
+        from ezgh_engine.adapters import flows_store, runs_store
         from ezgh_engine.service.flow_jobs import index_job
 
         run = runs_store.get_run(job_id, with_steps=False)
-        if run is not None:
-            index_job(run.project_id, job_id, job, run.created_at)
-        return None
+        if run is None:
+            raise NonRetryableError(f"job {job_id} not found")
+        job = JobInput.from_run_input(given)
+        if not job.commit_id:
+            data = given if isinstance(given, dict) else {}
+            flow = flows_store.get_flow(run.project_id, str(data.get("flowId", "")))
+            if flow is None:
+                raise NonRetryableError(f"flow {data.get('flowId')!r} not found")
+            branch = str(data.get("branch") or flow.active_branch)
+            head = flows_store.branch_head(flow.id, branch)
+            if head is None:
+                raise NonRetryableError(f"flow {flow.name} has no commit on branch {branch}")
+            tracking = str(data.get("trackingId") or ids.new_id())
+            job = JobInput(flow.id, head.id, branch, head.graph, data.get("input"), tracking)
+        index_job(run.project_id, job_id, job, run.created_at)
+        return job.to_run_input()
 
-    return index
+    return resolve
 
 
 def _record_failure(job_id: str, attempt: int, call: NodeCall, cause: StepError) -> None:
@@ -78,9 +95,9 @@ def _record_failure(job_id: str, attempt: int, call: NodeCall, cause: StepError)
 @workflow(INTERPRETER_WORKFLOW)
 async def flow(ctx: Context) -> Any:
     """Run the committed graph in the run's input; the output is keyed by sink node ids."""
-    job = JobInput.from_run_input(ctx.input)
+    resolved = await ctx.step.run(JOB_STEP, _resolve_and_index(ctx.run_id, ctx.input), retries=3)
+    job = JobInput.from_run_input(resolved)
     plan = Plan(parse_graph(job.graph))
-    await ctx.step.run("job", _index_self(ctx.run_id, job), retries=3)
     done: dict[str, Done] = {}
     tasks: dict[str, asyncio.Future[None]] = {}
 

@@ -18,6 +18,7 @@ from ezgh_engine.core.flows.jobs import (
     INTERPRETER_APP,
     INTERPRETER_WORKFLOW,
     JobInput,
+    job_input,
     job_status,
     job_view,
 )
@@ -118,7 +119,7 @@ def _resume_url(run: Run) -> Any:
 
 def view(run: Run) -> dict[str, Any]:
     """The job of a run of the interpreter."""
-    return job_view(run, JobInput.from_run_input(run.input), _resume_url(run))
+    return job_view(run, job_input(run), _resume_url(run))
 
 
 def _job_run(principal: Principal, job_id: str, action: str) -> tuple[Run, Flow | None]:

@@ -23,6 +23,7 @@ from ezgh_engine.core.models import Run, Step
 INTERPRETER_APP = "ezgh-flows"
 INTERPRETER_WORKFLOW = "flow"
 _PREFIX = "node:"
+JOB_STEP = "job"  # the interpreter's first step: the job's resolved input (see `job_input`)
 
 _RUN_STATUS = {
     "completed": "COMPLETED",
@@ -86,6 +87,26 @@ class JobInput:
             input=data.get("input"),
             tracking_id=str(data.get("trackingId", "")),
         )
+
+
+def job_input(run: Run) -> JobInput:
+    """The job's input: the run's, or (a run started with a flow reference) the one its first
+    step resolved."""
+    given = JobInput.from_run_input(run.input)
+    if given.commit_id:
+        return given
+    for step in run.steps:
+        if step.name == JOB_STEP and step.status == "completed" and isinstance(step.output, dict):
+            return JobInput.from_run_input(step.output)
+    data = run.input if isinstance(run.input, dict) else {}
+    return JobInput(
+        str(data.get("flowId", "")),
+        "",
+        str(data.get("branch") or ""),
+        {"nodes": [], "edges": []},
+        data.get("input"),
+        str(data.get("trackingId", "")),
+    )
 
 
 def is_waiting_step(step: Step) -> bool:
