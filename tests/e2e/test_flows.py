@@ -368,6 +368,8 @@ def test_a_5xx_is_retried_until_it_answers(api: Api, target: Target) -> None:
     done = api.wait(api.start("flaky")["id"])
     assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
     assert target.calls["/flaky"] == 3 and by_node(done)["call"]["attempt"] == 3
+    keys = {h["Idempotency-Key"] for h in target.headers}
+    assert len(keys) == 1 and len(keys.pop()) == 64  # one key for every attempt of the node
 
 
 def test_a_failing_node_leaves_one_failed_item_whose_retry_completes_the_job(

@@ -98,6 +98,8 @@ def _request(call: NodeCall) -> Callable[[], Any]:
             raise ModuleError(f"http.request {url!r}: {err.message}") from None
         headers = {str(k): str(v) for k, v in (config.get("headers") or {}).items()}
         headers["X-Tracking-Id"] = call.job.tracking_id
+        # The same on every attempt of this node: a receiver can drop a repeated request.
+        headers.setdefault("Idempotency-Key", step_context().idempotency_key)
         body = config.get("body")
         kwargs: dict[str, Any] = {"headers": headers}
         if isinstance(body, dict | list | int | float | bool):
