@@ -247,6 +247,10 @@ def test_permissions_name_the_flow(api: Api, engine: LocalRuntime) -> None:
     )
     other = api.start("theirs")
     assert limited.call("GET", f"/jobs/{other['id']}")[0] == 403
+    assert [j["id"] for j in limited("GET", "/jobs")["jobs"]] == [job["id"]]
+    api("DELETE", "/flows/theirs")  # a deleted flow's job: only for keys on every flow
+    assert limited.call("GET", f"/jobs/{other['id']}")[0] == 403
+    assert api("GET", f"/jobs/{other['id']}")["id"] == other["id"]
 
 
 # --- jobs ----------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from ezgh_engine.core.flows.jobs import (
     job_view,
 )
 from ezgh_engine.core.models import App, Principal, Run
-from ezgh_engine.errors import Conflict, NotFound, ValidationError
+from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+from ezgh_engine.service.auth import covers
 from ezgh_engine.service.flows import check_branch, find_flow, require
 from ezgh_engine.service.new_runs import new_run
 
@@ -128,9 +129,17 @@ def _job_run(principal: Principal, job_id: str, action: str) -> tuple[Run, Flow 
     if entry is None or run is None or run.project_id != principal.project_id:
         raise NotFound(f"job {job_id} not found")
     flow = flows_store.get_flow(principal.project_id, entry.flow_id)
-    # A job of a deleted flow stays readable by keys that hold the action on every flow.
-    require(principal, action, flow.name if flow else None)
+    if not may(principal, action, flow.name if flow else None):
+        raise Forbidden(f"this API key may not {action} on job {job_id}")
     return _hydrate(run), flow
+
+
+def may(principal: Principal, action: str, flow_name: str | None) -> bool:
+    """Whether the key holds `action` on this flow; a job of a deleted flow (no name) only
+    for keys that hold it on every flow."""
+    if flow_name is None:
+        return covers(principal, action, None)
+    return principal.allows(action, flow_name)
 
 
 def get_job(principal: Principal, job_id: str) -> dict[str, Any]:
@@ -190,7 +199,7 @@ def search_jobs(
         )
         for item in items:
             entry = flows_store.job_from_item(item)
-            if not principal.allows(READ, names.get(entry.flow_id)):
+            if not may(principal, READ, names.get(entry.flow_id)):
                 continue
             run = runs_store.get_run(entry.id)
             if run is None:
@@ -239,13 +248,17 @@ def list_failed_items(
         require(principal, READ, None)
     if job_id is not None:
         filters["jobId"] = job_id
+    names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
     found: list[FailedItem] = []
     while True:
         items, nxt = flows_store.scan_index(
             f"FAILEDS#{principal.project_id}", filters, after=None, before=None, cursor=cursor
         )
         for item in items:
-            found.append(flows_store.failed_from_item(item))
+            failed = flows_store.failed_from_item(item)
+            if not may(principal, READ, names.get(failed.flow_id)):
+                continue  # a key limited to some flows sees only their items
+            found.append(failed)
             if len(found) == limit:
                 return found, flows_store.cursor_at(item)
         if nxt is None:
