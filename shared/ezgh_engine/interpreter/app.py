@@ -92,6 +92,11 @@ def _record_failure(job_id: str, attempt: int, call: NodeCall, cause: StepError)
     )
 
 
+def _retrieve(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 @workflow(INTERPRETER_WORKFLOW)
 async def flow(ctx: Context) -> Any:
     """Run the committed graph in the run's input; the output is keyed by sink node ids."""
@@ -118,6 +123,9 @@ async def flow(ctx: Context) -> Any:
 
     for node_id in plan.order:  # graph order: upstream tasks exist before their dependents
         tasks[node_id] = asyncio.ensure_future(node_task(node_id))
+        # After a failure the job ends at once; its other nodes' errors are read here so
+        # they are not logged as never retrieved.
+        tasks[node_id].add_done_callback(_retrieve)
     await asyncio.gather(*tasks.values())
     return plan.job_output(done)
 
