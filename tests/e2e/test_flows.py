@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections import Counter
@@ -298,6 +299,14 @@ def test_a_generated_tracking_id_and_paged_search(api: Api) -> None:
     assert [j["id"] for j in page["jobs"]] == [jobs[2]["id"], jobs[1]["id"]]
     rest = api("GET", "/jobs", params={"flowId": "many", "cursor": page["nextCursor"]})
     assert [j["id"] for j in rest["jobs"]] == [jobs[0]["id"]]
+    status, body = api.call("POST", "/flows/many/jobs", json={"trackingId": "a\r\nX-Evil: 1"})
+    assert status == 400 and "trackingId" in body["error"]["message"]
+    forged = base64.urlsafe_b64encode(b'{"pk": {"S": "JOB#x"}, "sk": {"S": "JOB"}}').decode()
+    for cursor in (forged, "not-a-cursor", page["nextCursor"][:-4]):
+        status, body = api.call("GET", "/jobs", params={"cursor": cursor})
+        assert status == 400 and body["error"]["code"] == "validation_error", (cursor, body)
+    status, _ = api.call("GET", "/flows/many/commits", params={"cursor": page["nextCursor"]})
+    assert status == 400  # a jobs cursor is not a commits cursor
 
 
 def test_a_condition_skips_the_branch_not_taken(api: Api) -> None:

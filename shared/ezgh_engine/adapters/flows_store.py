@@ -330,16 +330,30 @@ def _encode(key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(key).encode()).decode() if key else None
 
 
-def _decode(cursor: str | None) -> dict[str, Any] | None:
+_CURSOR_KEYS = {"pk", "sk", "gsi1pk", "gsi1sk"}
+
+
+def _decode(cursor: str | None, field: str, partition: str) -> dict[str, Any] | None:
+    """The start key in a cursor this API gave for this partition; else 400 (a forged or
+    foreign cursor must never reach DynamoDB, which would refuse it with a 5xx)."""
     if not cursor:
         return None
     try:
         key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except ValueError:
-        raise ValidationError("cursor: not a cursor this API gave") from None
-    if not isinstance(key, dict):
+        key = None
+    well_formed = (
+        isinstance(key, dict)
+        and set(key) <= _CURSOR_KEYS
+        and {"pk", "sk"} <= set(key)
+        and all(
+            isinstance(v, dict) and isinstance(v.get("S"), str) and len(v) == 1
+            for v in key.values()
+        )
+    )
+    if not well_formed or key.get(field, {}).get("S") != partition:
         raise ValidationError("cursor: not a cursor this API gave")
-    return key
+    return dict(key)
 
 
 def list_commits(
@@ -347,7 +361,7 @@ def list_commits(
 ) -> tuple[list[Commit], str | None]:
     """Commits newest first, optionally of one branch; (page, next cursor)."""
     found: list[Commit] = []
-    start = _decode(cursor)
+    start = _decode(cursor, "pk", f"FLOW#{flow_id}")
     while True:
         kwargs: dict[str, Any] = {
             "TableName": table(),
@@ -449,8 +463,10 @@ def scan_index(
     if clauses:
         kwargs["FilterExpression"] = " AND ".join(clauses)
         kwargs["ExpressionAttributeNames"] = names
-    start = _decode(cursor)
+    start = _decode(cursor, "gsi1pk", partition)
     if start:
+        if "gsi1sk" not in start:
+            raise ValidationError("cursor: not a cursor this API gave")
         kwargs["ExclusiveStartKey"] = start
     page = ddb().query(**kwargs)
     return page.get("Items", []), _encode(page.get("LastEvaluatedKey"))

@@ -7,6 +7,7 @@ the run's. Permissions: `flows.jobs.start|read|cancel` with the flow's name as r
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from ezgh_engine.service.new_runs import new_run
 START, READ, CANCEL = "flows.jobs.start", "flows.jobs.read", "flows.jobs.cancel"
 JOB_STATUSES = ("RUNNING", "WAITING", "COMPLETED", "FAILED", "CANCELLED")
 TRACKING_MAX = 128
+TRACKING_ID = re.compile(r"^[\x20-\x7e]{1,128}$")
 
 
 def interpreter_app(project_id: str) -> App:
@@ -49,8 +51,9 @@ def interpreter_app(project_id: str) -> App:
 def _tracking(tracking_id: str | None) -> str:
     if tracking_id is None:
         return ids.new_id()
-    if not isinstance(tracking_id, str) or not 1 <= len(tracking_id) <= TRACKING_MAX:
-        raise ValidationError(f"trackingId must be a string of 1 to {TRACKING_MAX} characters")
+    # It travels in HTTP headers and message attributes: printable ASCII only.
+    if not isinstance(tracking_id, str) or not TRACKING_ID.fullmatch(tracking_id):
+        raise ValidationError(f"trackingId must be 1 to {TRACKING_MAX} printable ASCII characters")
     return tracking_id
 
 
