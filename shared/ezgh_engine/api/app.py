@@ -12,6 +12,7 @@ from ezgh_engine.api import errors
 from ezgh_engine.api import models as m
 from ezgh_engine.api.routes_apps import router as apps_router
 from ezgh_engine.api.routes_console import router as console_router
+from ezgh_engine.api.routes_flows import router as flows_router
 from ezgh_engine.api.routes_pull import router as pull_router
 from ezgh_engine.api.routes_queues import router as queues_router
 from ezgh_engine.api.routes_runs import router as runs_router
@@ -63,3 +64,4 @@ resolver.include_router(schedules_router)  # issue 5
 resolver.include_router(pull_router)  # issue 5: pull apps
 resolver.include_router(queues_router)  # issue 4: queues and subscriptions
 resolver.include_router(console_router)  # issue 17: the web console's static files
+resolver.include_router(flows_router)  # issue 16: EzFlow graph workflows

@@ -77,11 +77,12 @@ class RedriveAnswer(BaseModel):
 
 
 class TargetBody(BaseModel):
-    kind: Literal["https", "workflow"]
+    kind: Literal["https", "workflow", "flow"]
     url: str | None = None
     mode: Literal["start", "resume"] | None = None
     appId: str | None = None
     workflow: str | None = None
+    flowId: str | None = None  # kind "flow" (issue 16)
     correlationAttribute: str | None = None
 
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules under ezgh_engine.cli, each with `register(subparsers)`.
-_COMMANDS = ("dev", "bootstrap", "workflows", "queues", "ops")
+_COMMANDS = ("dev", "bootstrap", "workflows", "queues", "ops", "flows")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -130,10 +130,18 @@ def _deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
         raise DeliveryFailed(NO_RUN_TO_RESUME)
 
 
+def _flow_targets() -> Any:
+    from ezgh_engine.service import flow_targets  # issue 16; imported when first needed
+
+    return flow_targets
+
+
 _TARGETS: dict[tuple[str, str | None], Callable[[Subscription, dict[str, Any]], None]] = {
     ("https", None): _deliver_https,
     ("workflow", "start"): _deliver_start,
     ("workflow", "resume"): _deliver_resume,
+    ("flow", "start"): lambda sub, message: _flow_targets().deliver_start(sub, message),
+    ("flow", "resume"): lambda sub, message: _flow_targets().deliver_resume(sub, message),
 }
 
 

@@ -57,8 +57,12 @@ def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any
         except ValidationError as err:
             raise ValidationError(f"target.url: {err.message}") from None
         return {"kind": "https", "url": url}
+    if kind == "flow":  # issue 16: a flow's jobs
+        from ezgh_engine.service.flow_targets import check_flow_target
+
+        return check_flow_target(principal, target)
     if kind != "workflow":
-        raise ValidationError("target.kind: 'https' or 'workflow'")
+        raise ValidationError("target.kind: 'https', 'workflow' or 'flow'")
     mode = target.get("mode", "start")
     if mode not in _MODE_ACTION:
         raise ValidationError("target.mode: 'start' or 'resume'")

@@ -1,0 +1,288 @@
+"""Jobs of flows: start, read, search, cancel; failed items and their retry.
+
+A job is a run of the interpreter workflow (`ezgh-flows` / `flow`, see
+`ezgh_engine.interpreter`), so durability, retries, cancellation, history and retention are
+the run's. Permissions: `flows.jobs.start|read|cancel` with the flow's name as resource.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import flows_store, payloads, registry_store, runs_store
+from ezgh_engine.adapters import run_control_store as control
+from ezgh_engine.adapters.flows_store import FailedItem, Flow, JobEntry
+from ezgh_engine.core.flows.jobs import (
+    INTERPRETER_APP,
+    INTERPRETER_WORKFLOW,
+    JobInput,
+    job_input,
+    job_status,
+    job_view,
+)
+from ezgh_engine.core.models import App, Principal, Run
+from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+from ezgh_engine.service.auth import covers
+from ezgh_engine.service.flows import check_branch, find_flow, require
+from ezgh_engine.service.new_runs import new_run
+
+START, READ, CANCEL = "flows.jobs.start", "flows.jobs.read", "flows.jobs.cancel"
+JOB_STATUSES = ("RUNNING", "WAITING", "COMPLETED", "FAILED", "CANCELLED")
+TRACKING_MAX = 128
+TRACKING_ID = re.compile(r"^[\x20-\x7e]{1,128}$")
+
+
+def interpreter_app(project_id: str) -> App:
+    """The project's interpreter app; `409 app_not_synced` until it is registered and synced."""
+    app_id = flows_store.find_app_id(project_id, INTERPRETER_APP)
+    app = registry_store.get_app(project_id, app_id) if app_id else None
+    if app is None or app.status != "synced" or INTERPRETER_WORKFLOW not in app.workflows:
+        raise Conflict(
+            f"the flows interpreter app {INTERPRETER_APP!r} is not registered and synced in "
+            "this project (see docs/flows.md)",
+            code="app_not_synced",
+        )
+    return app
+
+
+def _tracking(tracking_id: str | None) -> str:
+    if tracking_id is None:
+        return ids.new_id()
+    # It travels in HTTP headers and message attributes: printable ASCII only.
+    if not isinstance(tracking_id, str) or not TRACKING_ID.fullmatch(tracking_id):
+        raise ValidationError(f"trackingId must be 1 to {TRACKING_MAX} printable ASCII characters")
+    return tracking_id
+
+
+def start_job(
+    principal: Principal,
+    flow_ref: str,
+    *,
+    input: Any,
+    tracking_id: str | None = None,
+    branch: str | None = None,
+    job_id: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Start a job on the branch's latest commit (default: the flow's active branch).
+
+    `job_id` derived by a caller (a schedule's planned time, a queue message) makes a repeated
+    start answer the first job instead of starting a second. Answers (job, created).
+    """
+    flow = find_flow(principal, flow_ref)
+    require(principal, START, flow.name)
+    branch = check_branch(branch or flow.active_branch)
+    head = flows_store.branch_head(flow.id, branch)
+    if head is None:
+        raise Conflict(f"flow {flow.name} has no commit on branch {branch}", code="invalid_state")
+    app = interpreter_app(principal.project_id)
+    job = JobInput(flow.id, head.id, branch, head.graph, input, _tracking(tracking_id))
+    run_id = job_id or ids.new_id()
+    existing = runs_store.get_run(run_id) if job_id else None
+    if existing is None:
+        run = new_run(
+            run_id=run_id,
+            org_id=principal.org_id,
+            project_id=principal.project_id,
+            app=app,
+            workflow=INTERPRETER_WORKFLOW,
+            value=job.to_run_input(),
+        )
+        try:
+            runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
+        except runs_store.RunExists:
+            existing = runs_store.get_run(run_id)
+    index_job(principal.project_id, run_id, job, clock.iso(clock.now()))
+    if existing is not None:
+        return view(_hydrate(existing)), False
+    return view(_hydrate(run)), True
+
+
+def index_job(project_id: str, job_id: str, job: JobInput, created_at: str) -> None:
+    """Make a job searchable (idempotent: the interpreter indexes child jobs the same way)."""
+    flows_store.put_job(
+        JobEntry(
+            job_id, project_id, job.flow_id, job.commit_id, job.branch, job.tracking_id, created_at
+        )
+    )
+
+
+def _hydrate(run: Run) -> Run:
+    if run.input_ref and run.input is None:
+        return replace(run, input=payloads.get(run.project_id, run.id, run.input_ref))
+    return run
+
+
+def _resume_url(run: Run) -> Any:
+    from ezgh_engine.service import callbacks
+
+    return lambda step: callbacks.url_for(run.id, step)
+
+
+def view(run: Run) -> dict[str, Any]:
+    """The job of a run of the interpreter."""
+    return job_view(run, job_input(run), _resume_url(run))
+
+
+def _job_run(principal: Principal, job_id: str, action: str) -> tuple[Run, Flow | None]:
+    entry = flows_store.get_job(principal.project_id, job_id)
+    run = runs_store.get_run(job_id) if entry else None
+    if entry is None or run is None or run.project_id != principal.project_id:
+        raise NotFound(f"job {job_id} not found")
+    flow = flows_store.get_flow(principal.project_id, entry.flow_id)
+    if not may(principal, action, flow.name if flow else None):
+        raise Forbidden(f"this API key may not {action} on job {job_id}")
+    return _hydrate(run), flow
+
+
+def may(principal: Principal, action: str, flow_name: str | None) -> bool:
+    """Whether the key holds `action` on this flow; a job of a deleted flow (no name) only
+    for keys that hold it on every flow."""
+    if flow_name is None:
+        return covers(principal, action, None)
+    return principal.allows(action, flow_name)
+
+
+def get_job(principal: Principal, job_id: str) -> dict[str, Any]:
+    return view(_job_run(principal, job_id, READ)[0])
+
+
+def cancel_job(principal: Principal, job_id: str) -> dict[str, Any]:
+    """Cancel the job's run (and its running child jobs and runs); 409 once it has ended."""
+    from ezgh_engine.service import waits
+
+    run, _ = _job_run(principal, job_id, CANCEL)
+    if run.ended:
+        raise Conflict(f"job {job_id} has ended ({job_status(run)})", code="invalid_state")
+    control.request_cancel(run, at=clock.iso(clock.now()))
+    for step in run.steps:
+        if step.kind == "invoke" and step.child_run_id and step.status == "waiting":
+            waits.cancel_run_quietly(step.child_run_id)
+    return get_job(principal, job_id)
+
+
+def search_jobs(
+    principal: Principal,
+    *,
+    flow_ref: str | None = None,
+    status: str | None = None,
+    tracking_id: str | None = None,
+    created_after: str | None = None,
+    created_before: str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Jobs newest first, filtered; (jobs, next cursor)."""
+    if not 1 <= limit <= 100:
+        raise ValidationError("limit must be from 1 to 100")
+    if status is not None and status not in JOB_STATUSES:
+        raise ValidationError(f"status must be one of {', '.join(JOB_STATUSES)}")
+    filters: dict[str, str] = {}
+    if flow_ref is not None:
+        flow = flows_store.get_flow(principal.project_id, flow_ref)
+        if flow is None:
+            return [], None
+        require(principal, READ, flow.name)
+        filters["flowId"] = flow.id
+    else:
+        require(principal, READ, None)
+    if tracking_id is not None:
+        filters["trackingId"] = tracking_id
+    names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
+    found: list[dict[str, Any]] = []
+    while True:
+        items, nxt = flows_store.scan_index(
+            f"JOBS#{principal.project_id}",
+            filters,
+            after=created_after,
+            before=created_before,
+            cursor=cursor,
+        )
+        for item in items:
+            entry = flows_store.job_from_item(item)
+            if not may(principal, READ, names.get(entry.flow_id)):
+                continue
+            run = runs_store.get_run(entry.id)
+            if run is None:
+                continue
+            if status is not None and job_status(run) != status:
+                continue
+            job = view(_hydrate(run))
+            found.append({k: v for k, v in job.items() if k != "actions"})
+            if len(found) == limit:
+                return found, flows_store.cursor_at(item)
+        if nxt is None:
+            return found, None
+        cursor = nxt
+
+
+# --- failed items --------------------------------------------------------------------------
+
+
+def failed_item_id(job_id: str, attempt: int, node_id: str) -> str:
+    """Derived: the same failure recorded twice (a repeated invocation) is one item."""
+    return ids.derived_id("failed-item", job_id, str(attempt), node_id)
+
+
+def record_failed_item(failed: FailedItem) -> None:
+    flows_store.put_failed_item(failed)
+
+
+def list_failed_items(
+    principal: Principal,
+    *,
+    flow_ref: str | None = None,
+    job_id: str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> tuple[list[FailedItem], str | None]:
+    if not 1 <= limit <= 100:
+        raise ValidationError("limit must be from 1 to 100")
+    filters: dict[str, str] = {}
+    if flow_ref is not None:
+        flow = flows_store.get_flow(principal.project_id, flow_ref)
+        if flow is None:
+            return [], None
+        require(principal, READ, flow.name)
+        filters["flowId"] = flow.id
+    else:
+        require(principal, READ, None)
+    if job_id is not None:
+        filters["jobId"] = job_id
+    names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
+    found: list[FailedItem] = []
+    while True:
+        items, nxt = flows_store.scan_index(
+            f"FAILEDS#{principal.project_id}", filters, after=None, before=None, cursor=cursor
+        )
+        for item in items:
+            failed = flows_store.failed_from_item(item)
+            if not may(principal, READ, names.get(failed.flow_id)):
+                continue  # a key limited to some flows sees only their items
+            found.append(failed)
+            if len(found) == limit:
+                return found, flows_store.cursor_at(item)
+        if nxt is None:
+            return found, None
+        cursor = nxt
+
+
+def retry_failed_item(principal: Principal, failed_id: str) -> dict[str, Any]:
+    """Resume the item's job from its node: RetryRun of the job's run, which keeps every
+    completed step (so completed nodes do not run again) and the commit the job started with."""
+    failed = flows_store.get_failed_item(principal.project_id, failed_id)
+    if failed is None:
+        raise NotFound(f"failed item {failed_id} not found")
+    run, _ = _job_run(principal, failed.job_id, START)
+    if failed.retried_at:
+        raise Conflict(f"failed item {failed_id} was already retried", code="invalid_state")
+    if run.status not in ("failed", "timedOut"):
+        raise Conflict(
+            f"job {run.id} is {job_status(run)}; only a FAILED job resumes", code="invalid_state"
+        )
+    # The run's conditional retry goes first: of two racing retries only one moves the run.
+    control.retry(run, at=clock.iso(clock.now()))
+    flows_store.mark_retried(failed, clock.iso(clock.now()))
+    return get_job(principal, failed.job_id)

@@ -1,0 +1,102 @@
+"""Queue subscriptions that target a flow: `{kind: "flow", mode: "start"|"resume", flowId,
+correlationAttribute?}` (contract, "Flows").
+
+- `start`: one job per message, the message as the job's input, with the job ID
+  `derived_id("queue-start", project, queue, message)` (the same rule as a workflow target),
+  so a redelivered message finds its job instead of starting a second.
+- `resume`: the message's correlation attribute is the key; every job *of this flow* waiting
+  on (queue, key) in a `wait.event` node is resumed with the message. None resumed is
+  `No run to resume (message)`, and the message is retried, as for a workflow target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ezgh_engine.adapters import flows_store, runs_store
+from ezgh_engine.core.flows.jobs import JobInput
+from ezgh_engine.core.models import Principal
+from ezgh_engine.core.queues import (
+    ATTRIBUTE_NAME_RE,
+    MESSAGE_KEY_RE,
+    NO_RUN_TO_RESUME,
+    Subscription,
+)
+from ezgh_engine.errors import EngineError, NotFound, ValidationError
+from ezgh_engine.service.flows import require
+
+_MODE_ACTION = {"start": "flows.jobs.start", "resume": "flows.jobs.start"}
+
+
+def check_flow_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any]:
+    """Validate a flow target and the caller's permission on the flow; its stored shape."""
+    mode = target.get("mode", "start")
+    if mode not in _MODE_ACTION:
+        raise ValidationError("target.mode: 'start' or 'resume'")
+    ref = target.get("flowId")
+    if not isinstance(ref, str) or not ref:
+        raise ValidationError("target.flowId: the flow's ID or name is required")
+    flow = flows_store.get_flow(principal.project_id, ref)
+    if flow is None:
+        raise NotFound(f"flow {ref} not found")
+    require(principal, _MODE_ACTION[mode], flow.name)
+    stored: dict[str, Any] = {"kind": "flow", "mode": mode, "flowId": flow.id}
+    attribute = target.get("correlationAttribute")
+    if mode == "resume":
+        if not isinstance(attribute, str) or not ATTRIBUTE_NAME_RE.match(attribute):
+            raise ValidationError(
+                "target.correlationAttribute: resume mode needs the message attribute that "
+                "holds the key"
+            )
+        stored["correlationAttribute"] = attribute
+    elif attribute is not None:
+        raise ValidationError("target.correlationAttribute: only in resume mode")
+    return stored
+
+
+def _engine(sub: Subscription) -> Principal:
+    # The subscription's creator was checked for flows.jobs.start on the flow.
+    return Principal(sub.org_id, sub.project_id, f"subscription:{sub.id}", (("*", None),))
+
+
+def deliver_start(sub: Subscription, message: dict[str, Any]) -> None:
+    """Start the message's job (once per message)."""
+    from ezgh_engine.service.deliver import DeliveryFailed, start_run_id
+    from ezgh_engine.service.flow_jobs import start_job
+
+    job_id = start_run_id(sub.project_id, sub.queue_id, str(message["messageId"]))
+    try:
+        start_job(_engine(sub), str(sub.target["flowId"]), input=message, job_id=job_id)
+    except EngineError as err:
+        raise DeliveryFailed(f"Job not started: {err.message}") from None
+
+
+def deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
+    """Resume this flow's jobs waiting on (queue, key) with the message."""
+    from ezgh_engine.adapters import waits_store as ws
+    from ezgh_engine.service.deliver import DeliveryFailed
+    from ezgh_engine.service.waits import end_wait_actions
+
+    key = message["attributes"].get(str(sub.target["correlationAttribute"]))
+    if not isinstance(key, str) or not MESSAGE_KEY_RE.match(key):
+        raise DeliveryFailed(NO_RUN_TO_RESUME)
+    resumed = 0
+    for waiter in ws.query_pk(ws.msgwait_pk(sub.project_id, sub.queue_id, key)):
+        run = runs_store.get_run(str(waiter["runId"]), with_steps=False)
+        if run is None or JobInput.from_run_input(run.input).flow_id != sub.target["flowId"]:
+            continue  # another flow's job, or a code workflow's run: not this target's
+        actions = end_wait_actions(
+            run.id,
+            1,
+            str(waiter["stepId"]),
+            output=message,
+            kind="message",
+            project_id=sub.project_id,
+        )
+        actions.append(ws.delete(waiter["pk"], waiter["sk"]))
+        if ws.transact(actions):
+            resumed += 1
+        else:  # the wait ended otherwise (timeout, cancel): drop the index entry
+            ws.transact([ws.delete(waiter["pk"], waiter["sk"])])
+    if resumed == 0:
+        raise DeliveryFailed(NO_RUN_TO_RESUME)

@@ -1,0 +1,673 @@
+"""Issue 16 end to end: flows, commits and jobs through the local runtime, the interpreter
+(`ezgh-flows`) served and registered like any push app."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from ezgh_engine.interpreter.app import ezgh_flows
+from ezgh_engine.local import apps as local_apps
+from ezgh_engine.local.runtime import LocalRuntime
+
+pytestmark = pytest.mark.e2e
+APP = "ezgh-flows"
+ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
+
+
+@pytest.fixture(scope="module")
+def interpreter(runtime: LocalRuntime) -> Iterator[None]:
+    """Serve the interpreter next to the e2e app; every reset registers it again."""
+    runtime.apps[APP] = local_apps.serve_app(APP, ezgh_flows)
+    yield
+    served = runtime.apps.pop(APP)
+    served.server.shutdown()
+
+
+class Api:
+    """Plain HTTP calls to the local engine's API; `call` answers (status, body)."""
+
+    def __init__(self, engine: LocalRuntime, key: str | None = None) -> None:
+        self.engine = engine
+        self.http = httpx.Client(
+            base_url=engine.api_prefix,
+            headers={"Authorization": f"Bearer {key or engine.api_key}"},
+            timeout=30,
+        )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        answer = self.http.request(method, path, **kwargs)
+        return answer.status_code, (answer.json() if answer.content else None)
+
+    def __call__(self, method: str, path: str, **kwargs: Any) -> Any:
+        status, body = self.call(method, path, **kwargs)
+        assert status < 300, (status, body)
+        return body
+
+    def flow(self, name: str, nodes: list[Any], edges: list[Any]) -> dict[str, Any]:
+        flow = self("POST", "/flows", json={"name": name})
+        self(
+            "POST", f"/flows/{flow['id']}/commits", json={"graph": {"nodes": nodes, "edges": edges}}
+        )
+        return dict(flow)
+
+    def start(self, flow: str, **body: Any) -> dict[str, Any]:
+        return dict(self("POST", f"/flows/{flow}/jobs", json=body))
+
+    def wait(self, job_id: str, until: Any = None, timeout: float = 30) -> dict[str, Any]:
+        until = until or (lambda j: j["status"] in ENDED)
+        found: dict[str, Any] = {}
+
+        def check() -> bool:
+            found.update(self("GET", f"/jobs/{job_id}"))
+            return bool(until(found))
+
+        self.engine.wait_for(check, timeout=timeout)
+        return found
+
+
+@pytest.fixture()
+def api(interpreter: None, engine: LocalRuntime) -> Iterator[Api]:
+    client = Api(engine)
+    yield client
+    client.http.close()
+
+
+class Target:
+    """A loopback HTTP server that counts requests per path; `/fail/<n>` answers 400 (or
+    `status`) until `healed`, `/flaky` answers 500 for its first `flaky` calls."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.headers: list[dict[str, str]] = []
+        self.healed = False
+        self.status = 400
+        self.flaky = 0
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self._answer()
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                sent = json.loads(self.rfile.read(length) or b"null")
+                target.calls[self.path] += 1
+                target.headers.append(dict(self.headers))
+                status = 200
+                if self.path.startswith("/fail") and not target.healed:
+                    status = target.status
+                if self.path == "/flaky" and target.calls[self.path] <= target.flaky:
+                    status = 500
+                body = json.dumps({"path": self.path, "got": sent}).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture()
+def target() -> Iterator[Target]:
+    server = Target()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+def trigger(node_id: str = "start") -> dict[str, Any]:
+    return {"id": node_id, "moduleType": "trigger.manual"}
+
+
+def transform(node_id: str, expression: str) -> dict[str, Any]:
+    return {"id": node_id, "moduleType": "transform", "config": {"expression": expression}}
+
+
+def edge(source: str, target: str, **extra: Any) -> dict[str, Any]:
+    return {"source": source, "target": target, **extra}
+
+
+def by_node(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {a["nodeId"]: a for a in job["actions"]}
+
+
+# --- flows and commits ---------------------------------------------------------------------
+
+
+def test_flows_crud_commits_and_module_types(api: Api) -> None:
+    flow = api("POST", "/flows", json={"name": "orders", "description": "d"})
+    assert flow["slug"].startswith("wff_") and flow["activeBranch"] == "main"
+    assert api.call("POST", "/flows", json={"name": "orders"})[0] == 409
+    for ref in (flow["id"], flow["slug"], "orders"):
+        assert api("GET", f"/flows/{ref}")["id"] == flow["id"]
+    graph = {"nodes": [trigger()], "edges": []}
+    made = [
+        api("POST", "/flows/orders/commits", json={"graph": graph, "message": f"c{i}"})
+        for i in range(3)
+    ]
+    api("POST", "/flows/orders/commits", json={"graph": graph, "branch": "dev"})
+    page = api("GET", "/flows/orders/commits", params={"branch": "main", "limit": 2})
+    assert [c["message"] for c in page["commits"]] == ["c2", "c1"]
+    rest = api(
+        "GET", "/flows/orders/commits", params={"branch": "main", "cursor": page["nextCursor"]}
+    )
+    assert [c["id"] for c in rest["commits"]] == [made[0]["id"]] and rest["nextCursor"] is None
+    assert api("PATCH", "/flows/orders", json={"activeBranch": "dev"})["activeBranch"] == "dev"
+    types = {t["moduleType"]: t for t in api("GET", "/flows/moduleTypes")["moduleTypes"]}
+    assert types["condition"]["outputs"] == ["true", "false"]
+    assert types["http.request"]["configSchema"]["required"] == ["url"]
+    assert len(types) == 10
+    assert [f["name"] for f in api("GET", "/flows")["flows"]] == ["orders"]
+    assert api.call("DELETE", "/flows/orders")[0] == 204
+    assert api.call("GET", "/flows/orders")[0] == 404
+
+
+def test_an_invalid_graph_is_refused_naming_the_node_or_edge(api: Api) -> None:
+    api("POST", "/flows", json={"name": "bad"})
+    cases = [
+        ({"nodes": [trigger(), {"id": "x", "moduleType": "nope"}], "edges": []}, "node x"),
+        (
+            {"nodes": [trigger()], "edges": [{"id": "e9", "source": "start", "target": "ghost"}]},
+            "edge e9",
+        ),
+        (
+            {
+                "nodes": [trigger(), transform("a", "in")],
+                "edges": [
+                    edge("start", "a"),
+                    {"id": "back", "source": "a", "target": "a", "targetHandle": "loop"},
+                ],
+            },
+            "cycle",
+        ),
+    ]
+    for graph, fragment in cases:
+        status, body = api.call("POST", "/flows/bad/commits", json={"graph": graph})
+        assert status == 400 and body["error"]["code"] == "validation_error"
+        assert fragment in body["error"]["message"]
+    assert api("GET", "/flows/bad/commits")["commits"] == []
+
+
+def test_the_flow_routes_are_in_the_openapi_document(engine: LocalRuntime) -> None:
+    paths = httpx.get(f"{engine.api_url}/v1/openapi.json").json()["paths"]
+    prefix = "/v1/organizations/{orgId}/projects/{projectId}"
+    for path in (
+        "/flows",
+        "/flows/{flowId}",
+        "/flows/{flowId}/commits",
+        "/flows/moduleTypes",
+        "/flows/{flowId}/jobs",
+        "/jobs",
+        "/jobs/{jobId}",
+        "/jobs/{jobId}/cancel",
+        "/failedItems",
+        "/failedItems/{failedItemId}/retry",
+    ):
+        assert prefix + path in paths, path
+
+
+def test_permissions_name_the_flow(api: Api, engine: LocalRuntime) -> None:
+    api.flow("mine", [trigger()], [])
+    api.flow("theirs", [trigger()], [])
+    key = api(
+        "POST",
+        "/apiKeys",
+        json={
+            "name": "reader",
+            "permissions": [
+                {"action": "flows.jobs.read", "resource": "mine"},
+                {"action": "flows.jobs.start", "resource": "mine"},
+            ],
+        },
+    )["key"]
+    limited = Api(engine, key)
+    job = limited.start("mine")
+    assert limited("GET", f"/jobs/{job['id']}")["flowId"] == api("GET", "/flows/mine")["id"]
+    assert limited.call("POST", "/flows/theirs/jobs", json={})[0] == 403
+    assert limited.call("POST", f"/jobs/{job['id']}/cancel")[0] == 403
+    assert (
+        limited.call("POST", "/flows/mine/commits", json={"graph": {"nodes": [trigger()]}})[0]
+        == 403
+    )
+    other = api.start("theirs")
+    assert limited.call("GET", f"/jobs/{other['id']}")[0] == 403
+    assert [j["id"] for j in limited("GET", "/jobs")["jobs"]] == [job["id"]]
+    api("DELETE", "/flows/theirs")  # a deleted flow's job: only for keys on every flow
+    assert limited.call("GET", f"/jobs/{other['id']}")[0] == 403
+    assert api("GET", f"/jobs/{other['id']}")["id"] == other["id"]
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+
+def test_a_diamond_joins_both_inputs_with_the_tracking_id_on_every_action(api: Api) -> None:
+    api.flow(
+        "diamond",
+        [
+            trigger(),
+            transform("left", "input.a"),
+            transform("right", "input.b"),
+            transform("join", "[in.l, in.r]"),
+            {"id": "note", "moduleType": "comment", "config": {"text": "not run"}},
+        ],
+        [
+            edge("start", "left"),
+            edge("start", "right"),
+            edge("left", "join", targetHandle="l"),
+            edge("right", "join", targetHandle="r"),
+        ],
+    )
+    job = api.start("diamond", input={"a": 1, "b": 2}, trackingId="trk-42")
+    assert job["status"] == "RUNNING" and job["trackingId"] == "trk-42"
+    done = api.wait(job["id"])
+    assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
+    assert done["output"] == {"join": [1, 2]}
+    actions = by_node(done)
+    assert set(actions) == {"start", "left", "right", "join"}  # the comment never runs
+    assert actions["join"]["input"] == {"l": 1, "r": 2}
+    assert all(a["trackingId"] == "trk-42" and a["status"] == "COMPLETED" for a in actions.values())
+    assert all(a["durationMs"] >= 0 and a["attempt"] == 1 for a in actions.values())
+    assert done["finishedAt"] and done["durationMs"] >= 0
+    found = api("GET", "/jobs", params={"trackingId": "trk-42"})["jobs"]
+    assert [j["id"] for j in found] == [job["id"]]
+    assert api("GET", "/jobs", params={"flowId": "diamond", "status": "COMPLETED"})["jobs"]
+    assert api("GET", "/jobs", params={"flowId": "diamond", "status": "FAILED"})["jobs"] == []
+
+
+def test_a_generated_tracking_id_and_paged_search(api: Api) -> None:
+    api.flow("many", [trigger()], [])
+    jobs = [api.start("many", input=i) for i in range(3)]
+    assert len({j["trackingId"] for j in jobs}) == 3
+    page = api("GET", "/jobs", params={"flowId": "many", "limit": 2})
+    assert [j["id"] for j in page["jobs"]] == [jobs[2]["id"], jobs[1]["id"]]
+    rest = api("GET", "/jobs", params={"flowId": "many", "cursor": page["nextCursor"]})
+    assert [j["id"] for j in rest["jobs"]] == [jobs[0]["id"]]
+    status, body = api.call("POST", "/flows/many/jobs", json={"trackingId": "a\r\nX-Evil: 1"})
+    assert status == 400 and "trackingId" in body["error"]["message"]
+    forged = base64.urlsafe_b64encode(b'{"pk": {"S": "JOB#x"}, "sk": {"S": "JOB"}}').decode()
+    for cursor in (forged, "not-a-cursor", page["nextCursor"][:-4]):
+        status, body = api.call("GET", "/jobs", params={"cursor": cursor})
+        assert status == 400 and body["error"]["code"] == "validation_error", (cursor, body)
+    status, _ = api.call("GET", "/flows/many/commits", params={"cursor": page["nextCursor"]})
+    assert status == 400  # a jobs cursor is not a commits cursor
+
+
+def test_a_condition_skips_the_branch_not_taken(api: Api) -> None:
+    api.flow(
+        "route",
+        [
+            trigger(),
+            {"id": "big", "moduleType": "condition", "config": {"expression": "input.n > `10`"}},
+            transform("yes", "'big'"),
+            transform("no", "'small'"),
+            transform("after-no", "in.no"),
+        ],
+        [
+            edge("start", "big"),
+            edge("big", "yes", sourceHandle="true"),
+            edge("big", "no", sourceHandle="false"),
+            edge("no", "after-no"),
+        ],
+    )
+    done = api.wait(api.start("route", input={"n": 50})["id"])
+    actions = by_node(done)
+    assert done["status"] == "COMPLETED" and done["output"] == {"yes": "big"}
+    assert actions["big"]["output"] == {"result": True}
+    assert actions["no"]["status"] == "SKIPPED" and actions["after-no"]["status"] == "SKIPPED"
+    small = api.wait(api.start("route", input={"n": 1})["id"])
+    assert small["output"] == {"after-no": "small"} and by_node(small)["yes"]["status"] == "SKIPPED"
+
+
+def test_http_request_templates_its_config_and_sends_the_tracking_id(
+    api: Api, target: Target
+) -> None:
+    api.flow(
+        "http",
+        [
+            trigger(),
+            {
+                "id": "call",
+                "moduleType": "http.request",
+                "config": {
+                    "url": target.url + "/users/{{ input.id }}",
+                    "method": "POST",
+                    "body": {"who": "{{ input.id }}", "tag": "t-{{ trackingId }}"},
+                },
+            },
+        ],
+        [edge("start", "call")],
+    )
+    done = api.wait(api.start("http", input={"id": 7}, trackingId="trk-h")["id"])
+    assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
+    out = done["output"]["call"]
+    assert out["status"] == 200 and out["body"] == {
+        "path": "/users/7",
+        "got": {"who": 7, "tag": "t-trk-h"},
+    }
+    assert target.headers[-1]["X-Tracking-Id"] == "trk-h"
+
+
+def test_a_5xx_is_retried_until_it_answers(api: Api, target: Target) -> None:
+    target.flaky = 2
+    api.flow(
+        "flaky",
+        [
+            trigger(),
+            {
+                "id": "call",
+                "moduleType": "http.request",
+                "config": {"url": target.url + "/flaky", "retries": 3},
+            },
+        ],
+        [edge("start", "call")],
+    )
+    done = api.wait(api.start("flaky")["id"])
+    assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
+    assert target.calls["/flaky"] == 3 and by_node(done)["call"]["attempt"] == 3
+    keys = {h["Idempotency-Key"] for h in target.headers}
+    assert len(keys) == 1 and len(keys.pop()) == 64  # one key for every attempt of the node
+
+
+def test_a_failing_node_leaves_one_failed_item_whose_retry_completes_the_job(
+    api: Api, target: Target
+) -> None:
+    api.flow(
+        "fragile",
+        [
+            trigger(),
+            {"id": "first", "moduleType": "http.request", "config": {"url": target.url + "/ok"}},
+            {"id": "second", "moduleType": "http.request", "config": {"url": target.url + "/fail"}},
+            transform("last", "in.second.status"),
+        ],
+        [edge("start", "first"), edge("first", "second"), edge("second", "last")],
+    )
+    job = api.start("fragile", input={"x": 1})
+    failed = api.wait(job["id"])
+    assert failed["status"] == "FAILED" and failed["error"]["nodeId"] == "second"
+    assert "node second (http.request) failed" in failed["error"]["message"]
+    assert target.calls == Counter({"/ok": 1, "/fail": 1})  # a 4xx is not retried
+    items = api("GET", "/failedItems", params={"jobId": job["id"]})["failedItems"]
+    assert len(items) == 1
+    item = items[0]
+    assert (item["nodeId"], item["moduleType"], item["attempts"]) == ("second", "http.request", 1)
+    assert item["input"]["first"]["status"] == 200 and "400" in item["error"]["message"]
+    assert api("GET", "/failedItems", params={"flowId": "fragile"})["failedItems"] == items
+    target.healed = True
+    status, resumed = api.call("POST", f"/failedItems/{item['id']}/retry")
+    assert status == 202 and resumed["status"] in ("RUNNING", "WAITING", "COMPLETED")
+    done = api.wait(job["id"])
+    assert done["status"] == "COMPLETED" and done["output"] == {"last": 200}
+    assert target.calls == Counter({"/ok": 1, "/fail": 2})  # "first" did not run again
+    assert done["commitId"] == failed["commitId"]
+    assert api.call("POST", f"/failedItems/{item['id']}/retry")[0] == 409
+    listed = api("GET", "/failedItems", params={"jobId": job["id"]})["failedItems"]
+    assert len(listed) == 1 and listed[0]["retriedAt"]
+
+
+def test_a_job_waits_for_a_message_by_key_across_an_engine_restart(
+    api: Api, engine: LocalRuntime
+) -> None:
+    app_id = engine.apps[APP].record["id"]
+    queue = api("POST", "/queues", json={"name": "payments", "visibilityTimeoutSeconds": 2})
+    api(
+        "POST",
+        "/subscriptions",
+        json={
+            "queueId": queue["id"],
+            "target": {
+                "kind": "workflow",
+                "mode": "resume",
+                "appId": app_id,
+                "workflow": "flow",
+                "correlationAttribute": "orderId",
+            },
+        },
+    )
+    api.flow(
+        "pay",
+        [
+            trigger(),
+            {
+                "id": "paid",
+                "moduleType": "wait.event",
+                "config": {
+                    "queueId": "{{ input.queue }}",
+                    "key": "order-{{ input.order }}",
+                    "timeoutSeconds": 3600,
+                },
+            },
+            transform("done", "in.paid.body"),
+        ],
+        [edge("start", "paid"), edge("paid", "done")],
+    )
+    job = api.start("pay", input={"queue": queue["id"], "order": 9})
+    waiting = api.wait(job["id"], lambda j: j["status"] == "WAITING")
+    assert by_node(waiting)["paid"]["status"] == "WAITING"
+    assert api("GET", "/jobs", params={"status": "WAITING"})["jobs"][0]["id"] == job["id"]
+    engine.restart_engine()  # the wait is in the tables, not in a process
+    api(
+        "POST",
+        f"/queues/{queue['id']}/messages",
+        json={"messages": [{"body": "paid!", "attributes": {"orderId": "order-9"}}]},
+    )
+    # A receive of the dead engine's poller may hold the message for one visibility timeout.
+    done = api.wait(job["id"], timeout=60)
+    assert done["status"] == "COMPLETED" and done["output"] == {"done": "paid!"}
+
+
+def test_a_job_waits_on_its_resume_url_across_an_engine_restart(
+    api: Api, engine: LocalRuntime
+) -> None:
+    api.flow(
+        "approve",
+        [
+            trigger(),
+            {"id": "ok", "moduleType": "wait.event", "config": {"timeoutSeconds": 3600}},
+            transform("result", "in.ok.approved"),
+        ],
+        [edge("start", "ok"), edge("ok", "result")],
+    )
+    job = api.start("approve")
+    waiting = api.wait(job["id"], lambda j: "resumeUrl" in by_node(j).get("ok", {}))
+    assert waiting["status"] == "WAITING"
+    url = by_node(waiting)["ok"]["resumeUrl"]
+    engine.restart_engine()
+    assert httpx.post(url, json={"approved": True}).status_code == 200  # no API key
+    done = api.wait(job["id"])
+    assert done["status"] == "COMPLETED" and done["output"] == {"result": True}
+    assert "resumeUrl" not in by_node(done)["ok"]
+    assert httpx.post(url, json={"approved": False}).status_code == 409  # single use
+
+
+def test_a_waiting_job_is_cancelled(api: Api) -> None:
+    api.flow(
+        "stuck",
+        [trigger(), {"id": "w", "moduleType": "wait.event", "config": {"timeoutSeconds": 3600}}],
+        [edge("start", "w")],
+    )
+    job = api.start("stuck")
+    api.wait(job["id"], lambda j: j["status"] == "WAITING")
+    assert api.call("POST", f"/jobs/{job['id']}/cancel")[0] == 202
+    assert api.wait(job["id"])["status"] == "CANCELLED"
+    assert api.call("POST", f"/jobs/{job['id']}/cancel")[0] == 409
+
+
+def test_delay_and_queue_send(api: Api, engine: LocalRuntime) -> None:
+    queue = api("POST", "/queues", json={"name": "out"})
+    api.flow(
+        "send",
+        [
+            trigger(),
+            {"id": "nap", "moduleType": "delay", "config": {"seconds": 5}},
+            {
+                "id": "tell",
+                "moduleType": "queue.send",
+                "config": {"queueId": queue["id"], "messages": [{"body": "hello {{ input.who }}"}]},
+            },
+        ],
+        [edge("start", "nap"), edge("nap", "tell")],
+    )
+    done = api.wait(api.start("send", input={"who": "ada"}, trackingId="trk-q")["id"])
+    assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
+    assert by_node(done)["nap"]["output"] is None
+    sent = done["output"]["tell"]["messages"]
+    assert len(sent) == 1 and sent[0]["messageId"]
+
+
+def test_flow_invoke_runs_a_child_job_with_the_same_tracking_id(api: Api) -> None:
+    api.flow("child", [trigger(), transform("double", "input.n")], [edge("start", "double")])
+    api.flow(
+        "parent",
+        [
+            trigger(),
+            {
+                "id": "sub",
+                "moduleType": "flow.invoke",
+                "config": {"flowId": "child", "input": {"n": "{{ input.n }}"}},
+            },
+        ],
+        [edge("start", "sub")],
+    )
+    done = api.wait(api.start("parent", input={"n": 21}, trackingId="trk-p")["id"])
+    assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
+    assert done["output"] == {"sub": {"double": 21}}
+    child_id = by_node(done)["sub"]["childJobId"]
+    child = api("GET", f"/jobs/{child_id}")
+    assert child["trackingId"] == "trk-p" and child["status"] == "COMPLETED"
+    assert child["flowId"] == api("GET", "/flows/child")["id"]
+    assert all(a["trackingId"] == "trk-p" for a in child["actions"])
+
+
+def test_workflow_invoke_runs_a_code_workflow_of_another_app(
+    api: Api, engine: LocalRuntime
+) -> None:
+    app_id = engine.apps["e2e"].record["id"]
+    api.flow(
+        "code",
+        [
+            trigger(),
+            {
+                "id": "seq",
+                "moduleType": "workflow.invoke",
+                "config": {"appId": app_id, "workflow": "sequence", "input": {"n": 4}},
+            },
+        ],
+        [edge("start", "seq")],
+    )
+    done = api.wait(api.start("code")["id"], timeout=60)
+    assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
+    assert done["output"] == {"seq": 0 + 1 + 2 + 3}
+
+
+# --- queue subscriptions targeting a flow ----------------------------------------------------
+
+
+def test_each_message_starts_one_job_and_a_redelivery_none(api: Api, engine: LocalRuntime) -> None:
+    from ezgh_engine import ids
+
+    from functions.deliver.handler import handler as deliver
+
+    queue = api("POST", "/queues", json={"name": "signups"})
+    api.flow("signup", [trigger(), transform("who", "input.body")], [edge("start", "who")])
+    sub = api(
+        "POST",
+        "/subscriptions",
+        json={
+            "queueId": queue["id"],
+            "target": {"kind": "flow", "mode": "start", "flowId": "signup"},
+        },
+    )
+    assert sub["target"] == {
+        "kind": "flow",
+        "mode": "start",
+        "flowId": api("GET", "/flows/signup")["id"],
+    }
+    (sent,) = api("POST", f"/queues/{queue['id']}/messages", json={"messages": [{"body": "ada"}]})[
+        "messages"
+    ]
+    job_id = ids.derived_id("queue-start", engine.project_id, queue["id"], sent["messageId"])
+    engine.wait_for(lambda: api.call("GET", f"/jobs/{job_id}")[0] == 200, timeout=30)
+    done = api.wait(job_id)
+    assert done["status"] == "COMPLETED" and done["output"] == {"who": "ada"}
+    record = {  # SQS delivers at least once: the same message again
+        "messageId": sent["messageId"],
+        "receiptHandle": "gone",
+        "body": "ada",
+        "attributes": {"SentTimestamp": "1790000000000", "ApproximateReceiveCount": "2"},
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:ezgh-q-{queue['id']}",
+    }
+    assert deliver({"Records": [record]}, None) == {"batchItemFailures": []}
+    engine.wait_idle(timeout=30)
+    assert [j["id"] for j in api("GET", "/jobs", params={"flowId": "signup"})["jobs"]] == [job_id]
+
+
+def test_a_flow_resume_subscription_resumes_only_that_flows_jobs(api: Api) -> None:
+    queue = api("POST", "/queues", json={"name": "events"})
+    wait = {"queueId": queue["id"], "key": "{{ input.ref }}", "timeoutSeconds": 3600}
+    for name in ("listener", "other"):
+        api.flow(
+            name,
+            [trigger(), {"id": "hear", "moduleType": "wait.event", "config": wait}],
+            [edge("start", "hear")],
+        )
+    target = {"kind": "flow", "mode": "resume", "flowId": "listener", "correlationAttribute": "ref"}
+    api("POST", "/subscriptions", json={"queueId": queue["id"], "target": target})
+    job = api.start("listener", input={"ref": "r-1"})
+    other = api.start("other", input={"ref": "r-1"})
+    for started in (job, other):
+        api.wait(started["id"], lambda j: j["status"] == "WAITING")
+    message = {"body": "heard", "attributes": {"ref": "r-1"}}
+    api("POST", f"/queues/{queue['id']}/messages", json={"messages": [message]})
+    done = api.wait(job["id"])
+    assert done["status"] == "COMPLETED" and done["output"]["hear"]["body"] == "heard"
+    assert api("GET", f"/jobs/{other['id']}")["status"] == "WAITING"  # another flow's job
+
+
+def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
+    api: Api, engine: LocalRuntime
+) -> None:
+    from datetime import timedelta
+
+    from ezgh_engine import clock, ids
+
+    api.flow("tick", [trigger(), transform("seen", "input.n")], [edge("start", "seen")])
+    schedule = api(
+        "POST",
+        "/schedules",
+        json={
+            "appId": engine.apps[APP].record["id"],
+            "workflow": "flow",
+            "cron": "*/5 * * * *",
+            "input": {"flowId": "tick", "input": {"n": 5}, "trackingId": "every-5"},
+        },
+    )
+    engine.clock.advance(
+        clock.parse_iso(schedule["nextRunAt"]) - clock.now() + timedelta(seconds=1)
+    )
+    engine.scheduler.kick()
+    job_id = ids.derived_id("schedule", schedule["id"], schedule["nextRunAt"])
+    engine.wait_for(lambda: api.call("GET", f"/jobs/{job_id}")[0] == 200, timeout=30)
+    done = api.wait(job_id)
+    assert done["status"] == "COMPLETED" and done["output"] == {"seen": 5}
+    assert done["trackingId"] == "every-5" and done["flowId"] == api("GET", "/flows/tick")["id"]
+    assert done["commitId"] == api("GET", "/flows/tick/commits")["commits"][0]["id"]
+    assert [j["id"] for j in api("GET", "/jobs", params={"flowId": "tick"})["jobs"]] == [job_id]
