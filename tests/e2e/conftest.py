@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from ezgh_engine import config
 from ezgh_engine.clock import SkipClock
+from ezgh_engine.local import call_log
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import WorkflowsClient
 
@@ -19,15 +20,23 @@ from tests.e2e import workflows_app
 # before another suite (tests/local) starts an emulator of its own.
 @pytest.fixture(scope="package")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    # Record every function's AWS requests for tests/infra/test_iam_calls.py (tests/conftest.py).
+    recording = os.environ.get("EZGH_E2E_CALL_LOG") and not os.environ.get(call_log.ENV_CALL_LOG)
+    if recording:
+        os.environ[call_log.ENV_CALL_LOG] = os.environ["EZGH_E2E_CALL_LOG"]
     rt = LocalRuntime(
         port=0,
         state_dir=tmp_path_factory.mktemp("ezgh"),
         apps=[("e2e", workflows_app.served)],
         clock=SkipClock(),
     )
-    rt.start()
-    yield rt
-    rt.stop()
+    try:
+        rt.start()
+        yield rt
+        rt.stop()
+    finally:
+        if recording:
+            os.environ.pop(call_log.ENV_CALL_LOG, None)
 
 
 @pytest.fixture()

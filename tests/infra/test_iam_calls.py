@@ -44,6 +44,7 @@ from ezgh_engine.topology import TOPOLOGY  # noqa: E402
 
 from infra.app import build_app  # noqa: E402
 from infra.stack import EzghStack  # noqa: E402
+from tests.conftest import E2E_CALL_LOG, ran_all_of_e2e  # noqa: E402
 from tests.infra import iam_eval  # noqa: E402
 from tests.infra.iam_eval import Need, Resolver  # noqa: E402
 
@@ -85,6 +86,7 @@ def _record(log_dir: Path) -> None:
     """Run the end-to-end suite with the call log on (its own process: moto's state is
     global, and tests/e2e starts its own runtime)."""
     env = {**os.environ, call_log.ENV_CALL_LOG: str(log_dir)}
+    env.pop(E2E_CALL_LOG, None)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider",
          "-o", "addopts="],
@@ -96,10 +98,17 @@ def _record(log_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def calls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+def calls(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> dict[str, list[dict[str, Any]]]:
     reuse = os.environ.get("EZGH_IAM_CALL_LOG_REUSE")
-    log_dir = Path(reuse) if reuse else tmp_path_factory.mktemp("calls")
-    if not reuse:
+    session = os.environ.get(E2E_CALL_LOG)
+    if reuse:
+        log_dir = Path(reuse)
+    elif session and ran_all_of_e2e(request.session) and any(Path(session).glob("*.jsonl")):
+        log_dir = Path(session)  # this session's own e2e run recorded it (tests/conftest.py)
+    else:
+        log_dir = tmp_path_factory.mktemp("calls")
         _record(log_dir)
     by_function: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for path in sorted(log_dir.glob("*.jsonl")):
