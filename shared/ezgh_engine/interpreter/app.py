@@ -6,7 +6,7 @@ whose inputs are ready run in parallel (their steps are awaited together), and o
 same recorded outputs give the same decisions. A node whose step fails (after its retries)
 leaves a FailedItem and fails the job, naming the node.
 
-Serve it as any push app: `ezgh dev --app ezgh_engine.interpreter.app:ezgh_flows` registers it
+`ezgh dev` serves it as a push app (`ezgh_engine.interpreter.app:ezgh_flows`) and registers it
 as `ezgh-flows`; in AWS it is a function of the stack (docs/flows.md).
 """
 
