@@ -223,6 +223,7 @@ def test_ezgh_dev_end_to_end_with_an_app(tmp_path: Path) -> None:
             f"{k}={v}" for k, v in values.items()
         ]
         assert "app onboarding:" in text and "status=synced" in text, text
+        assert "app ezgh-flows:" in text, text  # EzFlow's interpreter, served by default
         health = httpx.get(f"{values['EZGH_API_URL']}/v1/health")
         assert health.status_code == 200 and health.json() == {"status": "ok"}
     finally:
