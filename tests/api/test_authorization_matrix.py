@@ -301,7 +301,7 @@ def snapshot() -> Any:
     for table in TOPOLOGY.tables:
         name = ENV[table.env_var]
         found = ddb.scan(TableName=name, ConsistentRead=True)["Items"]
-        tables[name] = sorted(json.dumps(item, sort_keys=True) for item in found)
+        tables[name] = sorted(json.dumps(item, sort_keys=True, default=repr) for item in found)
     sqs = boto3.client("sqs", region_name="us-east-1")
     depths = {}
     for url in sqs.list_queues().get("QueueUrls", []):

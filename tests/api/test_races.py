@@ -110,8 +110,19 @@ def _fail(run_id: str) -> None:
     from ezgh_engine.core.outcomes import Outcome
     from ezgh_engine.service import outcomes
 
+    from tests.api.test_step_writes import _free, _lease
+
     leased = runs_store.get_run(run_id)
     assert leased is not None
+    if leased.lease_until_ms < clock.now_ms() or leased.handled_seq >= leased.invoke_seq:
+        # Only a live invocation with an unanswered reason may answer (issue 13): give the
+        # run one, as the invoker would.
+        _free(leased)
+        bumped = runs_store.get_run(run_id, with_steps=False)
+        assert bumped is not None
+        _lease(bumped, bumped.invoke_seq)
+        leased = runs_store.get_run(run_id)
+        assert leased is not None
     error = RunError("boom", "Boom", "it failed")
     outcomes.apply(
         leased,

@@ -141,13 +141,16 @@ def test_runs_of_a_deleted_app_keep_their_resource(project: Project) -> None:
     for sub in ("/events", "/payloads/input"):
         assert project.call("GET", f"/runs/{run_id}{sub}", key=stranger).status == 403
     assert project.call("POST", f"/runs/{run_id}/cancel", key=stranger).status == 403
-    assert status_of(run_id) == "running"
+    assert project.call("DELETE", f"/runs/{run_id}", key=stranger).status == 403
+    # Deleting the app ended its live runs (issue 14: `workflows.app_deleted`); the refused
+    # calls changed nothing.
+    assert status_of(run_id) == "failed"
     listed = project.call("GET", "/runs", key=stranger).body["runs"]
     assert run_id not in [r["id"] for r in listed]
 
     assert project.call("GET", f"/runs/{run_id}", key=owner).body["input"] == {"card": "4111"}
-    assert project.call("POST", f"/runs/{run_id}/cancel", key=owner).status == 202
-    assert status_of(run_id) == "cancelling"
+    assert project.call("DELETE", f"/runs/{run_id}", key=owner).status == 204
+    assert project.call("GET", f"/runs/{run_id}").status == 404
 
 
 def test_a_run_whose_resource_is_unknown_needs_an_unscoped_grant(project: Project) -> None:
@@ -168,7 +171,8 @@ def test_a_run_whose_resource_is_unknown_needs_an_unscoped_grant(project: Projec
     assert project.call("DELETE", f"/apps/{alpha['id']}").status == 204
     assert project.call("GET", f"/runs/{run_id}", key=scoped).status == 403
     assert project.call("POST", f"/runs/{run_id}/cancel", key=scoped).status == 403
-    assert status_of(run_id) == "running"
+    assert project.call("DELETE", f"/runs/{run_id}", key=scoped).status == 403
+    assert status_of(run_id) == "failed"  # ended by the app's deletion, not by the refused calls
     assert project.call("GET", f"/runs/{run_id}").status == 200  # the admin key's is unscoped
 
 
