@@ -32,8 +32,10 @@ restart: a faithful crash).
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import multiprocessing
+import multiprocessing.context
 import os
 import pickle
 import signal
@@ -42,7 +44,9 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
+from multiprocessing.context import set_spawning_popen
 from typing import TYPE_CHECKING, Any
 
 from ezgh_engine import clock, config
@@ -100,6 +104,36 @@ def _start_context(preload: Iterable[str]) -> Any:
     return _context
 
 
+class _Popen(popen_forkserver.Popen):
+    """The forkserver's `Popen`, without the main module: a child runs `serve` from this
+    module and must not run the runtime's `__main__` again (a script that starts a
+    `LocalRuntime` at top level would start one per environment)."""
+
+    def _launch(self, process_obj: Any) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        for key in ("init_main_from_path", "init_main_from_name"):
+            prep_data.pop(key, None)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+        parent_w = os.dup(w)  # the child's sentinel of this process, as the original keeps
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))  # type: ignore[attr-defined]
+        with open(w, "wb", closefd=True) as file:
+            file.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _Process(multiprocessing.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _Popen(process_obj)
+
+
 class Environment:
     """One execution environment: a child process serving one event at a time."""
 
@@ -107,7 +141,7 @@ class Environment:
         self.function = function
         parent, child = context.Pipe(duplex=True)
         self._conn: Connection = parent
-        self.process = context.Process(
+        self.process = _Process(
             target=serve,
             args=(child, function, setup),
             name=f"ezgh-{function.key}",
