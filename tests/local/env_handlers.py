@@ -32,6 +32,10 @@ def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
         attempt = int(record["attributes"]["ApproximateReceiveCount"])
         stem = Path(order["dir"]) / f"{attempt}-{os.getpid()}"
         stem.with_suffix(".start").write_text(str(context.get_remaining_time_in_millis()))
+        if order.get("aws"):
+            from ezgh_engine.adapters import aws
+
+            aws.client("sqs").list_queues()
         if attempt <= order["hang"]:
             time.sleep(60)
         stem.with_suffix(".done").write_text("")

@@ -58,10 +58,9 @@ def engine(runtime: LocalRuntime) -> LocalRuntime:
     return runtime
 
 
-def _send(queue_env: str, folder: Path, hang: int) -> None:
-    aws.client("sqs").send_message(
-        QueueUrl=os.environ[queue_env], MessageBody=json.dumps({"dir": str(folder), "hang": hang})
-    )
+def _send(queue_env: str, folder: Path, hang: int, **more: object) -> None:
+    body = {"dir": str(folder), "hang": hang, **more}
+    aws.client("sqs").send_message(QueueUrl=os.environ[queue_env], MessageBody=json.dumps(body))
 
 
 def _attempts(engine: LocalRuntime, folder: Path, pattern: str, timeout: float) -> list[Path]:
@@ -115,4 +114,22 @@ def test_a_restart_kills_the_handlers_in_flight(engine: LocalRuntime, tmp_path: 
     engine.wait_for(lambda: _gone(_pid(first)), timeout=5)
     (second,) = _attempts(engine, tmp_path, "2-*.done", timeout=15)
     assert not list(tmp_path.glob("1-*.done")) and _pid(second) != _pid(first)
+    engine.wait_idle(timeout=10)
+
+
+def test_each_environment_logs_its_aws_calls_tagged_with_its_function(
+    engine: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_dir = tmp_path / "calls"
+    monkeypatch.setenv("EZGH_AWS_CALL_LOG", str(log_dir))
+    engine.restart_engine()  # environments read it at their start
+    _send("EZGH_TEST_QUICK_QUEUE_URL", tmp_path, hang=0, aws=True)
+    (done,) = _attempts(engine, tmp_path, "1-*.done", timeout=10)
+    lines = (log_dir / f"quick-{_pid(done)}.jsonl").read_text().splitlines()
+    calls = [json.loads(line) for line in lines]
+    assert {"function": "quick", "service": "sqs", "operation": "ListQueues"} in [
+        {k: c[k] for k in ("function", "service", "operation")} for c in calls
+    ]
+    monkeypatch.delenv("EZGH_AWS_CALL_LOG")
+    engine.restart_engine()
     engine.wait_idle(timeout=10)

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws, event_sources
-from ezgh_engine.topology import Function
+from ezgh_engine.topology import TOPOLOGY, Function
 
 if TYPE_CHECKING:
     from ezgh_engine.local.faults import FaultPlan
@@ -61,6 +61,11 @@ log = logging.getLogger("ezgh.local.environments")
 START_METHOD = "forkserver"
 # What the handlers read from the environment (Lambda sets the function's variables).
 ENV_PREFIXES = ("AWS_", "EZGH_", "POWERTOOLS_")
+# A cold start's own limit (Lambda's init phase has 10 s; a loaded CI machine needs more).
+INIT_TIMEOUT_SECONDS = 60.0
+# Environments started with the runtime, per function (others: one): the first requests,
+# step calls and app invocations find them warm.
+PREWARM = {"api": 2, "steps": 4, "invoker": 2}
 
 
 class EnvironmentDied(Exception):
@@ -95,13 +100,31 @@ _context: Any = None
 
 
 def _start_context(preload: Iterable[str]) -> Any:
-    """The forkserver context; the first caller's `preload` is what the server imports."""
-    global _context
-    if _context is None:
-        context = multiprocessing.get_context(START_METHOD)
-        context.set_forkserver_preload([__name__, *preload])
-        _context = context
+    """The forkserver context, its server (re)started for this process's `AWS_*` variables.
+
+    The server imports the handler modules (of the default topology and `preload`; one that
+    fails to import is skipped) and makes their boto3 clients (`_warm`) once, so that a cold
+    start is a fork. Clients are bound to an endpoint: when the variables changed (another
+    emulator), the server is stopped and the next environment starts a fresh one. Children
+    of the old server keep running.
+    """
+    global _context, _server_env
+    aws_env = {k: v for k, v in handler_environment().items() if k.startswith("AWS_")}
+    defaults = {f.handler.partition(":")[0] for f in TOPOLOGY.functions}
+    modules = [__name__, *sorted(defaults | set(preload)), f"{__package__}._warm"]
+    with _spawn_lock:
+        if _context is None:
+            _context = multiprocessing.get_context(START_METHOD)
+        if _server_env is not None and (_server_env != aws_env or _preloaded != modules):
+            forkserver._forkserver._stop()  # type: ignore[attr-defined]
+        _context.set_forkserver_preload(modules)
+        _preloaded[:] = modules
+        _server_env = aws_env
     return _context
+
+
+_server_env: dict[str, str] | None = None
+_preloaded: list[str] = []
 
 
 class _Popen(popen_forkserver.Popen):
@@ -150,6 +173,25 @@ class Environment:
         self.process.start()
         child.close()
         self.calls = 0
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """Wait for the cold start (Lambda's init phase: not part of the call's timeout)."""
+        try:
+            if not self._conn.poll(INIT_TIMEOUT_SECONDS):
+                raise EnvironmentDied(
+                    f"{self.function.key}: no environment within {INIT_TIMEOUT_SECONDS}s"
+                )
+            kind, detail = self._conn.recv()
+        except (EOFError, OSError) as error:
+            self.close()
+            raise EnvironmentDied(f"{self.function.key}'s environment died at start") from error
+        except EnvironmentDied:
+            self.close()
+            raise
+        if kind != "ready":
+            self.close()
+            raise EnvironmentDied(f"{self.function.key}'s environment failed to start:\n{detail}")
 
     @property
     def pid(self) -> int | None:
@@ -242,7 +284,7 @@ class Pool:
                     if environment.alive():
                         return environment
                     self._all.discard(environment)
-                if len(self._all) + self._making < max(1, self.function.local_concurrency):
+                if self._room() > 0:
                     self._making += 1
                     break
                 self._cond.wait(0.5)
@@ -261,7 +303,42 @@ class Pool:
                 environment.close()
                 raise EnvironmentDied(f"{self.function.key}: the engine was restarted")
             self._all.add(environment)
+        # Demand outgrew the pool: have the next one ready before it is asked for.
+        self.prewarm(1)
         return environment
+
+    def prewarm(self, count: int) -> None:
+        """Start environments in the background until `count` are idle (capped), so that
+        the first calls, and a burst after them, find warm ones instead of a cold start."""
+
+        def warm() -> None:
+            with self._cond:
+                wanted = min(count - len(self._idle) - self._making, self._room())
+                self._making += max(0, wanted)
+            for _ in range(max(0, wanted)):
+                try:
+                    with _spawn_lock:
+                        environment = Environment(self._context, self.function, self._setup())
+                except Exception as error:
+                    log.warning(
+                        "%s: could not prewarm an environment: %s", self.function.key, error
+                    )
+                    with self._cond:
+                        self._making -= 1
+                    continue
+                with self._cond:
+                    self._making -= 1
+                    if self._closed:
+                        environment.close()
+                        continue
+                    self._all.add(environment)
+                    self._idle.insert(0, environment)  # the coolest: used after warm ones
+                    self._cond.notify()
+
+        threading.Thread(target=warm, name=f"prewarm-{self.function.key}", daemon=True).start()
+
+    def _room(self) -> int:
+        return max(1, self.function.local_concurrency) - len(self._all) - self._making
 
     def release(self, environment: Environment, healthy: bool) -> None:
         """Give an environment back: kept warm if `healthy`, else killed."""
@@ -298,18 +375,17 @@ class ProcessInvoker:
         self._faults = faults
 
     def __call__(self, event: dict[str, Any]) -> Any:
-        deadline = clock.monotonic() + self.function.timeout_seconds
         plan = self._faults()
-        request = {
+        request: dict[str, Any] = {
             "event": event,
-            "deadline": deadline,
             "env": handler_environment(),
             "faults": _plan_state(plan),
             "observe": aws.observing(),
         }
-        environment = self.pool.acquire()
+        environment = self.pool.acquire()  # waiting and a cold start are not the call's time
         healthy = False
         try:
+            request["deadline"] = deadline = clock.monotonic() + self.function.timeout_seconds
             kind, value, meta = environment.call(request, deadline, _serve_call)
             healthy = True
         finally:
@@ -369,6 +445,11 @@ class Environments:
 
     def _setup(self) -> Setup:
         return Setup(clock_path=self._clock_path, env=handler_environment())
+
+    def prewarm(self) -> None:
+        """Start a few environments of each function in the background (see `PREWARM`)."""
+        for key, pool in self.pools.items():
+            pool.prewarm(PREWARM.get(key, 1))
 
     def invoker(self, key: str) -> ProcessInvoker:
         return ProcessInvoker(self.pools[key], self._faults)
@@ -510,14 +591,19 @@ def serve(conn: Connection, function: Function, setup: Setup) -> None:
     from ezgh_engine.local.handlers import LambdaContext, import_handler
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runtime's; it kills us
-    state = _ChildState({})
+    # Start from the forkserver's variables: its clients (`_warm`) stay if `AWS_*` agree.
+    state = _ChildState(handler_environment())
     state.apply_env(setup.env)
-    aws.reset_clients()  # whatever the forkserver made was for its own environment
     if setup.clock_path:
         clock.set_clock(clock.SharedOffsetClock(setup.clock_path))
     event_sources.LOCAL = _RemoteEventSources(conn)  # type: ignore[assignment]
-    call_log.install(function.key)
-    handler = import_handler(function.handler)
+    try:
+        call_log.install(function.key)
+        handler = import_handler(function.handler)
+    except BaseException:
+        conn.send(("failed", traceback.format_exc()))
+        return
+    conn.send(("ready", None))
     while True:
         try:
             request = conn.recv()

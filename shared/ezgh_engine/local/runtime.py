@@ -142,6 +142,8 @@ class LocalRuntime:
         for url_server in self.url_servers.values():
             url_server.serve()
         self.started = True
+        if self.environments is not None:
+            self.environments.prewarm()
         self._check_health()
         self._after_reset()
         for spec in self.app_specs:
@@ -249,6 +251,8 @@ class LocalRuntime:
         self.api_server.shutdown()
         self.api_server = serve_api(self._invoke_api, port=port, track=self.activity.track)
         self._resolve()
+        if self.environments is not None:
+            self.environments.prewarm()
         self._build_pollers()
         for poller in self.pollers:
             if isinstance(poller, StreamPoller) and poller.name in checkpoints:
