@@ -320,11 +320,11 @@ class Pool:
                     with _spawn_lock:
                         environment = Environment(self._context, self.function, self._setup())
                 except Exception as error:
-                    log.warning(
-                        "%s: could not prewarm an environment: %s", self.function.key, error
-                    )
                     with self._cond:
                         self._making -= 1
+                        closed = self._closed
+                    if not closed:  # else killed on purpose, by a stop or restart
+                        log.warning("%s: could not prewarm: %s", self.function.key, error)
                     continue
                 with self._cond:
                     self._making -= 1
