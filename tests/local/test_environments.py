@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -133,3 +134,13 @@ def test_each_environment_logs_its_aws_calls_tagged_with_its_function(
     monkeypatch.delenv("EZGH_AWS_CALL_LOG")
     engine.restart_engine()
     engine.wait_idle(timeout=10)
+
+
+def test_a_shared_skip_clock_moves_every_reader() -> None:
+    skip = clock.SkipClock()
+    skip.advance(timedelta(days=1))
+    reader = clock.SharedOffsetClock(skip.share())  # as an environment opens it
+    assert abs((reader.now() - skip.now()).total_seconds()) < 1
+    skip.advance(timedelta(hours=5))
+    assert abs((reader.now() - skip.now()).total_seconds()) < 1
+    assert reader.now() - clock.SystemClock().now() > timedelta(days=1, hours=4)
