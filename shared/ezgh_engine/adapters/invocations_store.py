@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from ezgh_engine.adapters import ddb, waits_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.expressions import Update, UpdateAction
 from ezgh_engine.adapters.runs_store import RETENTION_SECONDS
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run, RunError
@@ -64,25 +65,13 @@ def take_lease(run_id: str, seq: int, *, now_ms: int, lease_ms: int) -> Run | No
     return items.run_from(ddb.from_item(answer["Attributes"]))
 
 
-def _run_update(
-    run: Run, expression: str, values: dict[str, Any], names: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """A transaction Update of the run item, conditional on the invocation's epoch."""
-    return {
-        "Update": {
-            "TableName": _table(),
-            "Key": items.run_key(run.id),
-            "UpdateExpression": expression + ", version = version + :one",
-            "ConditionExpression": f"epoch = :epoch AND {_LIVE_CONDITION}",
-            "ExpressionAttributeNames": {"#status": "status", **(names or {})},
-            "ExpressionAttributeValues": {
-                **_LIVE,
-                ":one": {"N": "1"},
-                ":epoch": {"N": str(run.epoch)},
-                **values,
-            },
-        }
-    }
+def _run_update(run: Run, update: Update) -> dict[str, Any]:
+    """A transaction Update of the run item (`update` and a version bump), conditional on
+    the invocation's epoch."""
+    update.set_raw("version = version + :one", one=1)
+    update.where(f"epoch = :epoch AND {_LIVE_CONDITION}", epoch=run.epoch)
+    update.bind(typed=True, **{k.removeprefix(":"): v for k, v in _LIVE.items()})
+    return UpdateAction(update, TableName=_table(), Key=items.run_key(run.id))
 
 
 class StepsRefused(Exception):
@@ -125,31 +114,23 @@ def end_run(
     step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
     a run whose app has no notifications, so the outbox sends it nowhere (None: unknown,
     the notify function decides)."""
-    values: dict[str, Any] = {
-        ":ended": {"S": status},
-        ":at": {"S": ended_at},
-        ":seq": {"N": str(seq)},
-        ":zero": {"N": "0"},
-        ":ttl": {"N": str(ended_epoch_s + RETENTION_SECONDS)},
-    }
-    expression = (
-        "SET #status = :ended, endedAt = :at, handledSeq = :seq, leaseUntil = :zero, #ttl = :ttl"
+    end = (
+        Update()
+        .set("status", status)
+        .set("endedAt", ended_at)
+        .set("handledSeq", seq)
+        .set("leaseUntil", 0)
+        .set("ttl", ended_epoch_s + RETENTION_SECONDS)
     )
     if output_text is not None:
-        expression += ", #output = :output"
-        values[":output"] = {"S": output_text}
+        end.set("output", output_text)
     if output_ref is not None:
-        expression += ", outputRef = :ref"
-        values[":ref"] = {"S": output_ref}
+        end.set("outputRef", output_ref)
     if error is not None:
-        expression += ", #error = :error"
-        values[":error"] = ddb.to_attr(error.to_api())
+        end.set("error", error.to_api())
     if notify is not None:
-        expression += ", notifyEnd = :notify"
-        values[":notify"] = {"S": "yes" if notify else "no"}
-    names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
-    used = {n: v for n, v in names.items() if n in expression}
-    update = _run_update(run, expression, values, used)
+        end.set("notifyEnd", "yes" if notify else "no")
+    update = _run_update(run, end)
     _transact([update, *step_writes, *events], len(step_writes))
 
 
@@ -164,9 +145,7 @@ def suspend(
     """Answer the invocation `suspended`: record the step ends its answer carried
     (`StepsRefused` when one is refused) and the new waits, and release the lease."""
     update = _run_update(
-        run,
-        "SET handledSeq = :seq, leaseUntil = :zero, invokeFailures = :zero",
-        {":seq": {"N": str(seq)}, ":zero": {"N": "0"}},
+        run, Update().set("handledSeq", seq).set("leaseUntil", 0).set("invokeFailures", 0)
     )
     _transact([update, *step_writes, *step_puts, *events], len(step_writes))
 
@@ -174,9 +153,7 @@ def suspend(
 def back_off(run: Run, *, failures: int, retry_at_ms: int) -> None:
     """Keep the lease until `retry_at_ms` after a failed delivery, counting the failure."""
     update = _run_update(
-        run,
-        "SET leaseUntil = :until, invokeFailures = :n",
-        {":until": {"N": str(retry_at_ms)}, ":n": {"N": str(failures)}},
+        run, Update().set("leaseUntil", retry_at_ms).set("invokeFailures", failures)
     )
     _transact([update])
 
@@ -219,25 +196,20 @@ def wake_sleep(
         when="#status = :sleeping",
         when_values={":sleeping": "sleeping"},
     )
-    run: dict[str, Any] = {
-        "TableName": _table(),
-        "Key": items.run_key(run_id),
-        "UpdateExpression": "SET invokeSeq = invokeSeq + :one, version = version + :one",
-        "ConditionExpression": _LIVE_CONDITION,
-        "ExpressionAttributeNames": {"#status": "status"},
-        "ExpressionAttributeValues": {**_LIVE, ":one": {"N": "1"}},
-    }
-    if lease is not None:
+    run = (
+        Update()
+        .set_raw("invokeSeq = invokeSeq + :one, version = version + :one", one=1)
+        .where(_LIVE_CONDITION)
+        .bind(typed=True, **{k.removeprefix(":"): v for k, v in _LIVE.items()})
+    )
+    if lease is not None:  # the same write takes the free lease
         now_ms, lease_ms = lease
-        run["UpdateExpression"] += ", epoch = epoch + :one, leaseUntil = :until"
-        run["ConditionExpression"] += " AND leaseUntil < :now"
-        run["ExpressionAttributeValues"] = {
-            **run["ExpressionAttributeValues"],
-            ":until": {"N": str(now_ms + lease_ms)},
-            ":now": {"N": str(now_ms)},
-        }
+        run.set_raw("epoch = epoch + :one").set("leaseUntil", now_ms + lease_ms)
+        run.where("leaseUntil < :now", now=now_ms)
     try:
-        _ddb().transact_write_items(TransactItems=[step, {"Update": run}])
+        _ddb().transact_write_items(
+            TransactItems=[step, UpdateAction(run, TableName=_table(), Key=items.run_key(run_id))]
+        )
     except ClientError as exc:
         codes = ddb.cancellation_codes(exc)
         if codes and codes[0] == "ConditionalCheckFailed":
