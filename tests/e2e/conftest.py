@@ -9,25 +9,39 @@ from collections.abc import Iterator
 import pytest
 from ezgh_engine import config
 from ezgh_engine.clock import SkipClock
+from ezgh_engine.local.emulator import ENV_DYNAMODB_URL
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import WorkflowsClient
 
+from tests.ddblocal import BACKENDS
 from tests.e2e import workflows_app
 
 
 # Package scope: moto keeps its state in process globals, so this runtime must be gone
-# before another suite (tests/local) starts an emulator of its own.
-@pytest.fixture(scope="package")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+# before another suite (tests/local) starts an emulator of its own. Every test runs on
+# moto's DynamoDB and (marker `ddblocal`) on AWS's DynamoDB Local, SQS, S3 and Scheduler
+# staying on moto.
+@pytest.fixture(scope="package", params=BACKENDS)
+def runtime(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalRuntime]:
+    saved = os.environ.pop(ENV_DYNAMODB_URL, None)
+    if request.param == "ddblocal":
+        os.environ[ENV_DYNAMODB_URL] = request.getfixturevalue("dynamodb_local").url
     rt = LocalRuntime(
         port=0,
         state_dir=tmp_path_factory.mktemp("ezgh"),
         apps=[("e2e", workflows_app.served)],
         clock=SkipClock(),
     )
-    rt.start()
-    yield rt
-    rt.stop()
+    try:
+        rt.start()
+        yield rt
+    finally:
+        rt.stop()
+        os.environ.pop(ENV_DYNAMODB_URL, None)
+        if saved is not None:
+            os.environ[ENV_DYNAMODB_URL] = saved
 
 
 @pytest.fixture()
