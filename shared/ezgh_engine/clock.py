@@ -6,6 +6,12 @@ sleeping: install a `SkipClock` with `set_clock()` and move it with `advance()`.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import mmap
+import os
+import struct
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -26,11 +32,18 @@ class SystemClock:
 
 
 class SkipClock:
-    """The machine's clock plus an offset that tests move forward to skip waits."""
+    """The machine's clock plus an offset that tests move forward to skip waits.
+
+    `share()` puts the offset in a small memory-mapped file, so the local runtime's
+    execution environments (child processes) read the same engine time through
+    `SharedOffsetClock`: a test's `advance()` moves every process at once.
+    """
 
     def __init__(self) -> None:
         self._offset = timedelta()
         self._lock = threading.Lock()
+        self._shared: mmap.mmap | None = None
+        self.shared_path: str | None = None
 
     def now(self) -> datetime:
         with self._lock:
@@ -42,6 +55,45 @@ class SkipClock:
             delta = timedelta(seconds=delta)
         with self._lock:
             self._offset += delta
+            if self._shared is not None:
+                self._shared[:_OFFSET_SIZE] = struct.pack("<d", self._offset.total_seconds())
+
+    def share(self) -> str:
+        """The path of a file holding the offset from now on (made once, kept up to date)."""
+        with self._lock:
+            if self.shared_path is None:
+                fd, path = tempfile.mkstemp(prefix="ezgh-clock-")
+                os.write(fd, struct.pack("<d", self._offset.total_seconds()))
+                self._shared = mmap.mmap(fd, _OFFSET_SIZE)
+                os.close(fd)
+                self.shared_path = path
+                atexit.register(_remove, path)
+            return self.shared_path
+
+
+_OFFSET_SIZE = struct.calcsize("<d")
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+class SharedOffsetClock:
+    """The machine's clock plus the offset a `SkipClock.share()` file holds (in another
+    process: the local runtime's execution environments)."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, "r+b") as file:
+            self._map = mmap.mmap(file.fileno(), _OFFSET_SIZE, access=mmap.ACCESS_READ)
+
+    def now(self) -> datetime:
+        # Read until two reads agree: a write may land between the bytes of one read.
+        raw = self._map[:_OFFSET_SIZE]
+        while (again := self._map[:_OFFSET_SIZE]) != raw:
+            raw = again
+        (seconds,) = struct.unpack("<d", raw)
+        return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
 _clock: Clock = SystemClock()

@@ -47,6 +47,10 @@ class Function:
     # Served at a Lambda function URL of its own (auth NONE: the handler checks its tokens),
     # whose base URL handlers find in `url_env_var`.
     url_env_var: str | None = None
+    # The local runtime's cap on this function's execution environments (child processes,
+    # one request each at a time, made on demand): how many calls of it may run at once
+    # under `ezgh dev` (Lambda's concurrency, scaled to one machine). More wait for one.
+    local_concurrency: int = 4
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,11 @@ NOTIFICATIONS_QUEUE = Queue(
     max_receive_count=1000,  # SQS's maximum; the handler itself drops after 24 hours
 )
 
-API_FUNCTION = Function("api", "functions.api.handler:handler", timeout_seconds=29)
+# api and steps: enough environments for concurrent requests, long polls (`tasks/poll`
+# waits up to 20 s inside api) and an app's parallel step calls.
+API_FUNCTION = Function(
+    "api", "functions.api.handler:handler", timeout_seconds=29, local_concurrency=16
+)
 # The step calls of invocations (`POST /v1/invocations/steps`, docs/protocol.md section 2),
 # the engine's most frequent request: at a function URL, not through the HTTP API, so a step
 # pays no API Gateway request fee. It answers nothing else.
@@ -168,17 +176,24 @@ STEPS_FUNCTION = Function(
     timeout_seconds=29,
     memory_mb=512,
     url_env_var="EZGH_STEPS_URL",
+    local_concurrency=16,
 )
 STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout_seconds=60)
 INVOKER_FUNCTION = Function(
-    "invoker", "functions.invoker.handler:handler", timeout_seconds=900, memory_mb=256
+    "invoker",
+    "functions.invoker.handler:handler",
+    timeout_seconds=900,
+    memory_mb=256,
+    local_concurrency=8,
 )
 
 # Delivers EZGH queue messages to subscriptions. Its event source mappings (one per
 # subscription) are made at run time by the api through `adapters.event_sources`.
 # Its timeout must not exceed a subscribed queue's visibility timeout (Lambda refuses the
 # mapping otherwise): 30 s, the queues' default visibility timeout.
-DELIVER_FUNCTION = Function("deliver", "functions.deliver.handler:handler", timeout_seconds=30)
+DELIVER_FUNCTION = Function(
+    "deliver", "functions.deliver.handler:handler", timeout_seconds=30, local_concurrency=8
+)
 NOTIFY_FUNCTION = Function("notify", "functions.notify.handler:handler", timeout_seconds=30)
 
 TOPOLOGY = Topology(

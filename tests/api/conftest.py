@@ -15,6 +15,11 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.topology import TOPOLOGY
 from moto import mock_aws
 
+from tests.ddblocal import BACKENDS, DynamoDBLocal
+
+# botocore's per-service endpoints (service ids "DynamoDB" and "DynamoDB Streams").
+DYNAMODB_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
+
 ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_ACCESS_KEY_ID": "testing",
@@ -60,13 +65,22 @@ def _create_table(ddb: Any, name: str, stream: bool) -> None:
     )
 
 
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """moto in-process with the topology's tables, queue and bucket, and the env pointing at them."""
+@pytest.fixture(params=BACKENDS)
+def aws_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto in-process with the topology's tables, queue and bucket, and the env pointing at
+    them; under the `ddblocal` param the tables are in AWS's DynamoDB Local instead (SQS, S3
+    and the rest stay on moto: its mock lets requests to a loopback endpoint through)."""
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    for name in DYNAMODB_ENDPOINT_ENV:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv(config.ENV_ALLOW_LOOPBACK, raising=False)
+    server: DynamoDBLocal | None = None
+    if request.param == "ddblocal":
+        server = request.getfixturevalue("dynamodb_local")
+        for name in DYNAMODB_ENDPOINT_ENV:
+            monkeypatch.setenv(name, server.url)
     with mock_aws():
         config.reset_settings()
         aws.reset_clients()
@@ -75,7 +89,11 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             _create_table(ddb, ENV[table.env_var], table.stream)
         boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="ezgh-invocations")
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=ENV["EZGH_PAYLOAD_BUCKET"])
-        yield
+        try:
+            yield
+        finally:
+            if server is not None:
+                server.wipe()
     config.reset_settings()
     aws.reset_clients()
 

@@ -70,7 +70,11 @@ def hermetic(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> None:
     from ezgh_engine.adapters import push
     from ezgh_engine.service import pull
 
+    real = socket.getaddrinfo
+
     def resolve(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host in ("127.0.0.1", "localhost", "::1"):  # DynamoDB Local (the ddblocal param)
+            return real(host, port, *args, **kwargs)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port or 443))]
 
     def unreachable(request: httpx.Request) -> httpx.Response:

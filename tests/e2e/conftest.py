@@ -10,16 +10,25 @@ import pytest
 from ezgh_engine import config
 from ezgh_engine.clock import SkipClock
 from ezgh_engine.local import call_log
+from ezgh_engine.local.emulator import ENV_DYNAMODB_URL
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import WorkflowsClient
 
+from tests.ddblocal import BACKENDS
 from tests.e2e import workflows_app
 
 
 # Package scope: moto keeps its state in process globals, so this runtime must be gone
-# before another suite (tests/local) starts an emulator of its own.
-@pytest.fixture(scope="package")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+# before another suite (tests/local) starts an emulator of its own. Every test runs on
+# moto's DynamoDB and (marker `ddblocal`) on AWS's DynamoDB Local, SQS, S3 and Scheduler
+# staying on moto.
+@pytest.fixture(scope="package", params=BACKENDS)
+def runtime(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalRuntime]:
+    saved = os.environ.pop(ENV_DYNAMODB_URL, None)
+    if request.param == "ddblocal":
+        os.environ[ENV_DYNAMODB_URL] = request.getfixturevalue("dynamodb_local").url
     # Record every function's AWS requests for tests/infra/test_iam_calls.py (tests/conftest.py).
     recording = os.environ.get("EZGH_E2E_CALL_LOG") and not os.environ.get(call_log.ENV_CALL_LOG)
     if recording:
@@ -33,8 +42,11 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
     try:
         rt.start()
         yield rt
-        rt.stop()
     finally:
+        rt.stop()
+        os.environ.pop(ENV_DYNAMODB_URL, None)
+        if saved is not None:
+            os.environ[ENV_DYNAMODB_URL] = saved
         if recording:
             os.environ.pop(call_log.ENV_CALL_LOG, None)
 

@@ -79,6 +79,19 @@ def observe(callback: Observer) -> Callable[[], None]:
     return stop
 
 
+def observing() -> bool:
+    """Whether anyone observes requests (the local runtime then collects its execution
+    environments' requests, made in other processes, and `report`s them here)."""
+    return bool(_observers)
+
+
+def report(record: dict[str, Any]) -> None:
+    """Hand `record` (a request made elsewhere, as `observe` describes it) to the observers."""
+    for callback in list(_observers):
+        with contextlib.suppress(Exception):  # an observer never breaks the engine
+            callback(record)
+
+
 def _attach(made: Any) -> None:
     if id(made) in _attached:
         return

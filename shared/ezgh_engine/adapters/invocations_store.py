@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from ezgh_engine.adapters import ddb, waits_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.expressions import Update, UpdateAction
 from ezgh_engine.adapters.runs_store import RETENTION_SECONDS
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run, RunError
@@ -65,40 +66,21 @@ def take_lease(run_id: str, seq: int, *, now_ms: int, lease_ms: int) -> Run | No
 
 
 def _run_update(
-    run: Run,
-    expression: str,
-    values: dict[str, Any],
-    names: dict[str, str] | None = None,
-    *,
-    seen_status: str | None = None,
-    answers: bool = False,
+    run: Run, update: Update, *, seen_status: str | None = None, answers: int | None = None
 ) -> dict[str, Any]:
-    """A transaction Update of the run item, conditional on the invocation's epoch; with
-    `seen_status`, on the status the invocation saw (an end computed from `running` must not
-    overwrite a cancel that came meanwhile); with `answers` (the invocation's answer, `:seq`
-    in `values`), on its reason being still unanswered, so one answer is applied once,
-    however often it is posted."""
-    condition = f"epoch = :epoch AND {_LIVE_CONDITION}"
+    """A transaction Update of the run item (`update` and a version bump), conditional on the
+    invocation's epoch; with `seen_status`, on the status the invocation saw (an end computed
+    from `running` must not overwrite a cancel that came meanwhile); with `answers` (the
+    `seq` of the invocation whose answer this is), on that reason being still
+    unanswered, so one answer is applied once, however often it is posted."""
+    update.set_raw("version = version + :one", one=1)
+    update.where(f"epoch = :epoch AND {_LIVE_CONDITION}", epoch=run.epoch)
+    update.bind(typed=True, **{k.removeprefix(":"): v for k, v in _LIVE.items()})
     if seen_status is not None:
-        condition += " AND #status = :seen"
-        values = {**values, ":seen": {"S": seen_status}}
-    if answers:
-        condition += " AND handledSeq < :seq"
-    return {
-        "Update": {
-            "TableName": _table(),
-            "Key": items.run_key(run.id),
-            "UpdateExpression": expression + ", version = version + :one",
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {"#status": "status", **(names or {})},
-            "ExpressionAttributeValues": {
-                **_LIVE,
-                ":one": {"N": "1"},
-                ":epoch": {"N": str(run.epoch)},
-                **values,
-            },
-        }
-    }
+        update.where("#status = :seen", seen=seen_status)
+    if answers is not None:
+        update.where("handledSeq < :answered", answered=answers)
+    return UpdateAction(update, TableName=_table(), Key=items.run_key(run.id))
 
 
 class StepsRefused(Exception):
@@ -141,31 +123,23 @@ def end_run(
     status is still `run.status` (`StaleInvocation` otherwise), with the step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
     a run whose app has no notifications, so the outbox sends it nowhere (None: unknown,
     the notify function decides)."""
-    values: dict[str, Any] = {
-        ":ended": {"S": status},
-        ":at": {"S": ended_at},
-        ":seq": {"N": str(seq)},
-        ":zero": {"N": "0"},
-        ":ttl": {"N": str(ended_epoch_s + RETENTION_SECONDS)},
-    }
-    expression = (
-        "SET #status = :ended, endedAt = :at, handledSeq = :seq, leaseUntil = :zero, #ttl = :ttl"
+    end = (
+        Update()
+        .set("status", status)
+        .set("endedAt", ended_at)
+        .set("handledSeq", seq)
+        .set("leaseUntil", 0)
+        .set("ttl", ended_epoch_s + RETENTION_SECONDS)
     )
     if output_text is not None:
-        expression += ", #output = :output"
-        values[":output"] = {"S": output_text}
+        end.set("output", output_text)
     if output_ref is not None:
-        expression += ", outputRef = :ref"
-        values[":ref"] = {"S": output_ref}
+        end.set("outputRef", output_ref)
     if error is not None:
-        expression += ", #error = :error"
-        values[":error"] = ddb.to_attr(error.to_api())
+        end.set("error", error.to_api())
     if notify is not None:
-        expression += ", notifyEnd = :notify"
-        values[":notify"] = {"S": "yes" if notify else "no"}
-    names = {"#ttl": "ttl", "#output": "output", "#error": "error"}
-    used = {n: v for n, v in names.items() if n in expression}
-    update = _run_update(run, expression, values, used, seen_status=run.status, answers=True)
+        end.set("notifyEnd", "yes" if notify else "no")
+    update = _run_update(run, end, seen_status=run.status, answers=seq)
     _transact([update, *step_writes, *events], len(step_writes))
 
 
@@ -181,9 +155,8 @@ def suspend(
     (`StepsRefused` when one is refused) and the new waits, and release the lease."""
     update = _run_update(
         run,
-        "SET handledSeq = :seq, leaseUntil = :zero, invokeFailures = :zero",
-        {":seq": {"N": str(seq)}, ":zero": {"N": "0"}},
-        answers=True,
+        Update().set("handledSeq", seq).set("leaseUntil", 0).set("invokeFailures", 0),
+        answers=seq,
     )
     _transact([update, *step_writes, *step_puts, *events], len(step_writes))
 
@@ -191,9 +164,7 @@ def suspend(
 def back_off(run: Run, *, failures: int, retry_at_ms: int) -> None:
     """Keep the lease until `retry_at_ms` after a failed delivery, counting the failure."""
     update = _run_update(
-        run,
-        "SET leaseUntil = :until, invokeFailures = :n",
-        {":until": {"N": str(retry_at_ms)}, ":n": {"N": str(failures)}},
+        run, Update().set("leaseUntil", retry_at_ms).set("invokeFailures", failures)
     )
     _transact([update])
 
@@ -240,27 +211,20 @@ def wake_sleep(
         when="#status = :sleeping",
         when_values={":sleeping": "sleeping"},
     )
-    run: dict[str, Any] = {
-        "TableName": _table(),
-        "Key": items.run_key(run_id),
-        "UpdateExpression": "SET invokeSeq = invokeSeq + :one, version = version + :one",
-        "ConditionExpression": _LIVE_CONDITION,
-        "ExpressionAttributeNames": {"#status": "status"},
-        "ExpressionAttributeValues": {**_LIVE, ":one": {"N": "1"}},
-    }
-    if lease is not None:
+    run = (
+        Update()
+        .set_raw("invokeSeq = invokeSeq + :one, version = version + :one", one=1)
+        .where(_LIVE_CONDITION)
+        .bind(typed=True, **{k.removeprefix(":"): v for k, v in _LIVE.items()})
+    )
+    if lease is not None:  # the same write takes the free lease, from the epoch it read
         now_ms, lease_ms, epoch = lease
-        run["UpdateExpression"] += ", epoch = :next, leaseUntil = :until"
-        run["ConditionExpression"] += " AND leaseUntil < :now AND epoch = :epoch"
-        run["ExpressionAttributeValues"] = {
-            **run["ExpressionAttributeValues"],
-            ":until": {"N": str(now_ms + lease_ms)},
-            ":now": {"N": str(now_ms)},
-            ":epoch": {"N": str(epoch)},
-            ":next": {"N": str(epoch + 1)},
-        }
+        run.set("epoch", epoch + 1).set("leaseUntil", now_ms + lease_ms)
+        run.where("leaseUntil < :now AND epoch = :seenEpoch", now=now_ms, seenEpoch=epoch)
     try:
-        _ddb().transact_write_items(TransactItems=[step, {"Update": run}])
+        _ddb().transact_write_items(
+            TransactItems=[step, UpdateAction(run, TableName=_table(), Key=items.run_key(run_id))]
+        )
     except ClientError as exc:
         codes = ddb.cancellation_codes(exc)
         if codes and codes[0] == "ConditionalCheckFailed":

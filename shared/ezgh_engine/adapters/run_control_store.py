@@ -11,6 +11,7 @@ from ezgh_engine import clock
 from ezgh_engine.adapters import ddb
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.expressions import Update, UpdateAction
 from ezgh_engine.adapters.runs_store import CHILD_ITEM_TTL_SECONDS, event_put
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run
@@ -67,40 +68,28 @@ def request_cancel(run: Run, *, at: str) -> None:
 def retry(run: Run, *, at: str) -> None:
     """A failed or timed-out run runs again with attempt + 1, keeping its completed steps;
     its failed steps are forgotten so they run again."""
-    actions: list[dict[str, Any]] = [
-        {
-            "Update": {
-                "TableName": settings().runs_table,
-                "Key": items.run_key(run.id),
-                "UpdateExpression": (
-                    "SET #status = :running, attempt = attempt + :one, "
-                    "invokeSeq = invokeSeq + :one, version = version + :one, "
-                    # A new epoch: the old attempt's tokens and late writes are refused.
-                    "epoch = epoch + :one, "
-                    "invokeFailures = :zero, leaseUntil = :zero "
-                    "REMOVE endedAt, #error, #ttl, notifyEnd"
-                ),
-                "ConditionExpression": "version = :v AND #status IN (:failed, :timedOut)",
-                "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
-                "ExpressionAttributeValues": {
-                    ":running": {"S": "running"},
-                    ":failed": {"S": "failed"},
-                    ":timedOut": {"S": "timedOut"},
-                    ":one": {"N": "1"},
-                    ":zero": {"N": "0"},
-                    ":v": {"N": str(run.version)},
-                },
-            }
-        },
-        event_put(run.id, run.attempt + 1, "run.retried", at, _expires()),
-    ]
+    again = (
+        Update()
+        .set("status", "running")
+        .set_raw(
+            "attempt = attempt + :one, invokeSeq = invokeSeq + :one, version = version + :one, "
+            # A new epoch: the old attempt's tokens and late writes are refused.
+            "epoch = epoch + :one",
+            one=1,
+        )
+        .set("invokeFailures", 0)
+        .set("leaseUntil", 0)
+        .remove("endedAt", "error", "ttl", "notifyEnd")
+        .where("version = :v AND #status IN (:failed, :timedOut)", v=run.version)
+        .bind(failed="failed", timedOut="timedOut")
+    )
     if run.deadline_at:  # a new attempt gets the run's time limit afresh
         limit = clock.parse_iso(run.deadline_at) - clock.parse_iso(run.created_at)
-        update = actions[0]["Update"]
-        update["UpdateExpression"] = update["UpdateExpression"].replace(
-            " REMOVE", ", deadlineAt = :deadline REMOVE"
-        )
-        update["ExpressionAttributeValues"][":deadline"] = {"S": clock.iso(clock.now() + limit)}
+        again.set("deadlineAt", clock.iso(clock.now() + limit))
+    actions: list[dict[str, Any]] = [
+        UpdateAction(again, TableName=settings().runs_table, Key=items.run_key(run.id)),
+        event_put(run.id, run.attempt + 1, "run.retried", at, _expires()),
+    ]
     # Failed steps run again; so do steps a timeout or cancellation ended, and steps left
     # pending (a sleep, wait or retry whose timer or wake-up was dropped while the run was
     # ended): the new attempt records them afresh, with timers of their own.

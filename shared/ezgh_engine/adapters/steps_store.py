@@ -19,6 +19,7 @@ from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, waits_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.expressions import Update, UpdateAction
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import RunError, Step
 from ezgh_engine.errors import StaleInvocation
@@ -146,59 +147,45 @@ def start_action(
     """The Update that starts a step. With `attempt` (protocol 1.3: the caller knows the
     recorded attempt) it is set exactly, conditional on the step holding `attempt - 1`, so no
     read is needed to answer it; without, the stored attempt counts up by one."""
-    values: dict[str, Any] = {
-        ":retrying": {"S": "retrying"},
-        **({":waiting": {"S": "waiting"}} if lease.branch_step else {}),
-        ":step": {"S": "step"},
-        ":run": {"S": lease.run_id},
-        ":id": {"S": step_id},
-        ":name": {"S": name},
-        ":kind": {"S": kind},
-        ":running": {"S": "running"},
-        ":at": {"S": at},
-        ":order": {"S": order},
-        ":ttl": {"N": str(expires)},
-        ":epoch": {"N": str(lease.epoch)},
-    }
-    condition = _start_condition(lease)
+    update = (
+        Update()
+        .set("type", "step")
+        .set("runId", lease.run_id)
+        .set("stepId", step_id)
+        .set("name", name)
+        .set("kind", kind)
+        .set("status", "running")
+        .set("startedAt", at)
+        .set_raw("#order = if_not_exists(#order, :order)", order=order)
+        .set_raw("#ttl = if_not_exists(#ttl, :ttl)", ttl=expires)
+        .set_raw("startEpoch = :epoch", epoch=lease.epoch)
+        .remove("error")
+    )
     if lease.branch_step is not None:
         attempt = None  # a branch's step: its branch epoch decides, the count is the store's
     if attempt is None:
-        counted = "attempt = if_not_exists(attempt, :zero) + :one"
-        values.update({":zero": {"N": "0"}, ":one": {"N": "1"}})
+        update.set_raw("attempt = if_not_exists(attempt, :zero) + :one", zero=0, one=1)
+        update.where(_start_condition(lease), **_start_values(lease))
     else:
-        counted = "attempt = :attempt"
-        values[":attempt"] = {"N": str(attempt)}
+        update.set("attempt", attempt)
         if attempt == 1:
-            condition = "attribute_not_exists(pk)"
-            values.pop(":retrying")
+            update.where("attribute_not_exists(pk)")
         else:
             # No item: a step started inline (a `next` mark) by an invocation that died.
-            condition = f"attribute_not_exists(pk) OR (attempt = :previous AND ({condition}))"
-            values[":previous"] = {"N": str(attempt - 1)}
-    return {
-        "Update": {
-            "TableName": _table(),
-            "Key": items.step_key(lease.run_id, step_id),
-            "UpdateExpression": (
-                "SET #type = :step, runId = :run, stepId = :id, #name = :name, "
-                "kind = :kind, #status = :running, startedAt = :at, "
-                "#order = if_not_exists(#order, :order), #ttl = if_not_exists(#ttl, :ttl), "
-                f"startEpoch = :epoch, {counted} REMOVE #error"
-            ),
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {
-                "#type": "type",
-                "#name": "name",
-                "#status": "status",
-                "#order": "order",
-                "#ttl": "ttl",
-                "#error": "error",
-                **({"#wakeAt": "wakeAt"} if "#wakeAt" in condition else {}),
-            },
-            "ExpressionAttributeValues": {**values, ":epoch": {"N": str(lease.epoch)}},
-        }
-    }
+            update.where(
+                f"attribute_not_exists(pk) OR (attempt = :previous AND ({_start_condition(lease)}))",
+                previous=attempt - 1,
+                **_start_values(lease),
+            )
+    return UpdateAction(update, TableName=_table(), Key=items.step_key(lease.run_id, step_id))
+
+
+def _start_values(lease: Lease) -> dict[str, Any]:
+    """The values `_start_condition` uses (besides `:epoch`, which the update sets)."""
+    values = {"running": "running", "retrying": "retrying"}
+    if lease.branch_step is not None:
+        values["waiting"] = "waiting"
+    return values
 
 
 def _start_condition(lease: Lease) -> str:
@@ -238,53 +225,29 @@ def finish_action(
     marks: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Update that ends a step this invocation started (see `finish`)."""
-    values: dict[str, Any] = {
-        ":running": {"S": "running"},
-        ":at": {"S": at},
-        ":status": {"S": "retrying" if retry_at else "failed" if error else "completed"},
-    }
-    expression = "SET #status = :status, endedAt = :at"
-    names = {"#status": "status"}
-    condition = "#status = :running"
+    update = Update().set("status", "retrying" if retry_at else "failed" if error else "completed")
+    if retry_at is not None:
+        update.set("wakeAt", retry_at)  # not ended: it waits for its retry
+    else:
+        update.set("endedAt", at)
+    update.where("#status = :running", running="running")
     if lease.branch_step is None:
         # Only the invocation that started it ends it: another one that took the run over
         # and started it again owns it now.
-        condition += " AND startEpoch = :epoch"
-        values[":epoch"] = {"N": str(lease.epoch)}
-    if retry_at is not None:
-        expression = "SET #status = :status, wakeAt = :wake"
-        values[":wake"] = {"S": retry_at}
+        update.where("startEpoch = :epoch", epoch=lease.epoch)
     if attempt is not None:
-        condition += " AND attempt = :attempt"
-        values[":attempt"] = {"N": str(attempt)}
+        update.where("attempt = :attempt", attempt=attempt)
     if lease.branch_step is not None:
-        condition += " AND branchEpoch = :bepoch"
-        values[":bepoch"] = {"N": str(lease.epoch)}
+        update.where("branchEpoch = :bepoch", bepoch=lease.epoch)
     if error is not None:
-        expression += ", #error = :error"
-        values[":error"] = ddb.to_attr(error.to_api())
-        names["#error"] = "error"
+        update.set("error", error.to_api())
     elif output_ref is not None:
-        expression += ", outputRef = :ref"
-        values[":ref"] = {"S": output_ref}
+        update.set("outputRef", output_ref)
     else:
-        expression += ", #output = :output"
-        values[":output"] = {"S": output_text if output_text is not None else "null"}
-        names["#output"] = "output"
-    for i, (field, value) in enumerate(sorted((marks or {}).items())):
-        expression += f", #m{i} = :m{i}"
-        names[f"#m{i}"] = field
-        values[f":m{i}"] = ddb.to_attr(value)
-    return {
-        "Update": {
-            "TableName": _table(),
-            "Key": items.step_key(lease.run_id, step_id),
-            "UpdateExpression": expression,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
-    }
+        update.set("output", output_text if output_text is not None else "null")
+    for field, value in sorted((marks or {}).items()):
+        update.set(field, value)
+    return UpdateAction(update, TableName=_table(), Key=items.step_key(lease.run_id, step_id))
 
 
 def record_action(
@@ -355,15 +318,9 @@ def with_next(
         put = dict(action["Put"])
         put["Item"] = {**put["Item"], "next": ddb.to_attr(mark)}
         return {"Put": put}
-    update = dict(action["Update"])
-    set_part, _, rest = update["UpdateExpression"].partition(" REMOVE ")
-    update["UpdateExpression"] = set_part + ", #next = :next" + (f" REMOVE {rest}" if rest else "")
-    update["ExpressionAttributeNames"] = {**update["ExpressionAttributeNames"], "#next": "next"}
-    update["ExpressionAttributeValues"] = {
-        **update["ExpressionAttributeValues"],
-        ":next": ddb.to_attr(mark),
-    }
-    return {"Update": update}
+    if not isinstance(action, UpdateAction):
+        raise TypeError("with_next extends a Put or an UpdateAction (finish_action)")
+    return UpdateAction(action.extended().set("next", mark), **action.target)
 
 
 def inline_end_action(

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from ezgh_engine.adapters import ddb
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.expressions import Update, UpdateAction
 from ezgh_engine.config import settings
 
 LIVE = items.LIVE_VALUES
@@ -92,32 +93,14 @@ def step_update(
 ) -> dict[str, Any]:
     """A transaction Update of a step: SET plain `sets`, REMOVE `remove`, if `when`.
 
-    Attribute names are aliased as `#a_<name>`; `when` uses `#status`, `#kind`, `#wakeAt`.
+    `when` names attributes as `#name` (e.g. `#status`, `#wakeAt`) and its values as
+    `:key` in `when_values` (plain values).
     """
-    names = {"#status": "status", "#kind": "kind", "#wakeAt": "wakeAt"}
-    values: dict[str, Any] = {}
-    parts = []
-    for i, (name, value) in enumerate(sets.items()):
-        names[f"#a{i}"] = name
-        values[f":a{i}"] = ddb.to_attr(value)
-        parts.append(f"#a{i} = :a{i}")
-    expression = "SET " + ", ".join(parts)
-    if remove:
-        for j, name in enumerate(remove):
-            names[f"#r{j}"] = name
-        expression += " REMOVE " + ", ".join(f"#r{j}" for j in range(len(remove)))
-    values.update({k: ddb.to_attr(v) for k, v in when_values.items()})
-    used = {k: v for k, v in names.items() if k in expression or k in when}
-    return {
-        "Update": {
-            "TableName": _table(),
-            "Key": items.step_key(run_id, step_id),
-            "UpdateExpression": expression,
-            "ConditionExpression": when,
-            "ExpressionAttributeNames": used,
-            "ExpressionAttributeValues": values,
-        }
-    }
+    update = Update().where(when, **{k.removeprefix(":"): v for k, v in when_values.items()})
+    for name, value in sets.items():
+        update.set(name, value)
+    update.remove(*remove)
+    return UpdateAction(update, TableName=_table(), Key=items.step_key(run_id, step_id))
 
 
 def transact(actions: list[dict[str, Any]]) -> bool:

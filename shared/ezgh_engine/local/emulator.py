@@ -4,6 +4,11 @@ The handlers build boto3 clients from the standard `AWS_ENDPOINT_URL` variable
 (`ezgh_engine.adapters.aws`), so pointing that variable at moto is all it takes to run them
 unchanged. moto's server (not its in-process mock) is used because the local runtime is
 threaded and in-process moto is not thread-safe for SQS.
+
+With `EZGH_LOCAL_DYNAMODB_URL` set (a loopback URL: AWS's DynamoDB Local, which the tests
+start), DynamoDB and DynamoDB Streams go there instead (botocore's per-service
+`AWS_ENDPOINT_URL_DYNAMODB` / `AWS_ENDPOINT_URL_DYNAMODB_STREAMS`) and SQS, S3 and
+Scheduler stay on moto. moto's DynamoDB patches below then have nothing to patch.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -38,6 +44,10 @@ _DEFAULT_ENV = {  # only when the user has not chosen
     "POWERTOOLS_SERVICE_NAME": "ezgh",
     "POWERTOOLS_METRICS_NAMESPACE": "EzghLocal",
 }
+# DynamoDB Local's URL, when DynamoDB should not be moto's (tests: `-m ddblocal`).
+ENV_DYNAMODB_URL = "EZGH_LOCAL_DYNAMODB_URL"
+# botocore's per-service endpoint variables (service ids "DynamoDB", "DynamoDB Streams").
+DYNAMODB_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
 # A profile or per-service endpoint in the user's shell would send calls to real AWS.
 _REMOVED_ENV_PREFIXES = ("AWS_ENDPOINT_URL_",)
 _REMOVED_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
@@ -55,6 +65,16 @@ class _StreamWakeup:
         self._cond = threading.Condition()
         self.counter = 0
         self._installed = False
+        # DynamoDB is not in this process (DynamoDB Local): no append to hook. Every write
+        # happens in a tracked handler or API call, so the end of each one wakes the readers
+        # instead (`activity_ended`), and a reader is idle once it read nothing after it.
+        self.external = False
+
+    def activity_ended(self) -> None:
+        """A handler or API call ended (`pollers.Activity`): with DynamoDB elsewhere, what it
+        wrote may be in the stream now."""
+        if self.external:
+            self.notify()
 
     def install(self) -> None:
         if self._installed:
@@ -248,6 +268,7 @@ class Emulator:
         self._server: Any = None
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
+        self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
 
     def start(self) -> str:
         """Start the server on a free loopback port, point the process at it; return its URL."""
@@ -277,7 +298,13 @@ class Emulator:
         for name in list(os.environ):
             if name.startswith(_REMOVED_ENV_PREFIXES) or name in _REMOVED_ENV:
                 env[name] = None
+        self.dynamodb_url = loopback_url(os.environ.get(ENV_DYNAMODB_URL, ""))
+        if self.dynamodb_url:
+            env.update(dict.fromkeys(DYNAMODB_ENDPOINT_ENV, self.dynamodb_url))
+        stream_wakeup.external = bool(self.dynamodb_url)
         self.apply_env(env)
+        if self.dynamodb_url:
+            self._wipe_dynamodb_local()  # tables a previous runtime left in the same instance
         log.debug("moto server on %s", self.endpoint_url)
         return self.endpoint_url
 
@@ -297,8 +324,11 @@ class Emulator:
         config.reset_settings()
 
     def reset(self) -> None:
-        """Wipe every resource and item in moto (the caller provisions again)."""
+        """Wipe every resource and item in moto, and the engine's tables in DynamoDB Local
+        (the caller provisions again)."""
         self._post_reset()
+        if self.dynamodb_url:
+            self._wipe_dynamodb_local()
         # Same endpoint, same credentials: the cached boto3 clients stay valid.
         config.reset_settings()
 
@@ -306,6 +336,17 @@ class Emulator:
         request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
         with urllib.request.urlopen(request, timeout=10) as answer:
             answer.read()
+
+    def _wipe_dynamodb_local(self) -> None:
+        """Delete the local runtime's tables (`resources.NAME_PREFIX`) from DynamoDB Local:
+        in memory a delete is immediate, and a new table comes with a new stream."""
+        from ezgh_engine.local.resources import NAME_PREFIX
+
+        ddb = aws.client("dynamodb")
+        for page in ddb.get_paginator("list_tables").paginate():
+            for name in page.get("TableNames", []):
+                if name.startswith(f"{NAME_PREFIX}-"):
+                    ddb.delete_table(TableName=name)
 
     def stop(self) -> None:
         """Stop the server and give the process its environment back."""
@@ -319,8 +360,24 @@ class Emulator:
             else:
                 os.environ[name] = value
         self._saved_env.clear()
+        stream_wakeup.external = False
         aws.reset_clients()
         config.reset_settings()
+
+
+def loopback_url(url: str) -> str:
+    """`url` ("" stays "") if it is an http(s) URL of a loopback host, else ValueError: the
+    local runtime never sends its data anywhere else."""
+    if not url:
+        return ""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or parsed.hostname not in (
+        "127.0.0.1",
+        "localhost",
+        "::1",
+    ):
+        raise ValueError(f"{ENV_DYNAMODB_URL} must be a loopback http URL, not {url!r}")
+    return url.rstrip("/")
 
 
 _sqs_clock_saved: Any = None

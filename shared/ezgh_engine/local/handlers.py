@@ -5,12 +5,15 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.local import call_log, incarnation
 from ezgh_engine.local.emulator import ACCOUNT_ID, REGION
 from ezgh_engine.topology import TOPOLOGY, Function, Topology
+
+if TYPE_CHECKING:
+    from ezgh_engine.local.environments import Environments
 
 log = logging.getLogger("ezgh.local.handlers")
 
@@ -20,7 +23,7 @@ Handler = Callable[[dict[str, Any], Any], Any]
 class LambdaContext:
     """The parts of Lambda's context object that handlers and Powertools read."""
 
-    def __init__(self, function: Function) -> None:
+    def __init__(self, function: Function, deadline: float | None = None) -> None:
         self.function_name = f"ezgh-local-{function.key}"
         self.function_version = "$LATEST"
         self.invoked_function_arn = (
@@ -30,7 +33,11 @@ class LambdaContext:
         self.aws_request_id = ids.new_id()
         self.log_group_name = f"/aws/lambda/{self.function_name}"
         self.log_stream_name = "local"
-        self._deadline = clock.monotonic() + function.timeout_seconds
+        # Monotonic seconds (one clock for every process on the machine): the runtime sends
+        # the deadline it enforces, so what the handler is told is what it gets.
+        self._deadline = (
+            deadline if deadline is not None else clock.monotonic() + function.timeout_seconds
+        )
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - clock.monotonic()) * 1000))
@@ -49,7 +56,13 @@ def import_handler(dotted: str) -> Handler:
 
 
 class Invoker:
-    """Calls one function's handler with a fresh context per invocation, as Lambda does."""
+    """Calls one function's handler in the caller's thread, with a fresh context per call.
+
+    Only for `handler_overrides` (plain callables of the runtime's own tests, which cannot
+    be sent to another process): concurrent calls share the process, and a call past its
+    timeout cannot be ended, only reported. Topology handlers run in execution environments
+    (`local.environments`).
+    """
 
     def __init__(self, function: Function, handler: Handler) -> None:
         self.function = function
@@ -76,15 +89,24 @@ class Invoker:
 
 
 def resolve_all(
-    overrides: Mapping[str, Handler] | None = None, topology: Topology = TOPOLOGY
-) -> dict[str, Invoker]:
-    """An `Invoker` per topology function; `overrides` (function key -> callable) win.
+    overrides: Mapping[str, Handler] | None = None,
+    topology: Topology = TOPOLOGY,
+    environments: Environments | None = None,
+) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    """A callable per topology function: `overrides` (function key -> callable) in-thread,
+    the others in `environments` (child processes) or, without it, imported here and called
+    in-thread.
 
     Imported lazily, at start time, so the runtime module imports without the handlers.
     """
     overrides = overrides or {}
-    invokers = {}
+    invokers: dict[str, Callable[[dict[str, Any]], Any]] = {}
     for function in topology.functions:
-        handler = overrides.get(function.key) or import_handler(function.handler)
-        invokers[function.key] = Invoker(function, handler)
+        override = overrides.get(function.key)
+        if override is not None:
+            invokers[function.key] = Invoker(function, override)
+        elif environments is not None:
+            invokers[function.key] = environments.invoker(function.key)
+        else:
+            invokers[function.key] = Invoker(function, import_handler(function.handler))
     return invokers

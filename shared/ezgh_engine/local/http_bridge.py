@@ -16,6 +16,7 @@ from ezgh_engine import clock, ids
 from ezgh_engine.local._http import BaseHandler, ServedHttp, Server
 from ezgh_engine.local.asgi import serve_asgi
 from ezgh_engine.local.emulator import ACCOUNT_ID
+from ezgh_engine.local.environments import FunctionTimedOut
 
 __all__ = ["ServedHttp", "api_gateway_event", "serve_api", "serve_asgi"]
 
@@ -135,6 +136,15 @@ def serve_api(
                 else:
                     result = invoke(event)
                 status, headers, raw = _lambda_answer(result)
+            except FunctionTimedOut as timed_out:
+                # A Lambda timeout behind API Gateway: a gateway timeout, in the API's shape.
+                log.warning("%s", timed_out)
+                error = {"code": "internal_error", "message": "the function timed out"}
+                status, headers, raw = (
+                    504,
+                    [("content-type", "application/json")],
+                    json.dumps({"error": error}).encode(),
+                )
             except Exception:
                 log.exception("api handler raised")
                 # What API Gateway answers when the integration fails.

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import events, incarnation
@@ -47,6 +49,7 @@ class Activity:
             with self._lock:
                 self.busy -= 1
                 self.started += 1
+            stream_wakeup.activity_ended()  # DynamoDB Local: its writes may be in the stream
 
     def snapshot(self) -> tuple[int, int]:
         """(busy, started) read together."""
@@ -346,7 +349,7 @@ class StreamPoller(Poller):
                     got_any = True
                     self._process(late, replay=True)
             for shard_id, iterator in list(self._iterators.items()):
-                answer = streams.get_records(ShardIterator=iterator, Limit=self.batch_size)
+                answer = self._get_records(streams, shard_id, iterator)
                 next_iterator = answer.get("NextShardIterator")
                 if next_iterator:
                     self._iterators[shard_id] = next_iterator
@@ -373,6 +376,27 @@ class StreamPoller(Poller):
                     self.idle_wait_seconds,
                     lambda: self._stop.is_set() or not self._running.is_set(),
                 )
+
+    def _get_records(self, streams: Any, shard_id: str, iterator: str) -> dict[str, Any]:
+        """GetRecords; when the iterator points before the oldest record the shard still
+        holds (`TrimmedDataAccessException`), read on from the oldest one, as an event source
+        mapping does: what is gone cannot be read. DynamoDB does this after 24 hours;
+        DynamoDB Local as soon as a cancelled transaction used the shard's first sequence
+        numbers, so without it the reader of a new table stalls for good."""
+        try:
+            return dict(streams.get_records(ShardIterator=iterator, Limit=self.batch_size))
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "TrimmedDataAccessException":
+                raise
+        log.info(
+            "%s: shard %s trimmed before its iterator; reading from its oldest record",
+            self.name,
+            shard_id,
+        )
+        oldest = streams.get_shard_iterator(
+            StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        return dict(streams.get_records(ShardIterator=oldest, Limit=self.batch_size))
 
     def _process(self, records: list[dict[str, Any]], replay: bool = False) -> None:
         self._processing = True

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
@@ -20,7 +21,8 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.local import apps as local_apps
 from ezgh_engine.local import incarnation
 from ezgh_engine.local.emulator import Emulator
-from ezgh_engine.local.handlers import Handler, Invoker, resolve_all
+from ezgh_engine.local.environments import Environments
+from ezgh_engine.local.handlers import Handler, resolve_all
 from ezgh_engine.local.http_bridge import ServedHttp, serve_api
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
 from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ezgh.local.runtime")
 
+ENV_ISOLATION = "EZGH_LOCAL_ISOLATION"
 Bootstrap = Callable[[], tuple[str, str, str]]
 AppSpec = str | tuple[str, Any]  # "MODULE:ATTR", or (name, PushApp)
 
@@ -48,6 +51,11 @@ class LocalRuntime:
 
     `port=0` picks a free port (tests). `handler_overrides` (function key -> handler) and
     `bootstrap` replace the real handlers and `bootstrap_admin` (the runtime's own tests).
+
+    Each topology function runs in execution environments of its own (`local.environments`:
+    child processes, one call each at a time, as Lambda runs them). Overrides are plain
+    callables and run in the caller's thread instead. `isolation="thread"` runs every
+    handler in-thread (only to compare: concurrent calls then share per-request state).
     """
 
     def __init__(
@@ -62,6 +70,7 @@ class LocalRuntime:
         echo: Callable[[str], None] | None = None,
         sqs_concurrency: int = 4,
         topology: Topology = TOPOLOGY,
+        isolation: Literal["process", "thread"] | None = None,
     ) -> None:
         self.port = port
         self.state_dir = Path(state_dir)
@@ -77,7 +86,12 @@ class LocalRuntime:
         self.activity = Activity()
         self.emulator = Emulator()
         self.provisioned = Provisioned()
-        self.invokers: dict[str, Invoker] = {}
+        # `EZGH_LOCAL_ISOLATION=thread` picks the old in-thread mode (to compare, bench/).
+        self.isolation = isolation or (
+            "thread" if os.environ.get(ENV_ISOLATION) == "thread" else "process"
+        )
+        self.environments: Environments | None = None
+        self.invokers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self.pollers: list[Poller] = []
         # Queue subscriptions' pollers, made at run time through the API (issue 4).
         self.subscriptions = SubscriptionSources(self)
@@ -119,15 +133,17 @@ class LocalRuntime:
                     self._invoker_of(function.key), track=self.activity.track
                 )
         self._provision()
-        self.invokers = resolve_all(self._overrides, self.topology)
+        self.subscriptions.install()  # before the environments copy the handlers' variables
+        self._resolve()
         self._build_pollers()
         for poller in self.pollers:
             poller.start()
-        self.subscriptions.install()
         self.api_server.serve()
         for url_server in self.url_servers.values():
             url_server.serve()
         self.started = True
+        if self.environments is not None:
+            self.environments.prewarm()
         self._check_health()
         self._after_reset()
         for spec in self.app_specs:
@@ -153,6 +169,9 @@ class LocalRuntime:
         for url_server in self.url_servers.values():
             url_server.shutdown()
         self.url_servers = {}
+        if self.environments is not None:
+            self.environments.kill()
+            self.environments = None
         self.emulator.stop()
         if self._previous_clock is not None:
             clock_module.set_clock(self._previous_clock)
@@ -208,13 +227,17 @@ class LocalRuntime:
         at once. Handlers still running in their threads belong to a dead engine: their next
         AWS call raises `incarnation.EngineRestarted`, so what they had not written is lost
         and their messages come back after the visibility timeout. New pollers, handlers and
-        bridge (same port, so URLs and tokens stay valid) take over; stream readers resume
+        bridge (same port, so URLs and tokens stay valid) take over; execution environments
+        are killed mid-call (their processes, as a crash would) and new ones start on
+        demand; stream readers resume
         from the old ones' checkpoint, as an event source mapping keeps its position. Apps
         keep running: they are the user's processes. Fault injection carries over.
         """
         if not self.started or self.api_server is None:
             raise RuntimeError("the runtime is not started")
         incarnation.bump()
+        if self.environments is not None:
+            self.environments.kill()  # every handler in flight dies now, mid-write
         old = self.pollers
         for poller in old:
             poller.stop(timeout=0)
@@ -227,7 +250,9 @@ class LocalRuntime:
         port = self.api_server.port
         self.api_server.shutdown()
         self.api_server = serve_api(self._invoke_api, port=port, track=self.activity.track)
-        self.invokers = resolve_all(self._overrides, self.topology)
+        self._resolve()
+        if self.environments is not None:
+            self.environments.prewarm()
         self._build_pollers()
         for poller in self.pollers:
             if isinstance(poller, StreamPoller) and poller.name in checkpoints:
@@ -337,6 +362,30 @@ class LocalRuntime:
 
     def _invoker_of(self, key: str) -> Callable[[dict[str, Any]], Any]:
         return lambda event: self.invokers[key](event)
+
+    def _resolve(self) -> None:
+        """New execution environments (none run until called) and an invoker per function."""
+        self.environments = None
+        if self.isolation == "process":
+            self.environments = Environments(
+                [f for f in self.topology.functions if f.key not in self._overrides],
+                clock_path=self._shared_clock(),
+                faults=lambda: self.faults,
+            )
+        self.invokers = resolve_all(self._overrides, self.topology, self.environments)
+
+    def _shared_clock(self) -> str | None:
+        """The file through which environments read a `SkipClock`'s offset (None: they use
+        the machine's clock)."""
+        engine_clock = clock_module.get_clock()
+        if isinstance(engine_clock, clock_module.SkipClock):
+            return engine_clock.share()
+        if not isinstance(engine_clock, clock_module.SystemClock):
+            log.warning(
+                "%s cannot be shared with execution environments; they use the system clock",
+                type(engine_clock).__name__,
+            )
+        return None
 
     def _provision(self) -> None:
         self.provisioned = provision(

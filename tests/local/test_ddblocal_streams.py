@@ -1,0 +1,150 @@
+"""The local emulator with DynamoDB on AWS's DynamoDB Local (SQS, S3, Scheduler on moto):
+reset, and the stream readers, which get no wakeup from moto there."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from ezgh_engine.adapters import aws
+from ezgh_engine.local.emulator import ENV_DYNAMODB_URL, Emulator, loopback_url
+from ezgh_engine.local.pollers import Activity, StreamPoller
+from ezgh_engine.local.resources import Provisioned, provision
+
+from tests.ddblocal import DynamoDBLocal
+
+pytestmark = pytest.mark.ddblocal
+
+
+@pytest.fixture(scope="module")
+def emulator(dynamodb_local: DynamoDBLocal) -> Iterator[Emulator]:
+    saved = os.environ.get(ENV_DYNAMODB_URL)
+    os.environ[ENV_DYNAMODB_URL] = dynamodb_local.url
+    emu = Emulator()
+    try:
+        emu.start()
+        yield emu
+    finally:
+        emu.stop()
+        os.environ.pop(ENV_DYNAMODB_URL, None)
+        if saved is not None:
+            os.environ[ENV_DYNAMODB_URL] = saved
+
+
+@pytest.fixture()
+def resources(emulator: Emulator) -> Provisioned:
+    emulator.reset()
+    done = provision(api_url="http://127.0.0.1:1", token_secret="test-secret")
+    emulator.apply_env(done.env)
+    return done
+
+
+@pytest.fixture()
+def running() -> Iterator[list[StreamPoller]]:
+    pollers: list[StreamPoller] = []
+    yield pollers
+    for poller in pollers:
+        poller.stop()
+
+
+def _key(pk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": "RUN"}}
+
+
+def _wait(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.01)
+
+
+def _reader(resources: Provisioned, seen: list[str], activity: Activity) -> StreamPoller:
+    return StreamPoller(
+        name="s",
+        stream_arn=resources.stream_arns["runs"],
+        invoke=lambda e: seen.extend(r["dynamodb"]["Keys"]["pk"]["S"] for r in e["Records"]),
+        activity=activity,
+    )
+
+
+def test_dynamodb_goes_to_dynamodb_local_and_the_rest_to_moto(
+    resources: Provisioned, dynamodb_local: DynamoDBLocal
+) -> None:
+    assert os.environ["AWS_ENDPOINT_URL_DYNAMODB"] == dynamodb_local.url
+    assert os.environ["AWS_ENDPOINT_URL_DYNAMODB_STREAMS"] == dynamodb_local.url
+    assert aws.client("dynamodb").meta.endpoint_url == dynamodb_local.url
+    assert aws.client("dynamodbstreams").meta.endpoint_url == dynamodb_local.url
+    assert aws.client("sqs").meta.endpoint_url != dynamodb_local.url
+    assert resources.tables["runs"] in dynamodb_local.client().list_tables()["TableNames"]
+
+
+def test_reset_empties_the_tables(emulator: Emulator, resources: Provisioned) -> None:
+    ddb, table = aws.client("dynamodb"), resources.tables["runs"]
+    ddb.put_item(TableName=table, Item=_key("RUN#old"))
+    began = time.monotonic()
+    emulator.reset()
+    provision(api_url="http://127.0.0.1:1", token_secret="test-secret")
+    took = time.monotonic() - began
+    assert ddb.scan(TableName=table)["Items"] == []
+    assert took < 5, took  # tens of milliseconds on an idle machine
+
+
+def test_a_reader_gets_past_a_cancelled_first_transaction(
+    resources: Provisioned, running: list[StreamPoller]
+) -> None:
+    """DynamoDB Local gives a cancelled transaction sequence numbers; when they are a shard's
+    first, reading from its start is `TrimmedDataAccessException`. The reader read on from
+    the oldest record left, instead of failing on every poll for good."""
+    seen: list[str] = []
+    poller = _reader(resources, seen, Activity())
+    running.append(poller)
+    poller.start()
+    _wait(lambda: poller.idle)
+    ddb, table = aws.client("dynamodb"), resources.tables["runs"]
+    with pytest.raises(ClientError):
+        ddb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": _key("RUN#cancelled")}},
+                {
+                    "ConditionCheck": {
+                        "TableName": table,
+                        "Key": _key("RUN#absent"),
+                        "ConditionExpression": "attribute_exists(pk)",
+                    }
+                },
+            ]
+        )
+    ddb.put_item(TableName=table, Item=_key("RUN#written"))
+    _wait(lambda: seen == ["RUN#written"])
+
+
+def test_a_reader_is_not_idle_before_it_read_what_a_handler_wrote(
+    resources: Provisioned, running: list[StreamPoller]
+) -> None:
+    """No moto append to hook: the end of each tracked handler or API call wakes the
+    readers, so `idle` (what `LocalRuntime.wait_idle` trusts) never holds while a write
+    is still unread."""
+    activity = Activity()
+    seen: list[str] = []
+    poller = _reader(resources, seen, activity)
+    running.append(poller)
+    poller.start()
+    _wait(lambda: poller.idle)
+    ddb, table = aws.client("dynamodb"), resources.tables["runs"]
+    for n in range(5):
+        with activity.track():
+            ddb.put_item(TableName=table, Item=_key(f"RUN#{n}"))
+        _wait(lambda: poller.idle)
+        assert seen[-1:] == [f"RUN#{n}"]
+
+
+def test_only_a_loopback_dynamodb_url_is_taken() -> None:
+    assert loopback_url("http://127.0.0.1:8000/") == "http://127.0.0.1:8000"
+    assert loopback_url("") == ""
+    for url in ("http://ddb.example.invalid:8000", "file:///tmp/x", "http://10.0.0.1"):
+        with pytest.raises(ValueError):
+            loopback_url(url)
