@@ -79,36 +79,48 @@ class StreamSource:
 
     With `filters`, only inserts and modifications whose new image passes every `Match` of
     one of them reach the function (Lambda FilterCriteria in AWS, the same test in the local
-    poller). Everything else (events, index items, removals, leases taken, steps merely
-    running or done) would only cost an invocation each.
+    poller), and, with `removals`, removals whose old image passes every `Match` of it.
+    Everything else (events, index items, leases taken, steps merely running or done, other
+    removals) would only cost an invocation each.
     """
 
     table: str
     function: str
     batch_size: int = 100
     filters: tuple[tuple[Match, ...], ...] = ()
+    removals: tuple[Match, ...] = ()
     kind: Literal["stream"] = "stream"
 
     def filter_patterns(self) -> list[dict[str, Any]]:
         """The Lambda event filter patterns (any one passes); empty to deliver everything."""
-        return [
-            {
-                "eventName": ["INSERT", "MODIFY"],
-                "dynamodb": {"NewImage": {m.name: {m.type: list(m.values)} for m in f}},
-            }
+        patterns: list[dict[str, Any]] = [
+            {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": _image_pattern(f)}}
             for f in self.filters
         ]
+        if self.removals:
+            patterns.append(
+                {"eventName": ["REMOVE"], "dynamodb": {"OldImage": _image_pattern(self.removals)}}
+            )
+        return patterns
 
     def matches(self, record: dict[str, Any]) -> bool:
         """Whether a stream record passes `filter_patterns` (for the local poller)."""
-        if not self.filters:
+        if not self.filters and not self.removals:
             return True
+        change = record.get("dynamodb") or {}
+        if record.get("eventName") == "REMOVE":
+            return bool(self.removals) and _passes(change.get("OldImage") or {}, self.removals)
         if record.get("eventName") not in ("INSERT", "MODIFY"):
             return False
-        image = (record.get("dynamodb") or {}).get("NewImage") or {}
-        return any(
-            all((image.get(m.name) or {}).get(m.type) in m.values for m in f) for f in self.filters
-        )
+        return any(_passes(change.get("NewImage") or {}, f) for f in self.filters)
+
+
+def _image_pattern(matches: tuple[Match, ...]) -> dict[str, Any]:
+    return {m.name: {m.type: list(m.values)} for m in matches}
+
+
+def _passes(image: dict[str, Any], matches: tuple[Match, ...]) -> bool:
+    return all((image.get(m.name) or {}).get(m.type) in m.values for m in matches)
 
 
 @dataclass(frozen=True)
@@ -219,6 +231,9 @@ TOPOLOGY = Topology(
                 (Match("type", ("run",)), Match("leaseUntil", ("0",), "N")),
                 (Match("type", ("step",)), Match("status", ("sleeping", "retrying", "waiting"))),
             ),
+            # A run item's removal (its TTL, or DeleteRun): the rest of the run goes with it
+            # (service/retention.py).
+            removals=(Match("type", ("run",)),),
         ),
         SqsSource(queue="invocations", function="invoker", batch_size=1),
         SqsSource(queue="notifications", function="notify", batch_size=1),

@@ -34,7 +34,8 @@ def _record(
         image["status"] = {"S": status}
     if item_type == "run":
         image["leaseUntil"] = {"N": str(lease)}
-    return {"eventName": event_name, "dynamodb": {"NewImage": image}}
+    side = "OldImage" if event_name == "REMOVE" else "NewImage"  # as DynamoDB streams them
+    return {"eventName": event_name, "dynamodb": {side: image}}
 
 
 def test_the_runs_stream_delivers_only_what_the_outbox_reacts_to():
@@ -50,6 +51,12 @@ def test_the_runs_stream_delivers_only_what_the_outbox_reacts_to():
     for status in ("running", "completed", "failed", "cancelled"):
         assert not source.matches(_record("MODIFY", "step", status))
     assert not source.matches(_record("INSERT", "run.started"))  # an event item
-    assert not source.matches(_record("REMOVE", "run", "completed"))
+    # A run item's removal (TTL or DeleteRun) deletes the rest of the run (service/retention);
+    # other removals (steps, events, index items) cost nothing.
+    assert source.matches(_record("REMOVE", "run", "completed"))
+    assert not source.matches(_record("REMOVE", "step", "completed"))
+    assert not source.matches(_record("REMOVE", "run.started"))
     assert not source.matches(_record("INSERT", None))
-    assert len(source.filter_patterns()) == 2  # Lambda allows 5 per mapping
+    patterns = source.filter_patterns()
+    assert len(patterns) == 3  # Lambda allows 5 per mapping
+    assert patterns[-1] == {"eventName": ["REMOVE"], "dynamodb": {"OldImage": {"type": {"S": ["run"]}}}}
