@@ -137,6 +137,13 @@ def _job_run(principal: Principal, job_id: str, action: str) -> tuple[Run, Flow 
     return _hydrate(run), flow
 
 
+def require_some(principal: Principal, action: str) -> None:
+    """403 unless the key holds `action` on at least one flow (a list then answers only the
+    flows it may read): `require(…, None)` would ask for every flow."""
+    if not principal.holds(action):
+        raise Forbidden(f"this API key may not {action}")
+
+
 def may(principal: Principal, action: str, flow_name: str | None) -> bool:
     """Whether the key holds `action` on this flow; a job of a deleted flow (no name) only
     for keys that hold it on every flow."""
@@ -187,7 +194,7 @@ def search_jobs(
         require(principal, READ, flow.name)
         filters["flowId"] = flow.id
     else:
-        require(principal, READ, None)
+        require_some(principal, READ)
     if tracking_id is not None:
         filters["trackingId"] = tracking_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
@@ -248,7 +255,7 @@ def list_failed_items(
         require(principal, READ, flow.name)
         filters["flowId"] = flow.id
     else:
-        require(principal, READ, None)
+        require_some(principal, READ)
     if job_id is not None:
         filters["jobId"] = job_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
