@@ -20,8 +20,11 @@ from typing import Any
 
 import boto3
 import pytest
-from ezgh_engine import config
+from ezgh_engine import clock, config
 from ezgh_engine.adapters import event_sources, push
+from ezgh_engine.adapters.flows_store import FailedItem
+from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW
+from ezgh_engine.service import flow_jobs
 from ezgh_engine.topology import TOPOLOGY
 
 from tests.api.conftest import ENV, Project, call
@@ -36,6 +39,10 @@ ACTIONS = (
     "queues.subscriptions.create",
     "queues.messages.send",
     "queues.manage",
+    "flows.manage",
+    "flows.jobs.start",
+    "flows.jobs.read",
+    "flows.jobs.cancel",
 )
 START, READ, CANCEL = "workflows.runs.start", "workflows.runs.read", "workflows.runs.cancel"
 APPS, SUBS, SEND, MANAGE = (
@@ -44,14 +51,21 @@ APPS, SUBS, SEND, MANAGE = (
     "queues.messages.send",
     "queues.manage",
 )
+FLOWS, JOB_START, JOB_READ, JOB_CANCEL = (
+    "flows.manage",
+    "flows.jobs.start",
+    "flows.jobs.read",
+    "flows.jobs.cancel",
+)
 PREFIX = "/v1/organizations/{orgId}/projects/{projectId}"
 
 
 @dataclass
 class World:
     """What the operations act on. Resource names: `wf` (alpha/a), `app` (alpha), `push`
-    (pusher), `newapp` (gamma, created by the call), `queue` (q1), `queue2` (q2), None (the
-    whole project); each has another resource a key may be scoped to instead."""
+    (pusher), `newapp` (gamma, created by the call), `queue` (q1), `queue2` (q2), `flow`
+    (f1), `newflow` (f3, created by the call), None (the whole project); each has another
+    resource a key may be scoped to instead."""
 
     project: Project
     ids: dict[str, str] = field(default_factory=dict)
@@ -64,6 +78,8 @@ class World:
             "newapp": ("gamma", "beta"),
             "queue": (self.ids.get("q1"), self.ids.get("q2")),
             "queue2": (self.ids.get("q2"), self.ids.get("q1")),
+            "flow": ("f1", "f2"),  # flows permissions name the flow by name
+            "newflow": ("f3", "f2"),
         }
         if name is None:
             return self.ids["q1"] if other else None  # scoped where all was needed
@@ -108,7 +124,50 @@ def build_world(project: Project) -> World:
         "/apiKeys",
         body={"name": "target", "permissions": [{"action": READ, "resource": "alpha/a"}]},
     ).body["id"]
+    build_flows(world)
     return world
+
+
+GRAPH = {"nodes": [{"id": "start", "moduleType": "trigger.manual"}], "edges": []}
+
+
+def build_flows(world: World) -> None:
+    """Flows f1 and f2 with a committed graph, and on each a RUNNING job; on f1 also a FAILED
+    job with its failed item. The interpreter app is announced by a pull worker here: no
+    engine runs in tests/api, so the jobs never advance on their own."""
+    project = world.project
+    pull_app(project, INTERPRETER_APP, [INTERPRETER_WORKFLOW])
+    for name in ("f1", "f2"):
+        flow = project.call("POST", "/flows", body={"name": name})
+        assert flow.status == 201, flow.body
+        world.ids[name] = flow.body["id"]
+        made = project.call("POST", f"/flows/{name}/commits", body={"graph": GRAPH})
+        assert made.status == 201, made.body
+        world.ids[f"{name}_job"] = start_job(project, name)
+    world.ids["failed_job"] = start_job(project, "f1")
+    fail_run(world.ids["failed_job"])
+    # Only the interpreter records failed items (while it runs a node), and it does not run
+    # here: write the one its failing `start` node would leave, through the same service call.
+    failed = FailedItem(
+        id=flow_jobs.failed_item_id(world.ids["failed_job"], 1, "start"),
+        project_id=project.project_id,
+        job_id=world.ids["failed_job"],
+        flow_id=world.ids["f1"],
+        node_id="start",
+        module_type="trigger.manual",
+        input={},
+        error={"code": "user", "name": "Boom", "message": "boom"},
+        attempts=1,
+        created_at=clock.iso(clock.now()),
+    )
+    flow_jobs.record_failed_item(failed)
+    world.ids["failed_item"] = failed.id
+
+
+def start_job(project: Project, flow: str) -> str:
+    answer = project.call("POST", f"/flows/{flow}/jobs", body={"input": {"n": 1}})
+    assert answer.status == 201, answer.body
+    return str(answer.body["id"])
 
 
 Needs = tuple[tuple[tuple[str, str | None], ...], ...]  # alternatives of permission sets
@@ -143,6 +202,8 @@ OPEN: Needs = ((),)
 RUN = "/runs/{run}"
 SCHEDULE = "/schedules/{schedule}"
 SUB = "/subscriptions/{sub}"
+FLOW = "/flows/{f1}"
+JOB = "/jobs/{f1_job}"
 NEW_KEY = {"name": "made", "permissions": [{"action": READ, "resource": "alpha/a"}]}
 HTTPS = {"kind": "https", "url": "https://hooks.example.com/other"}
 
@@ -233,6 +294,46 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/subscriptions/{subId}/resume"): Entry(_with(SUB + "/resume"), (((SUBS, "queue"),),)),
 }
 
+MATRIX |= {
+    # flows: reading needs manage or jobs.read on the flow; a list answers only those flows
+    ("GET", "/flows/moduleTypes"): Entry(_get("/flows/moduleTypes"), OPEN),
+    ("GET", "/flows"): Entry(
+        _get("/flows"),
+        (((FLOWS, "flow"),), ((JOB_READ, "flow"),)),
+        hidden=lambda w: w.ids["f1"],
+    ),
+    ("POST", "/flows"): Entry(_with("/flows", {"name": "f3"}), (((FLOWS, "newflow"),),), 201),
+    ("GET", "/flows/{flowId}"): Entry(_get(FLOW), (((FLOWS, "flow"),), ((JOB_READ, "flow"),))),
+    ("PATCH", "/flows/{flowId}"): Entry(_with(FLOW, {"description": "d"}), (((FLOWS, "flow"),),)),
+    ("DELETE", "/flows/{flowId}"): Entry(_get(FLOW), (((FLOWS, "flow"),),), 204),
+    ("POST", "/flows/{flowId}/commits"): Entry(
+        _with(FLOW + "/commits", {"graph": GRAPH}), (((FLOWS, "flow"),),), 201
+    ),
+    ("GET", "/flows/{flowId}/commits"): Entry(
+        _get(FLOW + "/commits"), (((FLOWS, "flow"),), ((JOB_READ, "flow"),))
+    ),
+    # jobs and failed items: a list answers only the flows the key may read
+    ("POST", "/flows/{flowId}/jobs"): Entry(
+        _with(FLOW + "/jobs", {"input": 2}), (((JOB_START, "flow"),),), 201
+    ),
+    ("GET", "/jobs"): Entry(
+        _get("/jobs"), (((JOB_READ, "flow"),),), hidden=lambda w: w.ids["f1_job"]
+    ),
+    ("GET", "/jobs/{jobId}"): Entry(_get(JOB), (((JOB_READ, "flow"),),)),
+    # like a run's cancel and retry: the answer is the job, so reading it is needed too
+    ("POST", "/jobs/{jobId}/cancel"): Entry(
+        _with(JOB + "/cancel"), (((JOB_CANCEL, "flow"), (JOB_READ, "flow")),), 202
+    ),
+    ("GET", "/failedItems"): Entry(
+        _get("/failedItems"), (((JOB_READ, "flow"),),), hidden=lambda w: w.ids["failed_item"]
+    ),
+    ("POST", "/failedItems/{failedItemId}/retry"): Entry(
+        _with("/failedItems/{failed_item}/retry"),
+        (((JOB_START, "flow"), (JOB_READ, "flow")),),
+        202,
+    ),
+}
+
 # Operations no API key authorizes: what an admin key gets there (it is no credential).
 NOT_BY_API_KEY: dict[tuple[str, str], tuple[str, int]] = {
     ("GET", "/v1/health"): ("/v1/health", 200),  # open to anyone
@@ -301,6 +402,7 @@ def snapshot() -> Any:
     for table in TOPOLOGY.tables:
         name = ENV[table.env_var]
         found = ddb.scan(TableName=name, ConsistentRead=True)["Items"]
+        # default=repr: binary attributes (sealed keys, a commit's compressed graph) by bytes
         tables[name] = sorted(json.dumps(item, sort_keys=True, default=repr) for item in found)
     sqs = boto3.client("sqs", region_name="us-east-1")
     depths = {}
@@ -324,6 +426,8 @@ def _family(world: World, action: str) -> str | None:
         return "alpha/a"
     if action == APPS:
         return "alpha"
+    if action.startswith("flows."):
+        return "f1"
     return world.ids["q1"]
 
 

@@ -126,15 +126,24 @@ def view(run: Run) -> dict[str, Any]:
     return job_view(run, job_input(run), _resume_url(run))
 
 
-def _job_run(principal: Principal, job_id: str, action: str) -> tuple[Run, Flow | None]:
+def _job_run(principal: Principal, job_id: str, *actions: str) -> tuple[Run, Flow | None]:
+    """The job's run, once the key holds every one of `actions` on its flow."""
     entry = flows_store.get_job(principal.project_id, job_id)
     run = runs_store.get_run(job_id) if entry else None
     if entry is None or run is None or run.project_id != principal.project_id:
         raise NotFound(f"job {job_id} not found")
     flow = flows_store.get_flow(principal.project_id, entry.flow_id)
-    if not may(principal, action, flow.name if flow else None):
-        raise Forbidden(f"this API key may not {action} on job {job_id}")
+    for action in actions:
+        if not may(principal, action, flow.name if flow else None):
+            raise Forbidden(f"this API key may not {action} on job {job_id}")
     return _hydrate(run), flow
+
+
+def require_some(principal: Principal, action: str) -> None:
+    """403 unless the key holds `action` on at least one flow (a list then answers only the
+    flows it may read): `require(…, None)` would ask for every flow."""
+    if not principal.holds(action):
+        raise Forbidden(f"this API key may not {action}")
 
 
 def may(principal: Principal, action: str, flow_name: str | None) -> bool:
@@ -150,10 +159,12 @@ def get_job(principal: Principal, job_id: str) -> dict[str, Any]:
 
 
 def cancel_job(principal: Principal, job_id: str) -> dict[str, Any]:
-    """Cancel the job's run (and its running child jobs and runs); 409 once it has ended."""
+    """Cancel the job's run (and its running child jobs and runs); 409 once it has ended.
+    Needs `flows.jobs.cancel`, and `flows.jobs.read` for the job it answers, both checked
+    before anything is written (as a run's cancel)."""
     from ezgh_engine.service import waits
 
-    run, _ = _job_run(principal, job_id, CANCEL)
+    run, _ = _job_run(principal, job_id, CANCEL, READ)
     if run.ended:
         raise Conflict(f"job {job_id} has ended ({job_status(run)})", code="invalid_state")
     control.request_cancel(run, at=clock.iso(clock.now()))
@@ -187,7 +198,7 @@ def search_jobs(
         require(principal, READ, flow.name)
         filters["flowId"] = flow.id
     else:
-        require(principal, READ, None)
+        require_some(principal, READ)
     if tracking_id is not None:
         filters["trackingId"] = tracking_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
@@ -248,7 +259,7 @@ def list_failed_items(
         require(principal, READ, flow.name)
         filters["flowId"] = flow.id
     else:
-        require(principal, READ, None)
+        require_some(principal, READ)
     if job_id is not None:
         filters["jobId"] = job_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
@@ -271,11 +282,13 @@ def list_failed_items(
 
 def retry_failed_item(principal: Principal, failed_id: str) -> dict[str, Any]:
     """Resume the item's job from its node: RetryRun of the job's run, which keeps every
-    completed step (so completed nodes do not run again) and the commit the job started with."""
+    completed step (so completed nodes do not run again) and the commit the job started with.
+    Needs `flows.jobs.start`, and `flows.jobs.read` for the job it answers, both checked
+    before anything is written (as a run's retry)."""
     failed = flows_store.get_failed_item(principal.project_id, failed_id)
     if failed is None:
         raise NotFound(f"failed item {failed_id} not found")
-    run, _ = _job_run(principal, failed.job_id, START)
+    run, _ = _job_run(principal, failed.job_id, START, READ)
     if failed.retried_at:
         raise Conflict(f"failed item {failed_id} was already retried", code="invalid_state")
     if run.status not in ("failed", "timedOut"):

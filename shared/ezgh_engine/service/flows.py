@@ -1,7 +1,8 @@
 """Flows and their commits: create, read, update, delete, commit a graph, list commits.
 
-Permissions: `flows.manage` with the flow's name as resource (listing needs it unscoped or
-answers only the flows the key may manage).
+Permissions: `flows.manage` with the flow's name as resource; reading a flow, or listing,
+needs `flows.manage` or `flows.jobs.read` on it (a list answers only the flows the key may
+read).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def create_flow(principal: Principal, *, name: str, description: str | None) -> 
 
 
 def list_flows(principal: Principal) -> list[Flow]:
-    if not principal.allows(MANAGE) and not principal.allows("flows.jobs.read"):
+    # `holds`, not `allows(action)`: no resource means every flow, and a key limited to
+    # some flows may still list those.
+    if not principal.holds(MANAGE) and not principal.holds("flows.jobs.read"):
         raise Forbidden(f"this API key may not {MANAGE}")
     return [
         f
