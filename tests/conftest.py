@@ -21,10 +21,58 @@ from tests.ddblocal import DynamoDBLocal
 
 E2E_CALL_LOG = "EZGH_E2E_CALL_LOG"
 
+# Which modules also run on DynamoDB Local by default: those whose assertions are about what
+# DynamoDB stores and refuses (conditional writes, transactions, expressions, streams, TTL
+# items, keys and cursors). The rest (authorization matrix, fuzzing, signatures, the CLI's
+# printing) exercise the same store calls on moto and would only double the suite's time.
+# `EZGH_DDBLOCAL=all` runs every module on both backends.
+DDBLOCAL_MODULES = frozenset(
+    {
+        "tests/api/test_apps.py",
+        "tests/api/test_auth_keys.py",
+        "tests/api/test_bad_input.py",
+        "tests/api/test_branch_outcomes.py",
+        "tests/api/test_ops_stuck_runs.py",
+        "tests/api/test_protocol_races.py",
+        "tests/api/test_queues.py",
+        "tests/api/test_races.py",
+        "tests/api/test_requests.py",
+        "tests/api/test_retention.py",
+        "tests/api/test_run_scopes.py",
+        "tests/api/test_runs_routes.py",
+        "tests/api/test_schedules_api.py",
+        "tests/api/test_send_idempotency.py",
+        "tests/api/test_step_writes.py",
+        "tests/api/test_steps_function.py",
+        "tests/api/test_token_lifetime.py",
+        "tests/e2e/test_control.py",
+        "tests/e2e/test_durable_runs.py",
+        "tests/e2e/test_flows.py",
+        "tests/e2e/test_pull.py",
+        "tests/e2e/test_queues.py",
+        "tests/e2e/test_schedules.py",
+        "tests/e2e/test_waits.py",
+    }
+)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(E2E_CALL_LOG):
         os.environ[E2E_CALL_LOG] = tempfile.mkdtemp(prefix="ezgh-e2e-calls-")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the DynamoDB Local variants of `DDBLOCAL_MODULES` only (unless EZGH_DDBLOCAL=all)."""
+    if os.environ.get("EZGH_DDBLOCAL") == "all":
+        return
+    kept, dropped = [], []
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        on_ddblocal = item.get_closest_marker("ddblocal") is not None
+        (dropped if on_ddblocal and module not in DDBLOCAL_MODULES else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def ran_all_of_e2e(session: pytest.Session) -> bool:
