@@ -24,7 +24,9 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: t
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("faults")
-    group.addoption("--runs", type=int, default=30, help="generated runs in the fault suite")
+    group.addoption(
+        "--runs", type=int, default=20, help="generated runs in the fault suite (CI-sized: 20)"
+    )
     group.addoption("--fault-seed", type=int, default=8, help="seed of programs and faults")
 
 
