@@ -47,7 +47,13 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "lambda"
 DEPS_CACHE = ROOT / "build" / "lambda-deps"
 PYPROJECT = ROOT / "pyproject.toml"
-SOURCES = {"ezgh_engine": ROOT / "shared" / "ezgh_engine", "functions": ROOT / "functions"}
+# First-party packages, shipped from source: the engine, the handlers, and the SDK (not on
+# PyPI; EzFlow's interpreter, `ezgh_engine.interpreter`, is a workflow written with it).
+SOURCES = {
+    "ezgh_engine": ROOT / "shared" / "ezgh_engine",
+    "functions": ROOT / "functions",
+    "ezgh_workflows": ROOT / "sdk" / "ezgh_workflows",
+}
 STAMP = ".ezgh-bundle.json"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache")
 

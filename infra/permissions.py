@@ -92,9 +92,12 @@ ACCESS: dict[str, Access] = {
     # granted by its event source). A run's end also resumes its parent and cancels its
     # children (service/waits.on_run_ended): it reads and writes runs, and reads a child's
     # large output from S3 to hand it to the parent.
+    # A run item's removal (TTL, DeleteRun) deletes the rest of the run (service/retention):
+    # BatchWriteItem on runs and its S3 payloads.
     "stream": Access(
         tables={"runs": "read_write"},
-        payloads="read",
+        deletes_runs=True,
+        payloads="read_write",
         send_to=("invocations", "notifications"),
         schedules=True,
     ),

@@ -208,6 +208,10 @@ def _start(client: WorkflowsClient, app_id: str, program: list[Any], key: str) -
     raise AssertionError(f"could not start run {key}")
 
 
+# What the last POST of each published callback URL answered (a loss report names it).
+CALLBACK_ANSWERS: dict[tuple[str, str], str] = {}
+
+
 def _post_callbacks(posted: set[tuple[str, str]]) -> int:
     sent = 0
     for (run_id, name), url in sorted(fault_app.CALLBACKS.items()):
@@ -215,8 +219,10 @@ def _post_callbacks(posted: set[tuple[str, str]]) -> int:
             continue
         try:
             answer = httpx.post(url, json={"cb": name}, timeout=30)
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
+            CALLBACK_ANSWERS[(run_id, name)] = f"{type(exc).__name__}"
             continue
+        CALLBACK_ANSWERS[(run_id, name)] = f"{answer.status_code} {answer.text[:120]}"
         if answer.status_code in (200, 409):  # 409: an earlier post of ours completed it
             posted.add((run_id, name))
             sent += 1
@@ -257,6 +263,8 @@ def run_batch(
         top.append(run_id)
     restart_round = 1 + int(_fraction(plan.seed, "restart") * 6) if restart else -1
     posted: set[tuple[str, str]] = set()
+    CALLBACK_ANSWERS.clear()
+    retries_left = 20  # rounds that may retry refused callback POSTs before judging
     for round_ in range(MAX_ROUNDS):
         figures.rounds = round_ + 1
         if clock.monotonic() - began > BATCH_SECONDS:
@@ -277,6 +285,11 @@ def run_batch(
         if _post_callbacks(posted):
             continue
         if not settled:
+            continue
+        unposted = [key for key in fault_app.CALLBACKS if key not in posted]
+        if unposted and retries_left > 0:  # a URL published before its wait was recorded
+            retries_left -= 1
+            engine._idle_wait.wait(0.2)
             continue
         with plan.paused():
             runs = all_runs()
@@ -367,10 +380,11 @@ def check(
                 for s in run.steps
                 if s.status not in ENDED
             ]
+            answers = {n: a for (r, n), a in CALLBACK_ANSWERS.items() if r == run_id}
             problems.append(
                 f"{label}: {where}: run {run_id} is {run.status} (invokeSeq {run.invoke_seq}, "
                 f"handledSeq {run.handled_seq}, lease {run.lease_until_ms}, error {run.error}); "
-                f"pending steps {pending}; stuck: {why}"
+                f"pending steps {pending}; stuck: {why}; callback POSTs answered {answers}"
             )
             return
         if run.output != dsl.expected(program):
@@ -432,5 +446,6 @@ def check(
                 f"{label}: run {run.id} (parent {run.parent_run_id} step {run.parent_step_id}) "
                 f"is {run.status}: invokeSeq {run.invoke_seq}, handledSeq {run.handled_seq}, "
                 f"lease {run.lease_until_ms}, steps {[(s.id, s.status, s.wake_at) for s in run.steps]}; "
-                f"stuck: {stuck.get(run.id)}"
+                f"stuck: {stuck.get(run.id)}; callback POSTs answered "
+                f"{ {n: a for (r, n), a in CALLBACK_ANSWERS.items() if r == run.id} }"
             )
