@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Level = Literal["read", "read_write"]
+# On the payload bucket: read, read and delete (retention), or read, write and delete.
+PayloadLevel = Literal["read", "read_delete", "read_write"]
 
 # The DynamoDB actions each level allows on a table: the operations the engine's adapters
 # make, nothing more (CDK's grant_read_write_data adds Scan, BatchGetItem, DescribeTable, the
@@ -36,7 +38,7 @@ INDEX_ACTIONS = ("dynamodb:Query",)
 @dataclass(frozen=True)
 class Access:
     tables: dict[str, Level] = field(default_factory=dict)
-    payloads: Level | None = None
+    payloads: PayloadLevel | None = None
     send_to: tuple[str, ...] = ()  # queue keys the function sends messages to
     schedules: bool = False  # create/delete timer schedules (and pass the scheduler role)
     token_secret: bool = False  # read the invocation-token HMAC key
@@ -97,7 +99,7 @@ ACCESS: dict[str, Access] = {
     "stream": Access(
         tables={"runs": "read_write"},
         deletes_runs=True,
-        payloads="read_write",
+        payloads="read_delete",
         send_to=("invocations", "notifications"),
         schedules=True,
     ),

@@ -194,8 +194,10 @@ class EzghStack(Stack):
             # Exact actions rather than bucket.grant_read_write's wildcards. ListBucket lets a
             # missing key answer NoSuchKey instead of AccessDenied, and lists a run's payloads.
             actions = ["s3:GetObject"]
+            if access.payloads in ("read_delete", "read_write"):
+                actions += ["s3:DeleteObject"]
             if access.payloads == "read_write":
-                actions += ["s3:PutObject", "s3:DeleteObject"]
+                actions += ["s3:PutObject"]
             role.add_to_principal_policy(
                 iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects("*")])
             )

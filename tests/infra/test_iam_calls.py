@@ -260,6 +260,8 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         "dynamodb:Query": "part of the runs table's read level (its GSI)",
         "s3:GetObject": "a child's large output handed to its parent (waits._end_parent_step)",
         "s3:ListBucket": "with GetObject: a missing key answers NoSuchKey, not AccessDenied",
+        "s3:DeleteObject": "retention of a run with large values (service/retention)",
+        "dynamodb:BatchWriteItem": "retention deletes the rest of a run (service/retention)",
         "scheduler:DeleteSchedule": "granted with CreateSchedule (Scheduler.grant_manage_schedules)",
         "scheduler:UpdateSchedule": "granted with CreateSchedule (Scheduler.grant_manage_schedules)",
     },
