@@ -3,12 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-# tests/console drive the web console in Debian's Chromium (Playwright never downloads one).
-if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "installing chromium (Debian's package) for tests/console..."
-  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
-    >/tmp/ezgh-chromium-install.log 2>&1 || { tail -n 20 /tmp/ezgh-chromium-install.log >&2; exit 1; }
-fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
