@@ -5,11 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# tests/console drive the web console in Debian's Chromium (Playwright never downloads one):
-# installed here, not in setup.sh, so the demo does not wait for a browser.
-if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "installing chromium (Debian's package) for tests/console..."
-  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
-    >/tmp/ezgh-chromium-install.log 2>&1 || { tail -n 20 /tmp/ezgh-chromium-install.log >&2; exit 1; }
-fi
+bash scripts/test-deps.sh
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
