@@ -1,6 +1,6 @@
 """AWS's DynamoDB Local for the tests: start it on a free loopback port, empty it, stop it.
 
-`scripts/setup.sh` installs the jar (from the npm package amplify-dynamodb-simulator) into
+`scripts/test-deps.sh` (run by scripts/test.sh) installs the jar (from the npm package amplify-dynamodb-simulator) into
 `.venv/dynamodb-local/emulator`; `EZGH_DYNAMODB_LOCAL_DIR` points elsewhere. It is AWS's own
 implementation of the DynamoDB API (on SQLite), so it refuses what DynamoDB refuses and moto
 accepts: unused expression placeholders, reserved words, malformed keys.
@@ -75,7 +75,7 @@ class DynamoDBLocal:
         if java is None or not jar.is_file():
             raise RuntimeError(
                 f"DynamoDB Local is not installed (java: {java}, jar: {jar}); "
-                "run `bash scripts/setup.sh`"
+                "run `bash scripts/test-deps.sh`"
             )
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
