@@ -38,7 +38,9 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "console-screensho
 
 def _missing() -> str | None:
     if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        return f"{CHROMIUM} is missing (bash scripts/test-deps.sh installs Debian's chromium as root)"
+        return (
+            f"{CHROMIUM} is missing (bash scripts/test-deps.sh installs Debian's chromium as root)"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
