@@ -59,4 +59,7 @@ def test_the_runs_stream_delivers_only_what_the_outbox_reacts_to():
     assert not source.matches(_record("INSERT", None))
     patterns = source.filter_patterns()
     assert len(patterns) == 3  # Lambda allows 5 per mapping
-    assert patterns[-1] == {"eventName": ["REMOVE"], "dynamodb": {"OldImage": {"type": {"S": ["run"]}}}}
+    assert patterns[-1] == {
+        "eventName": ["REMOVE"],
+        "dynamodb": {"OldImage": {"type": {"S": ["run"]}}},
+    }
