@@ -23,8 +23,14 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
-from ezgh_engine.adapters.registry_store import ddb, get_item, item_key, table
-from ezgh_engine.errors import Conflict, NotFound, PayloadTooLarge, ValidationError
+from ezgh_engine.adapters.registry_store import (
+    ddb,
+    delete_with_pointers,
+    get_item,
+    item_key,
+    table,
+)
+from ezgh_engine.errors import Conflict, PayloadTooLarge, ValidationError
 
 MAX_GRAPH_BYTES = 300 * 1024  # a DynamoDB item holds 400 KB
 
@@ -239,14 +245,7 @@ def delete_flow(flow: Flow) -> None:
         item_key(f"FLOWNAME#{flow.project_id}#{flow.name}", "FLOWNAME"),
         item_key(f"FLOWSLUG#{flow.slug}", "FLOWSLUG"),
     ]
-    deletes: list[dict[str, Any]] = [{"Delete": {"TableName": table(), "Key": k}} for k in keys]
-    deletes[0]["Delete"]["ConditionExpression"] = "attribute_exists(pk)"
-    try:
-        ddb().transact_write_items(TransactItems=deletes)
-    except ClientError as err:
-        if cancellation_codes(err):
-            raise NotFound(f"flow {flow.id} not found") from err
-        raise
+    delete_with_pointers(keys, f"flow {flow.id}")
 
 
 # --- commits -------------------------------------------------------------------------------

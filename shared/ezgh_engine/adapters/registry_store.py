@@ -422,11 +422,17 @@ def delete_app(app: App) -> None:
         item_key(f"APPNAME#{app.project_id}#{app.name}", "APPNAME"),
         item_key(f"APPSLUG#{app.slug}", "APPSLUG"),
     ]
+    delete_with_pointers(keys, f"app {app.id}")
+
+
+def delete_with_pointers(keys: list[dict[str, Any]], what: str) -> None:
+    """Delete an item (`keys[0]`, which must exist) and its name/slug pointer items in one
+    transaction; `NotFound` naming `what` when it is gone already."""
     deletes: list[dict[str, Any]] = [{"Delete": {"TableName": table(), "Key": k}} for k in keys]
     deletes[0]["Delete"]["ConditionExpression"] = "attribute_exists(pk)"
     try:
         ddb().transact_write_items(TransactItems=deletes)
     except ClientError as err:
         if cancellation_codes(err):
-            raise NotFound(f"app {app.id} not found") from err
+            raise NotFound(f"{what} not found") from err
         raise

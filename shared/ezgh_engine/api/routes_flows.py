@@ -9,7 +9,6 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from ezgh_engine import clock
 from ezgh_engine.api import models as m
 from ezgh_engine.api import models_flows as fm
 from ezgh_engine.api.auth import principal_for
@@ -17,7 +16,7 @@ from ezgh_engine.api.errors import check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
-from ezgh_engine.errors import ValidationError
+from ezgh_engine.core.validation import iso_time
 
 router = APIGatewayHttpRouter()
 
@@ -30,15 +29,6 @@ IdempotencyKey = Annotated[
 
 def _caller(org_id: str, project_id: str) -> Principal:
     return principal_for(router.current_event, org_id, project_id)
-
-
-def _iso(value: str | None, field: str) -> str | None:
-    if value is None:
-        return None
-    try:
-        return clock.iso(clock.parse_iso(value))
-    except ValueError:
-        raise ValidationError(f"{field}: must be an ISO 8601 time") from None
 
 
 # Registered before `/flows/<flowId>` so that this path is not read as a flow's ID.
@@ -230,8 +220,8 @@ def search_jobs(
         flow_ref=flowId,
         status=status,
         tracking_id=trackingId,
-        created_after=_iso(createdAfter, "createdAfter"),
-        created_before=_iso(createdBefore, "createdBefore"),
+        created_after=iso_time(createdAfter, "createdAfter"),
+        created_before=iso_time(createdBefore, "createdBefore"),
         limit=limit,
         cursor=cursor,
     )

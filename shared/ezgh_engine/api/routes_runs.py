@@ -13,14 +13,14 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from ezgh_engine import clock
 from ezgh_engine.api import models as m
 from ezgh_engine.api.auth import bearer_token, principal_for
 from ezgh_engine.api.errors import check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response
 from ezgh_engine.core.models import Principal
-from ezgh_engine.errors import Unauthorized, ValidationError
+from ezgh_engine.core.validation import iso_time
+from ezgh_engine.errors import Unauthorized
 
 router = APIGatewayHttpRouter()
 
@@ -30,16 +30,6 @@ RUN = f"{PREFIX}/runs/<runId>"
 
 def _caller(org_id: str, project_id: str) -> Principal:
     return principal_for(router.current_event, org_id, project_id)
-
-
-def _iso(value: str | None, field: str) -> str | None:
-    """Normalise an ISO 8601 time to the API's format (`...T...000Z`, sortable as text)."""
-    if value is None:
-        return None
-    try:
-        return clock.iso(clock.parse_iso(value))
-    except ValueError:
-        raise ValidationError(f"{field}: must be an ISO 8601 time") from None
 
 
 @router.post(
@@ -107,8 +97,8 @@ def search_runs(
         workflow=workflow,
         status=status,
         run_key=runKey,
-        created_after=_iso(createdAfter, "createdAfter"),
-        created_before=_iso(createdBefore, "createdBefore"),
+        created_after=iso_time(createdAfter, "createdAfter"),
+        created_before=iso_time(createdBefore, "createdBefore"),
         limit=limit,
         cursor=cursor,
     )

@@ -7,6 +7,7 @@ import math
 import re
 from typing import Any
 
+from ezgh_engine import clock
 from ezgh_engine.errors import PayloadTooLarge, ValidationError
 
 MAX_VALUE_BYTES = 1024 * 1024  # inputs, outputs, step results and callback bodies
@@ -24,6 +25,17 @@ AUTO_STEP_ID_RE = re.compile(r"^(?P<name>.+)#(?P<n>[1-9][0-9]*)$", re.DOTALL)
 UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
+
+
+def iso_time(value: str | None, field: str) -> str | None:
+    """Normalise a filter's ISO 8601 time to the API's format (`...T...000Z`, sortable as
+    text); `ValidationError` naming `field` otherwise."""
+    if value is None:
+        return None
+    try:
+        return clock.iso(clock.parse_iso(value))
+    except ValueError:
+        raise ValidationError(f"{field}: must be an ISO 8601 time") from None
 
 
 def is_uuid(text: str) -> bool:

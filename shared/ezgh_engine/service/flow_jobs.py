@@ -190,15 +190,9 @@ def search_jobs(
         raise ValidationError("limit must be from 1 to 100")
     if status is not None and status not in JOB_STATUSES:
         raise ValidationError(f"status must be one of {', '.join(JOB_STATUSES)}")
-    filters: dict[str, str] = {}
-    if flow_ref is not None:
-        flow = flows_store.get_flow(principal.project_id, flow_ref)
-        if flow is None:
-            return [], None
-        require(principal, READ, flow.name)
-        filters["flowId"] = flow.id
-    else:
-        require_some(principal, READ)
+    filters = _flow_filter(principal, flow_ref)
+    if filters is None:
+        return [], None
     if tracking_id is not None:
         filters["trackingId"] = tracking_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
@@ -229,6 +223,20 @@ def search_jobs(
         cursor = nxt
 
 
+def _flow_filter(principal: Principal, flow_ref: str | None) -> dict[str, str] | None:
+    """The index filter of a list of one flow's records (None: no such flow, an empty
+    answer), checking `flows.jobs.read` on it; without a flow, on at least one flow (each
+    record is then filtered by its own flow)."""
+    if flow_ref is None:
+        require_some(principal, READ)
+        return {}
+    flow = flows_store.get_flow(principal.project_id, flow_ref)
+    if flow is None:
+        return None
+    require(principal, READ, flow.name)
+    return {"flowId": flow.id}
+
+
 # --- failed items --------------------------------------------------------------------------
 
 
@@ -251,15 +259,9 @@ def list_failed_items(
 ) -> tuple[list[FailedItem], str | None]:
     if not 1 <= limit <= 100:
         raise ValidationError("limit must be from 1 to 100")
-    filters: dict[str, str] = {}
-    if flow_ref is not None:
-        flow = flows_store.get_flow(principal.project_id, flow_ref)
-        if flow is None:
-            return [], None
-        require(principal, READ, flow.name)
-        filters["flowId"] = flow.id
-    else:
-        require_some(principal, READ)
+    filters = _flow_filter(principal, flow_ref)
+    if filters is None:
+        return [], None
     if job_id is not None:
         filters["jobId"] = job_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
