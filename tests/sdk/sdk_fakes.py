@@ -36,6 +36,23 @@ class FakeEngine:
     def transport(self, api: ApiInfo, deployment_id: str | None) -> FakeTransport:
         return FakeTransport(self, deployment_id)
 
+    def apply_call(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One step call's results, in order (protocol 2.1: a new step's `start` right after
+        an end in the same call is answered `inline`, as the engine does)."""
+        results: list[dict[str, Any]] = []
+        for op in ops:
+            new = op["op"] == "start" and op["stepId"] not in self.steps
+            result = self.apply(op)
+            after_end = bool(results) and ops[len(results) - 1]["op"] in ("complete", "fail")
+            if new and after_end and results[-1]["result"] == "ok":
+                result["inline"] = {
+                    "name": op["name"],
+                    "order": f"00000000-0000-4000-8000-{len(self.steps):012d}",
+                    "startedAt": "2026-01-01T00:00:00.000Z",
+                }
+            results.append(result)
+        return results
+
     def apply(self, op: dict[str, Any]) -> dict[str, Any]:
         step_id = op["stepId"]
         step = self.steps.get(step_id)
@@ -158,7 +175,7 @@ class FakeTransport:
             from ezgh_workflows._internal.errors import AbortInvocation
 
             raise AbortInvocation("409 invalid_state: lease lost")
-        return [self.engine.apply(op) for op in ops]
+        return self.engine.apply_call(ops)
 
     async def aclose(self) -> None:
         return None

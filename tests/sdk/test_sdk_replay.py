@@ -25,7 +25,19 @@ def test_repeated_names_get_counted_ids(engine: FakeEngine) -> None:
         "deploymentId": None,
         "outcome": "completed",
         "output": [0, 1, 2],
-        "ops": [{"op": "complete", "stepId": "send#3", "output": 2}],
+        "ops": [
+            {
+                "op": "complete",
+                "stepId": "send#3",
+                "output": 2,
+                # send#3 started right after send#2's end: inline, as the engine answers it
+                "inline": {
+                    "name": "send",
+                    "order": "00000000-0000-4000-8000-000000000003",
+                    "startedAt": "2026-01-01T00:00:00.000Z",
+                },
+            }
+        ],
     }
     assert [op["stepId"] for op in engine.ops("start")] == ["send#1", "send#2", "send#3"]
     assert [op["output"] for op in engine.ops("complete")] == [0, 1, 2]

@@ -1,0 +1,163 @@
+"""The two push apps of the golden exchanges: one records what the real SDK says, one
+replays a recording to the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx
+from ezgh_workflows._internal.protocol import ApiInfo
+from ezgh_workflows._internal.transport import STEPS_PATH, StepTransport, http_transport_factory
+
+from tests.golden.canon import Canon
+from tests.golden.exchanges import Transcript
+from tests.golden.workflows import make_app
+
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _invoke_body(raw: bytes) -> dict[str, Any] | None:
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) and payload.get("type") == "invoke" else None
+
+
+class _RecordingTransport:
+    def __init__(self, inner: StepTransport, token: str, app: RecordingApp) -> None:
+        self.inner, self.token, self.app = inner, token, app
+
+    async def send(self, ops: list[Any]) -> list[dict[str, Any]]:
+        results = await self.inner.send(ops)
+        self.app.transcript.call(self.token, ops, results)
+        return results
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class RecordingApp:
+    """The golden workflows' `PushApp`, with every invocation noted in `transcript`."""
+
+    def __init__(self) -> None:
+        self.transcript = Transcript()
+        self.inner = make_app(transport_factory=self._transport)
+
+    @property
+    def signing_key(self) -> str | None:
+        return self.inner.signing_key
+
+    @signing_key.setter
+    def signing_key(self, key: str | None) -> None:
+        self.inner.signing_key = key
+
+    def _transport(self, api: ApiInfo, deployment_id: str | None) -> StepTransport:
+        return _RecordingTransport(http_transport_factory(api, deployment_id), api.token, self)
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        raw = await _read_body(receive)
+        body = _invoke_body(raw)
+        transcript = self.transcript
+        if body is not None:
+            transcript.request(body)
+        sent: list[bytes] = []
+
+        async def replay() -> MutableMapping[str, Any]:
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        async def capture(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                sent.append(message.get("body", b""))
+            await send(message)
+
+        await self.inner(scope, replay, capture)
+        if body is not None:
+            transcript.answer(body["api"]["token"], json.loads(b"".join(sent)))
+
+
+class ReplayingApp:
+    """Plays a recorded exchange to the engine: for each invoke request it finds the recorded
+    invocation with the same (canonical) request, makes its step calls to the engine,
+    checks each answer against the recording, and gives the recorded answer.
+
+    Differences go to `problems` (the test asserts there are none); the app answers what
+    was recorded regardless, so one difference does not hide the next."""
+
+    signing_key: str | None = None
+
+    def __init__(self, exchange: dict[str, Any], canon: Canon) -> None:
+        self.canon = canon
+        self.left = list(exchange["invocations"])
+        self.problems: list[str] = []
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                message = await receive()
+                await send({"type": message["type"] + ".complete"})
+            return
+        raw = await _read_body(receive)
+        body = _invoke_body(raw)
+        answer = await self._invoke(body) if body is not None else self._sync(raw)
+        data = json.dumps(answer).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": data})
+
+    def _sync(self, raw: bytes) -> dict[str, Any]:
+        from tests.golden.workflows import WORKFLOWS
+
+        return {
+            "protocol": "1.4",
+            "sdk": "golden-replay",
+            "deploymentId": None,
+            "workflows": [{"name": w.name} for w in WORKFLOWS],
+        }
+
+    async def _invoke(self, body: dict[str, Any]) -> Any:
+        async with self._lock:  # one canonical numbering: documents in the order they happen
+            request = self.canon.to_canonical(body)
+            recorded = next((i for i in self.left if i["request"] == request), None)
+            if recorded is None:
+                expected = [i["request"] for i in self.left]
+                self.problems.append(f"unexpected request {request}\n expected one of {expected}")
+                return {"protocol": "1.4", "outcome": "aborted", "reason": "not in the recording"}
+            self.left.remove(recorded)
+            url = body["api"]["url"].rstrip("/") + STEPS_PATH
+            headers = {"Authorization": f"Bearer {body['api']['token']}"}
+            async with httpx.AsyncClient(timeout=30) as client:
+                for call in recorded["calls"]:
+                    ops = self.canon.to_real(call["ops"])
+                    reply = await client.post(
+                        url, json={"deploymentId": None, "ops": ops}, headers=headers
+                    )
+                    results = self.canon.to_canonical(reply.json().get("results"))
+                    if reply.status_code != 200 or results != call["results"]:
+                        self.problems.append(
+                            f"step call {call['ops']}: answered {reply.status_code} {results}"
+                            f"\n recorded {call['results']}"
+                        )
+            return self.canon.to_real(recorded["answer"])
