@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from ezgh_engine import ids
+
 QUEUE_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
 # SQS's own limits on a message: its size (body and attributes together), its attributes.
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -32,6 +34,20 @@ DEFAULT_MAX_CONCURRENCY = 10
 MAX_CONCURRENCY = 1000
 
 NO_RUN_TO_RESUME = "No run to resume (message)"
+
+
+class DeliveryFailed(Exception):
+    """A subscription's message was not delivered; `status` is what the subscription shows."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def start_run_id(project_id: str, queue_id: str, message_id: str) -> str:
+    """The run (or job) a `start` subscription makes of a message: one per message, so a
+    redelivery starts nothing new."""
+    return ids.derived_id("queue-start", project_id, queue_id, message_id)
 
 
 @dataclass(frozen=True)

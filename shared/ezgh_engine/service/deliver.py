@@ -30,35 +30,28 @@ from typing import Any
 
 import httpx
 
-from ezgh_engine import clock, ids
+from ezgh_engine import clock
 from ezgh_engine.adapters import push, queues_store, sqs_queues
 from ezgh_engine.core.queues import (
     MESSAGE_KEY_RE,
     NO_RUN_TO_RESUME,
+    DeliveryFailed,
     QueueRecord,
     Subscription,
     delivered_message,
     redacted_url,
+    start_run_id,
 )
 from ezgh_engine.errors import EngineError, ValidationError
+from ezgh_engine.service import flow_targets
+from ezgh_engine.service.derived_runs import NotStartable, start_derived_run
 from ezgh_engine.service.subscriptions import SECRET_PREFIX, signing_secret
+from ezgh_engine.service.waits import resume_message_waiters
 
 log = logging.getLogger(__name__)
 
 HTTPS_TIMEOUT_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 900
-
-
-class DeliveryFailed(Exception):
-    """The message was not delivered; `status` is what the subscription shows."""
-
-    def __init__(self, status: str) -> None:
-        super().__init__(status)
-        self.status = status
-
-
-def start_run_id(project_id: str, queue_id: str, message_id: str) -> str:
-    return ids.derived_id("queue-start", project_id, queue_id, message_id)
 
 
 def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
@@ -103,8 +96,6 @@ def _deliver_https(sub: Subscription, message: dict[str, Any]) -> None:
 
 
 def _deliver_start(sub: Subscription, message: dict[str, Any]) -> None:
-    from ezgh_engine.service.derived_runs import NotStartable, start_derived_run
-
     target = sub.target
     try:
         start_derived_run(
@@ -123,25 +114,16 @@ def _deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
     key = message["attributes"].get(str(sub.target["correlationAttribute"]))
     if not isinstance(key, str) or not MESSAGE_KEY_RE.match(key):
         raise DeliveryFailed(NO_RUN_TO_RESUME)
-    # Written with the message-wait primitive (issue 3); imported when first needed.
-    from ezgh_engine.service.waits import resume_message_waiters
-
     if resume_message_waiters(sub.project_id, sub.queue_id, key, message) <= 0:
         raise DeliveryFailed(NO_RUN_TO_RESUME)
-
-
-def _flow_targets() -> Any:
-    from ezgh_engine.service import flow_targets  # issue 16; imported when first needed
-
-    return flow_targets
 
 
 _TARGETS: dict[tuple[str, str | None], Callable[[Subscription, dict[str, Any]], None]] = {
     ("https", None): _deliver_https,
     ("workflow", "start"): _deliver_start,
     ("workflow", "resume"): _deliver_resume,
-    ("flow", "start"): lambda sub, message: _flow_targets().deliver_start(sub, message),
-    ("flow", "resume"): lambda sub, message: _flow_targets().deliver_resume(sub, message),
+    ("flow", "start"): flow_targets.deliver_start,
+    ("flow", "resume"): flow_targets.deliver_resume,
 }
 
 

@@ -14,16 +14,21 @@ from __future__ import annotations
 from typing import Any
 
 from ezgh_engine.adapters import flows_store, runs_store
+from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.flows.jobs import JobInput
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.queues import (
     ATTRIBUTE_NAME_RE,
     MESSAGE_KEY_RE,
     NO_RUN_TO_RESUME,
+    DeliveryFailed,
     Subscription,
+    start_run_id,
 )
 from ezgh_engine.errors import EngineError, NotFound, ValidationError
+from ezgh_engine.service.flow_jobs import start_job
 from ezgh_engine.service.flows import require
+from ezgh_engine.service.waits import end_wait_actions
 
 _MODE_ACTION = {"start": "flows.jobs.start", "resume": "flows.jobs.start"}
 
@@ -61,9 +66,6 @@ def _engine(sub: Subscription) -> Principal:
 
 def deliver_start(sub: Subscription, message: dict[str, Any]) -> None:
     """Start the message's job (once per message)."""
-    from ezgh_engine.service.deliver import DeliveryFailed, start_run_id
-    from ezgh_engine.service.flow_jobs import start_job
-
     job_id = start_run_id(sub.project_id, sub.queue_id, str(message["messageId"]))
     try:
         start_job(_engine(sub), str(sub.target["flowId"]), input=message, job_id=job_id)
@@ -73,10 +75,6 @@ def deliver_start(sub: Subscription, message: dict[str, Any]) -> None:
 
 def deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
     """Resume this flow's jobs waiting on (queue, key) with the message."""
-    from ezgh_engine.adapters import waits_store as ws
-    from ezgh_engine.service.deliver import DeliveryFailed
-    from ezgh_engine.service.waits import end_wait_actions
-
     key = message["attributes"].get(str(sub.target["correlationAttribute"]))
     if not isinstance(key, str) or not MESSAGE_KEY_RE.match(key):
         raise DeliveryFailed(NO_RUN_TO_RESUME)

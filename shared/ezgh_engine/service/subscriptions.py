@@ -39,6 +39,7 @@ from ezgh_engine.core.queues import (
     Subscription,
 )
 from ezgh_engine.errors import Conflict, NotFound, ValidationError
+from ezgh_engine.service.flow_targets import check_flow_target
 from ezgh_engine.service.queues import get_queue, require
 
 CREATE_ACTION = "queues.subscriptions.create"
@@ -58,8 +59,6 @@ def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any
             raise ValidationError(f"target.url: {err.message}") from None
         return {"kind": "https", "url": url}
     if kind == "flow":  # issue 16: a flow's jobs
-        from ezgh_engine.service.flow_targets import check_flow_target
-
         return check_flow_target(principal, target)
     if kind != "workflow":
         raise ValidationError("target.kind: 'https', 'workflow' or 'flow'")
