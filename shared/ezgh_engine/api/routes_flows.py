@@ -17,6 +17,7 @@ from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
+from ezgh_engine.service import flow_jobs, flows
 
 router = APIGatewayHttpRouter()
 
@@ -39,8 +40,6 @@ def _caller(org_id: str, project_id: str) -> Principal:
     responses=m.doc(200, fm.ModuleTypeList, "every built-in module type with its config schema"),
 )
 def module_types(orgId: str, projectId: str) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     _caller(orgId, projectId)
     return json_response(200, {"moduleTypes": flows.module_types()})
 
@@ -57,8 +56,6 @@ def create_flow(
     body: Annotated[fm.CreateFlowRequest, Body()],
     idempotency_key: IdempotencyKey = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     principal = _caller(orgId, projectId)
 
     def run() -> Answer:
@@ -75,8 +72,6 @@ def create_flow(
     responses=m.doc(200, fm.FlowList, "the project's flows, by name"),
 )
 def list_flows(orgId: str, projectId: str) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     found = flows.list_flows(_caller(orgId, projectId))
     return json_response(200, {"flows": [f.to_api() for f in found]})
 
@@ -88,8 +83,6 @@ def list_flows(orgId: str, projectId: str) -> Response[Any]:
     responses=m.doc(200, fm.FlowAnswer, "the flow"),
 )
 def get_flow(orgId: str, projectId: str, flowId: str) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     return json_response(200, flows.get_flow(_caller(orgId, projectId), flowId).to_api())
 
 
@@ -102,8 +95,6 @@ def get_flow(orgId: str, projectId: str, flowId: str) -> Response[Any]:
 def update_flow(
     orgId: str, projectId: str, flowId: str, body: Annotated[fm.UpdateFlowRequest, Body()]
 ) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     changes = body.model_dump(exclude_unset=True)
     flow = flows.update_flow(_caller(orgId, projectId), flowId, changes)
     return json_response(200, flow.to_api())
@@ -113,8 +104,6 @@ def update_flow(
     FLOW, security=m.API_KEY, summary="Delete a flow", responses=m.doc(204, None, "deleted")
 )
 def delete_flow(orgId: str, projectId: str, flowId: str) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     flows.delete_flow(_caller(orgId, projectId), flowId)
     return no_content()
 
@@ -132,8 +121,6 @@ def commit(
     body: Annotated[fm.CommitRequest, Body()],
     idempotency_key: IdempotencyKey = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     principal = _caller(orgId, projectId)
     raw = body.model_dump(mode="json")
 
@@ -160,8 +147,6 @@ def list_commits(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import flows
-
     found, nxt = flows.list_commits(
         _caller(orgId, projectId), flowId, branch=branch, limit=limit, cursor=cursor
     )
@@ -181,8 +166,6 @@ def start_job(
     body: Annotated[fm.StartJobRequest, Body()],
     idempotency_key: IdempotencyKey = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import flow_jobs
-
     principal = _caller(orgId, projectId)
     check_value_size(body.input, "input")
     raw = body.model_dump(mode="json")
@@ -213,8 +196,6 @@ def search_jobs(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import flow_jobs
-
     found, nxt = flow_jobs.search_jobs(
         _caller(orgId, projectId),
         flow_ref=flowId,
@@ -235,8 +216,6 @@ def search_jobs(
     responses=m.doc(200, fm.JobAnswer, "the job"),
 )
 def get_job(orgId: str, projectId: str, jobId: str) -> Response[Any]:
-    from ezgh_engine.service import flow_jobs
-
     return json_response(200, flow_jobs.get_job(_caller(orgId, projectId), jobId))
 
 
@@ -247,8 +226,6 @@ def get_job(orgId: str, projectId: str, jobId: str) -> Response[Any]:
     responses=m.doc(202, fm.JobAnswer, "cancelling"),
 )
 def cancel_job(orgId: str, projectId: str, jobId: str) -> Response[Any]:
-    from ezgh_engine.service import flow_jobs
-
     return json_response(202, flow_jobs.cancel_job(_caller(orgId, projectId), jobId))
 
 
@@ -266,8 +243,6 @@ def list_failed_items(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import flow_jobs
-
     found, nxt = flow_jobs.list_failed_items(
         _caller(orgId, projectId), flow_ref=flowId, job_id=jobId, limit=limit, cursor=cursor
     )
@@ -281,6 +256,4 @@ def list_failed_items(
     responses=m.doc(202, fm.JobAnswer, "the job, running again"),
 )
 def retry_failed_item(orgId: str, projectId: str, failedItemId: str) -> Response[Any]:
-    from ezgh_engine.service import flow_jobs
-
     return json_response(202, flow_jobs.retry_failed_item(_caller(orgId, projectId), failedItemId))

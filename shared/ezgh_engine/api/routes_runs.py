@@ -15,12 +15,14 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
 from ezgh_engine.api.auth import bearer_token, principal_for
-from ezgh_engine.api.errors import check_value_size
+from ezgh_engine.api.errors import MAX_BODY_BYTES, check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response
+from ezgh_engine.core import validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
-from ezgh_engine.errors import Unauthorized
+from ezgh_engine.errors import PayloadTooLarge, Unauthorized
+from ezgh_engine.service import callbacks, runs, steps
 
 router = APIGatewayHttpRouter()
 
@@ -44,8 +46,6 @@ def start_run(
     body: Annotated[m.StartRunRequest, Body()],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key")] = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     principal = _caller(orgId, projectId)
     check_value_size(body.input, "input")
 
@@ -88,8 +88,6 @@ def search_runs(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     principal = _caller(orgId, projectId)
     found, next_cursor = runs.search_runs(
         principal,
@@ -114,8 +112,6 @@ def search_runs(
     responses=m.doc(200, m.RunAnswer, "the run with its steps"),
 )
 def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     return json_response(200, runs.get_run(_caller(orgId, projectId), runId).to_api())
 
 
@@ -130,8 +126,6 @@ def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     responses=m.doc(202, m.RunAnswer, "cancelling"),
 )
 def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     return json_response(202, runs.cancel_run(_caller(orgId, projectId), runId).to_api())
 
 
@@ -146,15 +140,11 @@ def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     responses=m.doc(200, m.RunAnswer, "running again"),
 )
 def retry_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     return json_response(200, runs.retry_run(_caller(orgId, projectId), runId).to_api())
 
 
 @router.delete(RUN, security=m.API_KEY, summary="DeleteRun", responses=m.doc(204, None, "deleted"))
 def delete_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     runs.delete_run(_caller(orgId, projectId), runId)
     return Response(status_code=204, body="")
 
@@ -172,8 +162,6 @@ def list_run_events(
     limit: Annotated[int, Query(ge=1, le=100)] = 100,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     events, next_cursor = runs.list_events(
         _caller(orgId, projectId), runId, limit=limit, cursor=cursor
     )
@@ -181,8 +169,6 @@ def list_run_events(
 
 
 def _payload(org_id: str, project_id: str, run_id: str) -> Response[Any]:
-    from ezgh_engine.service import runs
-
     principal = _caller(org_id, project_id)
     # The payload path may hold slashes and percent-escapes (`steps/load-user%231/output`):
     # take it from the request path as sent; the service decodes the step ID.
@@ -214,8 +200,6 @@ def get_payload_nested(orgId: str, projectId: str, runId: str) -> Response[Any]:
     responses=m.doc(200, None, "{results: [...]}"),
 )
 def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
-    from ezgh_engine.service import steps
-
     token = bearer_token(router.current_event)
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
@@ -233,11 +217,6 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     },
 )
 def complete_callback(token: str) -> Response[Any]:
-    from ezgh_engine.api.errors import MAX_BODY_BYTES
-    from ezgh_engine.core import validation
-    from ezgh_engine.errors import PayloadTooLarge
-    from ezgh_engine.service import callbacks
-
     # Any JSON value is a body here, not only an object: read it as sent.
     raw = router.current_event.decoded_body or ""
     if len(raw.encode()) > MAX_BODY_BYTES:

@@ -16,6 +16,7 @@ from ezgh_engine.api.errors import check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
+from ezgh_engine.service import schedules
 
 router = APIGatewayHttpRouter()
 
@@ -73,8 +74,6 @@ def create_schedule(
     body: Annotated[CreateScheduleRequest, Body()],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key")] = None,
 ) -> Response[Any]:
-    from ezgh_engine.service import schedules
-
     principal = _caller(orgId, projectId)
     check_value_size(body.input, "input")
 
@@ -101,8 +100,6 @@ def create_schedule(
     responses=m.doc(200, ScheduleList, "the project's schedules, oldest first"),
 )
 def list_schedules(orgId: str, projectId: str) -> Response[Any]:
-    from ezgh_engine.service import schedules
-
     found = schedules.list_schedules(_caller(orgId, projectId))
     return json_response(200, {"schedules": [schedules.to_api(s) for s in found]})
 
@@ -114,8 +111,6 @@ def list_schedules(orgId: str, projectId: str) -> Response[Any]:
     responses=m.doc(200, ScheduleAnswer, "the schedule"),
 )
 def get_schedule(orgId: str, projectId: str, scheduleId: str) -> Response[Any]:
-    from ezgh_engine.service import schedules
-
     found = schedules.get_schedule(_caller(orgId, projectId), scheduleId)
     return json_response(200, schedules.to_api(found))
 
@@ -129,8 +124,6 @@ def get_schedule(orgId: str, projectId: str, scheduleId: str) -> Response[Any]:
 def update_schedule(
     orgId: str, projectId: str, scheduleId: str, body: Annotated[UpdateScheduleRequest, Body()]
 ) -> Response[Any]:
-    from ezgh_engine.service import schedules
-
     principal = _caller(orgId, projectId)
     given = body.model_fields_set
     changes: dict[str, Any] = {}
@@ -154,8 +147,6 @@ def update_schedule(
     responses=m.doc(200, ScheduleAnswer, "the paused schedule"),
 )
 def pause_schedule(orgId: str, projectId: str, scheduleId: str) -> Response[Any]:
-    from ezgh_engine.service import schedules
-
     s = schedules.set_status(_caller(orgId, projectId), scheduleId, "paused")
     return json_response(200, schedules.to_api(s))
 
@@ -167,8 +158,6 @@ def pause_schedule(orgId: str, projectId: str, scheduleId: str) -> Response[Any]
     responses=m.doc(200, ScheduleAnswer, "the active schedule"),
 )
 def resume_schedule(orgId: str, projectId: str, scheduleId: str) -> Response[Any]:
-    from ezgh_engine.service import schedules
-
     s = schedules.set_status(_caller(orgId, projectId), scheduleId, "active")
     return json_response(200, schedules.to_api(s))
 
@@ -180,7 +169,5 @@ def resume_schedule(orgId: str, projectId: str, scheduleId: str) -> Response[Any
     responses=m.doc(204, None, "deleted"),
 )
 def delete_schedule(orgId: str, projectId: str, scheduleId: str) -> Response[Any]:
-    from ezgh_engine.service import schedules
-
     schedules.delete_schedule(_caller(orgId, projectId), scheduleId)
     return no_content()
