@@ -240,6 +240,11 @@ def idle_figures(template: dict[str, Any], workers: int, subscriptions: int) -> 
             sum(x.usd_high for x in stack),
         ],
         "usd_per_month": [sum(x.usd_low for x in counted), sum(x.usd_high for x in counted)],
+        # `cdk deploy -c ezgh:alarms=false` makes no alarms (infra/app.py).
+        "stack_without_alarms_usd_per_month": [
+            sum(x.usd_low for x in stack if x.item != "CloudWatch alarms"),
+            sum(x.usd_high for x in stack if x.item != "CloudWatch alarms"),
+        ],
         "lines": [asdict(x) for x in stack + extra],
     }
 
@@ -253,6 +258,8 @@ def print_idle(w: Any, idle: dict[str, Any]) -> None:
         f"{idle['workers']} idle pull workers + {idle['subscriptions']} subscriptions):\n"
         f"  stack alone ${lo:.2f}-{hi:.2f}/month; with the workers and subscriptions "
         f"${tlo:.2f}-{thi:.2f}/month\n"
+        "  stack without alarms (-c ezgh:alarms=false) "
+        "${:.2f}-{:.2f}/month\n".format(*idle["stack_without_alarms_usd_per_month"])
     )
     w("| item | n | $/month | assumption |\n|---|---|---|---|\n")
     for line in idle["lines"]:

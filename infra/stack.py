@@ -77,6 +77,7 @@ class EzghStack(Stack):
         code_dir: str,
         topology: Topology = TOPOLOGY,
         alarm_topic_arn: str | None = None,
+        alarms: bool = True,
         reserved_concurrency: dict[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -126,7 +127,8 @@ class EzghStack(Stack):
         dlqs = {k.capitalize(): q for k, q in self.queues.dlq_by_key.items()}
         dlqs.update({f"{k.capitalize()}Stream": q for k, q in self.sources.stream_dlqs.items()})
         functions = {k.capitalize(): f for k, f in self.functions.by_key.items()}
-        Alarms(self, "Alarms", dlqs=dlqs, functions=functions, topic_arn=alarm_topic_arn)
+        if alarms:  # $0.10 a month each, the largest part of the idle cost (bench/idle.py)
+            Alarms(self, "Alarms", dlqs=dlqs, functions=functions, topic_arn=alarm_topic_arn)
         self._outputs()
 
     def _task_worker_role(self) -> iam.Role:

@@ -662,3 +662,14 @@ def test_a_worker_session_is_narrowed_to_its_own_queue() -> None:
         assert not iam_eval.allows(policy, iam_eval.Need(action, mine + "b"))
         assert not iam_eval.allows(policy, iam_eval.Need(action, mine[:-1] + "b"))
     assert not iam_eval.allows(policy, iam_eval.Need("sqs:SendMessage", mine))
+
+
+def test_alarms_are_a_context_option() -> None:
+    """Issue 18: alarms are most of the idle month ($0.10 each); `-c ezgh:alarms=false`
+    leaves them out, and nothing else changes."""
+    _, without = _synth_named("NoAlarms", **{"ezgh:alarms": "false"})
+    _, default = _synth_named("NoAlarms")
+    assert resources(without, "AWS::CloudWatch::Alarm") == {}
+    assert len(resources(default, "AWS::CloudWatch::Alarm")) > 0
+    rest = {k for k, v in default["Resources"].items() if v["Type"] != "AWS::CloudWatch::Alarm"}
+    assert set(without["Resources"]) == rest
