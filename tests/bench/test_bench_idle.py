@@ -64,3 +64,17 @@ def test_a_mapping_with_maximum_concurrency_keeps_five_pollers() -> None:
     assert idle.mapping_pollers({"ScalingConfig": {"MaximumConcurrency": 2}}) == (5, 5)
     assert idle.mapping_pollers({}) == (2, 5)
     assert idle.mapping_pollers({"Enabled": False}) == (0, 0)
+
+
+def test_idle_only_prints_and_writes_the_idle_month(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.__main__ import main
+
+    out = tmp_path / "idle.json"
+    assert main(["--idle-only", "--workers", "2", "--subscriptions", "0", "--json", str(out)]) == 0
+    import json
+
+    figures = json.loads(out.read_text())
+    assert figures["idle"]["workers"] == 2 and "sizes" in figures
+    assert "Idle month" in capsys.readouterr().out
