@@ -41,6 +41,7 @@ DDBLOCAL_MODULES = frozenset(
         "tests/api/test_requests.py",
         "tests/api/test_retention.py",
         "tests/api/test_run_scopes.py",
+        "tests/api/test_run_start_writes.py",
         "tests/api/test_runs_routes.py",
         "tests/api/test_schedules_api.py",
         "tests/api/test_send_idempotency.py",
