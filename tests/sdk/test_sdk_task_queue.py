@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from ezgh_workflows import ApiError, Worker
 from ezgh_workflows._internal import task_queue
+from ezgh_workflows._internal.api import ApiClient
 
 URL = "https://sqs.us-east-1.amazonaws.com/"
 BODY = b'{"QueueUrl":"https://sqs.us-east-1.amazonaws.com/123456789012/s-tasks-a","WaitTimeSeconds":20}'
@@ -62,3 +65,52 @@ def test_a_local_endpoint_with_a_port_is_signed_with_its_host_and_port() -> None
         auth.string_to_sign(request, auth.canonical_request(request)), request
     )
     assert signed["Authorization"].endswith(f"Signature={expected}")
+
+
+def _worker_against(answers: dict[str, httpx.Response]) -> tuple[Worker, list[str]]:
+    """A Worker whose API calls go to an in-memory engine answering by path suffix."""
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        for suffix, answer in answers.items():
+            if request.url.path.endswith(suffix):
+                return answer
+        return httpx.Response(404, json={"error": {"code": "not_found", "message": "?"}})
+
+    worker = Worker(
+        "jobs",
+        [],
+        api_key="k",
+        organization_id="o",
+        project_id="p",
+        base_url="http://engine.test",
+        poll_wait_seconds=0,
+    )
+    worker._api = ApiClient(
+        "k",
+        "o",
+        "p",
+        "http://engine.test",
+        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+    )
+    return worker, seen
+
+
+@pytest.mark.parametrize("status", [404, 409])
+def test_an_engine_that_vends_no_credentials_is_polled_through_the_api(status: int) -> None:
+    """409 (no worker role) or 404 (an engine before issue 18): `tasks/poll` as before."""
+    refused = httpx.Response(status, json={"error": {"code": "conflict", "message": "no"}})
+    worker, seen = _worker_against({"/tasks/access": refused, "/tasks/poll": httpx.Response(204)})
+    assert worker._poll() is None and worker._poll() is None
+    assert not worker.direct_queue
+    assert [p.rsplit("/", 1)[-1] for p in seen] == ["access", "poll", "poll"]
+
+
+def test_other_errors_of_access_are_not_taken_for_an_old_engine() -> None:
+    """A 503 (STS throttled) is retried later on the direct path, not given up."""
+    busy = httpx.Response(503, json={"error": {"code": "unavailable", "message": "busy"}})
+    worker, _ = _worker_against({"/tasks/access": busy})
+    with pytest.raises(ApiError):
+        worker._poll()
+    assert worker.direct_queue
