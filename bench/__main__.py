@@ -1,7 +1,10 @@
-"""`python -m bench [--json PATH] [--sizes 1,10,100] [--runs N] [--histories 10,100]`
+"""`python -m bench [--json PATH] [--sizes 1,10,100] [--runs N] [--histories 10,100]
+[--workers N] [--subscriptions M] [--idle-only | --no-idle]`
 
-Runs `bench` workflows on the local runtime, counts every request the engine makes and
-prices it (bench/prices.py). See docs/benchmarks.md for the method.
+Prices a month of a deployment that does nothing (from the synthesized template, plus N idle
+pull workers and M subscriptions: bench/idle.py), then runs `bench` workflows on the local
+runtime, counts every request the engine makes and prices it (bench/prices.py). See
+docs/benchmarks.md for the method.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import dbos_bench, report
+from bench import dbos_bench, idle, report
 from bench import prices as p
 from bench.engine import LONG_SLEEP, SHORT_SLEEP, Engine
 
@@ -50,12 +53,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the run with a sleep of <= 15 minutes (SQS delay)",
     )
+    parser.add_argument("--workers", type=int, default=1, help="idle pull workers to price")
+    parser.add_argument("--subscriptions", type=int, default=1, help="subscriptions to price")
+    parser.add_argument("--idle-only", action="store_true", help="only the idle month")
+    parser.add_argument("--no-idle", action="store_true", help="skip the idle month (no synth)")
     args = parser.parse_args(argv)
     began = time.perf_counter()
     out: dict[str, Any] = {
         "prices": {"date": p.PRICES_DATE, "region": p.REGION, "sources": p.SOURCES},
         "sizes": {},
     }
+    if not args.no_idle:
+        out["idle"] = idle.idle_figures(idle.synth_template(), args.workers, args.subscriptions)
+    if args.idle_only:
+        idle.print_idle(sys.stdout.write, out["idle"])
+        _write(args.json, out)
+        return 0
     latency_gaps: list[float] = []
     with Engine() as engine:
         for size in args.sizes:
@@ -94,10 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     out["latency"]["steps"] = args.latency_steps
     out["seconds"] = time.perf_counter() - began
     print_report(out)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    _write(args.json, out)
     return 0
+
+
+def _write(path: Path | None, out: dict[str, Any]) -> None:
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
 
 
 def _money(value: float) -> str:
@@ -110,6 +127,9 @@ def print_report(out: dict[str, Any]) -> None:
         f"EZGH Workflows bench: local runtime, list prices {out['prices']['region']} "
         f"as of {out['prices']['date']} (bench/prices.py)\n\n"
     )
+    if "idle" in out:
+        idle.print_idle(w, out["idle"])
+        w("\n")
     w("Cost: N sequential run steps + one 1h sleep (EventBridge Scheduler), per run\n")
     head = (
         "steps",

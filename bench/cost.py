@@ -34,6 +34,8 @@ class Bill:
     usd: dict[str, float] = field(default_factory=dict)
     wru: float = 0.0
     rru: float = 0.0
+    # The transactional half of `wru`: what the same writes would cost outside transactions.
+    transact_wru_premium: float = 0.0
     ddb_bytes_read: int = 0
     ddb_bytes_written: int = 0
     lambda_seconds: dict[str, float] = field(default_factory=dict)
@@ -72,6 +74,7 @@ class Bill:
             "usd": {k: round(v, 12) for k, v in self.usd.items()},
             "usd_total": round(self.total_usd, 12),
             "dynamodb_wru": self.wru,
+            "dynamodb_transact_wru_premium": self.transact_wru_premium,
             "dynamodb_rru": self.rru,
             "dynamodb_wru_by_item": dict(self.wru_by_item),
             "dynamodb_bytes_read": self.ddb_bytes_read,
@@ -118,7 +121,10 @@ def bill(
             for access in call.accesses:
                 if access.kind == "write":
                     kind = access.key[2].split("#", 1)[0] if access.key else "?"
-                    b.wru_by_item[kind or "?"] += request_units([access], sizes)[0]
+                    units = request_units([access], sizes)[0]
+                    b.wru_by_item[kind or "?"] += units
+                    if access.transactional:
+                        b.transact_wru_premium += units / 2
             b.wru += wru
             b.rru += rru
             usd["dynamodb"] += wru * p.DYNAMODB_USD_PER_WRU + rru * p.DYNAMODB_USD_PER_RRU

@@ -16,6 +16,11 @@ SOURCES = {
     "apigateway": "https://aws.amazon.com/api-gateway/pricing/",
     "scheduler": "https://aws.amazon.com/eventbridge/pricing/",
     "s3": "https://aws.amazon.com/s3/pricing/",
+    "cloudwatch": "https://aws.amazon.com/cloudwatch/pricing/",
+    "secretsmanager": "https://aws.amazon.com/secrets-manager/pricing/",
+    "kms": "https://aws.amazon.com/kms/pricing/",
+    "lambda-sqs-scaling": "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html",
+    "sqs-polling": "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/best-practices-using-appropriate-polling-mode.html",
 }
 
 # DynamoDB on demand (prices since the November 2024 cut). One write request unit (WRU) writes
@@ -70,3 +75,41 @@ ANCHORS = [
     ("AWS Lambda durable functions", "operation", 8.0, 8.0),
     ("Temporal Cloud", "action", 25.0, 50.0),
 ]
+
+# --- what a deployment costs while it does nothing (bench/idle.py) ---------------------------
+# A month is 30 days for request counts (43,200 minutes); monthly fees are per month.
+SECONDS_PER_MONTH = 30 * 24 * 3600
+
+# SQS long polling: a ReceiveMessage waits up to 20 s and is billed whether or not it returns
+# a message ("Short polling is billed the same as long polling"), so an idle long-poller makes
+# one billed request per 20 s.
+SQS_LONG_POLL_SECONDS = 20
+
+# Lambda's SQS event source mapping (standard mode), from "Configuring scaling behavior for
+# SQS event source mappings" (docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html):
+# "Lambda uses long polling to poll a queue until it becomes active ... When traffic is low,
+# Lambda scales back the processing to five concurrent batches, and can optimize to as few as
+# 2 concurrent batches to reduce the SQS calls ... this optimization is not available when you
+# enable the maximum concurrency setting." So an idle mapping long-polls with 2-5 pollers, 5
+# when `ScalingConfig.MaximumConcurrency` is set (every subscription sets it). Provisioned
+# mode (ProvisionedPollerConfig) is billed per event poller unit instead; nothing here uses it.
+ESM_IDLE_POLLERS = (2, 5)
+ESM_IDLE_POLLERS_WITH_MAX_CONCURRENCY = (5, 5)
+
+# Lambda's DynamoDB stream mapping reads the stream for free (see above): an idle stream costs
+# nothing. STS (AssumeRole) has no charge.
+STS_USD_PER_REQUEST = 0.0
+
+# Monthly fees of provisioned resources (us-east-1, list): a standard-resolution CloudWatch
+# alarm, per metric it evaluates; a Secrets Manager secret ($0.05 per 10,000 API calls on top:
+# a cold start reads it once, so none while idle); a customer-managed KMS key.
+CLOUDWATCH_ALARM_USD_PER_MONTH = 0.10
+SECRETS_MANAGER_USD_PER_SECRET_MONTH = 0.40
+KMS_KEY_USD_PER_MONTH = 1.00
+# Storage, per GB-month: zero for a deployment that stores nothing (the idle figure), shown
+# so the reader can add what they keep. DynamoDB Standard table storage, point-in-time
+# recovery (on the table size), CloudWatch Logs, S3 Standard.
+DYNAMODB_USD_PER_GB_MONTH = 0.25
+DYNAMODB_PITR_USD_PER_GB_MONTH = 0.20
+LOGS_USD_PER_GB_MONTH = 0.03
+S3_USD_PER_GB_MONTH = 0.023

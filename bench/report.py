@@ -137,7 +137,14 @@ def levers(figures: dict[str, Any]) -> list[dict[str, Any]]:
     stream_idle_usd = stream_usd * stream_idle / stream_n if stream_n else 0.0
     live_reads = d["by_origin"].get("function:steps dynamodb.GetItem", 0)
     steps_gb = d["lambda_gb_s_usd"].get("steps", 0.0)
+    premium = d.get("dynamodb_transact_wru_premium", 0.0)
     return [
+        {
+            # Issue 18: a run's start, suspend and end are transactions (each item 2x).
+            "lever": "a run's transactions as single conditional writes (run item last)",
+            "requests_per_step_saved": 0.0,
+            "usd_per_million_steps_saved": premium * p.DYNAMODB_USD_PER_WRU * per_m,
+        },
         {
             "lever": "no run read per step call (step conditions only)",
             "requests_per_step_saved": live_reads / steps,

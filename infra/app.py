@@ -6,6 +6,7 @@ build downloads wheels from PyPI. `EZGH_SKIP_BUNDLE=1` (or `-c ezgh:skipBundle=t
 sources only, for offline synth and review: such a template is not deployable.
 
 Context: `ezgh:stackName` (default EzghWorkflows), `ezgh:alarmTopicArn` (SNS topic for alarms),
+`ezgh:alarms` (default true; false makes none: each alarm is $0.10 a month, idle or not),
 `ezgh:stepsConcurrency` / `ezgh:apiConcurrency` (reserved concurrency of the public functions,
 see infra/stack.py PUBLIC_CONCURRENCY; 0 for none).
 """
@@ -42,6 +43,7 @@ def build_app(*, code_dir: str, app: App | None = None) -> tuple[App, EzghStack]
         stack_name,
         code_dir=code_dir,
         alarm_topic_arn=app.node.try_get_context("ezgh:alarmTopicArn"),
+        alarms=str(app.node.try_get_context("ezgh:alarms")).lower() not in {"false", "0", "no"},
         reserved_concurrency=_reserved_concurrency(app),
         description="EZGH Workflows: durable workflow engine (serverless, zero idle cost)",
     )

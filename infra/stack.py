@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from aws_cdk import ArnFormat, CfnElement, CfnOutput, Stack
+from aws_cdk import ArnFormat, CfnElement, CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
@@ -14,6 +14,7 @@ from ezgh_engine import topology as topology_module
 from ezgh_engine.adapters import sqs_queues, task_queues
 from ezgh_engine.adapters.event_sources import ENV_DELIVER_FUNCTION
 from ezgh_engine.cli import teardown
+from ezgh_engine.service import pull
 from ezgh_engine.topology import (
     API_FUNCTION,
     DELIVER_FUNCTION,
@@ -76,6 +77,7 @@ class EzghStack(Stack):
         code_dir: str,
         topology: Topology = TOPOLOGY,
         alarm_topic_arn: str | None = None,
+        alarms: bool = True,
         reserved_concurrency: dict[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -109,6 +111,7 @@ class EzghStack(Stack):
             # API's integration references the function, so this order avoids a cycle.
             function.add_environment(config.ENV_API_URL, self.api.url)
         self.function_urls = self._function_urls()
+        self.task_worker_role = self._task_worker_role()
 
         self.sources = EventSources(
             self,
@@ -124,8 +127,46 @@ class EzghStack(Stack):
         dlqs = {k.capitalize(): q for k, q in self.queues.dlq_by_key.items()}
         dlqs.update({f"{k.capitalize()}Stream": q for k, q in self.sources.stream_dlqs.items()})
         functions = {k.capitalize(): f for k, f in self.functions.by_key.items()}
-        Alarms(self, "Alarms", dlqs=dlqs, functions=functions, topic_arn=alarm_topic_arn)
+        if alarms:  # $0.10 a month each, the largest part of the idle cost (bench/idle.py)
+            Alarms(self, "Alarms", dlqs=dlqs, functions=functions, topic_arn=alarm_topic_arn)
         self._outputs()
+
+    def _task_worker_role(self) -> iam.Role:
+        """The role pull workers' queue credentials are sessions of (issue 18).
+
+        Only the api function may assume it (`service/pull.queue_access`), each time with a
+        session policy naming one app's queue; the role itself allows receive and delete on
+        this stack's task queues and nothing else. Workers long-poll with these credentials
+        instead of waiting inside the api function.
+        """
+        api = self.functions.by_key[API_FUNCTION.key]
+        assert api.role is not None
+        role = iam.Role(
+            self,
+            "TaskWorkerRole",
+            assumed_by=iam.ArnPrincipal(api.role.role_arn),
+            # Role chaining (a Lambda role assuming this one) caps sessions at one hour.
+            max_session_duration=Duration.hours(1),
+            description="EZGH Workflows: pull workers receive and delete their app's tasks",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=list(pull.WORKER_QUEUE_ACTIONS),
+                resources=[self.format_arn(service="sqs", resource=f"{self.task_queue_prefix}*")],
+            )
+        )
+        role.grant_assume_role(api.role)
+        api.add_environment(pull.ENV_TASK_WORKER_ROLE, role.role_arn)
+        prefix = re.escape(self.task_queue_prefix)
+        suppress(
+            role,
+            "IAM5",
+            f"This stack's pull apps' task queues (sqs `{self.task_queue_prefix}*`, issue 5): "
+            "every session the api vends narrows it to one app's queue (a session policy).",
+            applies_to=[matching(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{prefix}\*$")],
+            children=True,
+        )
+        return role
 
     def _function_urls(self) -> dict[str, lambda_.FunctionUrl]:
         """Function URLs of the functions the topology serves at one (the steps function):

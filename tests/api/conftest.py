@@ -31,6 +31,8 @@ ENV = {
     "EZGH_PAYLOAD_BUCKET": "ezgh-payloads",
     config.ENV_API_URL: "https://engine.example.test",
     config.ENV_TOKEN_SECRET: "test-token-secret",
+    # Pull workers' queue credentials (service/pull.queue_access): moto's STS assumes any role.
+    "EZGH_TASK_WORKER_ROLE_ARN": "arn:aws:iam::123456789012:role/ezgh-task-worker",
 }
 
 

@@ -226,6 +226,9 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/apps/{appId}/tasks/poll"): Entry(
         _with("/apps/{alpha}/tasks/poll", {"waitSeconds": 0}), (((APPS, "app"),),), 204
     ),
+    ("POST", "/apps/{appId}/tasks/access"): Entry(
+        _with("/apps/{alpha}/tasks/access"), (((APPS, "app"),),)
+    ),
     # API keys: listing is open; creating or revoking a key needs what that key holds
     ("GET", "/apiKeys"): Entry(_get("/apiKeys"), OPEN),
     ("POST", "/apiKeys"): Entry(_with("/apiKeys", NEW_KEY), (((READ, "wf"),),), 201),

@@ -364,6 +364,7 @@ def test_a_key_cannot_act_on_another_projects_resources_through_its_own_path(
         ("DELETE", f"/apps/{app['id']}", None),
         ("POST", f"/apps/{app['id']}/workers", {"workerId": "w", "workflows": ["x"]}),
         ("POST", f"/apps/{app['slug']}/tasks/poll", {"waitSeconds": 0}),
+        ("POST", f"/apps/{app['slug']}/tasks/access", None),
     ):
         answer = project.call(method, sub, body=body)
         assert answer.status == 404, (method, sub, answer.body)

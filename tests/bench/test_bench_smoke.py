@@ -26,6 +26,7 @@ def test_bench_writes_figures_for_one_step(tmp_path: Path, capsys: pytest.Captur
                 "0",
                 "--no-dbos",
                 "--no-short-sleep",
+                "--no-idle",  # tests/bench/test_bench_idle.py prices the idle month
                 "--json",
                 str(out),
             ]

@@ -185,3 +185,73 @@ def test_several_workers_share_the_load(engine, client, pull):
         assert done["status"] == "completed" and done["output"] == n * 2
     assert sum(CountingWorker.ran.values()) == 9
     assert len([w for w in workers if CountingWorker.ran[w.worker_id]]) >= 2
+
+
+class TracingWorker(Worker):
+    """Counts how it waited for tasks: on the queue directly, or on `tasks/poll`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ways: Counter[str] = Counter()
+
+    def _receive(self, queue: Any) -> dict[str, Any] | None:
+        self.ways["direct"] += 1
+        return super()._receive(queue)
+
+    def _poll_api(self) -> dict[str, Any] | None:
+        self.ways["api"] += 1
+        return super()._poll_api()
+
+    def _execute(self, task: dict[str, Any]) -> dict[str, Any] | None:
+        CountingWorker.ran[self.worker_id] += 1
+        return super()._execute(task)
+
+
+def test_an_idle_worker_long_polls_its_queue_not_the_api(engine, client, pull):
+    """Issue 18: an idle worker waits on SQS with the engine's vended credentials, and the
+    task it receives there runs as one from `tasks/poll` would."""
+    worker = pull.worker(TracingWorker, worker_id="direct")
+    engine.wait_for(lambda: worker.ways["direct"] >= 2, timeout=20)  # two idle long polls
+    run = client.start_run(pull.app_id, "quick", {"n": 4})
+    done = client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    assert done["status"] == "completed" and done["output"] == 8
+    assert worker.ways["api"] == 0 and worker.direct_queue
+
+
+def test_a_worker_on_the_api_poll_still_runs_tasks(engine, client, pull):
+    """The pull API of before (`tasks/poll`) is unchanged for workers that use it."""
+    worker = pull.worker(TracingWorker, worker_id="legacy", direct_queue=False)
+    engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
+    run = client.start_run(pull.app_id, "quick", {"n": 5})
+    done = client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    assert done["status"] == "completed" and done["output"] == 10
+    assert worker.ways["direct"] == 0 and worker.ways["api"] >= 1
+
+
+def test_a_superseded_task_received_directly_is_dropped_by_its_claim(engine, client, pull):
+    """A task whose lease ran out before any worker came is delivered again (epoch + 1);
+    the first message is still in the queue. The direct path receives both: the stale
+    one's claim (a first heartbeat) is refused, so the run's body runs once."""
+    from ezgh_engine.adapters import aws, task_queues
+
+    client.request(
+        "POST", f"/apps/{pull.app_id}/workers", json={"workerId": "w0", "workflows": ["quick"]}
+    )
+    sqs = aws.client("sqs")
+    url = sqs.get_queue_url(QueueName=task_queues.queue_name(pull.app_id))["QueueUrl"]
+
+    def queued() -> int:
+        attrs = sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"])
+
+    run = client.start_run(pull.app_id, "quick", {"n": 6})
+    engine.wait_for(lambda: queued() == 1, timeout=20)
+    engine.clock.advance(timedelta(seconds=5))  # past the 2 s lease: the watch re-leases
+    engine.wait_for(lambda: queued() == 2, timeout=30)
+    worker = pull.worker(TracingWorker, worker_id="late", concurrency=1)
+    done = client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    assert done["status"] == "completed" and done["output"] == 12
+    engine.wait_for(lambda: queued() == 0 and worker.ways["direct"] >= 3, timeout=20)
+    assert CountingWorker.ran["late"] == 1 and worker.ways["api"] == 0

@@ -226,6 +226,8 @@ def needs(call: dict[str, Any], region: str, account: str) -> list[Need]:
             arn = f"arn:{PARTITION}:lambda:{region}:{account}:event-source-mapping:{params['UUID']}"
             return [Need(f"lambda:{operation}", arn, context)]
         return [Need(f"lambda:{operation}", function_arn)]
+    if service == "sts" and operation == "AssumeRole":
+        return [Need("sts:AssumeRole", str(params.get("RoleArn", "*")))]
     if service == "secretsmanager":
         return [Need(f"secretsmanager:{operation}", str(params.get("SecretId", "*")))]
     raise ValueError(

@@ -83,6 +83,13 @@ def test_transactions_keep_their_tables_and_kinds() -> None:
     }
 
 
+def test_assume_role_keeps_the_role_not_the_session_policy() -> None:
+    """The IAM check needs the role an AssumeRole names (issue 18's worker credentials);
+    without it the call was recorded as `{}` and checked against `*`."""
+    params = {"RoleArn": "arn:aws:iam::1:role/w", "RoleSessionName": "s", "Policy": "{}"}
+    assert call_log.trim("sts", "AssumeRole", params) == {"RoleArn": "arn:aws:iam::1:role/w"}
+
+
 def test_nothing_is_observed_without_the_variable(
     emulator: Emulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -154,6 +154,7 @@ def local_resolver(stack: EzghStack) -> Resolver:
     r.refs[bucket] = resources.BUCKET_NAME
     r.attrs[(bucket, "Arn")] = f"arn:aws:s3:::{resources.BUCKET_NAME}"
     r.attrs[(_lid(stack, stack.scheduler.role), "Arn")] = resources.SCHEDULER_ROLE_ARN
+    r.attrs[(_lid(stack, stack.task_worker_role), "Arn")] = resources.TASK_WORKER_ROLE_ARN
     for spec in TOPOLOGY.functions:
         context = LambdaContext(spec)
         lid = _lid(stack, stack.functions.by_key[spec.key])

@@ -621,3 +621,55 @@ def test_reserved_concurrency_is_a_context_option() -> None:
     named, template = _synth_named("StackD", **{"ezgh:stepsConcurrency": 0})
     steps = props(template, logical_id(named, named.functions.by_key["steps"]))
     assert "ReservedConcurrentExecutions" not in steps
+
+
+def test_task_worker_role_receives_and_deletes_tasks_only(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    """Issue 18: workers' queue credentials are sessions of this role, which only the api
+    function may assume, and which can do nothing but receive and delete on task queues."""
+    from ezgh_engine.service import pull
+
+    role_lid = logical_id(stack, stack.task_worker_role)
+    r = iam_eval.Resolver(region="us-east-1", account="123456789012", stack_name="S")
+    statements = r.resolve(statements_of_role(template, role_lid))
+    actions = {a for s in statements for a in as_list(s["Action"])}
+    assert actions == set(pull.WORKER_QUEUE_ACTIONS) == {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
+    prefix = f"arn:aws:sqs:us-east-1:123456789012:{stack.task_queue_prefix}"
+    assert [s["Resource"] for s in statements] == [f"{prefix}*"]
+    trust = props(template, role_lid)["AssumeRolePolicyDocument"]["Statement"]
+    api_role = function_role(stack, API_FUNCTION.key)
+    assert [s["Principal"] for s in trust] == [{"AWS": getatt(api_role)}]
+    assert props(template, role_lid)["MaxSessionDuration"] == pull.ACCESS_SECONDS
+    # Only the api may assume it, and it is told which role to assume.
+    assume = getatt(role_lid)
+    for spec in TOPOLOGY.functions:
+        can = allowed(template, stack, spec.key, "sts:AssumeRole", assume)
+        assert can == (spec.key == API_FUNCTION.key), spec.key
+    api = props(template, logical_id(stack, stack.functions.by_key[API_FUNCTION.key]))
+    assert api["Environment"]["Variables"][pull.ENV_TASK_WORKER_ROLE] == assume
+
+
+def test_a_worker_session_is_narrowed_to_its_own_queue() -> None:
+    """The session policy (service/pull.session_policy) names one queue ARN: an app's
+    credentials cannot read another app's tasks even though the role allows `tasks-*`."""
+    from ezgh_engine.service import pull
+
+    mine = "arn:aws:sqs:us-east-1:123456789012:S-tasks-a"
+    policy = json.loads(pull.session_policy(mine))["Statement"]
+    for action in pull.WORKER_QUEUE_ACTIONS:
+        assert iam_eval.allows(policy, iam_eval.Need(action, mine))
+        assert not iam_eval.allows(policy, iam_eval.Need(action, mine + "b"))
+        assert not iam_eval.allows(policy, iam_eval.Need(action, mine[:-1] + "b"))
+    assert not iam_eval.allows(policy, iam_eval.Need("sqs:SendMessage", mine))
+
+
+def test_alarms_are_a_context_option() -> None:
+    """Issue 18: alarms are most of the idle month ($0.10 each); `-c ezgh:alarms=false`
+    leaves them out, and nothing else changes."""
+    _, without = _synth_named("NoAlarms", **{"ezgh:alarms": "false"})
+    _, default = _synth_named("NoAlarms")
+    assert resources(without, "AWS::CloudWatch::Alarm") == {}
+    assert len(resources(default, "AWS::CloudWatch::Alarm")) > 0
+    rest = {k for k, v in default["Resources"].items() if v["Type"] != "AWS::CloudWatch::Alarm"}
+    assert set(without["Resources"]) == rest

@@ -6,10 +6,18 @@ task's lease while it runs (``POST /v1/invocations/heartbeat``) and posts the ou
 (``POST /v1/invocations/outcome``), both with the invocation's token. A worker that dies
 stops heartbeating: when the lease ends the engine hands the task to another worker, and the
 dead worker's late step calls are refused.
+
+Waiting for tasks: by default the worker asks the engine for credentials to its app's task
+queue (``POST .../tasks/access``) and long-polls the queue itself, so an idle worker costs one
+SQS request per 20 s instead of a Lambda function waiting inside ``tasks/poll`` (issue 18).
+A task received so is claimed with a first heartbeat (the engine's ``poll`` does the same
+check: a superseded, answered or expired task is dropped). An engine that vends no
+credentials (409, or 404 from an older engine) is polled through ``tasks/poll`` as before.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -27,6 +35,7 @@ from .deployment import detect_deployment_id
 from .driver import Invocation
 from .errors import UnknownWorkflowError
 from .push_app import _index
+from .task_queue import QueueAccess, QueueError, TaskQueue
 from .threads import run_in_loop_thread
 from .transport import TransportFactory, http_transport_factory
 from .workflow import Workflow
@@ -36,6 +45,8 @@ logger = logging.getLogger("ezgh_workflows")
 OUTCOME_PATH = "/v1/invocations/outcome"
 HEARTBEAT_PATH = "/v1/invocations/heartbeat"
 MAX_POLL_SECONDS = 20
+# Answers of `tasks/access` that mean "this engine vends no queue credentials".
+NO_DIRECT_ACCESS = {404, 405, 409, 501}
 
 
 class Worker:
@@ -45,6 +56,8 @@ class Worker:
     ``EZGH_API_KEY``, ``EZGH_API_URL``, ``EZGH_ORG_ID`` and ``EZGH_PROJECT_ID``. `run` blocks
     until `stop` (or SIGTERM, when `run` is called in the main thread); tasks in progress
     finish first. Several workers, in one process or many, share an app's tasks.
+    ``direct_queue=False`` waits for tasks on ``tasks/poll`` even where the engine offers
+    direct queue access.
     """
 
     def __init__(
@@ -60,6 +73,7 @@ class Worker:
         concurrency: int = 4,
         poll_wait_seconds: int = MAX_POLL_SECONDS,
         transport_factory: TransportFactory | None = None,
+        direct_queue: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -78,6 +92,8 @@ class Worker:
         self._tasks_lock = threading.Lock()
         self._http = httpx.Client(timeout=30.0)
         self.app: dict[str, Any] = {}
+        self.direct_queue = direct_queue
+        self._queue: TaskQueue | None = None
 
     @property
     def workflows(self) -> list[Workflow]:
@@ -150,6 +166,69 @@ class Worker:
             delay = min(delay * 2, 10.0)
 
     def _poll(self) -> dict[str, Any] | None:
+        if self.direct_queue:
+            queue = self._task_queue()
+            if queue is not None:
+                return self._receive(queue)
+        return self._poll_api()
+
+    def _task_queue(self) -> TaskQueue | None:
+        """The app's queue with fresh credentials; None once the engine vends none."""
+        if self._queue is not None and self._queue.access.fresh:
+            return self._queue
+        try:
+            answer = self._api.request("POST", f"/apps/{segment(self.app_id)}/tasks/access")
+        except ApiError as exc:
+            if exc.status not in NO_DIRECT_ACCESS:
+                raise
+            logger.info(
+                "worker %s: no direct queue access (%s); polling the API", self.worker_id, exc
+            )
+            self.direct_queue = False
+            return None
+        self._queue = TaskQueue(QueueAccess.from_answer(answer), self._http)
+        return self._queue
+
+    def _receive(self, queue: TaskQueue) -> dict[str, Any] | None:
+        """One task from the queue, deleted and claimed; None when none came or it was
+        stale. The lease, not the message, is the truth: a task lost between delete and
+        claim is delivered again when its lease ends."""
+        try:
+            got = queue.receive(self.poll_wait_seconds)
+            if got is None:
+                return None
+            body, receipt = got
+            queue.delete(receipt)
+        except QueueError:
+            self._queue = None  # expired or revoked credentials, a deleted queue: ask again
+            raise
+        try:
+            task = json.loads(body)
+        except ValueError:
+            logger.warning("worker %s: dropping a malformed task", self.worker_id)
+            return None
+        if not isinstance(task, dict) or not task.get("taskId"):
+            return None
+        return task if self._claim(task) else None
+
+    def _claim(self, task: dict[str, Any]) -> bool:
+        """A first heartbeat: 200 while the task's invocation holds a live lease."""
+        for delay in (0.2, 1.0, None):
+            try:
+                status = self._post(task, HEARTBEAT_PATH, {"taskId": task["taskId"]})
+            except httpx.HTTPError as exc:
+                status = 0
+                logger.warning("worker %s: claiming a task failed: %s", self.worker_id, exc)
+            if status == 200:
+                return True
+            if 400 <= status < 500 and status != 429:
+                return False  # superseded, answered or expired: someone else has it
+            if delay is None:
+                return False  # its lease ends unrenewed and the engine delivers it again
+            time.sleep(delay)
+        return False
+
+    def _poll_api(self) -> dict[str, Any] | None:
         answer = self._api.request(
             "POST",
             f"/apps/{segment(self.app_id)}/tasks/poll",

@@ -38,6 +38,12 @@ def queue_name(app_id: str) -> str:
     return f"{name_prefix()}{app_id}"
 
 
+def queue_arn(url: str, region: str, partition: str = "aws") -> str:
+    """A queue's ARN from its URL (`<endpoint>/<account>/<name>`): no request needed."""
+    account, name = url.rstrip("/").split("/")[-2:]
+    return f"arn:{partition}:sqs:{region}:{account}:{name}"
+
+
 def _missing(exc: ClientError) -> bool:
     code = exc.response.get("Error", {}).get("Code", "")
     return "NonExistentQueue" in code or "QueueDoesNotExist" in code

@@ -70,6 +70,25 @@ def poll(orgId: str, projectId: str, appId: str) -> Response[Any]:
     return no_content() if task is None else json_response(200, task)
 
 
+@router.post(
+    f"{PREFIX}/apps/<appId>/tasks/access",
+    security=m.API_KEY,
+    summary="Credentials to long-poll a pull app's task queue directly (one hour)",
+    responses=m.doc(
+        200,
+        None,
+        "{queueUrl, endpointUrl, region, waitSeconds, expiresInSeconds, credentials}: receive "
+        "and delete on this app's queue only; claim each task with a heartbeat (409: none "
+        "vended, use tasks/poll)",
+    ),
+)
+def access(orgId: str, projectId: str, appId: str) -> Response[Any]:
+    from ezgh_engine.service import pull
+
+    principal = principal_for(router.current_event, orgId, projectId)
+    return json_response(200, pull.queue_access(principal, appId))
+
+
 def _token() -> str:
     token = bearer_token(router.current_event)
     if token is None:

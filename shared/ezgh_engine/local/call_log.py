@@ -52,6 +52,7 @@ _NAMING = (
     "EventSourceArn",
     "UUID",
     "SecretId",
+    "RoleArn",  # sts:AssumeRole (pull workers' queue credentials)
     "StreamArn",
 )
 

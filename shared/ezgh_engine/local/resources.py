@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ezgh_engine import config
 from ezgh_engine.adapters import aws
 from ezgh_engine.local.emulator import ACCOUNT_ID
+from ezgh_engine.service.pull import ENV_TASK_WORKER_ROLE
 from ezgh_engine.topology import TOPOLOGY, Queue, Table, Topology
 
 NAME_PREFIX = "ezgh-local"
@@ -15,6 +16,8 @@ BUCKET_NAME = f"{NAME_PREFIX}-payloads"
 SCHEDULER_GROUP = "ezgh-timers"
 # moto does not check IAM; any well-formed role ARN will do.
 SCHEDULER_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/{NAME_PREFIX}-scheduler"
+# The role pull workers' queue credentials are sessions of (moto's STS assumes any ARN).
+TASK_WORKER_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/{NAME_PREFIX}-task-worker"
 
 
 def table_name(table: Table) -> str:
@@ -136,6 +139,7 @@ def provision(
             config.ENV_API_URL: api_url,
             **(function_urls or {}),
             config.ENV_TOKEN_SECRET: token_secret,
+            ENV_TASK_WORKER_ROLE: TASK_WORKER_ROLE_ARN,
             config.ENV_ALLOW_LOOPBACK: "1",
         }
     )

@@ -48,6 +48,7 @@ from ezgh_engine.errors import (
     Forbidden,
     NotFound,
     StaleInvocation,
+    TransientError,
     Unauthorized,
     ValidationError,
 )
@@ -65,6 +66,15 @@ TOKEN_LIFETIME_MS = 24 * 3600 * 1000
 MAX_POLL_SECONDS = 20
 UPDATE_ACTION = "workflows.apps.update"
 WORKFLOW_NAME_MAX = 64
+# Direct task-queue access (issue 18): the role a worker's credentials are a session of. Its
+# policy allows the consumer actions on this stack's task queues; each session's policy
+# narrows them to one app's queue. Unset: the engine vends none (workers use `tasks/poll`).
+ENV_TASK_WORKER_ROLE = "EZGH_TASK_WORKER_ROLE_ARN"
+# Lambda's own credentials are a role session, so assuming another role is role chaining,
+# which AWS caps at one hour.
+ACCESS_SECONDS = 3600
+# What a worker does with its queue: receive a task and delete it. Nothing else.
+WORKER_QUEUE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage")
 
 
 def pull_lease_seconds() -> int:
@@ -117,26 +127,32 @@ def verify_task_id(task_id: Any) -> TaskClaims:
 # --- the lease -------------------------------------------------------------------------------
 
 
-def set_lease(run_id: str, epoch: int, until_ms: int) -> None:
-    """Set the lease's end for the invocation holding `epoch`; StaleInvocation otherwise."""
+def set_lease(run_id: str, epoch: int, until_ms: int, seq: int | None = None) -> None:
+    """Set the lease's end for the invocation holding `epoch` (answering reason `seq`, when
+    given: not yet answered); StaleInvocation otherwise."""
+    condition = (
+        "epoch = :epoch AND #status IN (:running, :cancelling) "
+        "AND handledSeq < invokeSeq AND leaseUntil >= :now"
+    )
+    values = {
+        ":now": {"N": str(clock.now_ms())},
+        ":until": {"N": str(until_ms)},
+        ":epoch": {"N": str(epoch)},
+        ":running": {"S": "running"},
+        ":cancelling": {"S": "cancelling"},
+    }
+    if seq is not None:
+        condition += " AND handledSeq < :seq"
+        values[":seq"] = {"N": str(seq)}
     try:
         client("dynamodb").update_item(
             TableName=settings().runs_table,
             Key=items.run_key(run_id),
             UpdateExpression="SET leaseUntil = :until",
             # A lease that ran out stays ended: its worker's token works no more.
-            ConditionExpression=(
-                "epoch = :epoch AND #status IN (:running, :cancelling) "
-                "AND handledSeq < invokeSeq AND leaseUntil >= :now"
-            ),
+            ConditionExpression=condition,
             ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={
-                ":now": {"N": str(clock.now_ms())},
-                ":until": {"N": str(until_ms)},
-                ":epoch": {"N": str(epoch)},
-                ":running": {"S": "running"},
-                ":cancelling": {"S": "cancelling"},
-            },
+            ExpressionAttributeValues=values,
         )
     except ClientError as exc:
         if ddb.is_condition_failure(exc):
@@ -246,6 +262,56 @@ def poll(principal: Principal, app_ref: str, wait_seconds: int = MAX_POLL_SECOND
             return None
 
 
+def session_policy(queue_arn: str) -> str:
+    """The session policy of a worker's credentials: its app's queue, receive and delete."""
+    statement = {"Effect": "Allow", "Action": list(WORKER_QUEUE_ACTIONS), "Resource": queue_arn}
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, separators=(",", ":"))
+
+
+def queue_access(principal: Principal, app_ref: str) -> dict[str, Any]:
+    """Short-lived credentials that can only receive and delete the app's tasks, and where.
+
+    The SDK's workers long-poll their task queue with them directly (one billed SQS request
+    per 20 s while idle) instead of waiting inside the api function on `tasks/poll` (≈ 20 s
+    of a Lambda per poll). A task received this way is claimed with a heartbeat before it
+    runs, so a superseded or answered task is dropped as `poll` drops it.
+    """
+    app = _pull_app(principal, app_ref)
+    role_arn = os.environ.get(ENV_TASK_WORKER_ROLE, "")
+    if not role_arn:
+        raise Conflict(
+            "this engine vends no task-queue credentials; poll POST .../tasks/poll instead"
+        )
+    url = task_queues.ensure_queue(app.id)
+    sqs = client("sqs")
+    partition = role_arn.split(":")[1] if role_arn.count(":") >= 5 else "aws"
+    try:
+        answer = client("sts").assume_role(
+            RoleArn=role_arn,
+            RoleSessionName=f"ezgh-tasks-{app.id}"[:64],
+            DurationSeconds=ACCESS_SECONDS,
+            Policy=session_policy(task_queues.queue_arn(url, sqs.meta.region_name, partition)),
+        )
+    except ClientError as exc:
+        # Throttled or briefly unavailable: the worker asks again (or polls the API).
+        raise TransientError(f"STS refused the worker's credentials for now: {exc}") from None
+    creds = answer["Credentials"]
+    return {
+        "queueUrl": url,
+        "endpointUrl": sqs.meta.endpoint_url,
+        "region": sqs.meta.region_name,
+        "waitSeconds": MAX_POLL_SECONDS,
+        # The SDK counts this down on its own clock (no skew with STS's `expiresAt`).
+        "expiresInSeconds": ACCESS_SECONDS,
+        "credentials": {
+            "accessKeyId": creds["AccessKeyId"],
+            "secretAccessKey": creds["SecretAccessKey"],
+            "sessionToken": creds["SessionToken"],
+            "expiresAt": clock.iso(creds["Expiration"]),
+        },
+    }
+
+
 def delete_task_queue(app_id: str) -> None:
     """Best effort: a queue left behind only costs its name."""
     try:
@@ -294,11 +360,15 @@ def _claims(token: str, body: Any) -> tuple[tokens.InvocationClaims, TaskClaims]
 
 
 def heartbeat(token: str, body: Any) -> dict[str, Any]:
-    """Extend the invocation's lease by the pull lease; 409 when it was lost."""
-    claims, _ = _claims(token, body)
+    """Extend the invocation's lease by the pull lease; 409 when it was lost.
+
+    A worker that received its task from the queue directly claims it with a first heartbeat
+    (what `poll` does for the tasks it hands out): 200 while the task's invocation still holds
+    a live lease on an unanswered reason, 409 for a superseded, answered or expired task."""
+    claims, task = _claims(token, body)
     lease_s = pull_lease_seconds()
     until = clock.now_ms() + lease_s * 1000
-    set_lease(claims.run_id, claims.epoch, until)
+    set_lease(claims.run_id, claims.epoch, until, seq=task.seq)
     from datetime import UTC, datetime
 
     return {
