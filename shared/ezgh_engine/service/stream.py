@@ -12,7 +12,7 @@ from typing import Any
 
 from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, messages
-from ezgh_engine.core.models import LIVE_STATUSES
+from ezgh_engine.core.models import ENDED_STATUSES, LIVE_STATUSES
 from ezgh_engine.service import notifications
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,8 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
     deadline = new.get("deadlineAt")
     if deadline and (not old or old.get("deadlineAt") != deadline):
         messages.schedule_timer(str(new["id"]), "$deadline", clock.parse_iso(deadline))
-    ended = ("completed", "failed", "cancelled", "timedOut")
-    if new.get("status") in ended and (not old or old.get("status") not in ended):
+    ended = new.get("status") in ENDED_STATUSES
+    if ended and (not old or old.get("status") not in ENDED_STATUSES):
         from ezgh_engine.service import waits
 
         waits.on_run_ended(new)
