@@ -100,6 +100,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     ) -> asyncio.TimerHandle:
         self._check_closed()
         handle = asyncio.TimerHandle(when, callback, args, self, context)
+        handle._scheduled = True  # type: ignore[attr-defined]  # cancel() then tells us
         self._timers[handle] = self._outer.call_at(when, self._fire, handle)
         return handle
 
