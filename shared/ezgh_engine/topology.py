@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ezgh_engine.core.leases import NO_LEASE
+
 
 @dataclass(frozen=True)
 class Index:
@@ -228,7 +230,7 @@ TOPOLOGY = Topology(
             filters=(
                 # Not while an invocation holds the lease (taking it, backing off, a timer
                 # that wakes a step and invokes at once): what it owes is sent when it ends.
-                (Match("type", ("run",)), Match("leaseUntil", ("0",), "N")),
+                (Match("type", ("run",)), Match("leaseUntil", (str(NO_LEASE),), "N")),
                 (Match("type", ("step",)), Match("status", ("sleeping", "retrying", "waiting"))),
             ),
             # A run item's removal (its TTL, or DeleteRun): the rest of the run goes with it

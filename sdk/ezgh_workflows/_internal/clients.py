@@ -11,11 +11,10 @@ import httpx
 
 from . import clock
 from .api import ApiClient, ApiError, segment
+from .protocol_rules import RUN_ENDED_STATUSES
 
 SEND_RETRIES = 3  # QueuesClient.send: resends after the first attempt
 MAX_RETRY_WAIT = 30.0  # seconds; a longer Retry-After is cut to this
-
-ENDED_STATUSES = frozenset({"completed", "failed", "cancelled", "timedOut"})
 
 _FILTER_NAMES = {
     "app_id": "appId",
@@ -87,7 +86,7 @@ class WorkflowsClient(ApiClient):
         deadline = clock.monotonic() + timeout
         while True:
             run = self.get_run(run_id)
-            if run.get("status") in ENDED_STATUSES:
+            if run.get("status") in RUN_ENDED_STATUSES:
                 return run
             if clock.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} has not ended after {timeout} seconds")

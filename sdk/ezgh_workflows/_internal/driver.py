@@ -1,9 +1,12 @@
 """The invocation driver: runs a workflow once, replaying recorded steps (protocol 1.3).
 
 The workflow runs on the driver's event loop (``async def``) or in a thread of its own (plain
-``def``, whose blocking step calls are submitted to this loop). Step calls register pending
-steps and wait. The driver lets the loop settle, so steps awaited together are seen together,
-then resolves the pending steps in one round, in call order: recorded ones from the record,
+``def``, whose blocking step calls are submitted to its loop); that loop is a `WorkflowLoop`,
+which runs only when the driver pumps it. Step calls register pending steps and wait. The
+driver runs the workflow until it blocks (its loop has no ready callback, and a ``def``
+workflow's thread waits in a step call or ended), so a round is exactly the step calls issued
+before the workflow blocks on them, with no timer or poll deciding it. It then resolves the
+pending steps of the round, in call order, while no workflow code runs: recorded ones from the record,
 ``value`` steps by a ``record`` op, ``run`` steps by running them inline. A round's outcomes are
 handed to the workflow only when the whole round is resolved, so the workflow progresses in the
 same rounds on the first run and on replay. When only waits (sleeps, callbacks, child runs,
@@ -22,6 +25,7 @@ import asyncio
 import copy
 import logging
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
@@ -53,13 +57,13 @@ from .step_context import current_step
 from .steps import BlockingSteps, StepRequest, Steps
 from .transport import StepTransport
 from .workflow import Workflow
+from .workflow_loop import WorkflowLoop
 
 logger = logging.getLogger("ezgh_workflows")
 
-SETTLE_STABLE_ROUNDS = 3
-SETTLE_MAX_ROUNDS = 1000
+# How long an ended invocation waits for the workflow to stop (its `finally` blocks) before
+# cancelling it: a bound for misbehaving code, never part of finding a round.
 DRAIN_SECONDS = 5.0
-BUSY_SECONDS = 60.0
 
 
 class Invocation:
@@ -80,7 +84,6 @@ class Invocation:
         self._ids = StepIds()
         self._pending: list[PendingStep] = []
         self._pending_names: set[str] = set()
-        self._registrations = 0
         self._violation: WorkflowRuleError | None = None
         self._stop: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -116,21 +119,24 @@ class Invocation:
     def violate(self, error: WorkflowRuleError) -> WorkflowRuleError:
         if self._violation is None:
             self._violation = error
-            with suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._wake.set)
+            self.wake()
         return error
+
+    def wake(self) -> None:
+        """Make the driver look again (thread-safe): a ``def`` workflow's thread now waits in
+        a step call, or ended; a timer or another thread made workflow code ready."""
+        with suppress(RuntimeError):  # the loop is closed: the invocation already ended
+            self._loop.call_soon_threadsafe(self._wake.set)
 
     def _register(self, request: StepRequest) -> PendingStep:
         step_id = request.wait_for or self._allocate(request)
         recorded = self._recorded.get(step_id)
         if recorded is not None:
             self._check_replay(step_id, recorded, request)
-        pending = PendingStep(step_id, request, recorded, self._loop.create_future())
+        pending = PendingStep(step_id, request, recorded, self._workflow_loop.create_future())
         self._pending.append(pending)
         if request.explicit_id is None and request.wait_for is None:
             self._pending_names.add(request.name)
-        self._registrations += 1
-        self._wake.set()
         return pending
 
     def _check_replay(self, step_id: str, recorded: RecordedStep, request: StepRequest) -> None:
@@ -170,6 +176,9 @@ class Invocation:
         """Run the invocation to its outcome (a protocol answer body)."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        # Only the methods workflow code reaches are implemented (no I/O): typeshed marks the
+        # rest abstract, asyncio itself does not.
+        self._workflow_loop = WorkflowLoop(self._loop, self.wake)  # type: ignore[abstract]
         self._main = self._start_workflow()
         try:
             answer = await self._drive()
@@ -180,6 +189,8 @@ class Invocation:
             await self._stop_workflow(AbortInvocation("the SDK failed"))
             raise
         finally:
+            self._workflow_loop.cancel_all()  # tasks the workflow left behind, as asyncio.run
+            self._workflow_loop.close()
             await self._calls.aclose()
         return protocol.with_ops(answer, self._calls.take_held())
 
@@ -194,59 +205,41 @@ class Invocation:
                 return await self._finish(self._main.result())
             batch = self._unresolved()
             if not batch:
-                await self._wait_for_activity()
-            elif not await self._resolve_round(batch) and not await self._thread_busy():
+                await self._wake.wait()  # waiting on a timer or a thread of its own
+            elif not await self._resolve_round(batch):
                 return await self._suspend(batch)
 
-    async def _thread_busy(self) -> bool:
-        """Only waits are pending, but a plain ``def`` workflow may still be running its own
-        code (after a race, a loser stays pending): wait until it blocks in a step call or
-        ends. True when it did something new (a step call, or its end)."""
-        if self._thread is None:
-            return False
-        seen = self._registrations
-        deadline = self._loop.time() + BUSY_SECONDS
-        while (
-            all(f.done() for f in list(self.blocked))
-            and not self._main.done()
-            and self._loop.time() < deadline
-        ):
-            await asyncio.sleep(0.005)
-        await self._settle()
-        return self._main.done() or self._registrations != seen
-
     async def _settle(self) -> None:
-        """Let the loop run until no new step call registers for a few rounds."""
-        seen, stable = -1, 0
-        for _ in range(SETTLE_MAX_ROUNDS):
-            await asyncio.sleep(0)
-            if self._main.done() or self._violation is not None:
-                return
-            if self._registrations != seen:
-                seen, stable = self._registrations, 0
-                continue
-            stable += 1
-            if stable >= SETTLE_STABLE_ROUNDS:
-                return
+        """Run the workflow until it blocks: every callback it made ready has run and, for a
+        plain ``def`` workflow, its thread waits in a step call (or ended). Waiting for that
+        thread is waiting for its signal (`wake`), not a poll."""
+        await self._pump_until(self._blocked, timeout=None)
+
+    def _blocked(self) -> bool:
+        if self._main.done() or self._violation is not None or self._thread is None:
+            return True
+        calls = list(self.blocked)
+        return bool(calls) and not any(call.done() for call in calls)
+
+    async def _pump_until(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Run the workflow's loop until nothing is ready, again after each `wake`, until
+        ``done()``; False when ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else self._loop.time() + timeout
+        while True:
+            self._wake.clear()  # before running: a wake from now on is not lost
+            self._workflow_loop.run_until_idle()
+            if done():
+                return True
+            left = None if deadline is None else deadline - self._loop.time()
+            if left is not None and left <= 0:
+                return False
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
 
     def _unresolved(self) -> list[PendingStep]:
         self._pending = [p for p in self._pending if not p.future.done()]
         self._pending_names = {p.request.name for p in self._pending if not p.request.explicit_id}
         return list(self._pending)
-
-    async def _wait_for_activity(self) -> None:
-        """Nothing pending, the workflow still going: wait for a step call or its end."""
-        self._wake.clear()
-        if self._unresolved() or self._violation is not None:
-            return
-        waiter: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
-        waiting: set[asyncio.Future[Any]] = {waiter, self._main}
-        try:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            with suppress(asyncio.CancelledError):
-                await waiter
 
     async def _resolve_round(self, batch: list[PendingStep]) -> bool:
         """Resolve every pending step that can be; False when all of them are waits."""
@@ -362,11 +355,10 @@ class Invocation:
 
     async def _drain(self) -> None:
         main = self._main
-        if not main.done():
-            await asyncio.wait({main}, timeout=DRAIN_SECONDS)
-        if not main.done() and isinstance(main, asyncio.Task):
+        stopped = await self._pump_until(main.done, DRAIN_SECONDS)
+        if not stopped and isinstance(main, asyncio.Task):
             main.cancel()
-            await asyncio.wait({main}, timeout=DRAIN_SECONDS)
+            await self._pump_until(main.done, DRAIN_SECONDS)
         if not main.done():
             logger.warning("workflow %r did not stop after the invocation ended", self._workflow)
         if self._thread is not None:
@@ -381,8 +373,9 @@ class Invocation:
             ctx: Context[Any] = Context(
                 input=run.input, run_id=run.id, attempt=run.attempt, step=steps
             )
-            return self._loop.create_task(self._run_async(ctx), name=f"ezgh:{run.workflow}")
-        blocking = BlockingSteps(steps, self._loop)
+            coro = self._run_async(ctx)
+            return self._workflow_loop.create_task(coro, name=f"ezgh:{run.workflow}")
+        blocking = BlockingSteps(steps, self._workflow_loop)
         ctx = Context(input=run.input, run_id=run.id, attempt=run.attempt, step=blocking)
         future: asyncio.Future[Finished] = self._loop.create_future()
         self._thread = threading.Thread(
@@ -403,4 +396,8 @@ class Invocation:
         except BaseException as exc:
             finished = Finished(error=exc)
         with suppress(RuntimeError):  # the loop is closed: the invocation already ended
-            self._loop.call_soon_threadsafe(set_result, future, finished)
+            self._loop.call_soon_threadsafe(self._ended, future, finished)
+
+    def _ended(self, future: asyncio.Future[Finished], finished: Finished) -> None:
+        set_result(future, finished)
+        self._wake.set()

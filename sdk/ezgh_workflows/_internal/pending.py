@@ -15,7 +15,8 @@ from .errors import (
     error_body,
 )
 from .protocol import RecordedStep
-from .runner import TERMINAL_STATUSES, Resolution
+from .protocol_rules import STEP_ENDED_STATUSES
+from .runner import Resolution
 from .steps import StepRequest
 
 
@@ -30,7 +31,7 @@ class PendingStep:
 
     @property
     def ended(self) -> bool:
-        return self.recorded is not None and self.recorded.status in TERMINAL_STATUSES
+        return self.recorded is not None and self.recorded.status in STEP_ENDED_STATUSES
 
     @property
     def is_wait(self) -> bool:

@@ -14,16 +14,13 @@ from typing import Any
 from . import protocol, values
 from .errors import NonRetryableError, RunCancelledError, StepError, ValueRuleError
 from .protocol import RecordedStep
+from .protocol_rules import DEFAULT_RETRIES, STEP_ENDED_STATUSES, may_retry
 from .step_calls import StepCalls
 from .step_context import StepContext, enter_step, idempotency_key, leave_step
 from .steps import StepFn, StepRequest
 
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
-
-# `retries=None` means this many retries (4 attempts), as Inngest and Temporal retry by
-# default; the engine spaces them with exponential backoff and jitter (docs/protocol.md).
-DEFAULT_RETRIES = 3
-MAX_RETRIES = 100
+# The retry budget (DEFAULT_RETRIES, MAX_RETRIES, may_retry) and the ended statuses are the
+# engine's decisions too: `protocol_rules` holds them once for both sides.
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,7 @@ async def cancel_step(calls: StepCalls, step_id: str, request: StepRequest) -> R
     """In a cancelling run: record the step ``cancelled`` (or use what ended it first)."""
     op = {"op": "cancel", "stepId": step_id, "name": request.name, "kind": request.kind}
     recorded = protocol.recorded_in((await calls.send([op]))[0])
-    if recorded is not None and recorded.status in TERMINAL_STATUSES:
+    if recorded is not None and recorded.status in STEP_ENDED_STATUSES:
         return Resolution.from_record(recorded)
     return Resolution(error=RunCancelledError())
 
@@ -120,8 +117,8 @@ async def run_step(
         )
         if inline is not None:
             op["inline"] = inline
-        may_retry = bool(op.get("retryable")) and attempt <= min(retries, MAX_RETRIES)
-        result = (await calls.send([op]))[0] if may_retry else await calls.end(op)
+        retried = bool(op.get("retryable")) and may_retry(attempt, retries)
+        result = (await calls.send([op]))[0] if retried else await calls.end(op)
     if result is None:
         return outcome
     already = protocol.recorded_in(result)

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import AbortInvocation
 from .protocol import Op
+from .protocol_rules import end_differs
 from .transport import StepTransport
 
 # At most this many ends are held before they are sent on their own (the engine takes up to
@@ -73,15 +74,7 @@ class StepCalls:
 
 def check_held_result(op: Op, result: Any) -> None:
     """Abort when a held end was answered with an outcome it did not carry."""
-    if not isinstance(result, dict) or result.get("result") != "recorded":
-        return
-    step = result.get("step") if isinstance(result.get("step"), dict) else {}
-    assert isinstance(step, dict)
-    if op["op"] == "fail":
-        same = step.get("status") == "failed" and step.get("error") == op.get("error")
-    else:
-        same = step.get("status") == "completed" and step.get("output") == op.get("output")
-    if not same:
+    if isinstance(result, dict) and end_differs(op, result):
         raise AbortInvocation(
             f"step {op['stepId']!r} was recorded by another invocation with another outcome"
         )

@@ -421,9 +421,13 @@ class BlockingSteps:
             coroutine.close()
             raise SuspendInvocation()
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        # The driver looks here before suspending: is the thread blocked in a step call?
-        blocked: set[Any] = getattr(self._steps._host, "blocked", set())
+        # The driver looks here to find a round's end: is the thread blocked in a step call?
+        host = self._steps._host
+        blocked: set[Any] = getattr(host, "blocked", set())
         blocked.add(future)
+        wake: Callable[[], None] | None = getattr(host, "wake", None)
+        if wake is not None:
+            wake()  # it now is: the driver looks again
         try:
             return future.result()
         finally:

@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ezgh_engine.core.protocol_rules import RUN_ENDED_STATUSES, RUN_LIVE_STATUSES
+
 RunStatus = Literal["running", "cancelling", "completed", "failed", "cancelled", "timedOut"]
-ENDED_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timedOut"})
-LIVE_STATUSES: frozenset[str] = frozenset({"running", "cancelling"})
+# Owned by `protocol_rules` (the SDK decides with the same sets).
+ENDED_STATUSES: frozenset[str] = RUN_ENDED_STATUSES
+LIVE_STATUSES: frozenset[str] = RUN_LIVE_STATUSES
 
 StepKind = Literal["run", "sleep", "value", "callback", "invoke", "message"]
 StepStatus = Literal[

@@ -5,7 +5,6 @@ from __future__ import annotations
 BASE_SECONDS = 1.0
 FACTOR = 2.0
 MAX_DELAY_SECONDS = 600.0
-MAX_RETRIES = 100
 
 
 def delay_seconds(attempt: int, jitter: float) -> float:

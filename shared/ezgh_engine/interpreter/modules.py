@@ -21,7 +21,7 @@ from ezgh_engine.core.flows.graph import Node
 from ezgh_engine.core.flows.jobs import JobInput, step_name
 from ezgh_engine.core.flows.planning import pure_output
 from ezgh_engine.core.flows.templating import TemplateError, render, scope
-from ezgh_engine.core.models import Principal
+from ezgh_engine.core.models import ENDED_STATUSES, Principal
 
 HTTP_RETRIES = 3
 HTTP_TIMEOUT_SECONDS = 30
@@ -251,7 +251,7 @@ async def invoke_workflow(ctx: Context, call: NodeCall) -> Any:
     state: dict[str, Any] = {"status": "running"}
     for poll in range(MAX_POLLS):
         state = await ctx.step.run(f"{name}:poll", _child_state(started["runId"]), retries=3)
-        if state["status"] in ("completed", "failed", "cancelled", "timedOut"):
+        if state["status"] in ENDED_STATUSES:
             break
         await ctx.step.sleep(f"{name}:wait", min(2**poll, 60))
 

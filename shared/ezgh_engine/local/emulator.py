@@ -81,8 +81,8 @@ class _StreamWakeup:
             return
         try:
             from moto.dynamodb.models.table import StreamShard
-        except ImportError:  # a moto without this class: pollers fall back to their timeout
-            return
+        except ImportError as exc:  # moto's internals moved: see the pin in pyproject.toml
+            raise MotoInternalsMissing("moto.dynamodb.models.table.StreamShard") from exc
         original: Callable[..., Any] = StreamShard.add
         wakeup = self
 
@@ -135,8 +135,8 @@ def serialize_dynamodb() -> None:
     try:
         from moto.dynamodb.responses import DynamoHandler
         from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
-    except ImportError:  # pragma: no cover - moto without DynamoDB
-        return
+    except ImportError as exc:  # without the lock, concurrent writes could interleave
+        raise MotoInternalsMissing("moto's DynamoHandler.call_action") from exc
     for handler_class in (DynamoHandler, DynamoDBStreamsHandler):
         original: Callable[..., Any] = handler_class.call_action
 
@@ -146,6 +146,17 @@ def serialize_dynamodb() -> None:
 
         handler_class.call_action = call_action  # type: ignore[method-assign]
     _dynamodb_serialized = True
+
+
+class MotoInternalsMissing(RuntimeError):
+    """A moto internal the emulator patches is gone (a moto outside the pinned range):
+    failing beats running without the serialization lock or the stream wakeups."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"ezgh dev patches {what}, which this moto lacks; install the moto version range "
+            "pinned in pyproject.toml"
+        )
 
 
 def _untracked_new(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -176,8 +187,8 @@ def lighten_dynamodb() -> None:
         from moto.core.model_instances import model_data
         from moto.dynamodb.models.dynamo_type import DynamoType
         from moto.dynamodb.models.table import Table
-    except ImportError:  # pragma: no cover - moto without DynamoDB
-        return
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto's DynamoDB models") from exc
     for service in ("dynamodb", "dynamodbstreams"):
         for model in model_data.get(service, {}).values():
             model.__new__ = staticmethod(_untracked_new)  # type: ignore[method-assign]

@@ -19,14 +19,11 @@ from ezgh_engine.adapters import registry_store, runs_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.push import AppUnreachable, invoke_app
 from ezgh_engine.config import settings
+from ezgh_engine.core import leases
 from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core.models import RunError
 
 log = logging.getLogger(__name__)
-
-LEASE_MARGIN_MS = 60_000
-BACKOFF_BASE_SECONDS = 2.0
-BACKOFF_MAX_SECONDS = 300.0
 
 
 def _take_lease(run_id: str, step_id: str, now_ms: int, lease_ms: int) -> bool:
@@ -89,7 +86,7 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
 
     cfg = settings()
     now_ms = clock.now_ms()
-    lease_ms = int(cfg.invoke_timeout_seconds * 1000) + LEASE_MARGIN_MS
+    lease_ms = leases.lease_ms(cfg.invoke_timeout_seconds)
     if not _take_lease(run_id, step_id, now_ms, lease_ms):
         raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
         held = int(raw.get("branchLeaseUntil", 0))
@@ -130,7 +127,7 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
             )
             _end_step(run_id, step_id, epoch, "failed", error)
             return None
-        delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
+        delay = leases.backoff_seconds(failures)
         _release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
         return Retry(after_seconds=delay)
     _record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)

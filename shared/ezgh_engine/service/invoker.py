@@ -19,17 +19,13 @@ from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, payloads, registry_store, runs_store
 from ezgh_engine.adapters.push import PROTOCOL_VERSION, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
+from ezgh_engine.core import leases, tokens
 from ezgh_engine.core import outcomes as outcome_rules
-from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.errors import StaleInvocation, ValidationError
 from ezgh_engine.service import outcomes, timers
 
 log = logging.getLogger(__name__)
-
-LEASE_MARGIN_MS = 60_000
-BACKOFF_BASE_SECONDS = 2.0
-BACKOFF_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +73,7 @@ def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None
 
 
 def _lease_ms() -> int:
-    return int(settings().invoke_timeout_seconds * 1000) + LEASE_MARGIN_MS
+    return leases.lease_ms(settings().invoke_timeout_seconds)
 
 
 def invoke(run_id: str, seq: int) -> Retry | None:
@@ -286,7 +282,7 @@ def _delivery_failed(
         )
         _end(run, seq, "failed", error, invocation_id, started_at)
         return None
-    delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
+    delay = leases.backoff_seconds(failures)
     try:
         store.back_off(run, failures=failures, retry_at_ms=clock.now_ms() + int(delay * 1000))
     except StaleInvocation:

@@ -32,10 +32,9 @@ from ezgh_engine.adapters import ddb, registry_store, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run, Step
+from ezgh_engine.core.models import ENDED_STATUSES, Run, Step
 
 ACTIVE_STATUSES = ("running", "cancelling")
-ENDED_STATUSES = frozenset({"completed", "failed", "cancelled", "timedOut"})
 PENDING_STEP_STATUSES = frozenset({"sleeping", "waiting", "retrying", "running"})
 DEFAULT_OLDER_THAN_SECONDS = 300
 

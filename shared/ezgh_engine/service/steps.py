@@ -18,6 +18,7 @@ from ezgh_engine.adapters import steps_store as store
 from ezgh_engine.config import settings
 from ezgh_engine.core import retries, tokens, validation
 from ezgh_engine.core.models import LIVE_STATUSES, RunError, Step
+from ezgh_engine.core.protocol_rules import STEP_ENDED_STATUSES, end_differs, may_retry
 from ezgh_engine.errors import Forbidden, StaleInvocation, ValidationError
 
 OP_KINDS = ("start", "complete", "fail", "record", "callback", "cancel", "reject")
@@ -70,17 +71,8 @@ def apply_answer_ops(
     Raises `StaleInvocation` when the lease was lost."""
     context = _OpContext(claims, deployment_id)
     results = [context.apply(op) for op in ops]
-    return [op["stepId"] for op, result in zip(ops, results, strict=True) if _differs(op, result)]
-
-
-def _differs(op: dict[str, Any], result: dict[str, Any]) -> bool:
-    """A `recorded` answer to an op whose outcome it is not (another invocation's)."""
-    if result.get("result") != "recorded":
-        return False
-    step = result.get("step") or {}
-    if op["op"] == "fail":
-        return bool(step.get("status") != "failed" or step.get("error") != op.get("error"))
-    return bool(step.get("status") != "completed" or step.get("output") != op.get("output"))
+    pairs = zip(ops, results, strict=True)
+    return [op["stepId"] for op, result in pairs if end_differs(op, result)]
 
 
 @dataclass(frozen=True)
@@ -340,7 +332,7 @@ class _OpContext:
                 "ttl": self._expires(),
             }
             actions = [ws.step_put(self.claims.run_id, step_id, values)]
-        elif existing.status in ("completed", "failed", "cancelled"):
+        elif existing.status in STEP_ENDED_STATUSES:
             return self._recorded(step_id)
         else:
             actions = [
@@ -487,7 +479,7 @@ def _retry_at(op: dict[str, Any]) -> tuple[str | None, int | None]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValidationError(f"{field} must be an integer >= 0")
     assert isinstance(attempt, int) and isinstance(allowed, int)
-    if attempt > min(allowed, retries.MAX_RETRIES):
+    if not may_retry(attempt, allowed):
         return None, attempt
     from datetime import timedelta
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, messages
-from ezgh_engine.core.models import LIVE_STATUSES
+from ezgh_engine.core.leases import wants_invocation as wants_invocation  # the one predicate
+from ezgh_engine.core.models import ENDED_STATUSES
 from ezgh_engine.service import notifications
 
 log = logging.getLogger(__name__)
@@ -21,16 +22,6 @@ log = logging.getLogger(__name__)
 def _image(record: dict[str, Any], which: str) -> dict[str, Any] | None:
     raw = record.get("dynamodb", {}).get(which)
     return ddb.from_item(raw) if raw else None
-
-
-def wants_invocation(run: dict[str, Any] | None) -> bool:
-    """A live run with an unanswered reason to invoke and no lease (not even a backoff)."""
-    return bool(
-        run
-        and run.get("status") in LIVE_STATUSES
-        and int(run.get("invokeSeq", 0)) > int(run.get("handledSeq", 0))
-        and int(run.get("leaseUntil", 0)) == 0
-    )
 
 
 def _on_run(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -65,8 +56,8 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
     deadline = new.get("deadlineAt")
     if deadline and (not old or old.get("deadlineAt") != deadline):
         messages.schedule_timer(str(new["id"]), "$deadline", clock.parse_iso(deadline))
-    ended = ("completed", "failed", "cancelled", "timedOut")
-    if new.get("status") in ended and (not old or old.get("status") not in ended):
+    ended = new.get("status") in ENDED_STATUSES
+    if ended and (not old or old.get("status") not in ENDED_STATUSES):
         from ezgh_engine.service import waits
 
         waits.on_run_ended(new)

@@ -1,0 +1,45 @@
+"""The decisions both sides of the protocol make, written once (docs/architecture.md, "Who
+owns which decision").
+
+This module is shipped twice, byte for byte: as ``ezgh_engine.core.protocol_rules`` (the
+owner: the engine enforces these decisions) and as ``ezgh_workflows._internal.protocol_rules``
+(the SDK's copy: the SDK is distributed without the engine and must not import it, and the
+engine must not import the SDK's HTTP stack at every cold start to read a constant).
+tests/unit/test_protocol_rules.py fails when the two files differ. Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# A run's statuses once it ended, and the statuses of a live one (a run is one or the other).
+RUN_ENDED_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timedOut"})
+RUN_LIVE_STATUSES: frozenset[str] = frozenset({"running", "cancelling"})
+# A step's statuses once it ended: its outcome is recorded and replays as is.
+STEP_ENDED_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+# `retries=None` on a `run` step means this many retries (4 attempts), as Inngest and Temporal
+# retry by default; a step asks for at most MAX_RETRIES, whatever it says (docs/protocol.md).
+DEFAULT_RETRIES = 3
+MAX_RETRIES = 100
+
+
+def may_retry(attempt: int, retries: int) -> bool:
+    """Whether a retryable failure of ``attempt`` (from 1) of a step allowed ``retries``
+    retries runs again: the SDK sends such a fail at once (not held), the engine schedules
+    the retry."""
+    return attempt <= min(retries, MAX_RETRIES)
+
+
+def end_differs(op: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
+    """Whether a step end (``complete`` or ``fail``) was answered ``recorded`` with another
+    outcome than it carried: another invocation recorded the step first, so this one went on
+    with a value the run does not hold."""
+    if result.get("result") != "recorded":
+        return False
+    step = result.get("step")
+    step = step if isinstance(step, Mapping) else {}
+    if op.get("op") == "fail":
+        return bool(step.get("status") != "failed" or step.get("error") != op.get("error"))
+    return bool(step.get("status") != "completed" or step.get("output") != op.get("output"))
