@@ -179,3 +179,48 @@ def test_a_restart_mid_run_loses_nothing(dev: Dev, tmp_path: Path, how: str) -> 
     assert second == first  # dev.env is stable: the same key works
     assert dev.app_id() == app_id  # the app, its runs and its signing key are kept
     _complete_after_restart(dev, runs)
+
+
+def _poll_health_then_use_dev_env(dev: Dev, seen: list[tuple[int, int]], stop: Any) -> None:
+    """From before the process listens until told to stop: each time health answers 200,
+    read dev.env at once and call the API with its key (the script the issue describes)."""
+    url = f"http://127.0.0.1:{dev.port}/v1/health"
+    with httpx.Client(timeout=5) as http:
+        while not stop.is_set():
+            try:
+                health = http.get(url).status_code
+            except httpx.TransportError:
+                continue
+            if health != 200:
+                seen.append((health, 0))
+                continue
+            env = dev.env()
+            prefix = f"{env['EZGH_API_URL']}/v1/organizations/{env['EZGH_ORG_ID']}"
+            answer = http.get(
+                f"{prefix}/projects/{env['EZGH_PROJECT_ID']}/apps",
+                headers={"Authorization": f"Bearer {env['EZGH_API_KEY']}"},
+            )
+            seen.append((health, answer.status_code))
+            return
+
+
+def test_reset_starts_empty_and_health_waits_for_a_working_key(dev: Dev) -> None:
+    first = dev.start()
+    sleeper = dev.start_run("nap", {})
+    dev.wait_run(sleeper, _step("nap", "sleeping"))
+    dev.stop()
+    seen: list[tuple[int, int]] = []
+    stop = threading.Event()
+    poller = threading.Thread(target=_poll_health_then_use_dev_env, args=(dev, seen, stop))
+    poller.start()
+    try:
+        second = dev.start("--reset")
+    finally:
+        stop.set()
+        poller.join(30)
+    assert second["EZGH_API_KEY"] != first["EZGH_API_KEY"]
+    assert second["EZGH_PROJECT_ID"] != first["EZGH_PROJECT_ID"]
+    assert dev.api("GET", "/runs")["runs"] == []
+    # The old dev.env stood until the new one was written: health stayed 503 until then.
+    assert seen and seen[-1] == (200, 200), seen
+    assert {health for health, _ in seen[:-1]} <= {503}, seen
