@@ -360,6 +360,11 @@ def _environ(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _replay_request(app: Callable[..., Any], record: dict[str, Any]) -> bool:
+    if record.get("s") == "sqs" and "deleted" in record:
+        # Its receipt handle died with the old process: delete the messages it named.
+        params = _json(base64.b64decode(record.get("b", "")))
+        _remove_messages(params, set(record["deleted"]))
+        return True
     environ = _environ(record)
     status, _, answer = _call(app, environ)
     if not _ok(status):
@@ -369,8 +374,6 @@ def _replay_request(app: Callable[..., Any], record: dict[str, Any]) -> bool:
         params = _json(base64.b64decode(record.get("b", "")))
         if "sent" in record:
             _restore_sent(params, _json(answer), record["a"], record["sent"])
-        if record.get("deleted"):
-            _remove_messages(params, set(record["deleted"]))
     return True
 
 
