@@ -178,7 +178,7 @@ class LocalRuntime:
         if self.environments is not None:
             self.environments.prewarm()
         self._check_health()
-        self._after_reset(restore=restored)
+        self._after_reset(restore=restored, verify=True)
         saved_apps = self.dev_state.values.get("apps", {}) if restored else {}
         for spec in self.app_specs:
             name, app = local_apps.load_app(spec) if isinstance(spec, str) else spec
@@ -497,13 +497,15 @@ class LocalRuntime:
         if answer.status_code != 200 or answer.json() != {"status": "ok"}:
             raise RuntimeError(f"GET /v1/health answered {answer.status_code}: {answer.text[:500]}")
 
-    def _after_reset(self, *, restore: bool = False) -> None:
+    def _after_reset(self, *, restore: bool = False, verify: bool = False) -> None:
         """Bootstrap the admin credentials (`restore`: keep the saved ones if their key still
-        works), export them, write `dev.env`, and check its key through the API."""
+        works), export them, write `dev.env`, and (`verify`, on start) check its key through
+        the API, so health answers 200 only with a dev.env that works."""
         saved = self.dev_state.values if restore else {}
         credentials = (saved.get("orgId"), saved.get("projectId"), saved.get("apiKey"))
         if all(credentials) and self._key_works(*map(str, credentials)):
             self.org_id, self.project_id, self.api_key = map(str, credentials)
+            verify = False  # just used
         else:
             self.org_id, self.project_id, self.api_key = self._bootstrap()
         if self.persist:
@@ -511,7 +513,7 @@ class LocalRuntime:
         self.emulator.apply_env(dict(self.env))
         lines = [f"{name}={value}" for name, value in self.env.items()]
         write_atomically(self.state_dir / "dev.env", "\n".join(lines) + "\n")
-        if not self._key_works(self.org_id, self.project_id, self.api_key):
+        if verify and not self._key_works(self.org_id, self.project_id, self.api_key):
             raise RuntimeError("the admin key written to dev.env does not work")
 
     def _key_works(self, org_id: str, project_id: str, api_key: str) -> bool:
