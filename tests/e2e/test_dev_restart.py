@@ -215,6 +215,7 @@ def test_reset_starts_empty_and_health_waits_for_a_working_key(dev: Dev) -> None
     poller.start()
     try:
         second = dev.start("--reset")
+        poller.join(30)  # it ends at its first 200 (ready, so health is 200 now)
     finally:
         stop.set()
         poller.join(30)

@@ -99,3 +99,42 @@ def test_a_replay_keeps_items_stream_numbers_and_sqs_message_ids(tmp_path: Path)
         assert counts["ApproximateNumberOfMessagesDelayed"] == "1"
     finally:
         second.stop()
+
+
+def test_a_replay_keeps_s3_objects_and_schedules(tmp_path: Path) -> None:
+    big = bytes(range(256)) * 1200  # ~300 KB, binary: the engine's large payloads
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        s3, scheduler = aws.client("s3"), aws.client("scheduler")
+        s3.create_bucket(Bucket="bucket-b")
+        s3.put_object(Bucket="bucket-b", Key="small", Body=b"{}")
+        s3.put_object(Bucket="bucket-b", Key="big", Body=big)
+        s3.put_object(Bucket="bucket-b", Key="gone", Body=b"x")
+        s3.delete_object(Bucket="bucket-b", Key="gone")
+        scheduler.create_schedule_group(Name="g")
+        scheduler.create_schedule(
+            Name="s",
+            GroupName="g",
+            ScheduleExpression="at(2030-01-01T00:00:00)",
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={
+                "Arn": "arn:aws:sqs:us-east-1:123456789012:q",
+                "RoleArn": "arn:aws:iam::1:role/r",
+            },
+        )
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert second.restored.refused == 0
+        s3 = aws.client("s3")
+        assert s3.get_object(Bucket="bucket-b", Key="small")["Body"].read() == b"{}"
+        assert s3.get_object(Bucket="bucket-b", Key="big")["Body"].read() == big
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="bucket-b").get("Contents", [])]
+        assert sorted(keys) == ["big", "small"]
+        schedule = aws.client("scheduler").get_schedule(Name="s", GroupName="g")
+        assert schedule["ScheduleExpression"] == "at(2030-01-01T00:00:00)"
+    finally:
+        second.stop()
