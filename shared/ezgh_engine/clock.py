@@ -84,6 +84,7 @@ class SharedOffsetClock:
     process: the local runtime's execution environments)."""
 
     def __init__(self, path: str) -> None:
+        self.path = path
         with open(path, "r+b") as file:
             self._map = mmap.mmap(file.fileno(), _OFFSET_SIZE, access=mmap.ACCESS_READ)
 

@@ -57,6 +57,13 @@ def schedule_timer(run_id: str, step_id: str, wake_at: datetime) -> None:
     _create_schedule(body, wake_at - SCHEDULER_LEAD, run_id, f"{step_id}@{body['wakeAt']}")
 
 
+def timer_schedule_names(run_id: str, step_id: str, wake_at: str) -> list[str]:
+    """The Scheduler schedule names a long timer for this step and wake time may have: the
+    first one, and the one an early arrival made (`resend_timer`)."""
+    first = f"{step_id}@{wake_at}"
+    return [_schedule_name(run_id, first), _schedule_name(run_id, f"{first}+")]
+
+
 def _schedule_name(run_id: str, step_id: str) -> str:
     return "t-" + hashlib.sha256(f"{run_id}:{step_id}".encode()).hexdigest()[:60]
 

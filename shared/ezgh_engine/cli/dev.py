@@ -6,6 +6,7 @@ import argparse
 import logging
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 from ezgh_engine import clock
@@ -16,7 +17,7 @@ FLOWS_INTERPRETER = "ezgh_engine.interpreter.app:ezgh_flows"
 
 
 def register(subparsers: Any) -> None:
-    """Add `dev [--port 8288] [--state-dir .ezgh] [--app MODULE:ATTR]...`."""
+    """Add `dev [--port 8288] [--state-dir .ezgh] [--reset] [--app MODULE:ATTR]...`."""
     parser = subparsers.add_parser(
         "dev",
         help="run the engine locally (embedded AWS emulator, no AWS account)",
@@ -25,8 +26,16 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--port", type=int, default=8288, help="HTTP API port (default 8288)")
     parser.add_argument(
-        "--state-dir", default=".ezgh", help="where dev.env is written (default .ezgh)"
+        "--state-dir",
+        default=".ezgh",
+        help="where the engine keeps its state and writes dev.env (default .ezgh): "
+        "organization, key, apps, runs, queues, schedules and payloads survive a restart",
     )
+    parser.add_argument(
+        "--reset", action="store_true", help="start empty: delete the state kept in --state-dir"
+    )
+    # Tests: engine time from a `SkipClock.share()` file, so a test skips a sleep's days.
+    parser.add_argument("--clock-file", help=argparse.SUPPRESS)
     parser.add_argument(
         "--app",
         action="append",
@@ -37,6 +46,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--verbose", "-v", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
+
+
+def reset_state(state_dir: Path) -> None:
+    """Delete what `ezgh dev` keeps in `state_dir` (the journal, state.json, dev.env); other
+    files there stay."""
+    from ezgh_engine.local.persistence import JOURNAL_NAME, STATE_NAME
+
+    for path in (state_dir / "aws" / JOURNAL_NAME, state_dir / STATE_NAME, state_dir / "dev.env"):
+        path.unlink(missing_ok=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,9 +79,17 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     began = clock.monotonic()
+    if args.reset:
+        reset_state(Path(args.state_dir))
+    engine_clock = clock.SharedOffsetClock(args.clock_file) if args.clock_file else None
     apps = [*args.app, *([] if FLOWS_INTERPRETER in args.app else [FLOWS_INTERPRETER])]
     runtime = LocalRuntime(
-        port=args.port, state_dir=args.state_dir, apps=apps, echo=lambda s: print(s, flush=True)
+        port=args.port,
+        state_dir=args.state_dir,
+        apps=apps,
+        clock=engine_clock,
+        echo=lambda s: print(s, flush=True),
+        persist=True,
     )
     try:
         runtime.start()

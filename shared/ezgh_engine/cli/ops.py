@@ -1,6 +1,7 @@
 """`ezgh ops …`: operator commands.
 
     ezgh ops stuck-runs [--project-id UUID] [--older-than 300] [--json] [--stack EzghWorkflows]
+    ezgh ops repair [--project-id UUID] [--older-than 300] [--yes] [--json] [--stack ...]
     ezgh ops verify [--stack EzghWorkflows] [--timeout 180] [--keep] [--json]
 
 `verify` runs a canary workflow through the API (see `ezgh_engine.cli.verify`); the others
@@ -74,8 +75,9 @@ def register(subparsers: Any) -> None:
     stuck.add_argument("--stack", help="read table names from this CloudFormation stack")
     stuck.add_argument("--json", action="store_true", help="JSON for scripts")
     stuck.set_defaults(func=_stuck_runs)
-    from ezgh_engine.cli import teardown, verify
+    from ezgh_engine.cli import repair, teardown, verify
     from ezgh_engine.cli.common import connection_parent
 
     verify.register(commands, connection_parent())  # ezgh ops verify (cli/verify.py)
     teardown.register(commands)  # ezgh ops teardown (cli/teardown.py)
+    repair.register(commands)  # ezgh ops repair (cli/repair.py)

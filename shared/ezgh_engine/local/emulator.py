@@ -19,10 +19,19 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-from ezgh_engine import config
+from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
+from ezgh_engine.local.persistence import (
+    JOURNAL_NAME,
+    Journal,
+    JournalingApp,
+    Restored,
+    replay,
+    serve_journaled,
+)
 
 log = logging.getLogger("ezgh.local.emulator")
 
@@ -274,9 +283,14 @@ def prune_stream_iterators(keep: int = 200) -> None:
 class Emulator:
     """moto's `ThreadedMotoServer` on 127.0.0.1 and the environment that points boto3 at it."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, state_dir: Path | None = None) -> None:
+        """`state_dir`: keep moto's state there (a journal, `local.persistence`) and restore
+        it on `start()`; None keeps it in memory only."""
         self._port = port
         self._server: Any = None
+        self.state_dir = state_dir
+        self.journaling: JournalingApp | None = None
+        self.restored = Restored()
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
         self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
@@ -285,11 +299,22 @@ class Emulator:
         """Start the server on a free loopback port, point the process at it; return its URL."""
         from moto.server import ThreadedMotoServer
 
+        journal: Journal | None = None
+        if self.state_dir is not None:
+            if os.environ.get(ENV_DYNAMODB_URL):
+                raise ValueError(
+                    f"a state dir keeps moto's DynamoDB only; unset {ENV_DYNAMODB_URL} to use one"
+                )
+            journal = Journal(self.state_dir / JOURNAL_NAME)
         # moto's server logs every request through werkzeug at INFO: noise in tests and dev.
         werkzeug = logging.getLogger("werkzeug")
         if werkzeug.level == logging.NOTSET:
             werkzeug.setLevel(logging.WARNING)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
+        server: Any
+        if journal is None:
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
+        else:
+            server, self.journaling = serve_journaled("127.0.0.1", self._port, journal)
         server.start()
         host, port = server.get_host_and_port()
         self._server = server
@@ -303,6 +328,18 @@ class Emulator:
         stream_wakeup.install()
         serialize_dynamodb()
         lighten_dynamodb()
+        if self.journaling is not None:
+            began = clock.monotonic()
+            records = self.journaling.journal.open()
+            self.restored = replay(self.journaling.app, records)
+            if not self.restored.empty:
+                log.info(
+                    "restored %d request(s) from %s in %.2fs (%d refused)",
+                    self.restored.requests,
+                    self.journaling.journal.path,
+                    clock.monotonic() - began,
+                    self.restored.refused,
+                )
         env: dict[str, str | None] = {**_FIXED_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
         for name in _DEFAULT_ENV:
             env.setdefault(name, os.environ.get(name) or _DEFAULT_ENV[name])
@@ -336,8 +373,14 @@ class Emulator:
 
     def reset(self) -> None:
         """Wipe every resource and item in moto, and the engine's tables in DynamoDB Local
-        (the caller provisions again)."""
-        self._post_reset()
+        (the caller provisions again), and the journal with them."""
+        if self.journaling is not None:
+            with self.journaling.lock:
+                self.journaling.journal.clear()
+                self._post_reset()
+            self.restored = Restored()
+        else:
+            self._post_reset()
         if self.dynamodb_url:
             self._wipe_dynamodb_local()
         # Same endpoint, same credentials: the cached boto3 clients stay valid.
@@ -365,6 +408,9 @@ class Emulator:
             self._server.stop()
             self._server = None
             _running.discard(id(self))
+        if self.journaling is not None:
+            self.journaling.journal.close()
+            self.journaling = None
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 
@@ -73,7 +74,11 @@ def _create_table(table: Table) -> str:
             "StreamEnabled": True,
             "StreamViewType": "NEW_AND_OLD_IMAGES",
         }
-    answer = ddb.create_table(**params)
+    try:
+        answer = ddb.create_table(**params)
+    except ddb.exceptions.ResourceInUseException:  # restored from the state dir: keep it
+        described = ddb.describe_table(TableName=table_name(table))["Table"]
+        return str(described.get("LatestStreamArn", ""))
     if table.ttl_attribute:
         # moto stores the TTL setting but never expires items; set it so describe matches AWS.
         ddb.update_time_to_live(
@@ -104,6 +109,18 @@ def _create_queue(queue: Queue) -> tuple[str, str, str]:
     return url, arn, dlq_url
 
 
+def _create_bucket_and_group() -> None:
+    """The payload bucket and the timers' schedule group (kept if restored)."""
+    s3 = aws.client("s3")
+    with contextlib.suppress(
+        s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists
+    ):
+        s3.create_bucket(Bucket=BUCKET_NAME)
+    scheduler = aws.client("scheduler")
+    with contextlib.suppress(scheduler.exceptions.ConflictException):
+        scheduler.create_schedule_group(Name=SCHEDULER_GROUP)
+
+
 def provision(
     *,
     api_url: str,
@@ -113,6 +130,7 @@ def provision(
 ) -> Provisioned:
     """Create tables, queues, the bucket and the schedule group; return names and handler env.
 
+    Resources that exist already (restored from a state dir) are kept as they are.
     The caller applies `Provisioned.env` to the process (see `Emulator.apply_env`).
     """
     done = Provisioned()
@@ -128,8 +146,7 @@ def provision(
         done.queue_arns[queue.key] = arn
         done.dlq_urls[queue.key] = dlq_url
         done.env[queue.env_var] = url
-    aws.client("s3").create_bucket(Bucket=BUCKET_NAME)
-    aws.client("scheduler").create_schedule_group(Name=SCHEDULER_GROUP)
+    _create_bucket_and_group()
     done.env.update(
         {
             config.ENV_INVOCATIONS_QUEUE_ARN: done.queue_arns.get("invocations", ""),

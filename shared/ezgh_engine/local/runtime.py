@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -19,11 +20,12 @@ from ezgh_engine import clock as clock_module
 from ezgh_engine import ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import apps as local_apps
-from ezgh_engine.local import incarnation
+from ezgh_engine.local import events, incarnation
 from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.environments import Environments
 from ezgh_engine.local.handlers import Handler, resolve_all
 from ezgh_engine.local.http_bridge import ServedHttp, serve_api
+from ezgh_engine.local.persistence import DevState, write_atomically
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
 from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
 from ezgh_engine.local.scheduler import Scheduler
@@ -36,8 +38,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("ezgh.local.runtime")
 
 ENV_ISOLATION = "EZGH_LOCAL_ISOLATION"
+HEALTH_PATH = "/v1/health"
+STARTUP_HEADER = "x-ezgh-startup-check"
 Bootstrap = Callable[[], tuple[str, str, str]]
 AppSpec = str | tuple[str, Any]  # "MODULE:ATTR", or (name, PushApp)
+
+
+def _not_ready() -> dict[str, Any]:
+    body = {"error": {"code": "starting", "message": "ezgh dev is starting; dev.env is not ready"}}
+    return {
+        "statusCode": 503,
+        "headers": {"content-type": "application/json", "retry-after": "1"},
+        "body": json.dumps(body),
+    }
 
 
 def _default_bootstrap() -> tuple[str, str, str]:
@@ -71,6 +84,7 @@ class LocalRuntime:
         sqs_concurrency: int = 4,
         topology: Topology = TOPOLOGY,
         isolation: Literal["process", "thread"] | None = None,
+        persist: bool = False,
     ) -> None:
         self.port = port
         self.state_dir = Path(state_dir)
@@ -84,7 +98,16 @@ class LocalRuntime:
         self._previous_clock: clock_module.Clock | None = None
         self._token_secret = ids.secret_token()
         self.activity = Activity()
-        self.emulator = Emulator()
+        # `persist`: everything in `state_dir` survives a restart or a crash (`ezgh dev`).
+        self.persist = persist
+        self.dev_state = DevState(self.state_dir)
+        self.emulator = Emulator(state_dir=self.state_dir / "aws" if persist else None)
+        # `GET /v1/health` answers 200 only once dev.env holds a key that works (issue 15).
+        self.ready = False
+        self._startup_check = ids.secret_token()
+        self._stopping = False
+        self._shards: dict[str, str] = {}  # stream reader -> its shard (moto: one)
+        self.repaired: list[Any] = []  # what the start's reconciliation re-armed
         self.provisioned = Provisioned()
         # `EZGH_LOCAL_ISOLATION=thread` picks the old in-thread mode (to compare, bench/).
         self.isolation = isolation or (
@@ -120,10 +143,16 @@ class LocalRuntime:
 
     def _start(self) -> None:
         began = clock_module.monotonic()
+        self._stopping = False
         if self.clock is not None:
             self._previous_clock = clock_module.get_clock()
             clock_module.set_clock(self.clock)
         self.emulator.start()
+        restored = not self.emulator.restored.empty
+        if self.persist:
+            saved = self.dev_state.load() if restored else {}
+            self._token_secret = str(saved.get("tokenSecret") or self._token_secret)
+            self.dev_state.save(tokenSecret=self._token_secret)
         # Bound now, served once the handlers' environment is in place: the URL is in it.
         self.api_server = serve_api(self._invoke_api, port=self.port, track=self.activity.track)
         self.api_url = self.api_server.url
@@ -136,8 +165,12 @@ class LocalRuntime:
         self.subscriptions.install()  # before the environments copy the handlers' variables
         self._resolve()
         self._build_pollers()
+        if restored:
+            self._resume_streams(self.emulator.restored.checkpoints)
         for poller in self.pollers:
             poller.start()
+        if restored and self.emulator.restored.mappings:
+            self.subscriptions.restore(self.emulator.restored.mappings)
         self.api_server.serve()
         for url_server in self.url_servers.values():
             url_server.serve()
@@ -145,15 +178,22 @@ class LocalRuntime:
         if self.environments is not None:
             self.environments.prewarm()
         self._check_health()
-        self._after_reset()
+        self._after_reset(restore=restored, verify=True)
+        saved_apps = self.dev_state.values.get("apps", {}) if restored else {}
         for spec in self.app_specs:
             name, app = local_apps.load_app(spec) if isinstance(spec, str) else spec
             self.apps[name] = local_apps.serve_app(name, app)
+            if isinstance(saved_apps.get(name), dict):
+                self.apps[name].record = dict(saved_apps[name])
         self._register_apps()
+        if restored:
+            self._reconcile()
+        self.ready = True
         log.debug("local runtime up in %.2fs", clock_module.monotonic() - began)
 
     def stop(self) -> None:
         """Stop pollers, servers and moto; give back the environment and the clock."""
+        self._stopping = True  # the mappings dropped now stay in the journal
         self.subscriptions.uninstall()
         for poller in self.pollers:
             poller.stop(timeout=0)  # signal every one first, then wait for each
@@ -172,6 +212,7 @@ class LocalRuntime:
         if self.environments is not None:
             self.environments.kill()
             self.environments = None
+        self.ready = False
         self.emulator.stop()
         if self._previous_clock is not None:
             clock_module.set_clock(self._previous_clock)
@@ -184,6 +225,7 @@ class LocalRuntime:
         Fast (tens of milliseconds) and for tests: pollers pause, in-flight handlers get a
         few seconds to finish, moto resets, resources come back under the same names.
         """
+        self.ready = False
         self.subscriptions.clear()  # their queues go with the state
         for poller in self.pollers:
             poller.pause()
@@ -204,8 +246,11 @@ class LocalRuntime:
             if isinstance(poller, StreamPoller):
                 poller.set_stream(self._stream_arn(poller.name))
             poller.resume()
+        for served in self.apps.values():
+            served.record = {}  # the old record is gone with the state
         self._after_reset()
         self._register_apps()
+        self.ready = True
 
     def set_faults(self, plan: FaultPlan | None) -> None:
         """Inject `plan`'s faults into every poller, the scheduler and DynamoDB calls (None:
@@ -358,6 +403,10 @@ class LocalRuntime:
         return f"{self.api_url}/v1/organizations/{self.org_id}/projects/{self.project_id}"
 
     def _invoke_api(self, event: dict[str, Any]) -> Any:
+        # Until dev.env holds a key that works; the start's own check gets through.
+        checking = event.get("headers", {}).get(STARTUP_HEADER) == self._startup_check
+        if not self.ready and event.get("rawPath") == HEALTH_PATH and not checking:
+            return _not_ready()
         return self.invokers[API_FUNCTION.key](event)
 
     def _invoker_of(self, key: str) -> Callable[[dict[str, Any]], Any]:
@@ -380,6 +429,8 @@ class LocalRuntime:
         engine_clock = clock_module.get_clock()
         if isinstance(engine_clock, clock_module.SkipClock):
             return engine_clock.share()
+        if isinstance(engine_clock, clock_module.SharedOffsetClock):
+            return engine_clock.path  # `ezgh dev --clock-file`: another process skips time
         if not isinstance(engine_clock, clock_module.SystemClock):
             log.warning(
                 "%s cannot be shared with execution environments; they use the system clock",
@@ -421,11 +472,12 @@ class LocalRuntime:
                     )
                 )
             elif isinstance(source, StreamSource):
+                name = f"stream:{source.table}"
                 self.pollers.append(
                     StreamPoller(
-                        name=f"stream:{source.table}",
+                        name=name,
                         stream_arn=self.provisioned.stream_arns[source.table],
-                        invoke=invoke,
+                        invoke=self._checkpointing(name, invoke),
                         activity=self.activity,
                         batch_size=source.batch_size,
                         accepts=source.matches,
@@ -437,17 +489,120 @@ class LocalRuntime:
             poller.faults = self.faults
 
     def _check_health(self) -> None:
-        answer = httpx.get(f"{self.api_url}/v1/health", timeout=30)
+        answer = httpx.get(
+            f"{self.api_url}{HEALTH_PATH}",
+            headers={STARTUP_HEADER: self._startup_check},
+            timeout=30,
+        )
         if answer.status_code != 200 or answer.json() != {"status": "ok"}:
             raise RuntimeError(f"GET /v1/health answered {answer.status_code}: {answer.text[:500]}")
 
-    def _after_reset(self) -> None:
-        """Bootstrap the admin credentials, export them, and write `dev.env`."""
-        self.org_id, self.project_id, self.api_key = self._bootstrap()
+    def _after_reset(self, *, restore: bool = False, verify: bool = False) -> None:
+        """Bootstrap the admin credentials (`restore`: keep the saved ones if their key still
+        works), export them, write `dev.env`, and (`verify`, on start) check its key through
+        the API, so health answers 200 only with a dev.env that works."""
+        saved = self.dev_state.values if restore else {}
+        credentials = (saved.get("orgId"), saved.get("projectId"), saved.get("apiKey"))
+        if all(credentials) and self._key_works(*map(str, credentials)):
+            self.org_id, self.project_id, self.api_key = map(str, credentials)
+            verify = False  # just used
+        else:
+            self.org_id, self.project_id, self.api_key = self._bootstrap()
+        if self.persist:
+            self.dev_state.save(orgId=self.org_id, projectId=self.project_id, apiKey=self.api_key)
         self.emulator.apply_env(dict(self.env))
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         lines = [f"{name}={value}" for name, value in self.env.items()]
-        (self.state_dir / "dev.env").write_text("\n".join(lines) + "\n")
+        write_atomically(self.state_dir / "dev.env", "\n".join(lines) + "\n")
+        if verify and not self._key_works(self.org_id, self.project_id, self.api_key):
+            raise RuntimeError("the admin key written to dev.env does not work")
+
+    def _key_works(self, org_id: str, project_id: str, api_key: str) -> bool:
+        """Does the API accept this key for this project (an authenticated read)?"""
+        answer = httpx.get(
+            f"{self.api_url}/v1/organizations/{org_id}/projects/{project_id}/apps",
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=30,
+        )
+        return answer.status_code == 200
+
+    def _resume_streams(self, checkpoints: Mapping[str, Mapping[str, str]]) -> None:
+        """After a restore: each stream reader resumes after the last sequence number its
+        handler acknowledged (the replay made the same records with the same numbers)."""
+        streams = aws.client("dynamodbstreams")
+        for poller in self.pollers:
+            if not isinstance(poller, StreamPoller) or poller.name not in checkpoints:
+                continue
+            resume = {}
+            for shard_id, sequence in checkpoints[poller.name].items():
+                try:
+                    resume[shard_id] = streams.get_shard_iterator(
+                        StreamArn=poller.stream_arn,
+                        ShardId=shard_id,
+                        ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+                        SequenceNumber=sequence,
+                    )["ShardIterator"]
+                except Exception:  # read that shard from its start: at-least-once
+                    log.warning("%s: cannot resume shard %s", poller.name, shard_id, exc_info=True)
+            poller.resume_from(resume)
+
+    def _checkpointing(self, name: str, invoke: Callable[[dict[str, Any]], Any]) -> Any:
+        """`invoke` for a stream reader, journaling (unsynced: a lost one only means records
+        read again) the last sequence number of each batch its handler acknowledged."""
+        journaling = self.emulator.journaling
+        if journaling is None:
+            return invoke
+
+        def checkpointed(event: dict[str, Any]) -> Any:
+            answer = invoke(event)
+            records = event.get("Records") or []
+            if records and not events.failed_ids(answer):
+                last = records[-1]
+                sequence = last.get("dynamodb", {}).get("SequenceNumber")
+                shard_id = self._shard(name, str(last.get("eventSourceARN", "")))
+                if sequence and shard_id:
+                    journaling.note(
+                        {"t": "checkpoint", "poller": name, "shard": shard_id, "seq": sequence}
+                    )
+            return answer
+
+        return checkpointed
+
+    def mappings_changed(self) -> None:
+        """Journal the queue subscriptions' event source mappings (they live in this
+        process, not in moto), so a restart makes their pollers again."""
+        journaling = self.emulator.journaling
+        if journaling is None or self._stopping:
+            return
+        from dataclasses import asdict
+
+        from ezgh_engine.adapters import event_sources
+
+        mappings = [asdict(m) for m in list(event_sources.LOCAL.mappings.values())]
+        journaling.note({"t": "mappings", "mappings": mappings}, sync=True)
+
+    def _shard(self, name: str, stream_arn: str) -> str:
+        """The shard a stream's records come from: moto gives a table's stream one shard,
+        with a fixed ID (the event names the stream, not the shard)."""
+        if name not in self._shards:
+            description = aws.client("dynamodbstreams").describe_stream(StreamArn=stream_arn)
+            shards = description["StreamDescription"].get("Shards", [])
+            if not shards:
+                return ""
+            self._shards[name] = str(shards[-1]["ShardId"])
+        return self._shards[name]
+
+    def _reconcile(self) -> None:
+        """After a restore: re-arm what the tables say is owed and nothing will deliver
+        (`service.repair`): the same reconciliation `ezgh ops repair` runs on AWS."""
+        from ezgh_engine.service.repair import repair
+
+        try:
+            self.repaired = repair(apply=True, older_than_seconds=0)
+        except Exception:  # a best-effort safety net: the journal already restored the state
+            log.exception("reconciliation after restore failed")
+            return
+        for action in self.repaired:
+            self._echo(f"ezgh dev: re-armed {action.summary()}")
 
     def _register_apps(self) -> None:
         if not self.apps:
@@ -455,8 +610,6 @@ class LocalRuntime:
         api = local_apps.EngineApi(self.api_url, self.api_key, self.org_id, self.project_id)
         try:
             for served in self.apps.values():
-                if self.started and served.record:
-                    served.record = {}  # after a reset the old record is gone with the state
                 record = api.register(served)
                 self._echo(
                     f"app {served.name}: id={record.get('id')} url={served.url} "
@@ -464,3 +617,10 @@ class LocalRuntime:
                 )
         finally:
             api.close()
+        if self.persist:  # a restart keeps the apps (their runs) and their signing keys
+            kept = {
+                name: {"id": served.record.get("id"), "signingKey": served.record.get("signingKey")}
+                for name, served in self.apps.items()
+                if served.record
+            }
+            self.dev_state.save(apps={**self.dev_state.values.get("apps", {}), **kept})

@@ -55,12 +55,22 @@ class SubscriptionSources:
         if old is not None:
             old.stop(timeout=0)
         poller.start()
+        self._runtime.mappings_changed()
 
     def remove_event_source(self, mapping_id: str) -> None:
         with self._lock:
             poller = self.pollers.pop(mapping_id, None)
         if poller is not None:
             poller.stop(timeout=0)
+        self._runtime.mappings_changed()
+
+    def restore(self, mappings: list[dict[str, object]]) -> None:
+        """After a restart with the state kept: the mappings the journal last held, and a
+        poller for each enabled one."""
+        for values in mappings:
+            mapping = event_sources.Mapping(**values)  # type: ignore[arg-type]
+            event_sources.LOCAL.mappings[mapping.id] = mapping
+        self.restart()
 
     def clear(self, *, wait: bool = False) -> None:
         """Drop every mapping and stop their pollers (before a reset, or on stop)."""

@@ -1,0 +1,63 @@
+"""`ezgh ops repair`: re-arm the invocations and timers the runs table says are owed.
+
+    ezgh ops repair [--project-id UUID] [--older-than 300] [--yes] [--json] [--stack EzghWorkflows]
+
+Without `--yes` it only lists what it would re-arm (a dry run), as `ezgh ops teardown` does.
+What it looks for is in `ezgh_engine.service.repair`; `ezgh dev` runs the same reconciliation
+on every start from a kept state dir. Exit code: 0 nothing owed (or all re-armed with
+`--yes`), 1 something owed and not re-armed (a dry run), 2 could not check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from ezgh_engine.cli.ops import _configure
+    from ezgh_engine.service.repair import repair
+
+    try:
+        _configure(args.stack)
+        actions = repair(args.project_id, apply=args.yes, older_than_seconds=args.older_than)
+    except Exception as exc:  # an operator command: say what failed, no stack trace
+        print(f"ezgh ops repair: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(
+            json.dumps({"applied": args.yes, "repairs": [a.to_json() for a in actions]}, indent=2)
+        )
+    elif not actions:
+        print("nothing to repair")
+    else:
+        verb = "re-armed" if args.yes else "would re-arm"
+        for action in actions:
+            print(f"{verb} {action.summary()}")
+        if not args.yes:
+            print("(a dry run: --yes re-arms them)")
+    return 1 if actions and not args.yes else 0
+
+
+def register(commands: Any) -> None:
+    """Add `repair` under `ezgh ops`."""
+    parser = commands.add_parser(
+        "repair",
+        help="re-arm owed invocations and lost timers of active runs (dry run without --yes)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--project-id", help="one project (a query, not a table scan)")
+    parser.add_argument(
+        "--older-than",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="only runs whose lease ended, and timers due, at least this long ago (default 300)",
+    )
+    parser.add_argument("--yes", action="store_true", help="re-arm (without: list only)")
+    parser.add_argument("--stack", help="read table names from this CloudFormation stack")
+    parser.add_argument("--json", action="store_true", help="JSON for scripts")
+    parser.set_defaults(func=_repair)

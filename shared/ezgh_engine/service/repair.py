@@ -1,0 +1,163 @@
+"""Reconciliation: re-arm what the runs table says is owed and nothing will deliver.
+
+The engine's moving parts are messages (the invocations queue) and timers (SQS delays, and
+EventBridge Scheduler schedules for long ones). If one is lost (a purged queue, a deleted
+schedule, a crash of `ezgh dev` between a write and its stream reaction), the tables still
+say what should happen next. For each run that is `running` or `cancelling` with no live
+invocation lease (quiet for `older_than_seconds`):
+
+- an invocation owed (`invokeSeq > handledSeq`): send it again;
+- a step sleeping, retrying or waiting past its wake time (and the run's time limit, past
+  its `deadlineAt`): send its timer message now;
+- a wake time far enough ahead that its timer must be a Scheduler schedule, and neither of
+  that timer's schedule names exists: create it.
+
+Every action is idempotent in the engine (a duplicate invocation answers nothing new, a
+timer acts only if the step still holds that wake time), so repairing a healthy run does no
+harm. `ezgh ops repair` lists (and with `--yes` applies) these; `ezgh dev` applies them on
+every start from a kept state. Cost: what `service.ops.find_stuck_runs` reads (a Scan of the
+runs table without `project_id`), one query per active run, and one `GetSchedule` per far
+wake time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from botocore.exceptions import ClientError
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import messages, runs_store
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.config import settings
+from ezgh_engine.core.models import Run
+from ezgh_engine.service.ops import ACTIVE_STATUSES, _active_run_items
+from ezgh_engine.service.timers import DEADLINE_STEP
+
+TIMED_STEP_STATUSES = ("sleeping", "retrying", "waiting")
+
+
+@dataclass(frozen=True)
+class RepairAction:
+    """One thing to re-arm: `kind` is `invocation`, `timer` (send now) or `schedule`."""
+
+    run_id: str
+    project_id: str
+    kind: str
+    why: str
+    seq: int = 0
+    step_id: str = ""
+    wake_at: str = ""
+
+    def summary(self) -> str:
+        what = f"{self.kind} {self.step_id}".rstrip()
+        return f"{what} of run {self.run_id}: {self.why}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "runId": self.run_id,
+            "projectId": self.project_id,
+            "kind": self.kind,
+            "stepId": self.step_id or None,
+            "wakeAt": self.wake_at or None,
+            "seq": self.seq or None,
+            "why": self.why,
+        }
+
+
+def plan(
+    run: Run,
+    *,
+    now_ms: int,
+    older_than_seconds: float,
+    schedule_exists: Callable[[str, str, str], bool],
+    schedule_after_seconds: float,
+) -> list[RepairAction]:
+    """What to re-arm for `run` (see the module's doc); `schedule_exists(run, step, wake)`."""
+    if run.status not in ACTIVE_STATUSES:
+        return []
+    quiet_since_ms = now_ms - int(older_than_seconds * 1000)
+    if run.lease_until_ms > quiet_since_ms:
+        return []  # a live lease: its holder, or its message coming back, moves the run
+    out: list[RepairAction] = []
+    if run.invoke_seq > run.handled_seq:
+        why = f"invokeSeq {run.invoke_seq} > handledSeq {run.handled_seq}, no live lease"
+        out.append(RepairAction(run.id, run.project_id, "invocation", why, seq=run.invoke_seq))
+    timed: list[tuple[str, str, str | None]] = [
+        (s.id, s.status, s.wake_at) for s in run.steps if s.status in TIMED_STEP_STATUSES
+    ]
+    if run.deadline_at:
+        timed.append((DEADLINE_STEP, "time limit", run.deadline_at))
+    for step_id, status, wake_at in timed:
+        if not wake_at:
+            continue
+        due_ms = int(clock.parse_iso(wake_at).timestamp() * 1000)
+        if due_ms <= quiet_since_ms:
+            why = f"{status} past its wake time {wake_at}"
+            out.append(RepairAction(run.id, run.project_id, "timer", why, 0, step_id, wake_at))
+        elif due_ms - now_ms > schedule_after_seconds * 1000 and not schedule_exists(
+            run.id, step_id, wake_at
+        ):
+            why = f"{status} until {wake_at} and its timer schedule is missing"
+            out.append(RepairAction(run.id, run.project_id, "schedule", why, 0, step_id, wake_at))
+    return out
+
+
+def _schedule_exists(run_id: str, step_id: str, wake_at: str) -> bool:
+    scheduler = client("scheduler")
+    for name in messages.timer_schedule_names(run_id, step_id, wake_at):
+        try:
+            scheduler.get_schedule(Name=name, GroupName=settings().scheduler_group)
+            return True
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+    return False
+
+
+def apply_action(action: RepairAction) -> None:
+    """Re-arm one action (idempotent)."""
+    if action.kind == "invocation":
+        messages.send_invocation(action.run_id, action.seq)
+    elif action.kind in ("timer", "schedule"):
+        # Past due: a message now; ahead: the same schedule the stream would have made.
+        messages.schedule_timer(action.run_id, action.step_id, clock.parse_iso(action.wake_at))
+    else:
+        raise ValueError(f"unknown repair kind {action.kind!r}")
+
+
+def _created(run: Run) -> str:
+    return run.created_at
+
+
+def repair(
+    project_id: str | None = None, *, apply: bool = False, older_than_seconds: float = 300
+) -> list[RepairAction]:
+    """Find (and with `apply`, re-arm) what active runs are owed; oldest runs first."""
+    now = clock.now_ms()
+    # Waits further ahead than this are Scheduler schedules (SQS delays carry the rest,
+    # and a schedule fires `SCHEDULER_LEAD` early).
+    lead = messages.SCHEDULER_LEAD + timedelta(seconds=settings().sqs_max_delay_seconds)
+    actions: list[RepairAction] = []
+    heads = sorted((items.run_from(v) for v in _active_run_items(project_id)), key=_created)
+    for head in heads:
+        if head.lease_until_ms > now - int(older_than_seconds * 1000):
+            continue  # a live lease: its holder, or its message coming back, moves the run
+        run = runs_store.get_run(head.id, with_steps=True)
+        if run is None:
+            continue
+        found = plan(
+            run,
+            now_ms=now,
+            older_than_seconds=older_than_seconds,
+            schedule_exists=_schedule_exists,
+            schedule_after_seconds=lead.total_seconds(),
+        )
+        if apply:
+            for action in found:
+                apply_action(action)
+        actions.extend(found)
+    return actions

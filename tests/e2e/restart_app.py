@@ -1,0 +1,37 @@
+"""The push app `tests/e2e/test_dev_restart.py` serves in an `ezgh dev` subprocess.
+
+It lives in that process, so what a test must read (a callback's URL) goes to a file named
+by the run's input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ezgh_workflows import Context, PushApp, workflow
+
+
+@workflow("nap")
+async def nap(ctx: Context) -> Any:
+    await ctx.step.run("before", lambda: "awake")
+    await ctx.step.sleep("nap", ctx.input.get("for", "3d"))
+    return await ctx.step.run("after", lambda: "rested")
+
+
+@workflow("callback")
+async def callback(ctx: Context) -> Any:
+    cb = await ctx.step.create_callback("approve")
+    await ctx.step.run("publish", lambda: Path(ctx.input["file"]).write_text(cb.url) and cb.url)
+    return {"body": await cb.wait()}
+
+
+@workflow("message")
+async def message(ctx: Context) -> Any:
+    got = await ctx.step.wait_for_message(
+        "paid", queue_id=ctx.input["queue"], key=ctx.input["key"], timeout_seconds=86_400
+    )
+    return {"message": got}
+
+
+restarts = PushApp([nap, callback, message])

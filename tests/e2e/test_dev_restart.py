@@ -1,0 +1,227 @@
+"""Issue 15: `ezgh dev --state-dir D` keeps everything across a restart and a `kill -9`.
+
+Each test runs `ezgh dev` in a subprocess (its moto is its own) on a fixed port, with engine
+time read from a `SkipClock.share()` file this test moves (`--clock-file`), so a three-day
+sleep ends without waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ezgh_engine.clock import SkipClock
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+APP = "tests.e2e.restart_app:restarts"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Dev:
+    """One state dir, and the `ezgh dev` processes that use it, one at a time."""
+
+    def __init__(self, state_dir: Path, clock: SkipClock) -> None:
+        self.state_dir = state_dir
+        self.clock = clock
+        self.port = _free_port()
+        self.process: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+        self.http = httpx.Client(timeout=30)
+
+    def start(self, *extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "EZGH_"))}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "shared"), str(REPO / "sdk"), str(REPO)])
+        command = [sys.executable, "-m", "ezgh_engine.cli", "dev", "--port", str(self.port)]
+        command += ["--state-dir", str(self.state_dir), "--app", APP]
+        command += ["--clock-file", str(self.clock.share()), *extra]
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert self.process.stdout is not None
+        self.output = []
+        for line in self.process.stdout:
+            self.output.append(line)
+            if "ready in" in line or "could not start" in line:
+                break
+        assert any("ready in" in line for line in self.output), "".join(self.output)
+        # Keep reading, so the process never blocks on a full pipe (and a failure shows it).
+        threading.Thread(
+            target=self.output.extend, args=(self.process.stdout,), daemon=True
+        ).start()
+        return self.env()
+
+    def env(self) -> dict[str, str]:
+        lines = (self.state_dir / "dev.env").read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        self.process.communicate(timeout=60)
+        self.process = None
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        env = self.env()
+        prefix = f"{env['EZGH_API_URL']}/v1/organizations/{env['EZGH_ORG_ID']}"
+        answer = self.http.request(
+            method,
+            f"{prefix}/projects/{env['EZGH_PROJECT_ID']}{path}",
+            headers={"Authorization": f"Bearer {env['EZGH_API_KEY']}"},
+            **kwargs,
+        )
+        assert answer.status_code < 300, (answer.status_code, answer.text)
+        return answer.json() if answer.content else None
+
+    def app_id(self) -> str:
+        apps = self.api("GET", "/apps")["apps"]
+        return str(next(a["id"] for a in apps if a["name"] == "restarts"))
+
+    def start_run(self, workflow: str, input: dict[str, Any]) -> str:
+        body = {"appId": self.app_id(), "workflow": workflow, "input": input}
+        return str(self.api("POST", "/runs", json=body)["id"])
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return dict(self.api("GET", f"/runs/{run_id}"))
+
+    def wait_run(self, run_id: str, check: Any, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.run(run_id)
+            if check(run):
+                return run
+            assert time.monotonic() < deadline, (run, "".join(self.output[-40:]))
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.communicate(timeout=30)
+        self.http.close()
+
+
+def _step(name: str, status: str) -> Any:
+    return lambda run: any(s["name"] == name and s["status"] == status for s in run["steps"])
+
+
+def _ended(run: dict[str, Any]) -> bool:
+    return run["status"] in ("completed", "failed", "cancelled", "timedOut")
+
+
+@pytest.fixture()
+def dev(tmp_path: Path) -> Iterator[Dev]:
+    engine = Dev(tmp_path / "state", SkipClock())
+    yield engine
+    engine.close()
+
+
+def _mid_run(dev: Dev, tmp_path: Path) -> tuple[str, str, str, Path]:
+    """A run sleeping three days, one waiting for a callback, one waiting for a message on a
+    queue a subscription resumes runs from."""
+    queue_id = dev.api("POST", "/queues", json={"name": "replies"})["id"]
+    target = {
+        "kind": "workflow",
+        "mode": "resume",
+        "appId": dev.app_id(),
+        "workflow": "message",
+        "correlationAttribute": "orderKey",
+    }
+    dev.api("POST", "/subscriptions", json={"queueId": "replies", "target": target})
+    url_file = tmp_path / "callback-url"
+    sleeper = dev.start_run("nap", {})
+    waiter = dev.start_run("callback", {"file": str(url_file)})
+    listener = dev.start_run("message", {"queue": queue_id, "key": "order:1"})
+    dev.wait_run(sleeper, _step("nap", "sleeping"))
+    dev.wait_run(waiter, _step("approve", "waiting"))
+    dev.wait_run(listener, _step("paid", "waiting"))
+    return sleeper, waiter, listener, url_file
+
+
+def _complete_after_restart(dev: Dev, runs: tuple[str, str, str, Path]) -> None:
+    sleeper, waiter, listener, url_file = runs
+    answer = dev.http.post(url_file.read_text(), json={"ok": True})
+    assert answer.status_code == 200, answer.text
+    sent = {"body": "paid", "attributes": {"orderKey": "order:1"}}
+    dev.api("POST", "/queues/replies/messages", json={"messages": [sent]})
+    done = dev.wait_run(waiter, _ended)
+    assert done["status"] == "completed" and done["output"] == {"body": {"ok": True}}, done
+    done = dev.wait_run(listener, _ended)  # before the clock moves past its wait's timeout
+    assert done["status"] == "completed" and done["output"]["message"]["body"] == "paid", done
+    assert dev.run(sleeper)["status"] == "running"
+    dev.clock.advance(timedelta(days=3, minutes=1))
+    done = dev.wait_run(sleeper, _ended)
+    assert done["status"] == "completed" and done["output"] == "rested", done
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill-9"])
+def test_a_restart_mid_run_loses_nothing(dev: Dev, tmp_path: Path, how: str) -> None:
+    first = dev.start()
+    app_id = dev.app_id()
+    runs = _mid_run(dev, tmp_path)
+    dev.stop(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+    second = dev.start()
+    assert second == first  # dev.env is stable: the same key works
+    assert dev.app_id() == app_id  # the app, its runs and its signing key are kept
+    _complete_after_restart(dev, runs)
+
+
+def _poll_health_then_use_dev_env(dev: Dev, seen: list[tuple[int, int]], stop: Any) -> None:
+    """From before the process listens until told to stop: each time health answers 200,
+    read dev.env at once and call the API with its key (the script the issue describes)."""
+    url = f"http://127.0.0.1:{dev.port}/v1/health"
+    with httpx.Client(timeout=5) as http:
+        while not stop.is_set():
+            try:
+                health = http.get(url).status_code
+            except httpx.TransportError:
+                continue
+            if health != 200:
+                seen.append((health, 0))
+                continue
+            env = dev.env()
+            prefix = f"{env['EZGH_API_URL']}/v1/organizations/{env['EZGH_ORG_ID']}"
+            answer = http.get(
+                f"{prefix}/projects/{env['EZGH_PROJECT_ID']}/apps",
+                headers={"Authorization": f"Bearer {env['EZGH_API_KEY']}"},
+            )
+            seen.append((health, answer.status_code))
+            return
+
+
+def test_reset_starts_empty_and_health_waits_for_a_working_key(dev: Dev) -> None:
+    first = dev.start()
+    sleeper = dev.start_run("nap", {})
+    dev.wait_run(sleeper, _step("nap", "sleeping"))
+    dev.stop()
+    seen: list[tuple[int, int]] = []
+    stop = threading.Event()
+    poller = threading.Thread(target=_poll_health_then_use_dev_env, args=(dev, seen, stop))
+    poller.start()
+    try:
+        second = dev.start("--reset")
+        poller.join(30)  # it ends at its first 200 (ready, so health is 200 now)
+    finally:
+        stop.set()
+        poller.join(30)
+    assert second["EZGH_API_KEY"] != first["EZGH_API_KEY"]
+    assert second["EZGH_PROJECT_ID"] != first["EZGH_PROJECT_ID"]
+    assert dev.api("GET", "/runs")["runs"] == []
+    # The old dev.env stood until the new one was written: health stayed 503 until then.
+    assert seen and seen[-1] == (200, 200), seen
+    assert {health for health, _ in seen[:-1]} <= {503}, seen

@@ -1,0 +1,77 @@
+"""`ezgh ops repair` (issue 15): re-arm a lost invocation message and a lost timer schedule."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from ezgh_engine.adapters import aws
+from ezgh_engine.cli.main import main
+from ezgh_engine.config import settings
+from ezgh_engine.local.pollers import SqsPoller
+
+from tests.e2e.test_durable_runs import wait_ended, wait_sleeping
+
+pytestmark = pytest.mark.e2e
+
+
+def _repair(*args: str) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["ops", "repair", "--older-than", "0", "--json", *args])
+    return code, json.loads(out.getvalue())
+
+
+def _kinds(answer: dict[str, Any], run_id: str) -> list[str]:
+    return [r["kind"] for r in answer["repairs"] if r["runId"] == run_id]
+
+
+def test_repair_re_arms_a_lost_timer_schedule(engine, client, app_id):
+    run = client.start_run(app_id, "onboarding", {})
+    wait_sleeping(engine, client, run["id"])
+    scheduler = aws.client("scheduler")
+    group = settings().scheduler_group
+    timers = engine.wait_for(lambda: scheduler.list_schedules(GroupName=group)["Schedules"])
+    for schedule in timers:
+        scheduler.delete_schedule(GroupName=group, Name=schedule["Name"])  # the timer is lost
+    assert _repair() == (1, _repair()[1])  # a dry run changes nothing, and says so
+    code, answer = _repair()
+    assert code == 1 and _kinds(answer, run["id"]) == ["schedule"], answer
+    assert not scheduler.list_schedules(GroupName=group)["Schedules"]
+    code, answer = _repair("--yes")
+    assert code == 0 and answer["applied"] and _kinds(answer, run["id"]) == ["schedule"]
+    assert len(scheduler.list_schedules(GroupName=group)["Schedules"]) == 1
+    assert _repair() == (0, {"applied": False, "repairs": []})  # healthy now
+    engine.clock.advance(timedelta(days=3, minutes=1))
+    done = wait_ended(engine, client, run["id"])
+    assert done["status"] == "completed", done
+
+
+def test_repair_re_arms_a_lost_invocation_message(engine, client, app_id):
+    invoker = next(
+        p for p in engine.pollers if isinstance(p, SqsPoller) and "invocations" in p.name
+    )
+    invoker.pause()
+    sqs = aws.client("sqs")
+    url = settings().invocations_queue_url
+
+    def queued() -> int:
+        counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        names = ("", "NotVisible", "Delayed")
+        return sum(int(counts[f"ApproximateNumberOf Messages{n}".replace(" ", "")]) for n in names)
+
+    try:
+        run = client.start_run(app_id, "onboarding", {})
+        engine.wait_for(lambda: client.get_run(run["id"]) and queued() >= 1, timeout=30)
+        engine.wait_for(lambda: invoker.parked.is_set(), timeout=30)
+        sqs.purge_queue(QueueUrl=url)  # the run's invocation message is lost
+        code, answer = _repair("--yes")
+        assert code == 0 and _kinds(answer, run["id"]) == ["invocation"], answer
+    finally:
+        invoker.resume()
+    sleeping = wait_sleeping(engine, client, run["id"])
+    assert [s["name"] for s in sleeping["steps"]][:2] == ["load-user", "welcome-email"]
