@@ -214,3 +214,20 @@ def report_error(args: argparse.Namespace, exc: CliError) -> None:
     if exc.status is not None:
         error["status"] = exc.status
     print(json.dumps({"error": error}), file=sys.stderr)
+
+
+# Operator commands read the tables directly; they need no API, but settings want a URL.
+_NO_API_URL = "http://ezgh-ops.invalid"
+
+
+def configure_stack(stack: str | None) -> None:
+    """Point the engine's settings at a deployed stack's resources (`--stack NAME`), or at
+    the environment's when no stack is named."""
+    from ezgh_engine import config
+
+    if stack:
+        from ezgh_engine.cli.bootstrap import engine_env, stack_outputs
+
+        os.environ.update(engine_env(stack_outputs(stack)))
+    os.environ.setdefault(config.ENV_API_URL, _NO_API_URL)
+    config.reset_settings()

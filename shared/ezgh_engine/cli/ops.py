@@ -16,30 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
-from ezgh_engine import config
-
-# `ops` never calls the API, but the engine's settings require its URL.
-_NO_API_URL = "http://ezgh-ops.invalid"
-
-
-def _configure(stack: str | None) -> None:
-    if stack:
-        from ezgh_engine.cli.bootstrap import engine_env, stack_outputs
-
-        os.environ.update(engine_env(stack_outputs(stack)))
-    os.environ.setdefault(config.ENV_API_URL, _NO_API_URL)
-    config.reset_settings()
+from ezgh_engine.cli.common import configure_stack
 
 
 def _stuck_runs(args: argparse.Namespace) -> int:
     from ezgh_engine.service.ops import find_stuck_runs
 
     try:
-        _configure(args.stack)
+        configure_stack(args.stack)
         stuck = find_stuck_runs(args.project_id, older_than_seconds=args.older_than)
     except Exception as exc:  # an operator command: say what failed, no stack trace
         print(f"ezgh ops stuck-runs: {exc}", file=sys.stderr)

@@ -17,11 +17,11 @@ from typing import Any
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from ezgh_engine.cli.ops import _configure
+    from ezgh_engine.cli.common import configure_stack
     from ezgh_engine.service.repair import repair
 
     try:
-        _configure(args.stack)
+        configure_stack(args.stack)
         actions = repair(args.project_id, apply=args.yes, older_than_seconds=args.older_than)
     except Exception as exc:  # an operator command: say what failed, no stack trace
         print(f"ezgh ops repair: {exc}", file=sys.stderr)

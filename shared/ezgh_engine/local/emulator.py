@@ -24,6 +24,7 @@ from typing import Any
 
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
+from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
 from ezgh_engine.local.persistence import (
     JOURNAL_NAME,
     Journal,
@@ -35,8 +36,6 @@ from ezgh_engine.local.persistence import (
 
 log = logging.getLogger("ezgh.local.emulator")
 
-REGION = "us-east-1"
-ACCOUNT_ID = "123456789012"  # moto's default account
 
 # Set for the emulator's lifetime; the previous values come back on `stop()`.
 _FIXED_ENV = {
@@ -394,8 +393,6 @@ class Emulator:
     def _wipe_dynamodb_local(self) -> None:
         """Delete the local runtime's tables (`resources.NAME_PREFIX`) from DynamoDB Local:
         in memory a delete is immediate, and a new table comes with a new stream."""
-        from ezgh_engine.local.resources import NAME_PREFIX
-
         ddb = aws.client("dynamodb")
         for page in ddb.get_paginator("list_tables").paginate():
             for name in page.get("TableNames", []):

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ezgh_engine.local.account import ACCOUNT_ID, REGION
+
 log = logging.getLogger("ezgh.local.persistence")
 
 JOURNAL_NAME = "journal.log"
@@ -192,8 +194,6 @@ def _ok(status: str) -> bool:
 
 def _sqs_queue(queue_url: str) -> Any:
     from moto.sqs.models import sqs_backends
-
-    from ezgh_engine.local.emulator import ACCOUNT_ID, REGION
 
     name = str(queue_url).rstrip("/").split("/")[-1]
     return sqs_backends[ACCOUNT_ID][REGION].queues.get(name)

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 
 from ezgh_engine import config
 from ezgh_engine.adapters import aws
-from ezgh_engine.local.emulator import ACCOUNT_ID
+from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX
 from ezgh_engine.service.pull import ENV_TASK_WORKER_ROLE
 from ezgh_engine.topology import TOPOLOGY, Queue, Table, Topology
 
-NAME_PREFIX = "ezgh-local"
 BUCKET_NAME = f"{NAME_PREFIX}-payloads"
 SCHEDULER_GROUP = "ezgh-timers"
 # moto does not check IAM; any well-formed role ARN will do.
