@@ -68,17 +68,7 @@ def test_non_retryable_error_fails_at_once(engine, client, app_id):
     assert CALLS["never-retry"] == 1
 
 
-# Known open (docs/guarantees.md, issue 14): a parent's cancel racing its child's end can
-# leave the parent's wait step `failed` instead of `cancelled`; seen in about 1 of 3 full runs
-# since handlers run in processes. Reported, not allowed to block a landing, until fixed.
-CANCEL_CASCADE_RACE = pytest.mark.xfail(
-    reason="parent cancel vs child end race (issue 14, open)", strict=False
-)
-
-
-@pytest.mark.parametrize(
-    "kind", ["sleep", "callback", pytest.param("child", marks=CANCEL_CASCADE_RACE), "message"]
-)
+@pytest.mark.parametrize("kind", ["sleep", "callback", "child", "message"])
 def test_cancelling_during_a_wait_runs_cleanup(engine, client, app_id, kind):
     run = client.start_run(app_id, "waiter", {"kind": kind, "queue": "q1", "key": "k1"})
     status = "sleeping" if kind == "sleep" else "waiting"
