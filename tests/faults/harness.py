@@ -9,6 +9,7 @@ lost, duplicated or stuck, and why.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections import Counter
@@ -118,11 +119,24 @@ def _schedule_times() -> list[datetime]:
             except Exception:
                 continue
             match = _AT.match(got.get("ScheduleExpression", ""))
-            if match:
+            if match and not _year_limit_timer(got):
                 times.append(datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC))
         token = answer.get("NextToken")
         if not token:
             return times
+
+
+def _year_limit_timer(schedule: dict[str, Any]) -> bool:
+    """A run's one-year-limit timer (armed for every run): not a thing the campaign waits
+    for, or skipping to it would time out every run still owed a callback."""
+    try:
+        body = json.loads(schedule.get("Target", {}).get("Input", "{}"))
+        deadline = body.get("stepId") == "$deadline"
+        return bool(
+            deadline and clock.parse_iso(body["wakeAt"]) - clock.now() > timedelta(days=300)
+        )
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def next_due(plan: FaultPlan) -> datetime | None:

@@ -65,11 +65,31 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
     deadline = new.get("deadlineAt")
     if deadline and (not old or old.get("deadlineAt") != deadline):
         messages.schedule_timer(str(new["id"]), "$deadline", clock.parse_iso(deadline))
+    _year_limit_timer(old, new)
     ended = ("completed", "failed", "cancelled", "timedOut")
     if new.get("status") in ended and (not old or old.get("status") not in ended):
         from ezgh_engine.service import waits
 
         waits.on_run_ended(new)
+
+
+def _year_limit_timer(old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+    """Every live run holds a timer for its one-year limit: armed when it is written live
+    (at its start, and again by a RetryRun), deleted when it ends, so the Scheduler holds one
+    schedule per live run. A name per run and time: a repeated record changes nothing."""
+    from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
+
+    if not new.get("createdAt"):
+        return
+    run_id, limit = str(new["id"]), year_limit(str(new["createdAt"]))
+    live = str(new.get("status")) in LIVE_STATUSES
+    was_live = old is not None and str(old.get("status")) in LIVE_STATUSES
+    if live and not was_live:
+        messages.schedule_timer(run_id, DEADLINE_STEP, clock.parse_iso(limit))
+    elif was_live and not live:
+        messages.drop_timer(run_id, DEADLINE_STEP, limit)
+        if new.get("deadlineAt"):
+            messages.drop_timer(run_id, DEADLINE_STEP, str(new["deadlineAt"]))
 
 
 def handle_record(record: dict[str, Any]) -> None:
