@@ -16,7 +16,7 @@ from typing import Any
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, payloads, registry_store, runs_store
-from ezgh_engine.adapters.push import PROTOCOL_VERSION, AppUnreachable, invoke_app
+from ezgh_engine.adapters.push import PROTOCOL_VERSION, AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core import tokens
@@ -148,6 +148,10 @@ def _invoke_leased(
     try:
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
+    except AppTimedOut as exc:
+        if fail_overrunning_steps(run, now_ms, lease_ms):
+            return _invoke_again(run, at_once=True)
+        return _delivery_failed(run, seq, exc, invocation_id, started_at)
     except AppUnreachable as exc:
         return _delivery_failed(run, seq, exc, invocation_id, started_at)
     except outcome_rules.MalformedOutcome as exc:
@@ -184,14 +188,71 @@ def _invoke_leased(
     return None
 
 
-def _invoke_again(run: Run) -> Retry | None:
+def _invoke_again(run: Run, *, at_once: bool = False) -> Retry | None:
     """The answer was not applied (it conflicts with recorded steps): release the lease
-    soon and let the message come back, so the next invocation replays what is recorded."""
+    soon and let the message come back, so the next invocation replays what is recorded.
+    `at_once`: the lease ends now, so the invocation that had it starts nothing more."""
+    release_at = clock.now_ms() + (0 if at_once else 1000)
     try:
-        store.back_off(run, failures=run.invoke_failures, retry_at_ms=clock.now_ms() + 1000)
+        store.back_off(run, failures=run.invoke_failures, retry_at_ms=release_at)
     except StaleInvocation:
         return None
     return Retry(after_seconds=1)
+
+
+STEP_TIMED_OUT = "workflows.step_timed_out"
+
+
+def step_timed_out_error(step_name: str) -> dict[str, str]:
+    """The error of a step still running when its invocation's time ran out."""
+    limit = settings().invoke_timeout_seconds
+    return {
+        "code": STEP_TIMED_OUT,
+        "name": "StepTimedOut",
+        "message": (
+            f"step {step_name!r} was still running when its invocation reached the invoke "
+            f"timeout of {limit:g} s (EZGH_INVOKE_TIMEOUT_SECONDS); a step must end within it"
+        ),
+    }
+
+
+def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> int:
+    """The app did not answer within the invoke timeout: fail, once and without a retry,
+    every step this invocation started that is still running (its body may be running
+    still; another attempt would run beside it, and would overrun the same way). Answer how
+    many were failed; 0 means the app hung elsewhere, a delivery failure like any other.
+
+    Each is the `fail` op the invocation itself would send, under its own lease: a step
+    another epoch started, or one that ended meanwhile, is not touched."""
+    from ezgh_engine.service import steps as step_calls
+
+    current = runs_store.get_run(run.id)
+    running = [s for s in (current.steps if current else ()) if s.status == "running"]
+    if not running or current is None or current.epoch != run.epoch:
+        return 0
+    claims = tokens.InvocationClaims(
+        run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
+    )
+    failed = 0
+    for step in running:
+        op: dict[str, Any] = {
+            "op": "fail",
+            "stepId": step.id,
+            "error": step_timed_out_error(step.name),
+            "retryable": False,
+            "attempt": step.attempt,
+        }
+        if step.inline:  # started by a mark on the step before: its item is made now
+            op["inline"] = {"name": step.name, "order": step.order, "startedAt": step.started_at}
+        try:
+            differs = step_calls.apply_answer_ops(claims, None, [op])
+        except (StaleInvocation, ValidationError) as exc:
+            log.info("run %s: could not fail overrunning step %s: %s", run.id, step.id, exc)
+            continue
+        if not differs:
+            log.warning("run %s: step %s overran the invoke timeout; failed", run.id, step.id)
+            failed += 1
+    return failed
 
 
 def _with_lease(full: Run, leased: Run) -> Run:
