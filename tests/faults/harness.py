@@ -210,12 +210,12 @@ def settle(engine: LocalRuntime, plan: FaultPlan, timeout: float = 60.0) -> bool
 
 
 def _start(client: WorkflowsClient, app_id: str, program: list[Any], key: str) -> str:
-    """Start a run, retrying a throttled (5xx) answer with the same run key."""
+    """Start a run, retrying a throttled (429 or 5xx) answer with the same run key."""
     for _ in range(20):
         try:
             return str(client.start_run(app_id, "interp", {"program": program}, run_key=key)["id"])
         except ApiError as exc:
-            if exc.status < 500:
+            if exc.status < 500 and exc.status != 429:
                 raise
         except httpx.HTTPError:
             pass
@@ -241,7 +241,7 @@ def _post_callbacks(posted: set[tuple[str, str]]) -> int:
             posted.add((run_id, name))
             sent += 1
             again = httpx.post(url, json={"cb": "again"}, timeout=30)  # completes once only
-            assert again.status_code == 409 or again.status_code >= 500, again.text
+            assert again.status_code in (409, 429) or again.status_code >= 500, again.text
     return sent
 
 
