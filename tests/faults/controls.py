@@ -130,6 +130,7 @@ class ControlFigures:
     left_over: int = 0  # items or objects of a deleted or expired run
     unfinished: int = 0
     long_steps: int = 0
+    app_deleted: bool = False  # this batch deleted its app midway
     faults: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -234,9 +235,16 @@ def _all_ended(cases: list[_Case]) -> bool:
 
 
 def run_controlled_batch(
-    engine: LocalRuntime, drawn: list[dict[str, Any]], plan: FaultPlan, *, label: str
+    engine: LocalRuntime,
+    drawn: list[dict[str, Any]],
+    plan: FaultPlan,
+    *,
+    label: str,
+    delete_app_round: int | None = None,
 ) -> ControlFigures:
-    """Start the drawn runs under `plan`, apply their controls, drive time, then judge."""
+    """Start the drawn runs under `plan`, apply their controls, drive time, then judge.
+    With `delete_app_round`, DeleteApp at that settled round: every run still live must
+    then end `failed` with `workflows.app_deleted`, promptly, none stuck."""
     engine.set_faults(None)
     engine.reset()
     fault_app.reset()
@@ -251,10 +259,10 @@ def run_controlled_batch(
         plan.alias(run_id, f"c{i}")
         cases.append(_Case(run_id, case["program"], case["control"], case["round"]))
         figures.controls[case["control"]] += 1
-    for case in cases:  # round 0: a cancel while the run's first invocation may be running
-        if case.control == "cancel" and case.round == 0:
-            status = _call(client.cancel_run, case.run_id)
-            case.cancel = "accepted" if status == 200 else "refused"
+    for one in cases:  # round 0: a cancel while the run's first invocation may be running
+        if one.control == "cancel" and one.round == 0:
+            status = _call(client.cancel_run, one.run_id)
+            one.cancel = "accepted" if status == 200 else "refused"
     began, posted = clock.monotonic(), set[tuple[str, str]]()
     out_of_time = True
     for round_ in range(h.MAX_ROUNDS):
@@ -265,6 +273,9 @@ def run_controlled_batch(
         if h._post_callbacks(posted) or not settled:
             continue
         with plan.paused():
+            if round_ == delete_app_round:
+                figures.app_deleted = _call(client.delete_app, app_id) == 200
+                continue
             if _apply_controls(client, cases, round_):
                 continue
             if _all_ended(cases) and not plan.pending_due():
@@ -358,6 +369,9 @@ def check_controlled(
         want = "cancelled" if case.cancel == "accepted" else "completed"
         if case.control in ("delete", "expire"):
             want = run.status if run.ended else "ended"  # its removal is what is judged
+        app_gone = run.error is not None and run.error.code == "workflows.app_deleted"
+        if figures.app_deleted and run.status == "failed" and app_gone:
+            want = "failed"  # live when its app was deleted: ends failed, visibly
         if run.status != want:
             figures.wrong_status += 1
             figures.problems.append(

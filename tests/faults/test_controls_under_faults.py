@@ -12,6 +12,7 @@ import os
 import pytest
 from ezgh_engine.local.faults import FaultPlan
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
 
 from tests.faults import controls
 
@@ -66,3 +67,35 @@ def test_controls_under_faults_end_every_run_as_its_control_says(runtime, reques
     assert not total.problems, "\n".join(total.problems)
     assert total.wrong_status == total.stuck == total.duplicated == total.left_over == 0
     assert sum(total.faults.values()) > 0
+
+
+def test_deleting_the_app_midway_ends_every_live_run_failed(runtime, request):
+    """DeleteApp at a drawn round of a controlled batch: each run ends as its control says,
+    or, if it was live then, `failed` with `workflows.app_deleted`; none stuck, none left
+    with a step pending (the stuck shapes of a deleted app's runs)."""
+    fault_seed = int(request.config.getoption("--fault-seed"))
+    seen: list[controls.ControlFigures] = []
+
+    @seed(fault_seed + 15)
+    @settings(
+        max_examples=1,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(drawn=controls.batch(5), at=st.integers(1, 3))
+    def campaign(drawn, at):
+        plan = FaultPlan.everything(fault_seed * 1000 + 900, 0.03, throttle=0.01, kill=0.05)
+        figures = controls.run_controlled_batch(
+            runtime, drawn, plan, label="app", delete_app_round=at
+        )
+        if figures.problems:
+            figures.problems.append(f"app cases: {json.dumps(drawn)}, deleted at round {at}")
+        seen.append(figures)
+
+    campaign()
+    [figures] = seen
+    print("\napp deletion batch:", figures.runs, "runs,", figures.completed, "completed")
+    assert figures.app_deleted
+    assert not figures.problems, "\n".join(figures.problems)
