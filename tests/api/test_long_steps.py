@@ -8,6 +8,8 @@ first body still ran, four times over, and the run ended `workflows.app_unreacha
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,6 +26,15 @@ from tests.api.test_step_writes import _run
 APP = SimpleNamespace(kind="push", name="app", notifications=None)
 
 
+@pytest.fixture
+def skip_clock() -> Iterator[clock.SkipClock]:
+    previous = clock.get_clock()
+    skipping = clock.SkipClock()
+    clock.set_clock(skipping)
+    yield skipping
+    clock.set_clock(previous)
+
+
 def _start(token: str, step_id: str, name: str, attempt: int = 1) -> dict[str, Any]:
     ops = [{"op": "start", "stepId": step_id, "name": name, "attempt": attempt}]
     return steps.apply_ops(token, {"ops": ops})["results"][0]
@@ -34,7 +45,8 @@ class LongStepApp:
     invoker's call times out; later invocations answer what the SDK would (the failed step
     raises in the workflow, which fails the run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, body_seconds: float = 301) -> None:
+        self.body_seconds = body_seconds  # engine time the body has run at the timeout
         self.requests: list[dict[str, Any]] = []
         self.bodies_started = 0
         self.first_token = ""
@@ -50,13 +62,16 @@ class LongStepApp:
                 self.bodies_started += 1
             if not self.first_token:
                 self.first_token = request["api"]["token"]
+            skipping = clock.get_clock()
+            assert isinstance(skipping, clock.SkipClock)
+            skipping.advance(timedelta(seconds=self.body_seconds))
             raise push.AppTimedOut("app did not answer within 300 s")
         error = step["error"]
         return {"protocol": "1.3", "outcome": "failed", "error": error}
 
 
 def test_a_step_longer_than_the_invoke_timeout_fails_once_naming_the_limit(
-    aws_env: None, monkeypatch: pytest.MonkeyPatch
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
 ) -> None:
     app = LongStepApp()
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
@@ -78,7 +93,7 @@ def test_a_step_longer_than_the_invoke_timeout_fails_once_naming_the_limit(
     with pytest.raises(StaleInvocation):
         steps.apply_ops(app.first_token, late)
 
-    clock.get_clock()  # the message comes back: the next invocation sees the failed step
+    # The message comes back: the next invocation sees the failed step.
     assert invoker.invoke(run.id, int(raw["invokeSeq"])) is None
     done = runs_store.get_run(run.id)
     assert done is not None and done.status == "failed", done
@@ -103,9 +118,7 @@ def test_an_app_that_hangs_before_any_step_is_a_delivery_failure(
     assert runs_store.get_run(run.id).steps == ()  # type: ignore[union-attr]
 
 
-def test_a_read_timeout_is_app_timed_out(
-    aws_env: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_read_timeout_is_app_timed_out(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only a read timeout (the app took the request) is a timeout; a refused connection
     is unreachable, as before."""
 
@@ -125,3 +138,25 @@ def test_a_read_timeout_is_app_timed_out(
     with pytest.raises(push.AppUnreachable) as unreachable:
         push.invoke_app(app, {"type": "invoke", "invocationId": "i", "run": {"id": "r"}})  # type: ignore[arg-type]
     assert not isinstance(unreachable.value, push.AppTimedOut)
+
+
+def test_a_step_started_late_in_a_timed_out_invocation_keeps_the_lease(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """A step that had run less than half the limit when the invocation timed out (the
+    steps before it took the time) is not failed: the lease is kept to its end, so its body
+    may record itself, and no other attempt starts beside it meanwhile."""
+    app = LongStepApp(body_seconds=10)
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", app)
+    run = _run()
+    began = clock.now_ms()
+    retry = invoker.invoke(run.id, 1)
+    assert retry is not None and retry.after_seconds > 300  # held to the lease's end
+    [step] = runs_store.get_run(run.id).steps  # type: ignore[union-attr]
+    assert step.status == "running"
+    assert int(_raw_run(run.id)["leaseUntil"]) >= began + invoker._lease_ms()
+    late = {"ops": [{"op": "complete", "stepId": "long#1", "output": "done"}]}
+    assert steps.apply_ops(app.first_token, late)["results"][0]["result"] == "ok"
+    [step] = runs_store.get_run(run.id).steps  # type: ignore[union-attr]
+    assert step.status == "completed" and app.bodies_started == 1

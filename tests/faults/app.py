@@ -136,7 +136,20 @@ async def _long(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
         return {"caught": exc.code}
 
 
-CONTROL_OPS = {"crash": _crash, "long": _long}
+async def _msg2(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
+    """`msg2`: two waits in a row on one queue and key (the harness sends one message to
+    each, named after its wait): a message delivered twice must resume one wait only."""
+    key = f"{ctx.run_id}-{op['name']}"
+    got = []
+    for part in ("a", "b"):
+        message = await ctx.step.wait_for_message(
+            f"{op['name']}-{part}", queue_id=ctx.input["queue"], key=key, timeout_seconds=86_400
+        )
+        got.append(message["body"] if isinstance(message, dict) else message)
+    return got
+
+
+CONTROL_OPS = {"crash": _crash, "long": _long, "msg2": _msg2}
 
 
 class CountingApp(FaultyApp):

@@ -149,7 +149,13 @@ def _invoke_leased(
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
     except AppTimedOut as exc:
-        if fail_overrunning_steps(run, now_ms, lease_ms):
+        failed, young = fail_overrunning_steps(run, now_ms, lease_ms)
+        if young:
+            # A step started late in the invocation still runs: keep the lease to its end
+            # (its body may finish and record itself), so no attempt runs beside it.
+            hold = now_ms + lease_ms
+            return _delivery_failed(run, seq, exc, invocation_id, started_at, until_ms=hold)
+        if failed:
             return _invoke_again(run, at_once=True)
         return _delivery_failed(run, seq, exc, invocation_id, started_at)
     except AppUnreachable as exc:
@@ -216,11 +222,13 @@ def step_timed_out_error(step_name: str) -> dict[str, str]:
     }
 
 
-def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> int:
-    """The app did not answer within the invoke timeout: fail, once and without a retry,
-    every step this invocation started that is still running (its body may be running
-    still; another attempt would run beside it, and would overrun the same way). Answer how
-    many were failed; 0 means the app hung elsewhere, a delivery failure like any other.
+def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, int]:
+    """The app did not answer within the invoke timeout (the invocation began at `now_ms`):
+    fail, once and without a retry, every step this invocation started that is still
+    running and has run for at least half the limit (its body may be running still; another
+    attempt would run beside it, and would overrun the same way). Answer how many were
+    failed, and how many younger steps still run (started late in the invocation: they are
+    given the rest of the lease rather than failed for the time steps before them took).
 
     Each is the `fail` op the invocation itself would send, under its own lease: a step
     another epoch started, or one that ended meanwhile, is not touched."""
@@ -229,12 +237,17 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> int:
     current = runs_store.get_run(run.id)
     running = [s for s in (current.steps if current else ()) if s.status == "running"]
     if not running or current is None or current.epoch != run.epoch:
-        return 0
+        return 0, 0
     claims = tokens.InvocationClaims(
         run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
     )
+    half_ms = int(settings().invoke_timeout_seconds * 500)
+    cutoff_ms = clock.now_ms() - half_ms
+    young = [s for s in running if s.started_at and _ms(s.started_at) > cutoff_ms]
     failed = 0
     for step in running:
+        if step in young:
+            continue
         op: dict[str, Any] = {
             "op": "fail",
             "stepId": step.id,
@@ -252,7 +265,11 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> int:
         if not differs:
             log.warning("run %s: step %s overran the invoke timeout; failed", run.id, step.id)
             failed += 1
-    return failed
+    return failed, len(young)
+
+
+def _ms(iso: str) -> int:
+    return int(clock.parse_iso(iso).timestamp() * 1000)
 
 
 def _with_lease(full: Run, leased: Run) -> Run:
@@ -331,8 +348,16 @@ def _past_deadline(run: Run) -> bool:
 
 
 def _delivery_failed(
-    run: Run, seq: int, exc: AppUnreachable, invocation_id: str, started_at: str
+    run: Run,
+    seq: int,
+    exc: AppUnreachable,
+    invocation_id: str,
+    started_at: str,
+    *,
+    until_ms: int = 0,
 ) -> Retry | None:
+    """Count a failed delivery and back off (2 s doubling, at most 5 min; at least until
+    `until_ms`), or end the run once the budget is spent."""
     failures = run.invoke_failures + 1
     log.warning("run %s: delivery %d failed: %s", run.id, failures, exc.message)
     if failures >= settings().invoke_max_attempts and run.status == "cancelling":
@@ -347,6 +372,7 @@ def _delivery_failed(
         _end(run, seq, "failed", error, invocation_id, started_at)
         return None
     delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
+    delay = max(delay, (until_ms - clock.now_ms()) / 1000)
     try:
         store.back_off(run, failures=failures, retry_at_ms=clock.now_ms() + int(delay * 1000))
     except StaleInvocation:
