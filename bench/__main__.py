@@ -70,12 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         _write(args.json, out)
         return 0
     latency_gaps: list[float] = []
+    retention_size = 10 if 10 in args.sizes else args.sizes[0]
     with Engine() as engine:
         for size in args.sizes:
             results = [engine.run(size, LONG_SLEEP) for _ in range(max(1, args.runs))]
             figures = report.size_figures(results)
             figures["levers"] = report.levers(figures)
             out["sizes"][str(size)] = figures
+            if size == retention_size:  # its state is still there: purge the last run
+                purge = engine.retention(results[-1].run_id)
+                out["retention"] = report.retention_figures(purge, results[-1])
             if size == args.latency_steps:
                 for result in results:
                     latency_gaps.extend(report.step_gaps(result))
@@ -176,6 +180,14 @@ def print_report(out: dict[str, Any]) -> None:
         )
         + "\n"
     )
+    r = out.get("retention")
+    if r:
+        w(
+            f"\nRetention (the purge once a run's item expires, {r['steps']}-step run with a "
+            f"sleep): {r['requests_per_run']} requests ({r['operations']}), "
+            f"{_money(r['usd_per_million_runs'])}/M runs, {r['share_of_run_cost']:.1%} of the "
+            f"run's own cost\n"
+        )
     sh = out.get("short_sleep")
     if sh:
         w(

@@ -120,7 +120,8 @@ class Engine:
         try:
             run_id = str(client.start_run(app_id, "bench", payload)["id"])
             if sleep == LONG_SLEEP:
-                rt.wait_for(lambda: self._count("scheduler", "CreateSchedule") >= 1, timeout)
+                # Two schedules: the run's one-year limit (at its start) and the 1h sleep.
+                rt.wait_for(lambda: self._count("scheduler", "CreateSchedule") >= 2, timeout)
                 rt.wait_idle(timeout)
                 rec.phase = "resume"
                 self.clock.advance(timedelta(hours=1, minutes=5))
@@ -156,6 +157,37 @@ class Engine:
             seconds,
             after if sleep else None,
         )
+
+    def retention(self, run_id: str, timeout: float = 120.0) -> Bill:
+        """What deleting an ended run costs once DynamoDB's TTL removes its run item (30
+        days after its end): the stream's REMOVE record makes the stream function purge the
+        rest (`service/retention.py`). The TTL delete itself is free and is not counted
+        (moto never expires items; the harness deletes the item as the TTL would)."""
+        rt, rec = self.runtime, self.recorder
+        rec.clear()
+        rec.phase = "retention"
+        rec.active = True
+        ddb = aws.client("dynamodb")
+        table = rt.provisioned.tables["runs"]
+        try:
+            # No origin: a harness request, not billed (as DynamoDB's TTL deletion is free).
+            ddb.delete_item(TableName=table, Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "RUN"}})
+
+            def purged() -> bool:
+                left = ddb.query(
+                    TableName=table,
+                    KeyConditionExpression="pk = :pk",
+                    ExpressionAttributeValues={":pk": {"S": f"RUN#{run_id}"}},
+                    Select="COUNT",
+                )
+                return int(left["Count"]) == 0
+
+            rt.wait_for(purged, timeout)
+            rt.wait_idle(timeout)
+        finally:
+            rec.active = False
+        calls, invocations, apps, fires = rec.snapshot()
+        return bill(calls, invocations, apps, sum(fires.values()), rec.sizes)
 
     def _learn_sizes(self) -> None:
         """Read the final item sizes (harness requests, not counted): an UpdateItem's WRUs

@@ -166,3 +166,15 @@ def levers(figures: dict[str, Any]) -> list[dict[str, Any]]:
             "usd_per_million_steps_saved": stream_idle_usd * per_m,
         },
     ]
+
+
+def retention_figures(purge: Bill, run: RunResult) -> dict[str, Any]:
+    """What deleting one ended run costs (`Engine.retention`), beside the run's own bill."""
+    return {
+        "steps": run.steps,
+        "requests_per_run": purge.total_requests,
+        "operations": ", ".join(f"{k} {v}" for k, v in sorted(purge.operations.items())),
+        "usd_per_million_runs": purge.total_usd * 1e6,
+        "share_of_run_cost": purge.total_usd / run.total.total_usd if run.total.total_usd else 0.0,
+        "detail": purge.as_dict(),
+    }

@@ -42,4 +42,6 @@ def test_bench_writes_figures_for_one_step(tmp_path: Path, capsys: pytest.Captur
     by_service = size["requests_per_step_by_service"]
     assert by_service["dynamodb"] > 0 and by_service["http-api"] > 0
     assert by_service["scheduler-fire"] > 0  # the 1h sleep went through the Scheduler
+    retention = figures["retention"]  # the purge of the run once its item expires
+    assert retention["requests_per_run"] > 0 and "BatchWriteItem" in retention["operations"]
     assert "$/M steps" in capsys.readouterr().out

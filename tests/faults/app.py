@@ -98,9 +98,58 @@ async def interp(ctx: Context) -> Any:
                     )
                 )
             out.append(list(await asyncio.gather(*calls)))
+        elif kind in CONTROL_OPS:  # tests/faults/controls.py
+            out.append(await CONTROL_OPS[kind](ctx, op, step_id))
         else:
             raise ValueError(kind)
     return out
+
+
+async def _crash(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
+    """`crash`: fails the run (uncaught) on its first attempt; a RetryRun then completes it."""
+
+    def body(run_id: str = ctx.run_id, attempt: int = ctx.attempt) -> str:
+        _body(run_id, step_id, 0, None)
+        if attempt == 1:
+            raise NonRetryableError("crash on the run's first attempt")
+        return str(op["name"])
+
+    return await ctx.step.run(op["name"], body, retries=0)
+
+
+# How long a `long` step's body runs (real time): past the suite's 2 s invoke timeout.
+LONG_STEP_SECONDS = 3.0
+
+
+async def _long(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
+    """`long`: a step whose body outlasts the invoke timeout: it must fail once, naming the
+    limit (caught here), and never run again."""
+
+    def body(run_id: str = ctx.run_id) -> str:
+        _body(run_id, step_id, 0, None)
+        threading.Event().wait(LONG_STEP_SECONDS)
+        return "finished"
+
+    try:
+        return await ctx.step.run(op["name"], body, retries=2)
+    except StepError as exc:
+        return {"caught": exc.code}
+
+
+async def _msg2(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
+    """`msg2`: two waits in a row on one queue and key (the harness sends one message to
+    each, named after its wait): a message delivered twice must resume one wait only."""
+    key = f"{ctx.run_id}-{op['name']}"
+    got = []
+    for part in ("a", "b"):
+        message = await ctx.step.wait_for_message(
+            f"{op['name']}-{part}", queue_id=ctx.input["queue"], key=key, timeout_seconds=86_400
+        )
+        got.append(message["body"] if isinstance(message, dict) else message)
+    return got
+
+
+CONTROL_OPS = {"crash": _crash, "long": _long, "msg2": _msg2}
 
 
 class CountingApp(FaultyApp):

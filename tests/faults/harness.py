@@ -9,6 +9,7 @@ lost, duplicated or stuck, and why.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections import Counter
@@ -118,11 +119,24 @@ def _schedule_times() -> list[datetime]:
             except Exception:
                 continue
             match = _AT.match(got.get("ScheduleExpression", ""))
-            if match:
+            if match and not _year_limit_timer(got):
                 times.append(datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC))
         token = answer.get("NextToken")
         if not token:
             return times
+
+
+def _year_limit_timer(schedule: dict[str, Any]) -> bool:
+    """A run's one-year-limit timer (armed for every run): not a thing the campaign waits
+    for, or skipping to it would time out every run still owed a callback."""
+    try:
+        body = json.loads(schedule.get("Target", {}).get("Input", "{}"))
+        deadline = body.get("stepId") == "$deadline"
+        return bool(
+            deadline and clock.parse_iso(body["wakeAt"]) - clock.now() > timedelta(days=300)
+        )
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def next_due(plan: FaultPlan) -> datetime | None:
@@ -196,12 +210,12 @@ def settle(engine: LocalRuntime, plan: FaultPlan, timeout: float = 60.0) -> bool
 
 
 def _start(client: WorkflowsClient, app_id: str, program: list[Any], key: str) -> str:
-    """Start a run, retrying a throttled (5xx) answer with the same run key."""
+    """Start a run, retrying a throttled (429 or 5xx) answer with the same run key."""
     for _ in range(20):
         try:
             return str(client.start_run(app_id, "interp", {"program": program}, run_key=key)["id"])
         except ApiError as exc:
-            if exc.status < 500:
+            if exc.status < 500 and exc.status != 429:
                 raise
         except httpx.HTTPError:
             pass
@@ -227,7 +241,7 @@ def _post_callbacks(posted: set[tuple[str, str]]) -> int:
             posted.add((run_id, name))
             sent += 1
             again = httpx.post(url, json={"cb": "again"}, timeout=30)  # completes once only
-            assert again.status_code == 409 or again.status_code >= 500, again.text
+            assert again.status_code in (409, 429) or again.status_code >= 500, again.text
     return sent
 
 

@@ -64,6 +64,20 @@ def timer_schedule_names(run_id: str, step_id: str, wake_at: str) -> list[str]:
     return [_schedule_name(run_id, first), _schedule_name(run_id, f"{first}+")]
 
 
+def drop_timer(run_id: str, step_id: str, wake_at: str) -> None:
+    """Delete the schedule `schedule_timer` made for (run, step, wake time), if any: a timer
+    nothing needs any more (its run ended) neither fires nor counts against the Scheduler's
+    schedule quota. One sent by SQS (short) cannot be taken back; it finds nothing to do."""
+    try:
+        client("scheduler").delete_schedule(
+            Name=_schedule_name(run_id, f"{step_id}@{wake_at}"),
+            GroupName=settings().scheduler_group,
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+
+
 def _schedule_name(run_id: str, step_id: str) -> str:
     return "t-" + hashlib.sha256(f"{run_id}:{step_id}".encode()).hexdigest()[:60]
 

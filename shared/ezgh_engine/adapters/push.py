@@ -32,6 +32,11 @@ class AppUnreachable(EngineError):
     retryable = True
 
 
+class AppTimedOut(AppUnreachable):
+    """The app took the invocation but did not answer within the invoke timeout: it may
+    still be running it (a step's body included)."""
+
+
 # --- request signatures (docs/protocol.md section 1) -----------------------------------------
 
 TIMESTAMP_HEADER = "X-Ezgh-Timestamp"
@@ -282,6 +287,10 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     }
     try:
         answer = pinned_post(target, content=raw, headers=headers, timeout=timeout)
+    except httpx.ReadTimeout:
+        raise AppTimedOut(
+            f"app {app.name} at {app.url} did not answer within {timeout:g} s"
+        ) from None
     except httpx.HTTPError as exc:
         raise AppUnreachable(
             f"could not reach app {app.name} at {app.url}: {type(exc).__name__}"

@@ -3,6 +3,10 @@
 - `EngineError` and subclasses: their own status and code.
 - Request validation (pydantic, Powertools): 400 `validation_error`, naming the field.
 - An unknown route: 404 `not_found`.
+- A dependency that throttles (a DynamoDB, SQS or S3 throttle after botocore's retries, a
+  transaction conflict: `TransientError`): 429 `rate_limited` with `Retry-After`, the
+  contract's answer to "try again later". Step calls (`/v1/invocations/...`, the engine's own
+  protocol) answer 503 `unavailable` instead, which the SDK's step transport resends.
 - Anything else: logged with its stack trace, answered 500 `internal_error` with a fixed
   message. A stack trace never reaches a body.
 """
@@ -19,9 +23,10 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
+from botocore.exceptions import ClientError
 
 from ezgh_engine.core import validation
-from ezgh_engine.errors import EngineError, PayloadTooLarge, ValidationError
+from ezgh_engine.errors import EngineError, PayloadTooLarge, TransientError, ValidationError
 
 logger = Logger(service="ezgh-api")
 
@@ -35,12 +40,56 @@ ENVELOPE_LEVELS = 4
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
 
 
-def error_response(status: int, code: str, message: str) -> Response[Any]:
+# What a throttled caller waits before trying again (seconds): DynamoDB's adaptive
+# capacity and SQS/S3 throttles clear within about a second.
+RETRY_AFTER_SECONDS = 1
+
+# Error codes of AWS calls that mean "too many requests, try again".
+THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "Throttling",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "SlowDown",
+    }
+)
+
+# Paths of the engine-to-SDK protocol: their clients resend a 5xx, not a 429.
+PROTOCOL_PREFIX = "/v1/invocations/"
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response[Any]:
     """An error answer in the contract's shape."""
     return Response(
         status_code=status,
         content_type=content_types.APPLICATION_JSON,
         body={"error": {"code": code, "message": message}},
+        headers=headers,
+    )
+
+
+def busy_response(path: str, message: str) -> Response[Any]:
+    """A dependency throttled: 429 `rate_limited` with Retry-After on the contract's paths;
+    503 `unavailable` on the protocol's (its clients resend 5xx answers)."""
+    retry_after = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    if path.startswith(PROTOCOL_PREFIX):
+        return error_response(503, TransientError.code, message, retry_after)
+    return error_response(429, "rate_limited", message, retry_after)
+
+
+def is_throttle(exc: ClientError) -> bool:
+    """An AWS error that means the caller should slow down and try again."""
+    from ezgh_engine.adapters import ddb
+
+    return ddb.error_code(exc) in THROTTLE_CODES or (
+        "TransactionConflict" in ddb.cancellation_codes(exc)
+        or ddb.error_code(exc) == "TransactionConflictException"
     )
 
 
@@ -119,7 +168,28 @@ def _on_unexpected(_: Exception) -> Response[Any]:
 
 def install(resolver: APIGatewayHttpResolver) -> None:
     """Register every error handler on the resolver (the most specific class wins)."""
+
+    def path() -> str:
+        try:
+            return str(resolver.current_event.path or "")
+        except Exception:  # no event bound: answer as the contract's paths do
+            return ""
+
+    def on_transient(err: TransientError) -> Response[Any]:
+        logger.warning("dependency busy", extra={"error": err.message})
+        return busy_response(path(), err.message)
+
+    def on_client_error(err: ClientError) -> Response[Any]:
+        if is_throttle(err):
+            from ezgh_engine.adapters import ddb
+
+            logger.warning("dependency throttled", extra={"code": ddb.error_code(err)})
+            return busy_response(path(), "the engine's storage is busy; try again shortly")
+        return _on_unexpected(err)
+
     resolver.exception_handler(EngineError)(_on_engine_error)
+    resolver.exception_handler(TransientError)(on_transient)
+    resolver.exception_handler(ClientError)(on_client_error)
     resolver.exception_handler(RequestValidationError)(_on_validation)
     resolver.exception_handler(RequestUnsupportedContentType)(_on_content_type)
     resolver.not_found(_on_not_found)

@@ -11,13 +11,12 @@ import json
 import logging
 import math
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, payloads, registry_store, runs_store
-from ezgh_engine.adapters.push import PROTOCOL_VERSION, AppUnreachable, invoke_app
+from ezgh_engine.adapters.push import PROTOCOL_VERSION, AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases, tokens
 from ezgh_engine.core import outcomes as outcome_rules
@@ -141,54 +140,163 @@ def _invoke_leased(
         from ezgh_engine.service import pull
 
         return pull.dispatch(app, run, seq, invocation_id, started_at)
-    request = invoke_request(run, invocation_id, lease_ms, now_ms)
+    return _push(_Attempt(run, app, seq, invocation_id, started_at, now_ms, lease_ms))
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One push invocation of a leased run: what its request and its answer's write need."""
+
+    run: Run
+    app: Any
+    seq: int
+    invocation_id: str
+    started_at: str
+    now_ms: int
+    lease_ms: int
+
+    def delivery_failed(self, exc: AppUnreachable, until_ms: int = 0) -> Retry | None:
+        return _delivery_failed(
+            self.run, self.seq, exc, self.invocation_id, self.started_at, until_ms=until_ms
+        )
+
+
+def _push(attempt: _Attempt) -> Retry | None:
+    """Send the invoke request to the push app and record its answer."""
+    run, app = attempt.run, attempt.app
+    request = invoke_request(run, attempt.invocation_id, attempt.lease_ms, attempt.now_ms)
     try:
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
+    except AppTimedOut as exc:
+        failed, young = fail_overrunning_steps(run, attempt.now_ms, attempt.lease_ms)
+        if young:
+            # A step started late in the invocation still runs: keep the lease to its end
+            # (its body may finish and record itself), so no attempt runs beside it.
+            return attempt.delivery_failed(exc, until_ms=attempt.now_ms + attempt.lease_ms)
+        if failed:
+            return _invoke_again(run, at_once=True)
+        return attempt.delivery_failed(exc)
     except AppUnreachable as exc:
-        return _delivery_failed(run, seq, exc, invocation_id, started_at)
+        return attempt.delivery_failed(exc)
     except outcome_rules.MalformedOutcome as exc:
-        bad = AppUnreachable(f"app {app.name} answered an invalid outcome: {exc}")
-        return _delivery_failed(run, seq, bad, invocation_id, started_at)
+        return attempt.delivery_failed(
+            AppUnreachable(f"app {app.name} answered an invalid outcome: {exc}")
+        )
     if outcome.kind == "aborted":
         # The SDK gave up while this invocation still held the run (a step it had gone on
         # from was recorded otherwise, or its token ran out): nothing to write, but the run
         # must be invoked again. A truly stale invocation's lease is gone: back_off refuses.
         return _invoke_again(run)
+    return _record_answer(attempt, outcome, answer)
+
+
+def _record_answer(attempt: _Attempt, outcome: Any, answer: Any) -> Retry | None:
+    """Write the app's outcome (and the step ends it carries) under the invocation's lease."""
+    run, app = attempt.run, attempt.app
     claims = tokens.InvocationClaims(
-        run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
+        run.id, run.project_id, run.epoch, run.attempt, attempt.now_ms + attempt.lease_ms
     )
     try:
         outcomes.apply_answer(
             run,
-            seq,
+            attempt.seq,
             outcome,
             answer.get("ops") if isinstance(answer, dict) else None,
             claims=claims,
-            invocation_id=invocation_id,
-            started_at=started_at,
+            invocation_id=attempt.invocation_id,
+            started_at=attempt.started_at,
             # Known here for free: an app without notifications needs no notify message.
             notify=app.notifications is not None,
         )
     except StaleInvocation:
-        log.info("run %s: lease lost before the outcome was written; ignoring it", run_id)
+        log.info("run %s: lease lost before the outcome was written; ignoring it", run.id)
     except ValidationError as exc:
-        bad = AppUnreachable(f"app {app.name} answered invalid step ops: {exc.message}")
-        return _delivery_failed(run, seq, bad, invocation_id, started_at)
+        return attempt.delivery_failed(
+            AppUnreachable(f"app {app.name} answered invalid step ops: {exc.message}")
+        )
     except outcomes.OpsConflict as exc:
-        log.warning("run %s: %s; invoking it again", run_id, exc)
+        log.warning("run %s: %s; invoking it again", run.id, exc)
         return _invoke_again(run)
     return None
 
 
-def _invoke_again(run: Run) -> Retry | None:
+def _invoke_again(run: Run, *, at_once: bool = False) -> Retry | None:
     """The answer was not applied (it conflicts with recorded steps): release the lease
-    soon and let the message come back, so the next invocation replays what is recorded."""
+    soon and let the message come back, so the next invocation replays what is recorded.
+    `at_once`: the lease ends now, so the invocation that had it starts nothing more."""
+    release_at = clock.now_ms() + (0 if at_once else 1000)
     try:
-        store.back_off(run, failures=run.invoke_failures, retry_at_ms=clock.now_ms() + 1000)
+        store.back_off(run, failures=run.invoke_failures, retry_at_ms=release_at)
     except StaleInvocation:
         return None
     return Retry(after_seconds=1)
+
+
+STEP_TIMED_OUT = "workflows.step_timed_out"
+
+
+def step_timed_out_error(step_name: str) -> dict[str, str]:
+    """The error of a step still running when its invocation's time ran out."""
+    limit = settings().invoke_timeout_seconds
+    return {
+        "code": STEP_TIMED_OUT,
+        "name": "StepTimedOut",
+        "message": (
+            f"step {step_name!r} was still running when its invocation reached the invoke "
+            f"timeout of {limit:g} s (EZGH_INVOKE_TIMEOUT_SECONDS); a step must end within it"
+        ),
+    }
+
+
+def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, int]:
+    """The app did not answer within the invoke timeout (the invocation began at `now_ms`):
+    fail, once and without a retry, every step this invocation started that is still
+    running and has run for at least half the limit (its body may be running still; another
+    attempt would run beside it, and would overrun the same way). Answer how many were
+    failed, and how many younger steps still run (started late in the invocation: they are
+    given the rest of the lease rather than failed for the time steps before them took).
+
+    Each is the `fail` op the invocation itself would send, under its own lease: a step
+    another epoch started, or one that ended meanwhile, is not touched."""
+    from ezgh_engine.service import steps as step_calls
+
+    current = runs_store.get_run(run.id)
+    running = [s for s in (current.steps if current else ()) if s.status == "running"]
+    if not running or current is None or current.epoch != run.epoch:
+        return 0, 0
+    claims = tokens.InvocationClaims(
+        run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
+    )
+    half_ms = int(settings().invoke_timeout_seconds * 500)
+    cutoff_ms = clock.now_ms() - half_ms
+    young = [s for s in running if s.started_at and _ms(s.started_at) > cutoff_ms]
+    failed = 0
+    for step in running:
+        if step in young:
+            continue
+        op: dict[str, Any] = {
+            "op": "fail",
+            "stepId": step.id,
+            "error": step_timed_out_error(step.name),
+            "retryable": False,
+            "attempt": step.attempt,
+        }
+        if step.inline:  # started by a mark on the step before: its item is made now
+            op["inline"] = {"name": step.name, "order": step.order, "startedAt": step.started_at}
+        try:
+            differs = step_calls.apply_answer_ops(claims, None, [op])
+        except (StaleInvocation, ValidationError) as exc:
+            log.info("run %s: could not fail overrunning step %s: %s", run.id, step.id, exc)
+            continue
+        if not differs:
+            log.warning("run %s: step %s overran the invoke timeout; failed", run.id, step.id)
+            failed += 1
+    return failed, len(young)
+
+
+def _ms(iso: str) -> int:
+    return int(clock.parse_iso(iso).timestamp() * 1000)
 
 
 def _with_lease(full: Run, leased: Run) -> Run:
@@ -259,16 +367,24 @@ def invoke_request(
 
 
 def _past_deadline(run: Run) -> bool:
-    """A run without a time limit of its own still lasts at most a year (checked here, when
-    it is invoked, rather than with a timer per run)."""
-    if run.deadline_at is not None:
-        return clock.parse_iso(run.deadline_at) <= clock.now()
-    return clock.parse_iso(run.created_at) + timedelta(days=366) <= clock.now()  # a day of grace
+    """Past its own time limit or its one-year limit (each also has its timer, armed by the
+    stream: this check only spares an invocation that would be cut off anyway)."""
+    if run.deadline_at is not None and clock.parse_iso(run.deadline_at) <= clock.now():
+        return True
+    return clock.parse_iso(timers.year_limit(run.created_at)) <= clock.now()
 
 
 def _delivery_failed(
-    run: Run, seq: int, exc: AppUnreachable, invocation_id: str, started_at: str
+    run: Run,
+    seq: int,
+    exc: AppUnreachable,
+    invocation_id: str,
+    started_at: str,
+    *,
+    until_ms: int = 0,
 ) -> Retry | None:
+    """Count a failed delivery and back off (2 s doubling, at most 5 min; at least until
+    `until_ms`), or end the run once the budget is spent."""
     failures = run.invoke_failures + 1
     log.warning("run %s: delivery %d failed: %s", run.id, failures, exc.message)
     if failures >= settings().invoke_max_attempts and run.status == "cancelling":
@@ -283,6 +399,7 @@ def _delivery_failed(
         _end(run, seq, "failed", error, invocation_id, started_at)
         return None
     delay = leases.backoff_seconds(failures)
+    delay = max(delay, (until_ms - clock.now_ms()) / 1000)
     try:
         store.back_off(run, failures=failures, retry_at_ms=clock.now_ms() + int(delay * 1000))
     except StaleInvocation:

@@ -21,6 +21,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
+from ezgh_engine.errors import TransientError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,21 @@ def callback_keys(run_id: str, values: list[dict[str, Any]]) -> list[tuple[str, 
     return keys
 
 
+def message_wait_keys(run_id: str, values: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The `MSGWAIT#` index keys of the run's message steps among `values` (its items):
+    outside the run's partition, usually deleted when the wait ends, left if that failed."""
+    keys = []
+    for item in values:
+        if item.get("kind") == "message" and item.get("queueId") and item.get("projectId"):
+            pk = ws.msgwait_pk(str(item["projectId"]), str(item["queueId"]), item.get("msgKey", ""))
+            keys.append((pk, f"{run_id}#{item.get('stepId') or _step_id(item)}"))
+    return keys
+
+
+def _step_id(item: dict[str, Any]) -> str:
+    return str(item.get("sk", "")).removeprefix(items.STEP_PREFIX)
+
+
 def _delete_keys(keys: list[tuple[str, str]]) -> None:
     table = settings().runs_table
     for start in range(0, len(keys), 25):
@@ -66,6 +82,8 @@ def _delete_keys(keys: list[tuple[str, str]]) -> None:
             pending = answer.get("UnprocessedItems") or {}
             if not pending:
                 break
+        if pending:  # fail the record: the stream delivers it again, and the purge is redone
+            raise TransientError("DynamoDB left deletes of a run's items unprocessed")
 
 
 def _delete_run_key(project_id: str, run_key: str, run_id: str) -> None:
@@ -89,7 +107,7 @@ def delete_callbacks(run_id: str) -> None:
 def purge_run(run_id: str, project_id: str, run_key: str | None) -> None:
     """Delete every item and object a run left after its run item (idempotent)."""
     values = _partition(run_id)
-    keys = callback_keys(run_id, values)
+    keys = callback_keys(run_id, values) + message_wait_keys(run_id, values)
     keys += [(str(v["pk"]), str(v["sk"])) for v in values if v.get("sk") != items.RUN_SK]
     _delete_keys(keys)
     if run_key:

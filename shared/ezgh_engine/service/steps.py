@@ -380,6 +380,11 @@ class _OpContext:
         text = validation.encode_value(value, "output")
         if len(text.encode()) <= settings().payload_inline_bytes:
             return text, None
+        # Check the invocation before the object exists: a refused late call must leave no
+        # payload behind (its run may be gone, its purge run already).
+        if self.claims.step_id is not None:
+            self._check_branch_live()
+        self._check_live()
         path = payloads.step_output_path(step_id, ids.time_ordered_id())
         payloads.put(self.claims.project_id, self.claims.run_id, path, text)
         return None, path

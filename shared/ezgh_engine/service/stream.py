@@ -13,7 +13,7 @@ from typing import Any
 from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, messages
 from ezgh_engine.core.leases import wants_invocation as wants_invocation  # the one predicate
-from ezgh_engine.core.models import ENDED_STATUSES
+from ezgh_engine.core.models import ENDED_STATUSES, LIVE_STATUSES
 from ezgh_engine.service import notifications
 
 log = logging.getLogger(__name__)
@@ -56,11 +56,31 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
     deadline = new.get("deadlineAt")
     if deadline and (not old or old.get("deadlineAt") != deadline):
         messages.schedule_timer(str(new["id"]), "$deadline", clock.parse_iso(deadline))
+    _year_limit_timer(old, new)
     ended = new.get("status") in ENDED_STATUSES
     if ended and (not old or old.get("status") not in ENDED_STATUSES):
         from ezgh_engine.service import waits
 
         waits.on_run_ended(new)
+
+
+def _year_limit_timer(old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+    """Every live run holds a timer for its one-year limit: armed when it is written live
+    (at its start, and again by a RetryRun), deleted when it ends, so the Scheduler holds one
+    schedule per live run. A name per run and time: a repeated record changes nothing."""
+    from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
+
+    if not new.get("createdAt"):
+        return
+    run_id, limit = str(new["id"]), year_limit(str(new["createdAt"]))
+    live = str(new.get("status")) in LIVE_STATUSES
+    was_live = old is not None and str(old.get("status")) in LIVE_STATUSES
+    if live and not was_live:
+        messages.schedule_timer(run_id, DEADLINE_STEP, clock.parse_iso(limit))
+    elif was_live and not live:
+        messages.drop_timer(run_id, DEADLINE_STEP, limit)
+        if new.get("deadlineAt"):
+            messages.drop_timer(run_id, DEADLINE_STEP, str(new["deadlineAt"]))
 
 
 def handle_record(record: dict[str, Any]) -> None:

@@ -20,6 +20,16 @@ from ezgh_engine.core.models import RunError
 
 DEADLINE_STEP = "$deadline"
 
+# Every run ends by its one-year limit (a day of grace past 365 days from its creation), its
+# own time limit or not: the stream arms a `$deadline` timer for it when the run is written
+# first, so no run depends on being invoked again to be ended.
+YEAR_LIMIT = timedelta(days=366)
+
+
+def year_limit(created_at: str) -> str:
+    """When a run created at `created_at` ends at the latest (ISO, as its timer carries)."""
+    return clock.iso(clock.parse_iso(created_at) + YEAR_LIMIT)
+
 
 @dataclass(frozen=True)
 class Owed:
@@ -48,6 +58,8 @@ def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | N
     if message["stepId"] == DEADLINE_STEP:
         if run.deadline_at == message["wakeAt"]:
             time_out(run.id)
+        elif year_limit(run.created_at) == message["wakeAt"]:
+            time_out(run.id, YEAR_LIMIT_ERROR)
         return None
     from ezgh_engine.adapters import steps_store
 
@@ -88,9 +100,14 @@ def _retry_due(run_id: str, step_id: str, branch: bool, wake_at: str) -> None:
     ws.transact([update] if branch else [update, ws.bump_run(run_id)])
 
 
-def time_out(run_id: str) -> bool:
+TIMED_OUT_ERROR = RunError("workflows.timed_out", "RunTimedOut", "the run went past its time limit")
+YEAR_LIMIT_ERROR = RunError(
+    "workflows.timed_out", "RunTimedOut", "the run went past its one-year limit (366 days)"
+)
+
+
+def time_out(run_id: str, error: RunError = TIMED_OUT_ERROR) -> bool:
     """End a live run `timedOut` now, whatever invocation holds it (its writes then fail)."""
-    error = RunError("workflows.timed_out", "RunTimedOut", "the run went past its time limit")
     return end_now(run_id, "timedOut", error)
 
 

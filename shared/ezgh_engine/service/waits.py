@@ -229,6 +229,17 @@ def _end_parent_step(child: Run) -> None:
             kind="invoke",
             project_id=child.project_id,
         )
+    elif child.status == "cancelled" and _parent_cancelling(child.parent_run_id or ""):
+        # The parent's cancel cancelled the child: its wait ends as the parent's own cancel
+        # op would end it, whichever of the two comes first (the child's end often does).
+        actions = end_wait_actions(
+            child.parent_run_id or "",
+            1,
+            child.parent_step_id or "",
+            status="cancelled",
+            error=CANCELLED_ERROR,
+            kind="invoke",
+        )
     else:
         inner = child.error or RunError("workflows." + child.status, "ChildRunError", "")
         code = {"cancelled": "workflows.child_cancelled"}.get(child.status, inner.code)
@@ -247,6 +258,12 @@ def _end_parent_step(child: Run) -> None:
             kind="invoke",
         )
     ws.transact(actions)  # refused: already ended (a repeated record) or the parent ended
+
+
+def _parent_cancelling(parent_id: str) -> bool:
+    """The parent is being cancelled (a `cancelling` run never goes back to `running`)."""
+    parent = runs_store.get_run(parent_id, with_steps=False)
+    return parent is not None and parent.status == "cancelling"
 
 
 def cancel_run_quietly(run_id: str) -> None:
