@@ -98,6 +98,7 @@ class ActionAnswer(BaseModel):
     trackingId: str
     resumeUrl: str | None = None
     childJobId: str | None = None
+    childRunId: str | None = None
 
 
 class JobAnswer(BaseModel):

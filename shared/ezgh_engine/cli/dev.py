@@ -10,10 +10,6 @@ from typing import Any
 
 from ezgh_engine import clock
 
-# EzFlow's graph interpreter, served like any push app so `ezgh flows …` works out of the box
-# (registered as `ezgh-flows`; docs/flows.md).
-FLOWS_INTERPRETER = "ezgh_engine.interpreter.app:ezgh_flows"
-
 
 def register(subparsers: Any) -> None:
     """Add `dev [--port 8288] [--state-dir .ezgh] [--app MODULE:ATTR]...`."""
@@ -33,7 +29,7 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="MODULE:ATTR",
         help="serve this PushApp, register and sync it (repeatable; EzFlow's interpreter "
-        "app ezgh-flows is always served)",
+        "app ezgh-flows is the topology's flows function, always registered)",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
@@ -61,9 +57,8 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     began = clock.monotonic()
-    apps = [*args.app, *([] if FLOWS_INTERPRETER in args.app else [FLOWS_INTERPRETER])]
     runtime = LocalRuntime(
-        port=args.port, state_dir=args.state_dir, apps=apps, echo=lambda s: print(s, flush=True)
+        port=args.port, state_dir=args.state_dir, apps=args.app, echo=lambda s: print(s, flush=True)
     )
     try:
         runtime.start()
