@@ -167,7 +167,6 @@ def test_the_engine_registers_its_interpreter_function_at_first_use(
     assert unsigned.status_code == 401, unsigned.text
 
 
-
 def test_flows_crud_commits_and_module_types(api: Api) -> None:
     flow = api("POST", "/flows", json={"name": "orders", "description": "d"})
     assert flow["slug"].startswith("wff_") and flow["activeBranch"] == "main"
