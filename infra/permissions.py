@@ -143,6 +143,6 @@ ACCESS: dict[str, Access] = {
     "flows": Access(
         tables={"runs": "read", "registry": "read_write"},
         token_secret=True,
-        user_queues=("sqs:SendMessage", "sqs:GetQueueUrl"),
+        user_queues=("sqs:SendMessage",),
     ),
 }
