@@ -114,6 +114,7 @@ class JobAnswer(BaseModel):
     startedAt: str
     finishedAt: str | None = None
     durationMs: int | None = None
+    parentJobId: str | None = None  # a sub-flow's job: the job that invoked it
     actions: list[ActionAnswer] = []
 
 

@@ -888,7 +888,11 @@
       const a = byNode[node.id];
       clear(detail);
       append(detail, [h("h2", { text: `${node.label || node.id} (${node.moduleType})` }),
-        a ? [h("div", {}, badge(a.status), ` attempt ${a.attempt || 1}`), h("h2", { text: "Input" }), jsonBlock(a.input),
+        a ? [h("div", {}, badge(a.status), ` attempt ${a.attempt || 1}`),
+          // A sub-flow's child is a job, a code workflow's a run: link to the one it started.
+          a.childJobId ? h("div", {}, "child job ", h("a", { href: `#/jobs/${enc(a.childJobId)}`, class: "mono", "data-testid": "child-job-link", text: a.childJobId })) : null,
+          a.childRunId ? h("div", {}, "child run ", h("a", { href: `#/runs/${enc(a.childRunId)}`, class: "mono", "data-testid": "child-run-link", text: a.childRunId })) : null,
+          h("h2", { text: "Input" }), jsonBlock(a.input),
           "output" in a ? [h("h2", { text: "Output" }), jsonBlock(a.output)] : null,
           a.error ? [h("h2", { text: "Error" }), jsonBlock(a.error)] : null]
           : h("p", { class: "muted", text: "This node has not run." })]);
@@ -897,7 +901,8 @@
       h("div", { class: "card" }, h("a", { href: "#/flows", text: "← Flows" }),
         h("div", { class: "row" }, h("h1", { text: `Job ${job.id}` }), badge(job.status)),
         h("dl", { class: "kv" }, [["Flow", job.flowId], ["Commit", job.commitId], ["Branch", job.branch], ["Tracking ID", job.trackingId]]
-          .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]))),
+          .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]),
+          job.parentJobId ? [h("dt", { text: "Parent job" }), h("dd", {}, h("a", { href: `#/jobs/${enc(job.parentJobId)}`, class: "mono", "data-testid": "parent-job-link", text: job.parentJobId }))] : null)),
       h("div", { class: "card" }, flowGraph(graph, byNode, showAction)), detail,
       h("div", { class: "card grid2" }, h("div", {}, h("h2", { text: "Input" }), jsonBlock(job.input)),
         "output" in job ? h("div", {}, h("h2", { text: "Output" }), jsonBlock(job.output)) : null,
