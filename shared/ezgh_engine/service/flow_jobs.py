@@ -32,6 +32,8 @@ from ezgh_engine.service.flows import check_branch, find_flow, require
 from ezgh_engine.service.new_runs import new_run
 
 START, READ, CANCEL = "flows.jobs.start", "flows.jobs.read", "flows.jobs.cancel"
+# The most job index entries one `GET /jobs` reads (each costs a GetRun for its status).
+JOBS_READ_BUDGET = 200
 JOB_STATUSES = ("RUNNING", "WAITING", "COMPLETED", "FAILED", "CANCELLED")
 TRACKING_MAX = 128
 TRACKING_ID = re.compile(r"^[\x20-\x7e]{1,128}$")
@@ -254,6 +256,7 @@ def search_jobs(
         filters["trackingId"] = tracking_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
     found: list[dict[str, Any]] = []
+    examined = 0
     while True:
         items, nxt = flows_store.scan_index(
             f"JOBS#{principal.project_id}",
@@ -261,23 +264,37 @@ def search_jobs(
             after=created_after,
             before=created_before,
             cursor=cursor,
+            page_size=min(100, JOBS_READ_BUDGET - examined),
         )
         for item in items:
+            examined += 1
             entry = flows_store.job_from_item(item)
-            if not may(principal, READ, names.get(entry.flow_id)):
-                continue
-            run = runs_store.get_run(entry.id)
-            if run is None:
-                continue
-            if status is not None and job_status(run) != status:
-                continue
-            job = view(_hydrate(run))
-            found.append({k: v for k, v in job.items() if k != "actions"})
+            job = _listed(principal, entry, names.get(entry.flow_id), status)
+            if job is not None:
+                found.append(job)
             if len(found) == limit:
                 return found, flows_store.cursor_at(item)
         if nxt is None:
             return found, None
         cursor = nxt
+        if examined >= JOBS_READ_BUDGET:
+            # The status is the run's, read per entry: a status that few jobs have answers
+            # a short page and a cursor rather than reading every job of the project.
+            return found, cursor
+
+
+def _listed(
+    principal: Principal, entry: JobEntry, flow_name: str | None, status: str | None
+) -> dict[str, Any] | None:
+    """The job of an index entry as `GET /jobs` lists it (no actions), or None when the
+    key may not read it, its run is gone, or its status is not the one asked for."""
+    if not may(principal, READ, flow_name):
+        return None
+    run = runs_store.get_run(entry.id)
+    if run is None or (status is not None and job_status(run) != status):
+        return None
+    job = view(_hydrate(run))
+    return {k: v for k, v in job.items() if k != "actions"}
 
 
 def _flow_filter(principal: Principal, flow_ref: str | None) -> dict[str, str] | None:
