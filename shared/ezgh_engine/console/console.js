@@ -264,6 +264,7 @@
     [/^#\/schedules$/, (v) => pageSchedules(v)],
     [/^#\/subscriptions$/, (v) => pageSubscriptions(v)],
     [/^#\/flows$/, (v) => pageFlows(v)],
+    [/^#\/flows\/([^/?]+)$/, (v, m) => pageFlow(v, decodeURIComponent(m[1]))],
     [/^#\/jobs\/([^/?]+)$/, (v, m) => pageJob(v, decodeURIComponent(m[1]))],
   ];
 
@@ -823,7 +824,8 @@
     main.appendChild(h("h1", { text: "Flows" }));
     main.appendChild(table(["Flow", "Branch", "Created"],
       (data.flows || []).map((fl) => h("tr", { "data-testid": "flow" },
-        h("td", {}, h("div", { text: fl.name }), h("div", { class: "muted mono", text: fl.slug || fl.id })),
+        h("td", {}, h("a", { href: `#/flows/${enc(fl.id)}`, "data-testid": "flow-link", text: fl.name }),
+          h("div", { class: "muted mono", text: fl.slug || fl.id })),
         h("td", { text: fl.activeBranch || "" }), h("td", {}, fmtTime(fl.createdAt)))),
       "No flows."));
     main.appendChild(h("h2", { text: "Jobs" }));
@@ -843,6 +845,39 @@
       "No jobs."));
     const failed = await failedItems(v);
     if (failed && current(v)) main.append(h("h2", { text: "Failed items" }), failed);
+  }
+
+  /** A flow: its commits (newest first), the chosen one drawn as its graph (default: the
+   *  active branch's latest), and a node's config on click. */
+  async function pageFlow(v, flowId) {
+    const flow = await api("GET", `/flows/${enc(flowId)}`);
+    const data = await api("GET", `/flows/${enc(flow.id)}/commits${query({ limit: PAGE_SIZE })}`);
+    if (!current(v)) return;
+    const commits = data.commits || [];
+    const shown = h("div", { class: "card", "data-testid": "commit-graph" });
+    const detail = h("div", { class: "card", "data-testid": "node-detail" });
+    const show = (commit) => {
+      clear(shown);
+      clear(detail);
+      append(detail, [h("span", { class: "muted", text: "Click a node to see its config." })]);
+      append(shown, [h("h2", { text: `Commit ${commit.id} on ${commit.branch}` }),
+        commit.message ? h("p", { text: commit.message }) : null,
+        flowGraph(commit.graph || { nodes: [], edges: [] }, {}, (node) => {
+          clear(detail);
+          append(detail, [h("h2", { text: `${node.label || node.id} (${node.moduleType})` }), jsonBlock(node.config || {})]);
+        })]);
+    };
+    main.append(
+      h("div", { class: "card" }, h("a", { href: "#/flows", text: "← Flows" }),
+        h("div", { class: "row" }, h("h1", { "data-testid": "flow-title", text: flow.name })),
+        h("dl", { class: "kv" }, [["ID", flow.id], ["Active branch", flow.activeBranch], ["Description", flow.description || ""]]
+          .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]))),
+      table(["Commit", "Branch", "Message", "Created"], commits.map((c) => h("tr", { "data-testid": "commit", "data-commit-id": c.id },
+        h("td", {}, h("button", { type: "button", class: "mono", "data-testid": "show-commit", text: c.id, onclick: () => show(c) })),
+        h("td", { text: c.branch }), h("td", { text: c.message || "" }), h("td", {}, fmtTime(c.createdAt)))), "No commits."),
+      shown, detail);
+    const head = commits.find((c) => c.branch === flow.activeBranch) || commits[0];
+    if (head) show(head);
   }
 
   /** Failed items (a node that gave up), each with Retry: the job resumes from that node. */
