@@ -23,7 +23,7 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
 @pytest.fixture(scope="module")
 def interpreter(runtime: LocalRuntime) -> Iterator[None]:
     """The interpreter is the runtime's own `flows` function (the topology's), registered in
-    the project at every reset as at a project's first use; nothing to serve here."""
+    the project by the engine (`api` below, as `ezgh dev`); nothing to serve here."""
     assert "flows" in runtime.url_servers
     yield
 
@@ -72,6 +72,7 @@ class Api:
 
 @pytest.fixture()
 def api(interpreter: None, engine: LocalRuntime) -> Iterator[Api]:
+    engine.host_flows()  # as `ezgh dev` does; the engine would at the first flow or job
     client = Api(engine)
     yield client
     client.http.close()

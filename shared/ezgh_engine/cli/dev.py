@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         runtime.start()
+        runtime.host_flows()
     except Exception as error:
         print(f"ezgh dev: could not start: {error}", flush=True)
         return 1

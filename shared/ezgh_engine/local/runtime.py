@@ -457,7 +457,6 @@ class LocalRuntime:
         (self.state_dir / "dev.env").write_text("\n".join(lines) + "\n")
 
     def _register_apps(self) -> None:
-        self._host_flows()
         if not self.apps:
             return
         api = local_apps.EngineApi(self.api_url, self.api_key, self.org_id, self.project_id)
@@ -473,9 +472,10 @@ class LocalRuntime:
         finally:
             api.close()
 
-    def _host_flows(self) -> None:
+    def host_flows(self) -> None:
         """Register EzFlow's interpreter (the topology's `flows` function) in the project now,
-        as the engine does at a project's first flow or job, so `ezgh dev` lists it."""
+        as the engine does by itself at a project's first flow or job (`ezgh dev` calls this
+        so the app is listed, and schedulable, from the start)."""
         if FLOWS_FUNCTION.key not in {f.key for f in self.topology.functions}:
             return
         from ezgh_engine.core.models import Principal
