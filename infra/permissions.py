@@ -135,4 +135,14 @@ ACCESS: dict[str, Access] = {
         user_queues=("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"),
         token_secret=True,
     ),
+    # EzFlow's interpreter (the push app `ezgh-flows`): reads its job's run and steps, the
+    # flows, apps and queues of the job's project; writes the job index and failed items
+    # (registry), `queue.send`'s idempotency records (registry) and its messages to the
+    # EZGH queues; derives its signing key from the token secret. Everything else it does
+    # (steps, child runs and jobs, waits) goes through its step calls, as any app's.
+    "flows": Access(
+        tables={"runs": "read", "registry": "read_write"},
+        token_secret=True,
+        user_queues=("sqs:SendMessage",),
+    ),
 }

@@ -18,6 +18,7 @@ from ezgh_engine.service import pull
 from ezgh_engine.topology import (
     API_FUNCTION,
     DELIVER_FUNCTION,
+    FLOWS_FUNCTION,
     INVOCATIONS_QUEUE,
     RUNS_TABLE,
     STEPS_FUNCTION,
@@ -59,7 +60,8 @@ def runtime_prefix(stack_name: str) -> str:
 # starve the stream, invoker, deliver and notify functions that move runs forward; it also
 # guarantees the two their share. 0 removes a reservation (accounts whose concurrency quota
 # is too low to reserve: Lambda keeps 100 unreserved). Context: ezgh:<key>Concurrency.
-PUBLIC_CONCURRENCY = {STEPS_FUNCTION.key: 200, API_FUNCTION.key: 100}
+# The flows function (EzFlow's interpreter) is public too: a push app at its function URL.
+PUBLIC_CONCURRENCY = {STEPS_FUNCTION.key: 200, API_FUNCTION.key: 100, FLOWS_FUNCTION.key: 100}
 
 
 class EzghStack(Stack):
@@ -169,10 +171,11 @@ class EzghStack(Stack):
         return role
 
     def _function_urls(self) -> dict[str, lambda_.FunctionUrl]:
-        """Function URLs of the functions the topology serves at one (the steps function):
-        auth NONE, as the handler verifies the invocation token of every call. Every other
-        function finds the URL in the spec's `url_env_var` (not the function itself: that
-        would be a cycle, and it never needs its own URL)."""
+        """Function URLs of the functions the topology serves at one (the steps function, the
+        flows function): auth NONE, as the handler verifies the invocation token or the
+        request signature of every call. The spec's `url_readers` (default: every other
+        function) find the URL in its `url_env_var` (not the function itself: that would be
+        a cycle, and it never needs its own URL)."""
         urls: dict[str, lambda_.FunctionUrl] = {}
         for spec in self.topology.functions:
             if not spec.url_env_var:
@@ -182,7 +185,7 @@ class EzghStack(Stack):
             )
             urls[spec.key] = url
             for key, function in self.functions.by_key.items():
-                if key != spec.key:
+                if key != spec.key and (spec.url_readers is None or key in spec.url_readers):
                     function.add_environment(spec.url_env_var, url.url)
         return urls
 
@@ -366,7 +369,8 @@ class EzghStack(Stack):
                 self,
                 topology_module.STEPS_URL_OUTPUT if key == "steps" else f"{key.capitalize()}Url",
                 value=url.url,
-                description=f"the {key} function's URL (SDK step calls)",
+                description=f"the {key} function's URL"
+                + (" (SDK step calls)" if key == "steps" else " (EzFlow's interpreter app)"),
             )
         # `ezgh ops teardown --stack` finds the queues and mappings made at run time by these.
         CfnOutput(self, teardown.PREFIX_OUTPUT, value=self.prefix)

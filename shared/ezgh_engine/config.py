@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from ezgh_engine.topology import (
+    FLOWS_FUNCTION,
     INVOCATIONS_QUEUE,
     REGISTRY_TABLE,
     RUNS_TABLE,
@@ -43,6 +44,8 @@ class Settings:
     api_url: str
     # Where SDKs send step calls (the steps function's URL); the API's URL when not set.
     steps_url: str = ""
+    # The EzFlow interpreter function's URL (issue 16): where `ezgh-flows` is registered.
+    flows_url: str = ""
     allow_loopback_apps: bool = False
     # SQS can delay a message at most 15 minutes; longer waits use EventBridge Scheduler.
     sqs_max_delay_seconds: int = 900
@@ -99,6 +102,7 @@ def settings() -> Settings:
         steps_url=(
             os.environ.get(str(STEPS_FUNCTION.url_env_var)) or _required(ENV_API_URL)
         ).rstrip("/"),
+        flows_url=os.environ.get(str(FLOWS_FUNCTION.url_env_var), "").rstrip("/"),
         allow_loopback_apps=os.environ.get(ENV_ALLOW_LOOPBACK) == "1",
         sqs_max_delay_seconds=int(os.environ.get(ENV_SQS_MAX_DELAY, "900")),
         payload_inline_bytes=int(os.environ.get(ENV_PAYLOAD_THRESHOLD, str(64 * 1024))),

@@ -49,6 +49,10 @@ class Function:
     # Served at a Lambda function URL of its own (auth NONE: the handler checks its tokens),
     # whose base URL handlers find in `url_env_var`.
     url_env_var: str | None = None
+    # The functions given that URL (None: every other function). Deployed, a function that
+    # reads another's URL depends on it, so two functions reading each other's would be a
+    # cycle: the flows function's URL goes only where a job can start.
+    url_readers: tuple[str, ...] | None = None
     # The local runtime's cap on this function's execution environments (child processes,
     # one request each at a time, made on demand): how many calls of it may run at once
     # under `ezgh dev` (Lambda's concurrency, scaled to one machine). More wait for one.
@@ -209,6 +213,21 @@ DELIVER_FUNCTION = Function(
     "deliver", "functions.deliver.handler:handler", timeout_seconds=30, local_concurrency=8
 )
 NOTIFY_FUNCTION = Function("notify", "functions.notify.handler:handler", timeout_seconds=30)
+# EzFlow's graph interpreter (issue 16): the push app `ezgh-flows` (workflow `flow`, written
+# with our SDK), served at a function URL of its own like any push app's Lambda. The engine
+# registers and syncs it in a project at first use (service/flow_jobs.interpreter_app), with
+# this URL. Its timeout is the invoker's wait for a push app (config.invoke_timeout_seconds).
+FLOWS_FUNCTION = Function(
+    "flows",
+    "functions.flows.handler:handler",
+    timeout_seconds=300,
+    memory_mb=512,
+    url_env_var="EZGH_FLOWS_URL",
+    # Where `ezgh-flows` is registered at first use: starting a job (api), a flow's queue
+    # subscription (deliver).
+    url_readers=("api", "deliver"),
+    local_concurrency=8,
+)
 
 TOPOLOGY = Topology(
     tables=(RUNS_TABLE, REGISTRY_TABLE),
@@ -220,6 +239,7 @@ TOPOLOGY = Topology(
         INVOKER_FUNCTION,
         DELIVER_FUNCTION,
         NOTIFY_FUNCTION,
+        FLOWS_FUNCTION,
     ),
     sources=(
         # What service/stream.py reacts to: run items without a lease, and steps that start

@@ -48,15 +48,6 @@ def _missing() -> str | None:
     return None
 
 
-def _flows_interpreter() -> list[tuple[str, Any]]:
-    """The EzFlow interpreter app (issue 16), served like any push app where it exists."""
-    try:
-        from ezgh_engine.interpreter.app import ezgh_flows  # type: ignore[import-not-found]
-    except ImportError:
-        return []
-    return [("ezgh-flows", ezgh_flows)]
-
-
 @pytest.fixture(scope="package")
 def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One headless Chromium with a fresh profile for the package."""
@@ -93,7 +84,7 @@ def runtime(
     rt = LocalRuntime(
         port=0,
         state_dir=tmp_path_factory.mktemp("ezgh-console"),
-        apps=[("e2e", workflows_app.served), *_flows_interpreter()],
+        apps=[("e2e", workflows_app.served)],
         clock=SkipClock(),
     )
     rt.start()

@@ -252,6 +252,9 @@ def test_a_child_run_links_to_its_parent(page, engine, client, app_id, link):
     assert page.url.endswith(f"#/runs/{parent['id']}")
     kinds = page.locator("[data-testid=step]").evaluate_all("els => els.map(e => e.dataset.kind)")
     assert kinds == ["invoke"]
+    page.get_by_test_id("child-link").click()  # the invoke step's childRunId, back down
+    page.wait_for_selector("[data-testid=run-title]:text('kid')")
+    assert page.url.endswith(f"#/runs/{children[0]['id']}")
 
 
 def test_large_values_are_read_through_get_payload(page, engine, client, app_id, link):
@@ -439,3 +442,112 @@ def test_flow_job_graph(page, engine, link):
     page.click("[data-testid=flow-graph] g.node[data-node-id=greet]")
     assert '"Ada"' in page.get_by_test_id("action-detail").inner_text()
     shot(page, "flow-job")
+
+
+def test_a_flow_job_links_to_the_child_run_of_its_workflow_invoke(page, engine, app_id, link):
+    graph = {
+        "nodes": [
+            {"id": "start", "moduleType": "trigger.manual"},
+            {
+                "id": "code",
+                "moduleType": "workflow.invoke",
+                "config": {"appId": app_id, "workflow": "kid", "input": {"x": 1}},
+            },
+        ],
+        "edges": [{"source": "start", "target": "code"}],
+    }
+    with _api(engine) as http:
+        if http.get("/flows").status_code == 404:
+            pytest.skip("this engine has no flows (EzFlow, /flows, is not on this branch)")
+        flow = http.post("/flows", json={"name": "calls-kid"}).json()
+        assert http.post(f"/flows/{flow['id']}/commits", json={"graph": graph}).status_code == 201
+        job = http.post(f"/flows/{flow['id']}/jobs", json={}).json()
+        engine.wait_for(
+            lambda: http.get(f"/jobs/{job['id']}").json()["status"] == "COMPLETED", timeout=30
+        )
+        child = http.get(f"/jobs/{job['id']}").json()["actions"][1]["childRunId"]
+    page.goto(link)
+    page.wait_for_selector("[data-testid=runs] table")
+    page.goto(f"{link.split('#')[0]}#/jobs/{job['id']}")
+    page.wait_for_selector("[data-testid=flow-graph] g.node[data-node-id=code]")
+    page.click("[data-testid=flow-graph] g.node[data-node-id=code]")
+    page.get_by_test_id("child-run-link").click()
+    page.wait_for_selector("[data-testid=run-title]:text('kid')")
+    assert page.url.endswith(f"#/runs/{child}")
+    page.get_by_test_id("parent-link").click()  # the child run's parent is the job's run
+    page.wait_for_selector("[data-testid=run-title]:text('flow')")
+
+
+class _Hook:
+    """A loopback endpoint that answers 400 until `healed` (an `http.request` node's target)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        hook = self
+        self.healed = False
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                status = 200 if hook.healed else 400
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps({"ok": hook.healed}).encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_flow_page_draws_its_commit_and_a_failed_item_is_retried(page, engine, link):
+    hook = _Hook()
+    graph = {
+        "nodes": [
+            {"id": "start", "moduleType": "trigger.manual"},
+            {
+                "id": "hook",
+                "moduleType": "http.request",
+                "config": {"url": hook.url, "method": "POST"},
+            },
+        ],
+        "edges": [{"source": "start", "target": "hook"}],
+    }
+    try:
+        with _api(engine) as http:
+            if http.get("/flows").status_code == 404:
+                pytest.skip("this engine has no flows (EzFlow, /flows, is not on this branch)")
+            flow = http.post("/flows", json={"name": "hooked"}).json()
+            made = http.post(f"/flows/{flow['id']}/commits", json={"graph": graph, "message": "v1"})
+            assert made.status_code == 201, made.text
+            job = http.post(f"/flows/{flow['id']}/jobs", json={}).json()
+            engine.wait_for(
+                lambda: http.get(f"/jobs/{job['id']}").json()["status"] == "FAILED", timeout=30
+            )
+            page.goto(link)
+            page.wait_for_selector("#nav-flows:not([hidden])")
+            page.click("#nav-flows")
+            page.click("[data-testid=flow-link]:text('hooked')")
+            page.wait_for_selector("[data-testid=commit-graph] g.node[data-node-id=hook]")
+            assert page.get_by_test_id("flow-title").inner_text() == "hooked"
+            assert page.locator("[data-testid=commit]").count() == 1
+            assert page.locator("[data-testid=commit-graph] path.edge").count() == 1
+            page.click("[data-testid=commit-graph] g.node[data-node-id=hook]")
+            assert hook.url in page.get_by_test_id("node-detail").inner_text()
+            shot(page, "flow-commit")
+            page.click("a:text('← Flows')")
+            row = page.locator("[data-testid=failed-item]").filter(has_text="hook (http.request)")
+            hook.healed = True
+            row.get_by_test_id("retry-item").click()
+            engine.wait_for(
+                lambda: http.get(f"/jobs/{job['id']}").json()["status"] == "COMPLETED", timeout=30
+            )
+            items = http.get("/failedItems", params={"jobId": job["id"]}).json()["failedItems"]
+            assert len(items) == 1 and items[0]["retriedAt"]
+    finally:
+        hook.server.shutdown()

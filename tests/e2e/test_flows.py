@@ -1,5 +1,5 @@
 """Issue 16 end to end: flows, commits and jobs through the local runtime, the interpreter
-(`ezgh-flows`) served and registered like any push app."""
+(`ezgh-flows`) served as the topology's `flows` function and registered by the engine."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from ezgh_engine.interpreter.app import ezgh_flows
-from ezgh_engine.local import apps as local_apps
 from ezgh_engine.local.runtime import LocalRuntime
 
 pytestmark = pytest.mark.e2e
@@ -24,11 +22,10 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
 
 @pytest.fixture(scope="module")
 def interpreter(runtime: LocalRuntime) -> Iterator[None]:
-    """Serve the interpreter next to the e2e app; every reset registers it again."""
-    runtime.apps[APP] = local_apps.serve_app(APP, ezgh_flows)
+    """The interpreter is the runtime's own `flows` function (the topology's), registered in
+    the project by the engine (`api` below, as `ezgh dev`); nothing to serve here."""
+    assert "flows" in runtime.url_servers
     yield
-    served = runtime.apps.pop(APP)
-    served.server.shutdown()
 
 
 class Api:
@@ -75,6 +72,7 @@ class Api:
 
 @pytest.fixture()
 def api(interpreter: None, engine: LocalRuntime) -> Iterator[Api]:
+    engine.host_flows()  # as `ezgh dev` does; the engine would at the first flow or job
     client = Api(engine)
     yield client
     client.http.close()
@@ -149,6 +147,25 @@ def by_node(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # --- flows and commits ---------------------------------------------------------------------
+
+
+def test_the_engine_registers_its_interpreter_function_at_first_use(
+    api: Api, engine: LocalRuntime
+) -> None:
+    """`ezgh-flows` is the topology's `flows` function, registered and synced by the engine
+    itself (a project's first flow, or a job's start), signed with its derived key."""
+    url = engine.url_servers["flows"].url
+    app = api("GET", f"/apps/{APP}")
+    assert (app["url"], app["status"], app["workflows"]) == (url, "synced", ["flow"])
+    api("DELETE", f"/apps/{app['id']}")
+    api.flow("first", [trigger()], [])  # a flow registers it again
+    assert api("GET", f"/apps/{APP}")["id"] == app["id"]  # derived: one per project
+    api("DELETE", f"/apps/{app['id']}")
+    done = api.wait(api.start("first", input={"x": 1})["id"])  # so does a job's start
+    assert done["status"] == "COMPLETED" and done["output"] == {"start": {"x": 1}}
+    assert api("GET", f"/apps/{APP}")["status"] == "synced"
+    unsigned = httpx.post(url, json={"protocol": "1.4", "type": "sync"}, timeout=30)
+    assert unsigned.status_code == 401, unsigned.text
 
 
 def test_flows_crud_commits_and_module_types(api: Api) -> None:
@@ -424,7 +441,7 @@ def test_a_failing_node_leaves_one_failed_item_whose_retry_completes_the_job(
 def test_a_job_waits_for_a_message_by_key_across_an_engine_restart(
     api: Api, engine: LocalRuntime
 ) -> None:
-    app_id = engine.apps[APP].record["id"]
+    app_id = api("GET", f"/apps/{APP}")["id"]
     queue = api("POST", "/queues", json={"name": "payments", "visibilityTimeoutSeconds": 2})
     api(
         "POST",
@@ -555,25 +572,63 @@ def test_flow_invoke_runs_a_child_job_with_the_same_tracking_id(api: Api) -> Non
     assert all(a["trackingId"] == "trk-p" for a in child["actions"])
 
 
-def test_workflow_invoke_runs_a_code_workflow_of_another_app(
+def _invoking(api: Api, name: str, app_id: str, workflow: str, value: Any) -> None:
+    node = {
+        "id": "code",
+        "moduleType": "workflow.invoke",
+        "config": {"appId": app_id, "workflow": workflow, "input": value},
+    }
+    api.flow(name, [trigger(), node], [edge("start", "code")])
+
+
+def test_workflow_invoke_runs_a_code_workflow_of_another_app_as_a_child_run(
     api: Api, engine: LocalRuntime
 ) -> None:
+    """The child is the engine's child run of the job (another app's): linked both ways, no
+    polling steps, and the job resumes when it ends."""
     app_id = engine.apps["e2e"].record["id"]
-    api.flow(
-        "code",
-        [
-            trigger(),
-            {
-                "id": "seq",
-                "moduleType": "workflow.invoke",
-                "config": {"appId": app_id, "workflow": "sequence", "input": {"n": 4}},
-            },
-        ],
-        [edge("start", "seq")],
-    )
-    done = api.wait(api.start("code")["id"], timeout=60)
+    _invoking(api, "code", app_id, "sequence", {"n": 4})
+    job = api.start("code", trackingId="trk-w")
+    done = api.wait(job["id"], timeout=60)
     assert done["status"] == "COMPLETED", (done.get("error"), done["actions"])
-    assert done["output"] == {"seq": 0 + 1 + 2 + 3}
+    assert done["output"] == {"code": 0 + 1 + 2 + 3}
+    action = by_node(done)["code"]
+    child = api("GET", f"/runs/{action['childRunId']}")
+    assert child["parentRunId"] == job["id"] and child["appId"] == app_id
+    assert child["workflow"] == "sequence" and child["status"] == "completed"
+    assert child["input"] == {"n": 4, "trackingId": "trk-w"}
+    steps = api("GET", f"/runs/{job['id']}")["steps"]
+    assert sorted(s["name"] for s in steps) == [
+        "job",
+        "node:code",
+        "node:code:resolve",
+        "node:start",
+    ]
+    (invoke,) = [s for s in steps if s["name"] == "node:code"]
+    assert invoke["kind"] == "invoke" and invoke["childRunId"] == child["id"]
+
+
+def test_cancelling_a_job_cancels_its_child_run(api: Api, engine: LocalRuntime) -> None:
+    app_id = engine.apps["e2e"].record["id"]
+    _invoking(api, "wait-code", app_id, "sleepy-kid", {})
+    job = api.start("wait-code")
+    running = api.wait(job["id"], lambda j: by_node(j).get("code", {}).get("childRunId"))
+    child_id = by_node(running)["code"]["childRunId"]
+    engine.wait_for(
+        lambda: api("GET", f"/runs/{child_id}")["steps"][-1:] != [], timeout=30
+    )  # the child sleeps
+    assert api.call("POST", f"/jobs/{job['id']}/cancel")[0] == 202
+    assert api.wait(job["id"])["status"] == "CANCELLED"
+    engine.wait_for(lambda: api("GET", f"/runs/{child_id}")["status"] == "cancelled", timeout=30)
+
+
+def test_workflow_invoke_of_an_unknown_workflow_fails_the_node(
+    api: Api, engine: LocalRuntime
+) -> None:
+    _invoking(api, "no-such", engine.apps["e2e"].record["id"], "nope", {})
+    done = api.wait(api.start("no-such")["id"])
+    assert done["status"] == "FAILED" and done["error"]["nodeId"] == "code"
+    assert "no synced app" in done["error"]["message"]
 
 
 # --- queue subscriptions targeting a flow ----------------------------------------------------
@@ -654,7 +709,7 @@ def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
         "POST",
         "/schedules",
         json={
-            "appId": engine.apps[APP].record["id"],
+            "appId": api("GET", f"/apps/{APP}")["id"],
             "workflow": "flow",
             "cron": "*/5 * * * *",
             "input": {"flowId": "tick", "input": {"n": 5}, "trackingId": "every-5"},

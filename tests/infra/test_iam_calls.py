@@ -294,6 +294,11 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         "sqs:DeleteMessage": "subscriptions' event source mappings (Lambda polls with the role)",
         "sqs:GetQueueAttributes": "subscriptions' event source mappings",
     },
+    "flows": {
+        "dynamodb:DeleteItem": _LEVEL,
+        "dynamodb:ConditionCheckItem": _LEVEL,
+        "dynamodb:Query": "part of the tables' read level (the interpreter reads items by key)",
+    },
     "notify": {
         "dynamodb:DeleteItem": _LEVEL,
         "dynamodb:ConditionCheckItem": _LEVEL,

@@ -305,8 +305,9 @@ def test_default_route_to_api_function(stack: EzghStack, template: dict[str, Any
 def test_function_url_serves_the_functions_that_declare_one(
     stack: EzghStack, template: dict[str, Any], spec: Any
 ) -> None:
-    """The steps function answers at a function URL (no API Gateway fee per step call);
-    every other function finds that URL in the spec's variable."""
+    """The steps function answers at a function URL (no API Gateway fee per step call), and
+    so does the flows function (EzFlow's interpreter, a push app); every other function
+    finds that URL in the spec's variable, and the stack outputs it."""
     target = logical_id(stack, stack.functions.by_key[spec.key])
     urls = [
         r["Properties"]
@@ -317,11 +318,12 @@ def test_function_url_serves_the_functions_that_declare_one(
     url_lid = logical_id(stack, stack.function_urls[spec.key])
     for key, function in stack.functions.by_key.items():
         env = props(template, logical_id(stack, function))["Environment"]["Variables"]
-        if key == spec.key:
+        if key == spec.key or (spec.url_readers is not None and key not in spec.url_readers):
             assert spec.url_env_var not in env
         else:
             assert env[spec.url_env_var] == getatt(url_lid, "FunctionUrl")
-    assert template["Outputs"]["StepsUrl"]["Value"] == getatt(url_lid, "FunctionUrl")
+    output = "StepsUrl" if spec.key == "steps" else f"{spec.key.capitalize()}Url"
+    assert template["Outputs"][output]["Value"] == getatt(url_lid, "FunctionUrl")
 
 
 def test_template_has_no_dependency_cycle(template: dict[str, Any]) -> None:

@@ -143,6 +143,32 @@ def test_failing_branch_is_catchable(engine: FakeEngine) -> None:
     assert outcome["output"] == "ZeroDivisionError"
 
 
+def test_invoke_names_another_app_of_the_project(engine: FakeEngine) -> None:
+    @workflow("wf")
+    async def wf(ctx: Context) -> Any:
+        return await ctx.step.invoke("charge", workflow="charge", input=[1], app="billing")
+
+    (wait,) = invoke(make_app(engine, wf), engine, "wf")["waits"]
+    assert wait == {
+        "stepId": "charge#1",
+        "name": "charge",
+        "kind": "invoke",
+        "workflow": "charge",
+        "input": [1],
+        "app": "billing",
+    }
+
+    @workflow("bad")
+    async def bad(ctx: Context) -> Any:
+        try:
+            return await ctx.step.invoke("x", workflow="w", app="not an app/ref")
+        except ValueError as err:
+            return str(err)
+
+    outcome, _ = run_to_end(make_app(engine, bad), engine, "bad")
+    assert "invalid app" in outcome["output"]
+
+
 def test_invoke_and_message_waits(engine: FakeEngine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:

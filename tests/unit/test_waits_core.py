@@ -22,6 +22,7 @@ def test_parse_new_waits_and_outcomes() -> None:
         "waits": [
             {"stepId": "c#1", "name": "c", "kind": "callback"},
             {"stepId": "i#1", "name": "i", "kind": "invoke", "workflow": "kid", "input": [1]},
+            {"stepId": "j#1", "name": "j", "kind": "invoke", "workflow": "kid", "app": "billing"},
             {
                 "stepId": "m#1",
                 "name": "m",
@@ -34,8 +35,9 @@ def test_parse_new_waits_and_outcomes() -> None:
         ],
     }
     parsed = outcomes.parse(answer, now)
-    assert [w.kind for w in parsed.waits] == ["callback", "invoke", "message", "run"]
-    assert parsed.waits[1].workflow == "kid" and parsed.waits[3].parallel
+    assert [w.kind for w in parsed.waits] == ["callback", "invoke", "invoke", "message", "run"]
+    assert parsed.waits[1].workflow == "kid" and parsed.waits[4].parallel
+    assert parsed.waits[1].app is None and parsed.waits[2].app == "billing"  # another app
     assert outcomes.parse({"outcome": "branch", "stepId": "r#1"}, now).step_id == "r#1"
     assert outcomes.parse({"outcome": "cancelled"}, now).kind == "cancelled"
 
@@ -46,6 +48,8 @@ def test_parse_new_waits_and_outcomes() -> None:
         {"kind": "message", "queueId": "q", "key": "bad key", "timeoutSeconds": 5},
         {"kind": "message", "queueId": "q", "key": "k", "timeoutSeconds": 31 * 86400},
         {"kind": "invoke", "workflow": "bad name!"},
+        {"kind": "invoke", "workflow": "kid", "app": "no/such#app"},
+        {"kind": "invoke", "workflow": "kid", "app": 7},
     ],
 )
 def test_bad_waits_are_malformed(wait: dict) -> None:

@@ -34,6 +34,16 @@ def check_workflow(workflow: object) -> str:
     return workflow
 
 
+_APP_REF = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def check_app_ref(app: object) -> str:
+    """An app's ID, `wfa_` slug or name (the engine resolves it in the run's project)."""
+    if not isinstance(app, str) or not _APP_REF.fullmatch(app):
+        raise ValueError(f"invalid app {app!r}: an app ID, slug or name")
+    return app
+
+
 def check_json(value: Any, what: str) -> Any:
     try:
         return values.roundtrip(value)

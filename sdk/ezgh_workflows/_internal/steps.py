@@ -28,6 +28,7 @@ from .identity import validate_explicit_id, validate_name
 from .step_args import (
     MAX_MESSAGE_WAIT_SECONDS,
     MESSAGE_KEY,
+    check_app_ref,
     check_json,
     check_timeout,
     check_workflow,
@@ -191,10 +192,15 @@ class Steps:
         request = StepRequest("callback", validate_name(name), timeout_seconds=timeout)
         return self._callback(self._checked(request))
 
-    def invoke(self, name: str, *, workflow: str, input: Any = None) -> Coroutine[Any, Any, Any]:
-        """Run ``workflow`` of this app as a child run and wait for its output. A child that
-        failed, was cancelled or timed out raises `StepError` here."""
+    def invoke(
+        self, name: str, *, workflow: str, input: Any = None, app: str | None = None
+    ) -> Coroutine[Any, Any, Any]:
+        """Run ``workflow`` of this app (or of ``app``, another app of the same project, by
+        ID, slug or name) as a child run and wait for its output. A child that failed, was
+        cancelled or timed out raises `StepError` here."""
         wait = {"workflow": check_workflow(workflow), "input": check_json(input, "input")}
+        if app is not None:
+            wait["app"] = check_app_ref(app)
         request = StepRequest("invoke", validate_name(name), wait=wait)
         return self._value(self._checked(request))
 
@@ -320,9 +326,9 @@ class BlockingSteps:
         inner = self._block(self._steps.create_callback(name, timeout_seconds=timeout_seconds))
         return BlockingCallback(inner, self)
 
-    def invoke(self, name: str, *, workflow: str, input: Any = None) -> Any:
+    def invoke(self, name: str, *, workflow: str, input: Any = None, app: str | None = None) -> Any:
         """Run a child workflow and return its output (see `Steps.invoke`)."""
-        return self._block(self._steps.invoke(name, workflow=workflow, input=input))
+        return self._block(self._steps.invoke(name, workflow=workflow, input=input, app=app))
 
     def send_to_queue(
         self, name: str, queues: Any, queue_id: str, messages: list[dict[str, Any]]

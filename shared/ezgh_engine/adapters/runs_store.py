@@ -218,6 +218,11 @@ def _query_all(**query: Any) -> list[dict[str, Any]]:
         kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
 
+# The most index items one SearchRuns request reads (each page of a filtered search reads
+# until it has `limit` matches or this many items; then it answers what it has and a cursor).
+SEARCH_READ_BUDGET = 1000
+
+
 def search_runs(
     project_id: str,
     *,
@@ -258,26 +263,38 @@ def search_runs(
     scope = json.dumps(["runs", project_id, filters, created_after, created_before], sort_keys=True)
     if cursor:
         kwargs["ExclusiveStartKey"] = ddb.decode_cursor(cursor, scope=scope)
+    # Unfiltered, a page is one read of `limit` items (the console's default listing). With
+    # filters (DynamoDB's Limit counts items before the filter) or `keep`, reads go on in
+    # larger pages, but never past SEARCH_READ_BUDGET items: a filter that matches few runs
+    # answers a short (even empty) page with a cursor where the reading stopped, instead of
+    # walking the whole index in one request.
+    filtered = bool(filters) or keep is not None
+    page_size = max(limit * 2, 25) if filtered else limit
     runs: list[Run] = []
-    last: dict[str, Any] | None = None
-    while len(runs) < limit:
-        kwargs["Limit"] = max(limit * 2, 25)
+    read = 0
+    while True:
+        kwargs["Limit"] = min(page_size, SEARCH_READ_BUDGET - read)
         answer = _ddb().query(**kwargs)
-        for raw in answer.get("Items", []):
+        found = answer.get("Items", [])
+        read += int(answer.get("ScannedCount", len(found)))
+        for raw in found:
             run = items.run_from(ddb.from_item(raw))
             if keep is not None and not keep(run):
                 continue
             runs.append(run)
-            last = {k: raw[k] for k in ("pk", "sk", "gsi1pk", "gsi1sk")}
             if len(runs) == limit:
-                break
-        if len(runs) == limit:
-            more = raw is not answer["Items"][-1] or "LastEvaluatedKey" in answer
-            return runs, ddb.encode_cursor(last, scope=scope) if more and last else None
+                more = raw is not found[-1] or "LastEvaluatedKey" in answer
+                return runs, ddb.encode_cursor(_index_key(raw), scope=scope) if more else None
         if "LastEvaluatedKey" not in answer:
             return runs, None
         kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
-    return runs, None
+        if read >= SEARCH_READ_BUDGET:
+            return runs, ddb.encode_cursor(_index_key(answer["LastEvaluatedKey"]), scope=scope)
+
+
+def _index_key(item: dict[str, Any]) -> dict[str, Any]:
+    """Where a query of the runs index resumes after `item` (its table and index keys)."""
+    return {k: item[k] for k in ("pk", "sk", "gsi1pk", "gsi1sk")}
 
 
 def list_events(

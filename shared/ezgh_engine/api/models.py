@@ -143,6 +143,7 @@ class StepAnswer(BaseModel):
     output: Any = None
     outputRef: str | None = None
     error: RunError | None = None
+    childRunId: str | None = None  # an `invoke` step's child run
 
 
 class RunAnswer(BaseModel):

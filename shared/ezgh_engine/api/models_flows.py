@@ -98,6 +98,7 @@ class ActionAnswer(BaseModel):
     trackingId: str
     resumeUrl: str | None = None
     childJobId: str | None = None
+    childRunId: str | None = None
 
 
 class JobAnswer(BaseModel):
@@ -113,6 +114,7 @@ class JobAnswer(BaseModel):
     startedAt: str
     finishedAt: str | None = None
     durationMs: int | None = None
+    parentJobId: str | None = None  # a sub-flow's job: the job that invoked it
     actions: list[ActionAnswer] = []
 
 

@@ -11,10 +11,6 @@ from typing import Any
 
 from ezgh_engine import clock
 
-# EzFlow's graph interpreter, served like any push app so `ezgh flows …` works out of the box
-# (registered as `ezgh-flows`; docs/flows.md).
-FLOWS_INTERPRETER = "ezgh_engine.interpreter.app:ezgh_flows"
-
 
 def register(subparsers: Any) -> None:
     """Add `dev [--port 8288] [--state-dir .ezgh] [--reset] [--app MODULE:ATTR]...`."""
@@ -42,7 +38,7 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="MODULE:ATTR",
         help="serve this PushApp, register and sync it (repeatable; EzFlow's interpreter "
-        "app ezgh-flows is always served)",
+        "app ezgh-flows is the topology's flows function, always registered)",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
@@ -82,17 +78,17 @@ def run(args: argparse.Namespace) -> int:
     if args.reset:
         reset_state(Path(args.state_dir))
     engine_clock = clock.SharedOffsetClock(args.clock_file) if args.clock_file else None
-    apps = [*args.app, *([] if FLOWS_INTERPRETER in args.app else [FLOWS_INTERPRETER])]
     runtime = LocalRuntime(
         port=args.port,
         state_dir=args.state_dir,
-        apps=apps,
+        apps=args.app,
         clock=engine_clock,
         echo=lambda s: print(s, flush=True),
         persist=True,
     )
     try:
         runtime.start()
+        runtime.host_flows()
     except Exception as error:
         print(f"ezgh dev: could not start: {error}", flush=True)
         return 1

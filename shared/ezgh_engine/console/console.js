@@ -264,6 +264,7 @@
     [/^#\/schedules$/, (v) => pageSchedules(v)],
     [/^#\/subscriptions$/, (v) => pageSubscriptions(v)],
     [/^#\/flows$/, (v) => pageFlows(v)],
+    [/^#\/flows\/([^/?]+)$/, (v, m) => pageFlow(v, decodeURIComponent(m[1]))],
     [/^#\/jobs\/([^/?]+)$/, (v, m) => pageJob(v, decodeURIComponent(m[1]))],
   ];
 
@@ -823,7 +824,8 @@
     main.appendChild(h("h1", { text: "Flows" }));
     main.appendChild(table(["Flow", "Branch", "Created"],
       (data.flows || []).map((fl) => h("tr", { "data-testid": "flow" },
-        h("td", {}, h("div", { text: fl.name }), h("div", { class: "muted mono", text: fl.slug || fl.id })),
+        h("td", {}, h("a", { href: `#/flows/${enc(fl.id)}`, "data-testid": "flow-link", text: fl.name }),
+          h("div", { class: "muted mono", text: fl.slug || fl.id })),
         h("td", { text: fl.activeBranch || "" }), h("td", {}, fmtTime(fl.createdAt)))),
       "No flows."));
     main.appendChild(h("h2", { text: "Jobs" }));
@@ -843,6 +845,39 @@
       "No jobs."));
     const failed = await failedItems(v);
     if (failed && current(v)) main.append(h("h2", { text: "Failed items" }), failed);
+  }
+
+  /** A flow: its commits (newest first), the chosen one drawn as its graph (default: the
+   *  active branch's latest), and a node's config on click. */
+  async function pageFlow(v, flowId) {
+    const flow = await api("GET", `/flows/${enc(flowId)}`);
+    const data = await api("GET", `/flows/${enc(flow.id)}/commits${query({ limit: PAGE_SIZE })}`);
+    if (!current(v)) return;
+    const commits = data.commits || [];
+    const shown = h("div", { class: "card", "data-testid": "commit-graph" });
+    const detail = h("div", { class: "card", "data-testid": "node-detail" });
+    const show = (commit) => {
+      clear(shown);
+      clear(detail);
+      append(detail, [h("span", { class: "muted", text: "Click a node to see its config." })]);
+      append(shown, [h("h2", { text: `Commit ${commit.id} on ${commit.branch}` }),
+        commit.message ? h("p", { text: commit.message }) : null,
+        flowGraph(commit.graph || { nodes: [], edges: [] }, {}, (node) => {
+          clear(detail);
+          append(detail, [h("h2", { text: `${node.label || node.id} (${node.moduleType})` }), jsonBlock(node.config || {})]);
+        })]);
+    };
+    main.append(
+      h("div", { class: "card" }, h("a", { href: "#/flows", text: "← Flows" }),
+        h("div", { class: "row" }, h("h1", { "data-testid": "flow-title", text: flow.name })),
+        h("dl", { class: "kv" }, [["ID", flow.id], ["Active branch", flow.activeBranch], ["Description", flow.description || ""]]
+          .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]))),
+      table(["Commit", "Branch", "Message", "Created"], commits.map((c) => h("tr", { "data-testid": "commit", "data-commit-id": c.id },
+        h("td", {}, h("button", { type: "button", class: "mono", "data-testid": "show-commit", text: c.id, onclick: () => show(c) })),
+        h("td", { text: c.branch }), h("td", { text: c.message || "" }), h("td", {}, fmtTime(c.createdAt)))), "No commits."),
+      shown, detail);
+    const head = commits.find((c) => c.branch === flow.activeBranch) || commits[0];
+    if (head) show(head);
   }
 
   /** Failed items (a node that gave up), each with Retry: the job resumes from that node. */
@@ -888,7 +923,11 @@
       const a = byNode[node.id];
       clear(detail);
       append(detail, [h("h2", { text: `${node.label || node.id} (${node.moduleType})` }),
-        a ? [h("div", {}, badge(a.status), ` attempt ${a.attempt || 1}`), h("h2", { text: "Input" }), jsonBlock(a.input),
+        a ? [h("div", {}, badge(a.status), ` attempt ${a.attempt || 1}`),
+          // A sub-flow's child is a job, a code workflow's a run: link to the one it started.
+          a.childJobId ? h("div", {}, "child job ", h("a", { href: `#/jobs/${enc(a.childJobId)}`, class: "mono", "data-testid": "child-job-link", text: a.childJobId })) : null,
+          a.childRunId ? h("div", {}, "child run ", h("a", { href: `#/runs/${enc(a.childRunId)}`, class: "mono", "data-testid": "child-run-link", text: a.childRunId })) : null,
+          h("h2", { text: "Input" }), jsonBlock(a.input),
           "output" in a ? [h("h2", { text: "Output" }), jsonBlock(a.output)] : null,
           a.error ? [h("h2", { text: "Error" }), jsonBlock(a.error)] : null]
           : h("p", { class: "muted", text: "This node has not run." })]);
@@ -897,7 +936,8 @@
       h("div", { class: "card" }, h("a", { href: "#/flows", text: "← Flows" }),
         h("div", { class: "row" }, h("h1", { text: `Job ${job.id}` }), badge(job.status)),
         h("dl", { class: "kv" }, [["Flow", job.flowId], ["Commit", job.commitId], ["Branch", job.branch], ["Tracking ID", job.trackingId]]
-          .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]))),
+          .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]),
+          job.parentJobId ? [h("dt", { text: "Parent job" }), h("dd", {}, h("a", { href: `#/jobs/${enc(job.parentJobId)}`, class: "mono", "data-testid": "parent-job-link", text: job.parentJobId }))] : null)),
       h("div", { class: "card" }, flowGraph(graph, byNode, showAction)), detail,
       h("div", { class: "card grid2" }, h("div", {}, h("h2", { text: "Input" }), jsonBlock(job.input)),
         "output" in job ? h("div", {}, h("h2", { text: "Output" }), jsonBlock(job.output)) : null,

@@ -168,6 +168,8 @@ class Step:
             body["error"] = self.error.to_api()
         if self.wake_at:
             body["wakeAt"] = self.wake_at
+        if self.child_run_id:  # an `invoke` step: the child run it started
+            body["childRunId"] = self.child_run_id
         return body
 
 

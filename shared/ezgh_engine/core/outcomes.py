@@ -38,6 +38,7 @@ class Wait:
     parallel: bool = False
     workflow: str | None = None
     input: Any = None
+    app: str | None = None  # invoke: another app of the project (ID, slug or name)
     queue_id: str | None = None
     key: str | None = None
     timeout: timedelta | None = None
@@ -74,6 +75,7 @@ def _sleep(wait: dict[str, Any], now: datetime) -> SleepWait:
 MAX_MESSAGE_WAIT = timedelta(days=30)
 _KEY = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 _WORKFLOW = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_APP_REF = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _wait(wait: dict[str, Any]) -> Wait:
@@ -84,7 +86,10 @@ def _wait(wait: dict[str, Any]) -> Wait:
         workflow = wait.get("workflow")
         if not isinstance(workflow, str) or not _WORKFLOW.fullmatch(workflow):
             raise MalformedOutcome("invoke needs a workflow name")
-        return Wait(step_id, name, kind, workflow=workflow, input=wait.get("input"))
+        app = wait.get("app")
+        if app is not None and (not isinstance(app, str) or not _APP_REF.fullmatch(app)):
+            raise MalformedOutcome("invoke app must be an app's ID, slug or name")
+        return Wait(step_id, name, kind, workflow=workflow, input=wait.get("input"), app=app)
     if kind == "message":
         queue_id, key, seconds = wait.get("queueId"), wait.get("key"), wait.get("timeoutSeconds")
         if not isinstance(queue_id, str) or not queue_id or "#" in queue_id:

@@ -7,7 +7,6 @@ bad template fails the node (and leaves a failed item) rather than the interpret
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,16 +15,15 @@ from typing import Any
 import httpx
 from ezgh_workflows import Context, NonRetryableError, step_context
 
-from ezgh_engine import clock, ids
+from ezgh_engine import clock
 from ezgh_engine.core.flows.graph import Node
 from ezgh_engine.core.flows.jobs import JobInput, step_name
 from ezgh_engine.core.flows.planning import pure_output
 from ezgh_engine.core.flows.templating import TemplateError, render, scope
-from ezgh_engine.core.models import ENDED_STATUSES, Principal
+from ezgh_engine.core.models import Principal
 
 HTTP_RETRIES = 3
 HTTP_TIMEOUT_SECONDS = 30
-MAX_POLLS = 500  # workflow.invoke: about four hours at the longest interval
 
 
 class ModuleError(NonRetryableError):
@@ -193,10 +191,9 @@ def _resolve_flow(call: NodeCall) -> Callable[[], Any]:
     return resolve
 
 
-def _start_child_run(call: NodeCall) -> Callable[[], Any]:
-    def start() -> Any:
-        from ezgh_engine.adapters import registry_store, runs_store
-        from ezgh_engine.service.new_runs import new_run
+def _resolve_app(call: NodeCall) -> Callable[[], Any]:
+    def resolve() -> Any:
+        from ezgh_engine.adapters import registry_store
 
         config = call.config()
         principal = _project(call.job_id)
@@ -206,64 +203,24 @@ def _start_child_run(call: NodeCall) -> Callable[[], Any]:
             raise ModuleError(
                 f"workflow.invoke: no synced app {config.get('appId')} with {workflow}"
             )
-        run_id = ids.derived_id("flow-child-run", call.job_id, call.node.id)
-        if runs_store.get_run(run_id, with_steps=False) is None:
-            value = config.get("input", call.input)
-            if isinstance(value, dict):
-                value = {**value, "trackingId": call.job.tracking_id}
-            run = new_run(
-                run_id=run_id,
-                org_id=principal.org_id,
-                project_id=principal.project_id,
-                app=app,
-                workflow=workflow,
-                value=value,
-            )
-            with contextlib.suppress(runs_store.RunExists):
-                runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
-        return {"runId": run_id}
+        value = config.get("input", call.input)
+        if isinstance(value, dict):
+            value = {**value, "trackingId": call.job.tracking_id}
+        return {"appId": app.id, "workflow": workflow, "input": value}
 
-    return start
-
-
-def _child_state(run_id: str) -> Callable[[], Any]:
-    def check() -> Any:
-        from ezgh_engine.adapters import payloads, runs_store
-
-        run = runs_store.get_run(run_id, with_steps=False)
-        if run is None:
-            raise ModuleError(f"workflow.invoke: child run {run_id} is gone")
-        output = run.output
-        if run.output_ref:
-            output = payloads.get(run.project_id, run.id, run.output_ref)
-        error = run.error.to_api() if run.error else None
-        return {"status": run.status, "output": output, "error": error}
-
-    return check
+    return resolve
 
 
 async def invoke_workflow(ctx: Context, call: NodeCall) -> Any:
-    """A code workflow of another app as a child run. `ctx.step.invoke` only runs workflows of
-    the same app, so the child is started by a step (its ID derived from job and node) and its
-    end is awaited with durable sleeps between polls (1 s doubling to 60 s)."""
+    """A code workflow of another app of the job's project as the engine's child run (an
+    `invoke` step naming the app): the job waits without polling, its cancel cancels the
+    child, and the child's end resumes the job. The app and workflow are checked once, in a
+    recorded step, so a replay invokes the same one."""
     name = step_name(call.node.id)
-    started = await ctx.step.run(f"{name}:start", _start_child_run(call), retries=3)
-    state: dict[str, Any] = {"status": "running"}
-    for poll in range(MAX_POLLS):
-        state = await ctx.step.run(f"{name}:poll", _child_state(started["runId"]), retries=3)
-        if state["status"] in ENDED_STATUSES:
-            break
-        await ctx.step.sleep(f"{name}:wait", min(2**poll, 60))
-
-    def result() -> Any:
-        if state["status"] != "completed":
-            error = state.get("error") or {}
-            raise ModuleError(
-                f"child run {started['runId']} ended {state['status']}: {error.get('message', '')}"
-            )
-        return state.get("output")
-
-    return await ctx.step.run(name, result, retries=0)
+    target = await ctx.step.run(f"{name}:resolve", _resolve_app(call), retries=3)
+    return await ctx.step.invoke(
+        name, workflow=target["workflow"], input=target["input"], app=target["appId"]
+    )
 
 
 # --- dispatch ------------------------------------------------------------------------------

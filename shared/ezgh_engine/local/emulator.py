@@ -183,6 +183,11 @@ def lighten_dynamodb() -> None:
        table and its stream shard stay the same objects, so a stream reader's iterator still
        sees later writes (after moto's own rollback it reads an orphaned shard, which holds
        the cancelled writes and none after them).
+    3. Every `Query` starts from `Table.all_items()`, which sorts the whole table with
+       `DynamoType` comparisons (each a `Decimal`/cast per side), then filters the partition
+       and sorts the matches again: a page of 100 runs with 10,000 runs stored took 5 to 10 s.
+       `_quicker_queries` drops the first sort (the matches are sorted anyway, on a total
+       order) and sorts the matches on plain key values.
     """
     global _dynamodb_lightened
     if _dynamodb_lightened:
@@ -253,7 +258,54 @@ def lighten_dynamodb() -> None:
             raise
 
     ddb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign,assignment]
+    _quicker_queries(Table)
     _dynamodb_lightened = True
+
+
+_querying = threading.local()
+
+
+def _key_value(value: Any) -> Any:
+    """A key attribute's value as DynamoDB orders it (S and B as stored, N as a number):
+    the order `DynamoType` comparisons give, without their casts."""
+    from decimal import Decimal
+
+    return Decimal(value.value) if value.type == "N" else value.value
+
+
+def _quicker_queries(table_class: Any) -> None:
+    """moto's `Query` without its sort of the whole table (see `lighten_dynamodb`, 3.).
+
+    Inside `Table.query`, `all_items` answers the items unsorted: query sorts what matches
+    by the index's (or the table's) keys, which identify an item, so the answer is the same.
+    Scans and exports still get moto's order."""
+    original_query: Callable[..., Any] = table_class.query
+    original_all: Callable[..., Any] = table_class.all_items
+
+    def all_items(table: Any) -> list[Any]:
+        if not getattr(_querying, "active", False):
+            return list(original_all(table))
+        if table.range_key_attr:
+            return [item for by_range in table.items.values() for item in by_range.values()]
+        return list(table.items.values())
+
+    def query(table: Any, *args: Any, **kwargs: Any) -> Any:
+        _querying.active = True
+        try:
+            return original_query(table, *args, **kwargs)
+        finally:
+            _querying.active = False
+
+    def sorted_items(
+        table: Any, hash_key_attrs: list[str], range_key_attrs: list[Any], items: list[Any]
+    ) -> list[Any]:
+        names = table._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
+        items.sort(key=lambda item: tuple(_key_value(item.attrs[n]) for n in names))
+        return items
+
+    table_class.all_items = all_items
+    table_class.query = query
+    table_class.sorted_items = sorted_items
 
 
 _dynamodb_lightened = False

@@ -30,7 +30,14 @@ from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
 from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
 from ezgh_engine.local.scheduler import Scheduler
 from ezgh_engine.local.subscriptions import SubscriptionSources
-from ezgh_engine.topology import API_FUNCTION, TOPOLOGY, SqsSource, StreamSource, Topology
+from ezgh_engine.topology import (
+    API_FUNCTION,
+    FLOWS_FUNCTION,
+    TOPOLOGY,
+    SqsSource,
+    StreamSource,
+    Topology,
+)
 
 if TYPE_CHECKING:
     from ezgh_engine.local.faults import FaultPlan
@@ -624,3 +631,19 @@ class LocalRuntime:
                 if served.record
             }
             self.dev_state.save(apps={**self.dev_state.values.get("apps", {}), **kept})
+
+    def host_flows(self) -> None:
+        """Register EzFlow's interpreter (the topology's `flows` function) in the project now,
+        as the engine does by itself at a project's first flow or job (`ezgh dev` calls this
+        so the app is listed, and schedulable, from the start)."""
+        if FLOWS_FUNCTION.key not in {f.key for f in self.topology.functions}:
+            return
+        from ezgh_engine.core.models import Principal
+        from ezgh_engine.service.flow_jobs import interpreter_app
+
+        principal = Principal(self.org_id, self.project_id, "ezgh-dev", (("*", None),))
+        app = interpreter_app(principal)
+        self._echo(
+            f"app {app.name}: id={app.id} url={app.url} status={app.status} "
+            f"workflows={list(app.workflows)} (the topology's {FLOWS_FUNCTION.key} function)"
+        )

@@ -7,6 +7,7 @@ the run's. Permissions: `flows.jobs.start|read|cancel` with the flow's name as r
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import replace
 from typing import Any
@@ -15,6 +16,7 @@ from ezgh_engine import clock, ids
 from ezgh_engine.adapters import flows_store, payloads, registry_store, runs_store
 from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.adapters.flows_store import FailedItem, Flow, JobEntry
+from ezgh_engine.config import settings
 from ezgh_engine.core.flows.jobs import (
     INTERPRETER_APP,
     INTERPRETER_WORKFLOW,
@@ -30,15 +32,23 @@ from ezgh_engine.service.flows import check_branch, find_flow, require
 from ezgh_engine.service.new_runs import new_run
 
 START, READ, CANCEL = "flows.jobs.start", "flows.jobs.read", "flows.jobs.cancel"
+# The most job index entries one `GET /jobs` reads (each costs a GetRun for its status).
+JOBS_READ_BUDGET = 200
 JOB_STATUSES = ("RUNNING", "WAITING", "COMPLETED", "FAILED", "CANCELLED")
 TRACKING_MAX = 128
 TRACKING_ID = re.compile(r"^[\x20-\x7e]{1,128}$")
 
 
-def interpreter_app(project_id: str) -> App:
-    """The project's interpreter app; `409 app_not_synced` until it is registered and synced."""
-    app_id = flows_store.find_app_id(project_id, INTERPRETER_APP)
-    app = registry_store.get_app(project_id, app_id) if app_id else None
+def interpreter_app(principal: Principal) -> App:
+    """The project's interpreter app, registered and synced at first use where the stack
+    hosts the interpreter (its `flows` function, `settings().flows_url`); else the app of
+    that name someone registered. `409 app_not_synced` when there is none or it is not
+    synced (the reason in the message)."""
+    app_id = flows_store.find_app_id(principal.project_id, INTERPRETER_APP)
+    app = registry_store.get_app(principal.project_id, app_id) if app_id else None
+    url = settings().flows_url
+    if url and (app is None or app.id == _hosted_id(principal.project_id)):
+        app = _host_interpreter(principal, app, url)
     if app is None or app.status != "synced" or INTERPRETER_WORKFLOW not in app.workflows:
         raise Conflict(
             f"the flows interpreter app {INTERPRETER_APP!r} is not registered and synced in "
@@ -46,6 +56,55 @@ def interpreter_app(project_id: str) -> App:
             code="app_not_synced",
         )
     return app
+
+
+def _hosted_id(project_id: str) -> str:
+    # Derived, so concurrent first uses write the same record and one of them wins.
+    return ids.derived_id("ezgh-flows-app", project_id)
+
+
+def _host_interpreter(principal: Principal, app: App | None, url: str) -> App:
+    """Register the stack's interpreter in the project (once), keep its URL the stack's,
+    and sync it until it is synced. Registering is the engine's own act: no key needs
+    `workflows.apps.update` for it (nothing of the user's changes)."""
+    from ezgh_engine.adapters import push
+    from ezgh_engine.errors import EngineError
+    from ezgh_engine.interpreter.hosting import signing_key
+
+    if app is None:
+        fresh = App(
+            id=_hosted_id(principal.project_id),
+            slug=ids.slug("wfa"),
+            org_id=principal.org_id,
+            project_id=principal.project_id,
+            name=INTERPRETER_APP,
+            kind="push",
+            url=url,
+            status="pending",
+            workflows=(),
+            signing_key=signing_key(),
+            created_at=clock.iso(clock.now()),
+        )
+        try:
+            app = registry_store.create_app(fresh)
+        except Conflict:  # a concurrent first use registered it
+            app = registry_store.get_app(principal.project_id, fresh.id)
+            if app is None:
+                raise
+    if app.url != url:  # the stack's function moved (a new URL): follow it
+        with contextlib.suppress(Conflict):  # a concurrent first use moved it already
+            registry_store.save_app(replace(app, url=url, status="pending"))
+        app = registry_store.get_app(principal.project_id, app.id) or app
+    if app.status == "synced" and INTERPRETER_WORKFLOW in app.workflows and app.url == url:
+        return app
+    try:
+        workflows = push.sync_app(app)
+    except EngineError as err:
+        raise Conflict(
+            f"the flows interpreter at {url} did not answer its sync: {err.message}",
+            code="app_not_synced",
+        ) from err
+    return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
 
 
 def _tracking(tracking_id: str | None) -> str:
@@ -77,7 +136,7 @@ def start_job(
     head = flows_store.branch_head(flow.id, branch)
     if head is None:
         raise Conflict(f"flow {flow.name} has no commit on branch {branch}", code="invalid_state")
-    app = interpreter_app(principal.project_id)
+    app = interpreter_app(principal)
     job = JobInput(flow.id, head.id, branch, head.graph, input, _tracking(tracking_id))
     run_id = job_id or ids.new_id()
     existing = runs_store.get_run(run_id) if job_id else None
@@ -197,6 +256,7 @@ def search_jobs(
         filters["trackingId"] = tracking_id
     names = {f.id: f.name for f in flows_store.list_flows(principal.project_id)}
     found: list[dict[str, Any]] = []
+    examined = 0
     while True:
         items, nxt = flows_store.scan_index(
             f"JOBS#{principal.project_id}",
@@ -204,23 +264,37 @@ def search_jobs(
             after=created_after,
             before=created_before,
             cursor=cursor,
+            page_size=min(100, JOBS_READ_BUDGET - examined),
         )
         for item in items:
+            examined += 1
             entry = flows_store.job_from_item(item)
-            if not may(principal, READ, names.get(entry.flow_id)):
-                continue
-            run = runs_store.get_run(entry.id)
-            if run is None:
-                continue
-            if status is not None and job_status(run) != status:
-                continue
-            job = view(_hydrate(run))
-            found.append({k: v for k, v in job.items() if k != "actions"})
+            job = _listed(principal, entry, names.get(entry.flow_id), status)
+            if job is not None:
+                found.append(job)
             if len(found) == limit:
                 return found, flows_store.cursor_at(item)
         if nxt is None:
             return found, None
         cursor = nxt
+        if examined >= JOBS_READ_BUDGET:
+            # The status is the run's, read per entry: a status that few jobs have answers
+            # a short page and a cursor rather than reading every job of the project.
+            return found, cursor
+
+
+def _listed(
+    principal: Principal, entry: JobEntry, flow_name: str | None, status: str | None
+) -> dict[str, Any] | None:
+    """The job of an index entry as `GET /jobs` lists it (no actions), or None when the
+    key may not read it, its run is gone, or its status is not the one asked for."""
+    if not may(principal, READ, flow_name):
+        return None
+    run = runs_store.get_run(entry.id)
+    if run is None or (status is not None and job_status(run) != status):
+        return None
+    job = view(_hydrate(run))
+    return {k: v for k, v in job.items() if k != "actions"}
 
 
 def _flow_filter(principal: Principal, flow_ref: str | None) -> dict[str, str] | None:

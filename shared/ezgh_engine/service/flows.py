@@ -7,6 +7,7 @@ read).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import replace
 from typing import Any
@@ -58,7 +59,19 @@ def create_flow(principal: Principal, *, name: str, description: str | None) -> 
         active_branch="main",
         created_at=clock.iso(clock.now()),
     )
-    return flows_store.create_flow(flow)
+    created = flows_store.create_flow(flow)
+    _host_interpreter(principal)
+    return created
+
+
+def _host_interpreter(principal: Principal) -> None:
+    """A project's first flow registers the stack's interpreter there (so `ezgh-flows` is
+    listed for schedules at once); a failed sync is only told when a job starts."""
+    from ezgh_engine.errors import Conflict
+    from ezgh_engine.service.flow_jobs import interpreter_app
+
+    with contextlib.suppress(Conflict):
+        interpreter_app(principal)
 
 
 def list_flows(principal: Principal) -> list[Flow]:

@@ -91,7 +91,26 @@ def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[s
     return []  # callbacks and retries exist already
 
 
+def _child_app(parent: Run, wait: Wait) -> tuple[str, str | None]:
+    """The child's app (id, name): the parent's, or the project's app `wait.app` names.
+
+    An app of another project is never found (the lookup is within the parent's project).
+    An app that does not exist (deleted meanwhile) still gets its child run, under an ID no
+    app has (an app made later under that name must not pick it up): the invoker ends such
+    a run `failed` (`workflows.app_deleted`) as any run whose app is gone, and that ends the
+    parent's step the usual way."""
+    if wait.app is None:
+        return parent.app_id, parent.app_name
+    from ezgh_engine.adapters import registry_store
+
+    app = registry_store.get_app(parent.project_id, wait.app)
+    if app is None:
+        return ids.derived_id("missing-app", parent.project_id, wait.app), wait.app
+    return app.id, app.name
+
+
 def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict[str, Any]]:
+    app_id, app_name = _child_app(parent, wait)
     text = validation.encode_value(wait.input, "input")
     large = len(text.encode()) > settings().payload_inline_bytes
     if large:
@@ -100,8 +119,8 @@ def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict
         id=child_id,
         org_id=parent.org_id,
         project_id=parent.project_id,
-        app_id=parent.app_id,
-        app_name=parent.app_name,
+        app_id=app_id,
+        app_name=app_name,
         workflow=wait.workflow or "",
         status="running",
         input=wait.input,

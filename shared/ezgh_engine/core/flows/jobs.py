@@ -198,7 +198,9 @@ def _action(step: Step, base: dict[str, Any], resume_url: ResumeUrl) -> dict[str
         if url:
             action["resumeUrl"] = url
     if step.child_run_id:
-        action["childJobId"] = step.child_run_id
+        # A sub-flow's child is a job; a code workflow's is a run (`GET /runs/{id}`).
+        child = "childRunId" if base["moduleType"] == "workflow.invoke" else "childJobId"
+        action[child] = step.child_run_id
     if step.wake_at and step.status in ("sleeping", "waiting"):
         action["wakeAt"] = step.wake_at
     return action
