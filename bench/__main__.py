@@ -1,4 +1,4 @@
-"""`python -m bench [--json PATH] [--sizes 1,10,100] [--runs N] [--histories 10,100]`
+"""`python -m bench [--json PATH] [--sizes 1,10,100] [--runs N] [--histories 10,100] [--throughput RUNS]`
 
 Runs `bench` workflows on the local runtime, counts every request the engine makes and
 prices it (bench/prices.py). See docs/benchmarks.md for the method.
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import dbos_bench, report
+from bench import dbos_bench, report, throughput
 from bench import prices as p
 from bench.engine import LONG_SLEEP, SHORT_SLEEP, Engine
 
@@ -45,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         help="steps of the latency workflow (ezgh and DBOS)",
     )
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS comparison")
+    parser.add_argument(
+        "--throughput",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="also measure `ezgh dev`'s runs/s and steps/s with RUNS concurrent 5-step runs "
+        "(bench/throughput.py; 0 skips it)",
+    )
     parser.add_argument(
         "--no-short-sleep",
         action="store_true",
@@ -92,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         dbos_gaps, why = dbos_bench.run(args.latency_steps)
     out["latency"] = report.latency_figures(latency_gaps, dbos_gaps, why)
     out["latency"]["steps"] = args.latency_steps
+    if args.throughput:
+        out["throughput"] = throughput.measure(args.throughput, 5)
     out["seconds"] = time.perf_counter() - began
     print_report(out)
+    if "throughput" in out:
+        sys.stdout.write("\n" + throughput.report(out["throughput"]) + "\n")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")

@@ -191,6 +191,11 @@ STEPS_FUNCTION = Function(
     local_concurrency=16,
 )
 STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout_seconds=60)
+# An invocation spends its time waiting on the app (the workflow runs there, and its step
+# calls go to `steps`), not on a CPU. The local SQS poller takes as many batches at once as
+# this allows (as Lambda's SQS mapping scales the function up to its concurrency); more did
+# not help on a 2-core machine (docs/benchmarks.md, throughput), where the runtime process's
+# own CPU is the limit.
 INVOKER_FUNCTION = Function(
     "invoker",
     "functions.invoker.handler:handler",

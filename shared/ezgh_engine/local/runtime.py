@@ -68,7 +68,7 @@ class LocalRuntime:
         handler_overrides: Mapping[str, Handler] | None = None,
         bootstrap: Bootstrap | None = None,
         echo: Callable[[str], None] | None = None,
-        sqs_concurrency: int = 4,
+        sqs_concurrency: int | None = None,
         topology: Topology = TOPOLOGY,
         isolation: Literal["process", "thread"] | None = None,
     ) -> None:
@@ -417,7 +417,8 @@ class LocalRuntime:
                         invoke=invoke,
                         activity=self.activity,
                         batch_size=source.batch_size,
-                        max_concurrency=self._sqs_concurrency,
+                        max_concurrency=self._sqs_concurrency
+                        or self.topology.function(source.function).local_concurrency,
                     )
                 )
             elif isinstance(source, StreamSource):
