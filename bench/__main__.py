@@ -1,5 +1,5 @@
 """`python -m bench [--json PATH] [--sizes 1,10,100] [--runs N] [--histories 10,100]
-[--workers N] [--subscriptions M] [--idle-only | --no-idle]`
+[--workers N] [--subscriptions M] [--idle-only | --no-idle] [--throughput RUNS]`
 
 Prices a month of a deployment that does nothing (from the synthesized template, plus N idle
 pull workers and M subscriptions: bench/idle.py), then runs `bench` workflows on the local
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import dbos_bench, idle, report
+from bench import dbos_bench, idle, report, throughput
 from bench import prices as p
 from bench.engine import LONG_SLEEP, SHORT_SLEEP, Engine
 
@@ -48,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         help="steps of the latency workflow (ezgh and DBOS)",
     )
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS comparison")
+    parser.add_argument(
+        "--throughput",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="also measure `ezgh dev`'s runs/s and steps/s with RUNS concurrent 5-step runs "
+        "(bench/throughput.py; 0 skips it)",
+    )
     parser.add_argument(
         "--no-short-sleep",
         action="store_true",
@@ -109,8 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         dbos_gaps, why = dbos_bench.run(args.latency_steps)
     out["latency"] = report.latency_figures(latency_gaps, dbos_gaps, why)
     out["latency"]["steps"] = args.latency_steps
+    if args.throughput:
+        out["throughput"] = throughput.measure(args.throughput, 5)
     out["seconds"] = time.perf_counter() - began
     print_report(out)
+    if "throughput" in out:
+        sys.stdout.write("\n" + throughput.report(out["throughput"]) + "\n")
     _write(args.json, out)
     return 0
 

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export ONBOARDING_COOLDOWN="${ONBOARDING_COOLDOWN:-5s}"  # the docs' 3 days, shortened to watch it end
 port="${EZGH_PORT:-8288}"
+echo "dev-demo: starting ezgh dev on http://127.0.0.1:$port with examples.onboarding:app..."
 .venv/bin/ezgh dev --port "$port" --app examples.onboarding:app &
 dev=$!
 trap 'kill -TERM $dev 2>/dev/null; wait $dev 2>/dev/null' EXIT
@@ -17,6 +18,7 @@ for _ in $(seq 1 200); do
   kill -0 $dev 2>/dev/null || { echo "ezgh dev exited" >&2; exit 1; }
   sleep 0.1
 done
+echo "dev-demo: ready; running the onboarding workflow step by step"
 .venv/bin/python -m examples.follow
 if [ "${1:-}" != "--once" ]; then
   echo

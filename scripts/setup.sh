@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
 # Create .venv and install the engine, the SDK and the test tools (quick when already done).
+# Prints its phases, and pip's own progress while it installs (a copy goes to .venv/install.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+began=$SECONDS
+phase() { echo "setup [$((SECONDS - began))s]: $*"; }
 if [ ! -x .venv/bin/python ]; then
+  phase "creating .venv with $("$PYTHON" --version 2>&1)..."
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.ezgh-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ sdk/pyproject.toml -nt "$stamp" ]; then
-  echo "setting up .venv (first time: about a minute)..."
   log=.venv/install.log
-  if ! { .venv/bin/python -m pip install --upgrade pip \
-         && .venv/bin/python -m pip install -e ./sdk -e '.[dev,infra]'; } >"$log" 2>&1; then
-    tail -n 40 "$log" >&2
-    echo "setup failed; the whole log is in $log" >&2
+  : >"$log"
+  # pip's progress bars need a terminal: on one, pip writes to it directly (and the log
+  # keeps only this script's lines); elsewhere (CI, a pipe) its lines go to both.
+  pip_run() {
+    if [ -t 1 ]; then
+      echo "+ pip $*" >>"$log"
+      .venv/bin/python -m pip "$@" --progress-bar on
+    else
+      .venv/bin/python -m pip "$@" --progress-bar off 2>&1 | tee -a "$log"
+    fi
+  }
+  phase "upgrading pip..."
+  if ! pip_run install --upgrade pip; then
+    echo "setup failed while upgrading pip; the log is in $log" >&2
+    exit 1
+  fi
+  phase "installing the engine, the SDK and the dev tools (first time: about a minute)..."
+  if ! pip_run install -e ./sdk -e '.[dev,infra]'; then
+    echo "setup failed while installing; the log is in $log" >&2
     exit 1
   fi
   touch "$stamp"
+  phase "ready: .venv (ezgh: .venv/bin/ezgh)"
+else
+  phase "ready: .venv is up to date"
 fi

@@ -197,6 +197,11 @@ STEPS_FUNCTION = Function(
     local_concurrency=16,
 )
 STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout_seconds=60)
+# An invocation spends its time waiting on the app (the workflow runs there, and its step
+# calls go to `steps`), not on a CPU. The local SQS poller takes as many batches at once as
+# this allows (as Lambda's SQS mapping scales the function up to its concurrency); more did
+# not help on a 2-core machine (docs/benchmarks.md, throughput), where the runtime process's
+# own CPU is the limit.
 INVOKER_FUNCTION = Function(
     "invoker",
     "functions.invoker.handler:handler",
@@ -215,7 +220,7 @@ DELIVER_FUNCTION = Function(
 NOTIFY_FUNCTION = Function("notify", "functions.notify.handler:handler", timeout_seconds=30)
 # EzFlow's graph interpreter (issue 16): the push app `ezgh-flows` (workflow `flow`, written
 # with our SDK), served at a function URL of its own like any push app's Lambda. The engine
-# registers and syncs it in a project at first use (service/flow_jobs.interpreter_app), with
+# registers and syncs it in a project at first use (service/flow_hosting.interpreter_app), with
 # this URL. Its timeout is the invoker's wait for a push app (config.invoke_timeout_seconds).
 FLOWS_FUNCTION = Function(
     "flows",

@@ -79,9 +79,16 @@ def test_bad_urls_are_refused(project, url):
     assert answer.body["error"]["message"].startswith("url")
 
 
-def test_push_app_needs_a_url_and_pull_app_has_none(project):
-    missing = project.call("POST", "/apps", body={"name": "billing", "kind": "push"})
-    assert missing.status == 400 and missing.body["error"]["message"].startswith("url")
+def test_push_app_gets_its_url_any_time_and_pull_app_has_none(project):
+    # A push app served by its owner may be made first (for its signing key), its URL set
+    # later; until then a sync says what is missing and runs cannot start.
+    later = project.call("POST", "/apps", body={"name": "billing", "kind": "push"})
+    assert later.status == 201 and later.body["url"] is None and later.body["signingKey"]
+    sync = project.call("POST", f"/apps/{later.body['id']}/sync")
+    assert sync.status == 409 and sync.body["error"]["code"] == "app_not_synced"
+    assert "no URL yet" in sync.body["error"]["message"]
+    start = project.call("POST", "/runs", body={"appId": "billing", "workflow": "w"})
+    assert start.status in (404, 409), start.body
     pull = project.call("POST", "/apps", body={"name": "workers", "kind": "pull"})
     assert pull.status == 201 and pull.body["url"] is None
     bad_kind = project.call("POST", "/apps", body={"name": "x", "kind": "lambda"})

@@ -222,11 +222,41 @@ def test_a_run_key_is_free_again_once_its_run_expired(
     assert again.status == 200 and again.body["id"] == second.body["id"]
 
 
+Q1 = "00000000-0000-4000-8000-000000000001"
+
+
+def _queue_record(run: Any, queue_id: str) -> None:
+    """The queue `queue_id` in the run's project (a wait on a missing queue fails at once)."""
+    from ezgh_engine.adapters import queues_store
+    from ezgh_engine.core.queues import QueueRecord
+
+    if queues_store.get_queue(run.project_id, queue_id) is None:
+        url = "http://127.0.0.1:1/q"  # never called: the wait only reads the record
+        queues_store.create_queue(
+            QueueRecord(
+                id=queue_id,
+                org_id=run.org_id,
+                project_id=run.project_id,
+                name=f"q-{queue_id[-2:]}",
+                fifo=False,
+                max_receive_count=5,
+                visibility_timeout_seconds=30,
+                url=url,
+                arn="arn:aws:sqs:us-east-1:000000000000:q",
+                dlq_url=url,
+                dlq_arn="arn:aws:sqs:us-east-1:000000000000:q-dlq",
+                created_at=clock.iso(clock.now()),
+            )
+        )
+
+
 def _message_wait(run: Any, step_id: str, queue_id: str, key: str) -> None:
     """The run waits on (queue, key) at `step_id`, as a suspend writes it."""
     from ezgh_engine.adapters import waits_store as ws
     from ezgh_engine.core.outcomes import Wait
     from ezgh_engine.service import waits
+
+    _queue_record(run, queue_id)
 
     wait = Wait(kind="message", step_id=step_id, name=step_id.split("#")[0])
     wait = replace(wait, queue_id=queue_id, key=key)
@@ -241,14 +271,14 @@ def test_one_message_delivered_twice_resumes_one_wait(aws_env: None) -> None:
 
     run = _run()
     message = {"messageId": "m-1", "body": "{}", "attributes": {"k": "order-1"}}
-    _message_wait(run, "paid#1", "q-1", "order-1")
-    assert waits.resume_message_waiters(run.project_id, "q-1", "order-1", message) == 1
-    _message_wait(run, "paid#2", "q-1", "order-1")
-    assert waits.resume_message_waiters(run.project_id, "q-1", "order-1", message) == 1
+    _message_wait(run, "paid#1", Q1, "order-1")
+    assert waits.resume_message_waiters(run.project_id, Q1, "order-1", message) == 1
+    _message_wait(run, "paid#2", Q1, "order-1")
+    assert waits.resume_message_waiters(run.project_id, Q1, "order-1", message) == 1
     steps = {s.id: s.status for s in (runs_store.get_run(run.id) or run).steps}
     assert steps == {"paid#1": "completed", "paid#2": "waiting"}
     other = dict(message, messageId="m-2")
-    assert waits.resume_message_waiters(run.project_id, "q-1", "order-1", other) == 1
+    assert waits.resume_message_waiters(run.project_id, Q1, "order-1", other) == 1
     after = runs_store.get_run(run.id)
     assert after is not None
     assert {s.id: s.status for s in after.steps} == {"paid#1": "completed", "paid#2": "completed"}
@@ -266,7 +296,7 @@ def test_a_failed_run_leaves_no_step_pending(
     later = clock.iso(clock.now() + timedelta(hours=1))
     values = {"name": "a", "kind": "run", "status": "retrying", "attempt": 1, "order": "1"}
     assert ws.transact([ws.step_put(run.id, "a#1", {**values, "wakeAt": later})])
-    _message_wait(run, "paid#1", "q-1", "order-1")
+    _message_wait(run, "paid#1", Q1, "order-1")
     answer = {"protocol": "1.3", "outcome": "failed", "error": {"message": "x", "name": "E"}}
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
     monkeypatch.setattr(invoker, "invoke_app", lambda app, request: answer)
@@ -274,7 +304,7 @@ def test_a_failed_run_leaves_no_step_pending(
     done = runs_store.get_run(run.id)
     assert done is not None and done.status == "failed"
     assert {s.id: s.status for s in done.steps} == {"a#1": "cancelled", "paid#1": "cancelled"}
-    index = ws.query_pk(ws.msgwait_pk(run.project_id, "q-1", "order-1"))
+    index = ws.query_pk(ws.msgwait_pk(run.project_id, Q1, "order-1"))
     assert index == []
 
 

@@ -149,3 +149,70 @@ def test_missing_settings_name_the_state_dir_in_use(engine, capsys, monkeypatch,
     assert str(custom / "dev.env") in error["message"]
     assert main(["workflows", "apps", "list"]) == 1
     assert "run `ezgh dev` (which writes .ezgh/dev.env" in capsys.readouterr().err
+
+
+# --- serve your app yourself (docs/push-apps.md) -------------------------------------------
+
+
+def _uvicorn(app):
+    """`app` under uvicorn on 127.0.0.1 (a free port), in a thread; (url, server)."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        thread.join(0.02)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", server, thread
+
+
+def test_serve_your_push_app_yourself(engine, ezgh, monkeypatch, client):
+    from ezgh_workflows import Context, PushApp, workflow
+
+    @workflow("greet")
+    async def greet(ctx: Context) -> str:
+        who = await ctx.step.run("who", lambda: ctx.input["who"])
+        return f"hello {who}"
+
+    # 1. Create it with no URL yet: the key is shown once, with the next commands.
+    text = ezgh("apps", "create", "mine")
+    lines = text.splitlines()
+    key = lines[lines.index("signing key (shown once, keep it):") + 1].strip()
+    assert f"export EZGH_SIGNING_KEY={key}" in text
+    assert "ezgh workflows apps update mine --url" in text and "apps sync mine" in text
+    assert "app_not_synced" in ezgh("apps", "sync", "mine", expect=1)  # no URL yet: says so
+    # 2. Serve it under uvicorn with that key, tell the engine where, sync, run.
+    monkeypatch.setenv("EZGH_SIGNING_KEY", key)
+    url, server, thread = _uvicorn(PushApp([greet]))
+    try:
+        ezgh("apps", "update", "mine", "--url", url)
+        synced = ezgh("apps", "sync", "mine", "--json")
+        assert synced["status"] == "synced" and synced["workflows"] == ["greet"]
+        run = ezgh(
+            "runs",
+            "start",
+            "--app",
+            "mine",
+            "--workflow",
+            "greet",
+            "--input",
+            '{"who": "you"}',
+            "--json",
+        )
+        done = engine.wait_for(
+            lambda: (r := client.get_run(run["id"]))["status"] != "running" and r, timeout=60
+        )
+        assert done["status"] == "completed" and done["output"] == "hello you", done
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    # 3. The other order: a URL at create prints the key and the sync to run.
+    text = ezgh("apps", "create", "theirs", "--url", url)
+    assert "export EZGH_SIGNING_KEY=" in text and "apps sync theirs" in text
+    assert "ezgh workflows apps update theirs --url http" not in text

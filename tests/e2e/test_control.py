@@ -70,6 +70,13 @@ def test_non_retryable_error_fails_at_once(engine, client, app_id):
 
 @pytest.mark.parametrize("kind", ["sleep", "callback", "child", "message"])
 def test_cancelling_during_a_wait_runs_cleanup(engine, client, app_id, kind):
+    if kind == "message":  # a wait on a queue that is not there fails at once
+        created = httpx.post(
+            f"{engine.api_prefix}/queues",
+            json={"name": "q1"},
+            headers={"Authorization": f"Bearer {engine.api_key}"},
+        )
+        assert created.status_code == 201, created.text
     run = client.start_run(app_id, "waiter", {"kind": kind, "queue": "q1", "key": "k1"})
     status = "sleeping" if kind == "sleep" else "waiting"
     wait_status(

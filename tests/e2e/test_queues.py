@@ -450,3 +450,52 @@ def _get(client: WorkflowsClient, run_id: str) -> dict[str, Any] | None:
         if err.status == 404:
             return None
         raise
+
+
+# --- a message wait names its queue as every `{queueId}` does --------------------------------
+
+
+def _ended(engine, client, run_id):
+    return engine.wait_for(
+        lambda: (r := _get(client, run_id)) and r["status"] in ENDED and r, timeout=30
+    )
+
+
+@pytest.mark.parametrize("ref", [ids.new_id(), "no-such-queue", "Not a queue!"])
+def test_a_wait_on_a_missing_or_malformed_queue_fails_at_once_as_a_send_does(
+    engine, client, app_id, ref
+):
+    wait = client.start_run(app_id, "message-wait", {"queue": ref, "key": "k", "timeout": 86_400})
+    send = client.start_run(app_id, "sendToQueue", {"queueId": ref, "messages": [{"body": "x"}]})
+    waited, sent = _ended(engine, client, wait["id"]), _ended(engine, client, send["id"])
+    assert waited["status"] == "failed" and sent["status"] == "failed"
+    (step,) = [s for s in waited["steps"] if s["name"] == "paid"]
+    (send_step,) = [s for s in sent["steps"] if s["name"] == "notify"]
+    assert step["kind"] == "message" and step["status"] == "failed", step
+    assert step["error"]["message"] == send_step["error"]["message"]
+    assert step["error"]["code"] == send_step["error"]["code"]
+    status = "400 validation_error" if ref == "Not a queue!" else "404 not_found"
+    assert step["error"]["message"].startswith(status), step["error"]
+    assert waited["error"]["name"] == "QueueWaitError"
+
+
+def test_a_wait_may_name_its_queue_by_name(engine, api, client, app_id):
+    queue = api.queue("payments")
+    target = {
+        "kind": "workflow",
+        "mode": "resume",
+        "appId": app_id,
+        "workflow": "message-wait",
+        "correlationAttribute": "orderKey",
+    }
+    api.subscribe(queue["id"], target)
+    run = client.start_run(app_id, "message-wait", {"queue": "payments", "key": "order:7"})
+    engine.wait_for(
+        lambda: any(s["status"] == "waiting" for s in client.get_run(run["id"])["steps"]),
+        timeout=30,
+    )
+    api.send(queue["id"], {"body": "paid", "attributes": {"orderKey": "order:7"}})
+    done = _ended(engine, client, run["id"])
+    assert done["status"] == "completed", done
+    assert done["output"]["message"]["body"] == "paid"
+    assert done["output"]["message"]["queueId"] == queue["id"]

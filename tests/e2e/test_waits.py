@@ -125,31 +125,44 @@ def test_plain_def_all_and_race(engine, client, app_id):
     assert CALLS["fan-x"] == CALLS["fan-y"] == 1
 
 
+def _queue(engine, name):
+    """A queue of the engine's project (a wait on a queue that is not there fails at once)."""
+    answer = httpx.post(
+        f"{engine.api_prefix}/queues",
+        json={"name": name},
+        headers={"Authorization": f"Bearer {engine.api_key}"},
+    )
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
+
+
 def test_message_wait_resumed_by_resume_message_waiters(engine, client, app_id):
     from ezgh_engine.service.waits import resume_message_waiters
 
+    queue = _queue(engine, "q-1")
     runs = [
-        client.start_run(app_id, "message-wait", {"queue": "q-1", "key": "order:1"})
+        client.start_run(app_id, "message-wait", {"queue": queue, "key": "order:1"})
         for _ in range(2)
     ]
     for run in runs:
         wait_status(engine, client, run["id"], _waiting("paid"))
     message = {"messageId": "m1", "body": "{}", "attributes": {"k": "order:1"}}
-    assert resume_message_waiters(engine.project_id, "q-1", "order:2", message) == 0
-    assert resume_message_waiters(engine.project_id, "q-1", "order:1", message) == 2
+    assert resume_message_waiters(engine.project_id, queue, "order:2", message) == 0
+    assert resume_message_waiters(engine.project_id, queue, "order:1", message) == 2
     for run in runs:
         done = wait_ended(engine, client, run["id"])
         assert done["output"] == {"message": message}
-    assert resume_message_waiters(engine.project_id, "q-1", "order:1", message) == 0
+    assert resume_message_waiters(engine.project_id, queue, "order:1", message) == 0
 
 
 def test_message_wait_timeout_gives_none(engine, client, app_id, monkeypatch):
     from ezgh_engine.service.waits import resume_message_waiters
 
     _scheduler_timers(monkeypatch)
-    run = client.start_run(app_id, "message-wait", {"queue": "q-2", "key": "k", "timeout": 60})
+    queue = _queue(engine, "q-2")
+    run = client.start_run(app_id, "message-wait", {"queue": queue, "key": "k", "timeout": 60})
     wait_status(engine, client, run["id"], _waiting("paid"))
     engine.clock.advance(timedelta(minutes=5))
     done = wait_ended(engine, client, run["id"])
     assert done["output"] == {"message": None}
-    assert resume_message_waiters(engine.project_id, "q-2", "k", {"x": 1}) == 0
+    assert resume_message_waiters(engine.project_id, queue, "k", {"x": 1}) == 0

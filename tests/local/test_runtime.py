@@ -46,6 +46,11 @@ class Recorder:
         assert context.get_remaining_time_in_millis() > 0
         with self.lock:
             self.invoker.extend(r["body"] for r in event["Records"])
+        hold = self.hold
+        if hold is not None and any(r["body"].startswith("HOLD#") for r in event["Records"]):
+            hold.wait()  # BrokenBarrierError unless enough invocations are in flight at once
+
+    hold: threading.Barrier | None = None
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +114,29 @@ def test_stream_to_queue_to_invoker_then_idle(engine: LocalRuntime, recorder: Re
     engine.wait_idle(timeout=10)
     assert sorted(recorder.invoker) == ["RUN#0", "RUN#1", "RUN#2"]
     assert len(recorder.stream) == 3
+
+
+def test_invocations_run_as_concurrently_as_the_topology_allows(
+    engine: LocalRuntime, recorder: Recorder
+) -> None:
+    """The invocations queue's poller takes as many batches at once as the invoker function's
+    concurrency (`local_concurrency`), as Lambda's SQS mapping scales the function: an
+    invocation waiting on the app must not keep the next one waiting."""
+    from ezgh_engine.topology import INVOKER_FUNCTION
+
+    at_once = 8
+    assert INVOKER_FUNCTION.local_concurrency >= at_once
+    recorder.hold = threading.Barrier(at_once, timeout=15)
+    try:
+        for i in range(at_once):
+            aws.client("sqs").send_message(
+                QueueUrl=os.environ["EZGH_INVOCATIONS_QUEUE_URL"], MessageBody=f"HOLD#{i}"
+            )
+        engine.wait_idle(timeout=30)
+        assert not recorder.hold.broken, "fewer invocations ran at once than the topology allows"
+    finally:
+        recorder.hold = None
+    assert sorted(recorder.invoker) == [f"HOLD#{i}" for i in range(at_once)]
 
 
 def test_reset_empties_everything(engine: LocalRuntime, recorder: Recorder) -> None:

@@ -150,14 +150,15 @@ def suspend(
     step_puts: list[dict[str, Any]],
     events: list[dict[str, Any]],
     step_writes: Sequence[dict[str, Any]] = (),
+    again: bool = False,
 ) -> None:
     """Answer the invocation `suspended`: record the step ends its answer carried
-    (`StepsRefused` when one is refused) and the new waits, and release the lease."""
-    update = _run_update(
-        run,
-        Update().set("handledSeq", seq).set("leaseUntil", 0).set("invokeFailures", 0),
-        answers=seq,
-    )
+    (`StepsRefused` when one is refused) and the new waits, and release the lease. `again`:
+    a new wait ended at once (failed), so the same write asks for the next invocation."""
+    changes = Update().set("handledSeq", seq).set("leaseUntil", 0).set("invokeFailures", 0)
+    if again:
+        changes.set_raw("invokeSeq = invokeSeq + :again", typed=True, again={"N": "1"})
+    update = _run_update(run, changes, answers=seq)
     _transact([update, *step_writes, *step_puts, *events], len(step_writes))
 
 

@@ -79,7 +79,36 @@ def apps_create(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"name": args.name, "kind": args.kind}
     if args.url:
         body["url"] = args.url
-    return emit(args, Api(args).request("POST", "/apps", body=body), _show_app)
+    answer = Api(args).request("POST", "/apps", body=body)
+    return emit(args, answer, _show_created)
+
+
+def _show_created(app: dict[str, Any]) -> None:
+    """The new app, its signing key (this answer is the only one that holds it) and what
+    to run next to serve it yourself (docs/push-apps.md)."""
+    _show_app({k: v for k, v in app.items() if k != "signingKey"})
+    print()
+    print("signing key (shown once, keep it):")
+    print(f"  {app.get('signingKey')}")
+    if app.get("kind") != "push":
+        print()
+        print("next: run a Worker for it:")
+        print(f"  Worker({app.get('id')!r}, [your workflows]).run()")
+        return
+    name = app.get("name")
+    print()
+    print("next:")
+    print("  # 1. serve your PushApp with that key (it verifies every engine request with it)")
+    print(f"  export EZGH_SIGNING_KEY={app.get('signingKey')}")
+    print("  uvicorn your_module:app --host 127.0.0.1 --port 8000")
+    if not app.get("url"):
+        print("  # 2. tell the engine where it is (any time; change it the same way)")
+        print(f"  ezgh workflows apps update {name} --url http://127.0.0.1:8000")
+    else:
+        print(f"  # 2. it is expected at {app.get('url')} (change: apps update {name} --url URL)")
+    print("  # 3. sync: the engine asks the app for its workflows (again after you change them)")
+    print(f"  ezgh workflows apps sync {name}")
+    print(f"  ezgh workflows runs start --app {name} --workflow WORKFLOW --input '{{}}'")
 
 
 def apps_update(args: argparse.Namespace) -> int:
@@ -294,7 +323,7 @@ def register(subparsers: Any) -> None:
     p = leaf(apps, "create", apps_create, "create an app")
     p.add_argument("name")
     p.add_argument("--kind", choices=("push", "pull"), default="push")
-    p.add_argument("--url", help="a push app's https URL")
+    p.add_argument("--url", help="a push app's URL (or later: apps update NAME --url URL)")
     p = leaf(apps, "update", apps_update, "change an app's URL or run-result notifications")
     p.add_argument("app", help="name, UUID or slug")
     p.add_argument("--url")

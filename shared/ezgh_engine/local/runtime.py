@@ -88,7 +88,7 @@ class LocalRuntime:
         handler_overrides: Mapping[str, Handler] | None = None,
         bootstrap: Bootstrap | None = None,
         echo: Callable[[str], None] | None = None,
-        sqs_concurrency: int = 4,
+        sqs_concurrency: int | None = None,
         topology: Topology = TOPOLOGY,
         isolation: Literal["process", "thread"] | None = None,
         persist: bool = False,
@@ -475,7 +475,8 @@ class LocalRuntime:
                         invoke=invoke,
                         activity=self.activity,
                         batch_size=source.batch_size,
-                        max_concurrency=self._sqs_concurrency,
+                        max_concurrency=self._sqs_concurrency
+                        or self.topology.function(source.function).local_concurrency,
                     )
                 )
             elif isinstance(source, StreamSource):
@@ -639,7 +640,7 @@ class LocalRuntime:
         if FLOWS_FUNCTION.key not in {f.key for f in self.topology.functions}:
             return
         from ezgh_engine.core.models import Principal
-        from ezgh_engine.service.flow_jobs import interpreter_app
+        from ezgh_engine.service.flow_hosting import interpreter_app
 
         principal = Principal(self.org_id, self.project_id, "ezgh-dev", (("*", None),))
         app = interpreter_app(principal)

@@ -32,12 +32,16 @@ def _require(principal: Principal, action: str, resource: str) -> None:
 
 
 def _check_url(kind: str, url: str | None) -> str | None:
+    """A push app's URL, checked; None while it has none yet (it is set later by PATCH: an
+    app served by its owner gets its signing key first, then a URL, then a sync)."""
     if kind == "pull":
         if url is not None:
             raise ValidationError("url: only push apps have a URL")
         return None
+    if url is None:
+        return None
     if not url:
-        raise ValidationError("url: a push app needs its https URL")
+        raise ValidationError("url: a push app's URL, or none yet")
     try:
         # The literal host and every address it resolves to; loopback/private only in dev.
         return push.check_app_url(url)
@@ -142,6 +146,12 @@ def sync_app(principal: Principal, app_ref: str) -> App:
     _require(principal, UPDATE_ACTION, app.name)
     if app.kind != "push":
         raise Conflict("a pull app is synced by its workers announcing themselves")
+    if not app.url:
+        raise Conflict(
+            f"sync failed: app {app.name} has no URL yet; set it first "
+            f"(PATCH /apps/{{appId}} {{url}}, or `ezgh workflows apps update {app.name} --url URL`)",
+            code="app_not_synced",
+        )
     try:
         workflows = push.sync_app(app)
     except EngineError as err:

@@ -68,7 +68,7 @@ def _host_interpreter(principal: Principal) -> None:
     """A project's first flow registers the stack's interpreter there (so `ezgh-flows` is
     listed for schedules at once); a failed sync is only told when a job starts."""
     from ezgh_engine.errors import Conflict
-    from ezgh_engine.service.flow_jobs import interpreter_app
+    from ezgh_engine.service.flow_hosting import interpreter_app
 
     with contextlib.suppress(Conflict):
         interpreter_app(principal)

@@ -130,7 +130,14 @@ def apply(
         for wait in outcome.waits:
             if wait.step_id not in known:
                 puts += waits.suspend_actions(run, wait, at=at, order=ids.time_ordered_id())
-        store.suspend(run, seq, step_puts=puts, events=events, step_writes=step_writes or ())
+        store.suspend(
+            run,
+            seq,
+            step_puts=puts,
+            events=events,
+            step_writes=step_writes or (),
+            again=waits.ended_at_once(puts),
+        )
         return
     if outcome.kind == "branch":
         return  # only branch invocations answer this (service.branches)

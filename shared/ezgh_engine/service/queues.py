@@ -23,6 +23,7 @@ from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import event_sources, queues_store, sqs_queues
+from ezgh_engine.core import validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.queues import (
     DEFAULT_MAX_RECEIVE_COUNT,
@@ -99,7 +100,18 @@ def raise_taken(name: str) -> None:
 
 def get_queue(principal: Principal, ref: str) -> QueueRecord:
     """A queue of the caller's project by ID or name; 404 otherwise."""
-    queue = queues_store.get_queue(principal.project_id, ref)
+    return find_queue(principal.project_id, ref)
+
+
+def find_queue(project_id: str, ref: str) -> QueueRecord:
+    """A queue of the project by ID (a UUID) or name: 400 when `ref` can be neither, 404
+    when no such queue exists. Every `{queueId}` (paths, `send_to_queue`, message waits)
+    goes through here, so each answers the same mistake the same way."""
+    if not isinstance(ref, str) or not (validation.is_uuid(ref) or QUEUE_NAME_RE.fullmatch(ref)):
+        raise ValidationError(
+            "queueId: neither a queue ID (a UUID) nor a queue name (^[a-z0-9-]{1,64}$)"
+        )
+    queue = queues_store.get_queue(project_id, ref)
     if queue is None:
         raise NotFound(f"queue {ref} not found")
     return queue

@@ -24,7 +24,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import Run, RunError, Step
 from ezgh_engine.core.outcomes import Wait
-from ezgh_engine.errors import Conflict
+from ezgh_engine.errors import Conflict, NotFound, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +63,21 @@ def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[s
         }
         return [ws.step_put(run.id, wait.step_id, values)]
     if wait.kind == "message":
+        queue_id, error = _wait_queue(run, wait.queue_id or "")
+        if error is not None:  # failed now, as `send_to_queue` fails: never a silent wait
+            failed = {**base, "status": "failed", "endedAt": at, "error": error.to_api()}
+            return [ws.step_put(run.id, wait.step_id, failed)]
         wake = clock.iso(clock.now() + wait.timeout) if wait.timeout else None
         values = {
             **base,
             "status": "waiting",
             "wakeAt": wake,
-            "queueId": wait.queue_id,
+            "queueId": queue_id,
             "msgKey": wait.key,
             "projectId": run.project_id,
         }
         index = {
-            "pk": ws.msgwait_pk(run.project_id, wait.queue_id or "", wait.key or ""),
+            "pk": ws.msgwait_pk(run.project_id, queue_id, wait.key or ""),
             "sk": f"{run.id}#{wait.step_id}",
             "type": "msgwait",
             "runId": run.id,
@@ -107,6 +111,31 @@ def _child_app(parent: Run, wait: Wait) -> tuple[str, str | None]:
     if app is None:
         return ids.derived_id("missing-app", parent.project_id, wait.app), wait.app
     return app.id, app.name
+
+
+QUEUE_WAIT_ERROR = "QueueWaitError"
+
+
+def _wait_queue(run: Run, ref: str) -> tuple[str, RunError | None]:
+    """The ID of the queue a message wait names (by ID or name, as every `{queueId}`), or
+    the step's error: the API's answer to the same mistake, worded as `send_to_queue`'s
+    step error (`<status> <code>: <message>`)."""
+    from ezgh_engine.service import queues
+
+    try:
+        return queues.find_queue(run.project_id, ref).id, None
+    except (NotFound, ValidationError) as err:
+        return ref, RunError("user", QUEUE_WAIT_ERROR, f"{err.status} {err.code}: {err}")
+
+
+def ended_at_once(actions: list[dict[str, Any]]) -> bool:
+    """Whether `suspend_actions` recorded a wait that ended already (a message wait on a
+    queue that is not there): the run must be invoked again to see it."""
+    for action in actions:
+        item = action.get("Put", {}).get("Item", {})
+        if item.get("type", {}).get("S") == "step" and item.get("status", {}).get("S") == "failed":
+            return True
+    return False
 
 
 def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict[str, Any]]:

@@ -1,0 +1,112 @@
+"""`ezgh dev`'s throughput: many concurrent runs of `bench` (N sequential run steps, no sleep)
+on one `LocalRuntime` as `ezgh dev` runs it (every handler in its execution environments,
+moto's server, the push app served on loopback), measured from the first start to the last
+end. Answers runs per second and steps per second.
+
+    python -m bench.throughput --runs 200 --steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ezgh_engine.local.runtime import LocalRuntime
+from ezgh_workflows import WorkflowsClient
+
+from bench import workflows
+
+ENDED = {"completed", "failed", "cancelled", "timedOut"}
+
+
+def measure(runs: int, steps: int, *, timeout: float = 1800.0) -> dict[str, Any]:
+    """Start `runs` runs of `steps` steps at once; wait for all to end; the figures."""
+    for noisy in ("ezgh", "aws_lambda_powertools", "botocore", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="ezgh-throughput-") as state:
+        runtime = LocalRuntime(
+            port=0, state_dir=state, apps=[("bench", workflows.app)], echo=lambda line: None
+        )
+        with runtime:
+            env = runtime.env
+            client = WorkflowsClient(
+                api_key=env["EZGH_API_KEY"],
+                organization_id=env["EZGH_ORG_ID"],
+                project_id=env["EZGH_PROJECT_ID"],
+                base_url=env["EZGH_API_URL"],
+            )
+            app_id = runtime.apps["bench"].record["id"]
+            began = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                started = list(
+                    pool.map(
+                        lambda _: client.start_run(app_id, "bench", {"n": steps})["id"],
+                        range(runs),
+                    )
+                )
+            start_seconds = time.perf_counter() - began
+            statuses = _wait_all(client, started, began + timeout)
+            seconds = time.perf_counter() - began
+    completed = sum(1 for s in statuses.values() if s == "completed")
+    return {
+        "runs": runs,
+        "steps_per_run": steps,
+        "completed": completed,
+        "seconds": round(seconds, 2),
+        "start_seconds": round(start_seconds, 2),
+        "runs_per_second": round(completed / seconds, 2),
+        "steps_per_second": round(completed * steps / seconds, 2),
+    }
+
+
+def _wait_all(client: WorkflowsClient, run_ids: list[str], deadline: float) -> dict[str, str]:
+    """Wait until no run is running (one search a second, so that the bench's own reads
+    cost the engine next to nothing), then read every run's status: run id -> status."""
+    while time.perf_counter() < deadline:
+        live = client.search_runs(status="running", limit=1)["runs"]
+        if not live:
+            break
+        time.sleep(1.0)
+    wanted, statuses = set(run_ids), {run_id: "running" for run_id in run_ids}
+    for status in sorted(ENDED):
+        cursor = None
+        while True:
+            page = client.search_runs(status=status, limit=100, cursor=cursor)
+            for run in page["runs"]:
+                if run["id"] in wanted:
+                    statuses[run["id"]] = status
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+    return statuses
+
+
+def report(figures: dict[str, Any]) -> str:
+    return (
+        f"ezgh dev throughput: {figures['runs']} concurrent runs of {figures['steps_per_run']} "
+        f"steps: {figures['completed']} completed in {figures['seconds']} s = "
+        f"{figures['runs_per_second']} runs/s, {figures['steps_per_second']} steps/s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    figures = measure(args.runs, args.steps)
+    print(report(figures))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)
+    return 0 if figures["completed"] == figures["runs"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
