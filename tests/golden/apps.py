@@ -97,8 +97,9 @@ class ReplayingApp:
     invocation with the same (canonical) request, makes its step calls to the engine,
     checks each answer against the recording, and gives the recorded answer.
 
-    Differences go to `problems` (the test asserts there are none); the app answers what
-    was recorded regardless, so one difference does not hide the next."""
+    Differences go to `problems` (the test asserts there are none). A step call answered
+    otherwise still gets the recorded answer, so one difference does not hide the next; a
+    request not in the recording fails the run."""
 
     signing_key: str | None = None
 
@@ -144,7 +145,10 @@ class ReplayingApp:
             if recorded is None:
                 expected = [i["request"] for i in self.left]
                 self.problems.append(f"unexpected request {request}\n expected one of {expected}")
-                return {"protocol": "1.4", "outcome": "aborted", "reason": "not in the recording"}
+                # Fail the run: the test sees the difference at once, not a run invoked again
+                # and again.
+                error = {"code": "user", "name": "GoldenMismatch", "message": "not recorded"}
+                return {"protocol": "1.4", "outcome": "failed", "error": error}
             self.left.remove(recorded)
             url = body["api"]["url"].rstrip("/") + STEPS_PATH
             headers = {"Authorization": f"Bearer {body['api']['token']}"}
