@@ -15,6 +15,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -75,10 +76,19 @@ def _share_botocore_models() -> None:
     made: dict[str | None, loaders.Loader] = {}
     lock = threading.Lock()
 
+    class Paths(list):  # type: ignore[type-arg]
+        """Search paths that keep one copy of each: every boto3 Session appends its own."""
+
+        def append(self, path: Any) -> None:
+            if path not in self:
+                super().append(path)
+
     def create_loader(search_path_string: str | None = None) -> loaders.Loader:
         with lock:
             if search_path_string not in made:
-                made[search_path_string] = create(search_path_string)
+                loader = create(search_path_string)
+                loader._search_paths = Paths(loader.search_paths)
+                made[search_path_string] = loader
             return made[search_path_string]
 
     create_loader._ezgh_shared = True  # type: ignore[attr-defined]
