@@ -76,7 +76,7 @@ def _share_botocore_models() -> None:
     made: dict[str | None, loaders.Loader] = {}
     lock = threading.Lock()
 
-    class Paths(list):  # type: ignore[type-arg]
+    class Paths(list[Any]):
         """Search paths that keep one copy of each: every boto3 Session appends its own."""
 
         def append(self, path: Any) -> None:
@@ -92,7 +92,7 @@ def _share_botocore_models() -> None:
             return made[search_path_string]
 
     create_loader._ezgh_shared = True  # type: ignore[attr-defined]
-    session.create_loader = create_loader  # type: ignore[assignment]
+    session.create_loader = create_loader
 
 
 _share_botocore_models()
@@ -127,7 +127,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(_xdist_group(item.nodeid)))
     if os.environ.get("EZGH_DDBLOCAL") == "all":
         return
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         on_ddblocal = item.get_closest_marker("ddblocal") is not None
