@@ -1,9 +1,33 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite (unit, API on moto and DynamoDB Local, end to end,
 # infra synth and IAM, the console in Chromium, the fault campaign).
-# Pass pytest options through, e.g. `bash scripts/test.sh -m "not e2e"`.
+#
+# Without arguments (the README's command, CI's .ci/run): two pytest-xdist workers
+# (`EZGH_TEST_WORKERS`, default 2; 0 for one process) with tests/e2e, tests/faults and
+# tests/console each whole on one worker, then tests/infra/test_iam_calls.py on its own,
+# checking the AWS requests the e2e suite recorded in the first phase against the
+# synthesized IAM policies.
+# With arguments, one plain pytest run of them, e.g. `bash scripts/test.sh -m "not e2e"` or
+# `bash scripts/test.sh tests/faults --runs 200` (a longer fault campaign).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/test-deps.sh
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+pytest=(.venv/bin/python -m pytest -p no:cacheprovider)
+if [ "$#" -gt 0 ]; then
+  exec "${pytest[@]}" "$@"
+fi
+
+workers="${EZGH_TEST_WORKERS:-2}"
+parallel=()
+if [ "$workers" != 0 ]; then
+  parallel=(-n "$workers" --dist loadgroup)
+fi
+calls="$(mktemp -d "${TMPDIR:-/tmp}/ezgh-e2e-calls-XXXXXX")"
+trap 'rm -rf "$calls"' EXIT
+began=$SECONDS
+EZGH_E2E_CALL_LOG="$calls" "${pytest[@]}" "${parallel[@]}" \
+  --ignore=tests/infra/test_iam_calls.py
+# The first phase ran all of tests/e2e unfiltered (and passed): its recording is complete.
+EZGH_IAM_CALL_LOG_REUSE="$calls" "${pytest[@]}" tests/infra/test_iam_calls.py
+echo "test.sh: the whole suite passed in $((SECONDS - began)) s"

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -59,16 +61,76 @@ DDBLOCAL_MODULES = frozenset(
 )
 
 
+def _share_botocore_models() -> None:
+    """One botocore data loader for every session the test process makes.
+
+    The engine makes each boto3 client from a new `Session` (`adapters.aws.client`) and every
+    test forgets them (`reset_clients`), so each test had a new loader re-parse
+    `endpoints.json` and the service models and list the data directories again: about half
+    of tests/api's time. A `Loader` only reads and caches what it loads (the `sdk-extras`
+    merge is the same merge each time), so one per search path serves every session.
+    """
+    from botocore import loaders, session
+
+    if getattr(session.create_loader, "_ezgh_shared", False):
+        return
+    create = loaders.create_loader
+    made: dict[str | None, loaders.Loader] = {}
+    lock = threading.Lock()
+
+    class Paths(list[Any]):
+        """Search paths that keep one copy of each: every boto3 Session appends its own."""
+
+        def append(self, path: Any) -> None:
+            if path not in self:
+                super().append(path)
+
+    def create_loader(search_path_string: str | None = None) -> loaders.Loader:
+        with lock:
+            if search_path_string not in made:
+                loader = create(search_path_string)
+                loader._search_paths = Paths(loader.search_paths)
+                made[search_path_string] = loader
+            return made[search_path_string]
+
+    create_loader._ezgh_shared = True  # type: ignore[attr-defined]
+    session.create_loader = create_loader
+
+
+_share_botocore_models()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(E2E_CALL_LOG):
         os.environ[E2E_CALL_LOG] = tempfile.mkdtemp(prefix="ezgh-e2e-calls-")
 
 
+# Under pytest-xdist (`--dist loadgroup`, as scripts/test.sh runs the suite) each of these
+# packages runs whole on one worker: one local runtime per backend for the package (its
+# parametrized package fixture would otherwise be set up again for every file), and moto's
+# process-global state used by one package at a time. Every other module is one group, so a
+# module-scoped fixture (an emulator, a synth) is made once.
+WHOLE_PACKAGES = ("tests/e2e/", "tests/faults/", "tests/console/")
+
+
+def _xdist_group(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    for package in WHOLE_PACKAGES:
+        if module.startswith(package):
+            return package.rstrip("/")
+    return module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the `xdist_group` marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the DynamoDB Local variants of `DDBLOCAL_MODULES` only (unless EZGH_DDBLOCAL=all)."""
+    """Keep the DynamoDB Local variants of `DDBLOCAL_MODULES` only (unless EZGH_DDBLOCAL=all),
+    and group the items for pytest-xdist (see `WHOLE_PACKAGES`)."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item.nodeid)))
     if os.environ.get("EZGH_DDBLOCAL") == "all":
         return
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         on_ddblocal = item.get_closest_marker("ddblocal") is not None

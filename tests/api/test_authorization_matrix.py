@@ -14,6 +14,7 @@ in each service's docstring (reading apps, queues and subscriptions is open to e
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -397,14 +398,26 @@ def _engine_env(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     event_sources.LOCAL.clear()
 
 
+def _all_items(name: str) -> list[dict[str, Any]]:
+    """Every item of table `name`, in DynamoDB's JSON form. On moto, read from its in-process
+    backend: a `Scan` per refused call, serialized by moto, was most of this module's time."""
+    if os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"):  # DynamoDB Local (EZGH_DDBLOCAL=all)
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        return list(ddb.scan(TableName=name, ConsistentRead=True)["Items"])
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    table = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(name)
+    return [item.to_json()["Attributes"] for item in table.all_items()]
+
+
 def snapshot() -> Any:
     """Everything a request could change: every item of every table, every queue's depth,
     the event-source mappings."""
-    ddb = boto3.client("dynamodb", region_name="us-east-1")
     tables = {}
     for table in TOPOLOGY.tables:
         name = ENV[table.env_var]
-        found = ddb.scan(TableName=name, ConsistentRead=True)["Items"]
+        found = _all_items(name)
         # default=repr: binary attributes (sealed keys, a commit's compressed graph) by bytes
         tables[name] = sorted(json.dumps(item, sort_keys=True, default=repr) for item in found)
     sqs = boto3.client("sqs", region_name="us-east-1")

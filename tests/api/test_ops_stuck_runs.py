@@ -95,7 +95,7 @@ def runs(aws_env: None) -> dict[str, Run]:
     owed = _run(invoke_seq=3)  # healthy: an invocation message is due
     _put(items.run_values(owed))
 
-    leased = _run(lease_until_ms=clock.now_ms() + 60_000)  # healthy: being invoked now
+    leased = _run(lease_until_ms=clock.now_ms() + 3_600_000)  # healthy: being invoked now
     _put(items.run_values(leased))
 
     fresh = _run(created_at=_ago(5), started_at=_ago(5), lease_until_ms=0)  # too recent

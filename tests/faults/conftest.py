@@ -24,8 +24,13 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: t
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("faults")
+    # CI-sized by default (two batches, each bounded by EZGH_FAULTS_BATCH_SECONDS of driving);
+    # `--runs 200` or EZGH_FAULTS_RUNS=200 for the long campaign.
     group.addoption(
-        "--runs", type=int, default=20, help="generated runs in the fault suite (CI-sized: 20)"
+        "--runs",
+        type=int,
+        default=int(os.environ.get("EZGH_FAULTS_RUNS") or 20),
+        help="generated runs in the fault suite (default 20, or EZGH_FAULTS_RUNS)",
     )
     group.addoption("--fault-seed", type=int, default=8, help="seed of programs and faults")
 

@@ -53,6 +53,7 @@ class Figures:
     stuck: int = 0  # running with nothing pending (find_stuck_runs)
     unfinished: int = 0  # still moving when the batch ran out of time or rounds: not judged
     out_of_time: bool = False  # the batch ran out of its time or round budget
+    busy_when_judged: bool = False  # out of time and not quiet even after the last settle
     step_executions: int = 0
     re_executions: int = 0  # body runs beyond the fault-free count (at least once: allowed)
     restarts: int = 0
@@ -79,6 +80,7 @@ class Figures:
         self.problems.extend(other.problems)
         self.notes.extend(other.notes)
         self.out_of_time = self.out_of_time or other.out_of_time
+        self.busy_when_judged = self.busy_when_judged or other.busy_when_judged
 
 
 def _fraction(seed: int, what: str) -> float:
@@ -320,7 +322,12 @@ def run_batch(
     else:
         figures.out_of_time = True
         figures.notes.append(f"{label}: out of rounds after {MAX_ROUNDS}: {busy(engine, plan)}")
-    settle(engine, plan, timeout=30)
+    quiet = settle(engine, plan, timeout=30)
+    if figures.out_of_time and not quiet:
+        # A slow machine: what looks stuck now (a parent whose child just ended, its stream
+        # record not yet read) may still move. Judged on a quiet engine only.
+        figures.busy_when_judged = True
+        figures.notes.append(f"{label}: still busy when judged: {busy(engine, plan)}")
     engine.set_faults(None)
     figures.faults.update({k: v for k, v in plan.report().items() if v})
     check(figures, programs, top, label)
@@ -382,7 +389,8 @@ def check(
             return
         if run.status != "completed":
             why = stuck.get(run_id) or stuck_reason(run, now_ms=now_ms)
-            if not why and run.status not in ENDED and figures.out_of_time:
+            unjudged = figures.out_of_time and (not why or figures.busy_when_judged)
+            if unjudged and run.status not in ENDED:
                 figures.unfinished += 1  # still moving: the budget ran out, not the engine
                 figures.notes.append(f"{label}: {where}: run {run_id} unfinished ({run.status})")
                 return
@@ -450,7 +458,8 @@ def check(
         reported = any(f"run {run.id} is" in p for p in problems) if run is not None else True
         if run is not None and run.status != "completed" and not reported:
             unjudged = figures.out_of_time and run.status not in ENDED
-            if unjudged and not (stuck.get(run.id) or stuck_reason(run, now_ms=now_ms)):
+            why = stuck.get(run.id) or stuck_reason(run, now_ms=now_ms)
+            if unjudged and (not why or figures.busy_when_judged):
                 if not any(f"run {run.id} unfinished" in n for n in figures.notes):
                     figures.unfinished += 1
                     figures.notes.append(f"{label}: run {run.id} unfinished ({run.status})")
