@@ -461,7 +461,10 @@ def _ended(engine, client, run_id):
     )
 
 
-@pytest.mark.parametrize("ref", [ids.new_id(), "no-such-queue", "Not a queue!"])
+# A fixed UUID: a parameter is part of the test ID, which every xdist worker must collect alike.
+@pytest.mark.parametrize(
+    "ref", ["0f9c1c9e-2b7a-4c55-9d63-4a1f8e0b6a21", "no-such-queue", "Not a queue!"]
+)
 def test_a_wait_on_a_missing_or_malformed_queue_fails_at_once_as_a_send_does(
     engine, client, app_id, ref
 ):
