@@ -132,3 +132,23 @@ def test_the_operator_command(runs: dict[str, Run], capsys: pytest.CaptureFixtur
     assert [s["runId"] for s in answer["stuckRuns"]] == [runs["stuck"].id]
     assert main(["ops", "stuck-runs", "--project-id", ids.new_id()]) == 0
     assert capsys.readouterr().out.strip() == "no stuck runs"
+
+
+def test_an_app_is_looked_up_in_each_runs_own_project(
+    runs: dict[str, Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """App `a` exists in PROJECT only. When the scan meets the other project's run first,
+    PROJECT's sleeping run must still find its app (the lookup was cached by app ID alone:
+    its pending step was reported as stranded by a deleted app about half the time)."""
+    from ezgh_engine.service import ops
+
+    real = ops._active_run_items
+    first = runs["cancelling"].id
+
+    def other_project_first(project_id: str | None) -> list[dict[str, Any]]:
+        found = list(real(project_id))
+        return sorted(found, key=lambda values: values["id"] != first)
+
+    monkeypatch.setattr(ops, "_active_run_items", other_project_first)
+    found = {s.run_id for s in find_stuck_runs(older_than_seconds=60)}
+    assert runs["sleeping"].id not in found

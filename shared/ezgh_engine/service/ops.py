@@ -163,7 +163,7 @@ def find_stuck_runs(
     first."""
     now = clock.now_ms()
     found: list[tuple[str, StuckRun]] = []
-    apps: dict[str, bool] = {}
+    apps: dict[tuple[str, str], bool] = {}  # (project, app): an app is found in its project
     for values in _active_run_items(project_id):
         head = items.run_from(values)
         if stuck_reason(head, now_ms=now, older_than_seconds=older_than_seconds) is None:
@@ -171,13 +171,14 @@ def find_stuck_runs(
         run = runs_store.get_run(head.id, with_steps=True)
         if run is None:
             continue
-        if run.app_id not in apps:
-            apps[run.app_id] = registry_store.get_app(run.project_id, run.app_id) is not None
+        app_key = (run.project_id, run.app_id)
+        if app_key not in apps:
+            apps[app_key] = registry_store.get_app(run.project_id, run.app_id) is not None
         why = stuck_reason(
             run,
             now_ms=now,
             older_than_seconds=older_than_seconds,
-            app_exists=apps[run.app_id],
+            app_exists=apps[app_key],
             child_status=_child_status,
         )
         if why is not None:
