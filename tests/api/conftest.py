@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from ezgh_engine import config
+from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
 from ezgh_engine.topology import TOPOLOGY
 from moto import mock_aws
@@ -255,6 +255,16 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
             return self._real.handle_request(request)
 
     monkeypatch.setattr(push, "network_transport", LoopbackOnly)
+
+
+@pytest.fixture
+def skip_clock() -> Iterator[clock.SkipClock]:
+    """The engine's clock, skipped forward by the test instead of sleeping."""
+    previous = clock.get_clock()
+    skipping = clock.SkipClock()
+    clock.set_clock(skipping)
+    yield skipping
+    clock.set_clock(previous)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ first body still ran, four times over, and the run ended `workflows.app_unreacha
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -25,15 +24,6 @@ from tests.api.test_protocol_races import _raw_run
 from tests.api.test_step_writes import _run
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None)
-
-
-@pytest.fixture
-def skip_clock() -> Iterator[clock.SkipClock]:
-    previous = clock.get_clock()
-    skipping = clock.SkipClock()
-    clock.set_clock(skipping)
-    yield skipping
-    clock.set_clock(previous)
 
 
 def _start(token: str, step_id: str, name: str, attempt: int = 1) -> dict[str, Any]:

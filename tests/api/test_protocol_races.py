@@ -4,7 +4,6 @@ another value), driven through the real handlers on in-process moto."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -18,15 +17,6 @@ from ezgh_engine.adapters import waits_store as ws
 from tests.api.test_step_writes import _free, _lease, _run, complete, start, steps_call
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None)
-
-
-@pytest.fixture
-def skip_clock() -> Iterator[clock.SkipClock]:
-    previous = clock.get_clock()
-    skipping = clock.SkipClock()
-    clock.set_clock(skipping)
-    yield skipping
-    clock.set_clock(previous)
 
 
 def _raw_run(run_id: str) -> dict[str, Any]:

@@ -4,7 +4,6 @@ moto with a skipped clock and failures injected at the boto3 seam (`adapters.aws
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from types import SimpleNamespace
@@ -20,15 +19,6 @@ from tests.api.test_protocol_races import _raw_run, _sleeping
 from tests.api.test_step_writes import _run
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None)
-
-
-@pytest.fixture
-def skip_clock() -> Iterator[clock.SkipClock]:
-    previous = clock.get_clock()
-    skipping = clock.SkipClock()
-    clock.set_clock(skipping)
-    yield skipping
-    clock.set_clock(previous)
 
 
 def _epoch_of(request: dict[str, Any]) -> int:

@@ -15,7 +15,6 @@ from ezgh_engine import clock
 from ezgh_engine.adapters import runs_store
 from ezgh_engine.errors import StaleInvocation
 
-from tests.api.test_protocol_races import skip_clock  # noqa: F401 (a fixture)
 from tests.api.test_step_writes import _answer, _lease, _run, complete, start, steps_call
 
 CALLBACK = {"op": "callback", "stepId": "cb#1", "name": "cb", "timeoutSeconds": None}
@@ -80,7 +79,7 @@ def test_an_answer_is_applied_once(aws_env: None) -> None:
 
 def test_a_long_lived_token_stops_when_its_lease_ends(
     aws_env: None,
-    skip_clock: clock.SkipClock,  # noqa: F811
+    skip_clock: clock.SkipClock,
 ) -> None:
     """A pull task's token lives 24 hours; it works only while heartbeats keep the lease."""
     from ezgh_engine import config
