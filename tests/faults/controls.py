@@ -346,7 +346,7 @@ def run_controlled_batch(
             status = _call(client.cancel_run, one.run_id)
             one.cancel = "accepted" if status == 200 else "refused"
     began, posted = clock.monotonic(), set[tuple[str, str]]()
-    out_of_time = True
+    out_of_time, delete_tried = True, False
     for round_ in range(h.MAX_ROUNDS):
         if clock.monotonic() - began > h.BATCH_SECONDS:
             figures.notes.append(f"{label}: out of time: {h.busy(engine, plan)}")
@@ -357,18 +357,22 @@ def run_controlled_batch(
         if api.send_for_waits(queue_id, cases, plan):
             continue
         with plan.paused():
-            if round_ == delete_app_round:
-                figures.app_deleted = _call(client.delete_app, app_id) == 200
+            # DeleteApp at the first settled round from the drawn one on (a round spent
+            # settling does not skip it), and before the batch may end (runs that all ended
+            # first are judged as their controls say).
+            deleting = delete_app_round is not None and not delete_tried
+            if deleting and round_ >= delete_app_round:
+                delete_tried = _delete_app(client, app_id, figures)
                 continue
             if _apply_controls(client, cases, round_):
                 continue
-            if _all_ended(cases) and not plan.pending_due():
+            due = h.next_due(plan)
+            if (_all_ended(cases) and not plan.pending_due()) or due is None:
+                if deleting:
+                    delete_tried = _delete_app(client, app_id, figures)
+                    continue
                 out_of_time = False
                 break
-            due = h.next_due(plan)
-        if due is None:
-            out_of_time = False
-            break
         skipping = engine.clock
         assert isinstance(skipping, clock.SkipClock)
         skipping.advance(max(due - clock.now(), timedelta()) + timedelta(seconds=1))
@@ -380,6 +384,16 @@ def run_controlled_batch(
     figures.faults.update({k: v for k, v in plan.report().items() if v})
     check_controlled(figures, cases, label, out_of_time=out_of_time)
     return figures
+
+
+def _delete_app(client: WorkflowsClient, app_id: str, figures: ControlFigures) -> bool:
+    """DeleteApp (tried once); an answer other than 200 is a problem of the batch, not a
+    silent skip. True: tried."""
+    status = _call(client.delete_app, app_id)
+    figures.app_deleted = status == 200
+    if not figures.app_deleted:
+        figures.problems.append(f"DeleteApp answered {status}")
+    return True
 
 
 # --- checking -------------------------------------------------------------------------------
