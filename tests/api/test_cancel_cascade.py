@@ -18,14 +18,14 @@ from ezgh_engine.adapters import runs_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.service import waits
 
+from tests.api.steps_helpers import stored_run
 from tests.api.test_races import _run_of
-from tests.api.test_step_writes import _run
 
 WAIT = {"name": "sub", "kind": "invoke", "status": "waiting", "attempt": 1, "order": "1"}
 
 
 def _parent_waiting_on_a_child() -> tuple[Any, Any]:
-    parent = _run()
+    parent = stored_run()
     child = _run_of(
         parent.project_id, parent.app_id, parent_run_id=parent.id, parent_step_id="sub#1"
     )

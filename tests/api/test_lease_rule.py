@@ -10,7 +10,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core import leases
 
-from tests.api.test_step_writes import _run
+from tests.api.steps_helpers import stored_run
 
 NOW = 1_790_000_000_000
 
@@ -27,7 +27,7 @@ def _set_lease(run_id: str, lease_until: int) -> None:
 
 @pytest.mark.parametrize("lease_until", [leases.NO_LEASE, NOW - 1, NOW, NOW + 60_000])
 def test_take_lease_agrees_with_lease_free(aws_env: None, lease_until: int) -> None:
-    run = _run()
+    run = stored_run()
     _set_lease(run.id, lease_until)
     raw = ws.get(f"RUN#{run.id}", "RUN") or {}
     taken = inv.take_lease(run.id, 1, now_ms=NOW, lease_ms=60_000)

@@ -20,8 +20,8 @@ from ezgh_engine.core import leases
 from ezgh_engine.errors import StaleInvocation
 from ezgh_engine.service import invoker, steps
 
+from tests.api.steps_helpers import stored_run
 from tests.api.test_protocol_races import _raw_run
-from tests.api.test_step_writes import _run
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None)
 
@@ -67,7 +67,7 @@ def test_a_step_longer_than_the_invoke_timeout_fails_once_naming_the_limit(
     app = LongStepApp()
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
     monkeypatch.setattr(invoker, "invoke_app", app)
-    run = _run()
+    run = stored_run()
     retry = invoker.invoke(run.id, 1)
     assert retry is not None  # invoked again, at once: not a delivery failure
     [step] = runs_store.get_run(run.id).steps  # type: ignore[union-attr]
@@ -102,7 +102,7 @@ def test_an_app_that_hangs_before_any_step_is_a_delivery_failure(
 
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
     monkeypatch.setattr(invoker, "invoke_app", hangs)
-    run = _run()
+    run = stored_run()
     retry = invoker.invoke(run.id, 1)
     assert retry is not None and retry.after_seconds == leases.BACKOFF_BASE_SECONDS
     assert int(_raw_run(run.id)["invokeFailures"]) == 1
@@ -140,7 +140,7 @@ def test_a_step_started_late_in_a_timed_out_invocation_keeps_the_lease(
     app = LongStepApp(body_seconds=10)
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
     monkeypatch.setattr(invoker, "invoke_app", app)
-    run = _run()
+    run = stored_run()
     began = clock.now_ms()
     retry = invoker.invoke(run.id, 1)
     assert retry is not None and retry.after_seconds > 300  # held to the lease's end

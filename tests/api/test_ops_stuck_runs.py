@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -16,6 +15,7 @@ from ezgh_engine.core.models import Run
 from ezgh_engine.service.ops import find_stuck_runs
 
 from tests.api.conftest import ENV
+from tests.api.steps_helpers import new_run
 
 PROJECT = "22222222-2222-4222-8222-222222222222"
 
@@ -34,15 +34,11 @@ def _put(values: dict[str, Any]) -> None:
 
 
 def _run(**changes: Any) -> Run:
-    base = Run(
-        id=ids.new_id(),
-        org_id="o",
+    """A run that has been running an hour, last invoked long ago, overridden by `changes`."""
+    base = dict(
         project_id=PROJECT,
-        app_id="a",
         workflow="onboarding",
-        status="running",
         input={"n": 1},
-        attempt=1,
         created_at=_ago(3600),
         started_at=_ago(3600),
         version=3,
@@ -51,7 +47,7 @@ def _run(**changes: Any) -> Run:
         epoch=2,
         lease_until_ms=clock.now_ms() - 3_000_000,
     )
-    return replace(base, **changes)
+    return new_run(**{**base, **changes})
 
 
 def _step(run: Run, step_id: str, kind: str, status: str) -> None:

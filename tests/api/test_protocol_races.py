@@ -14,7 +14,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import runs_store
 from ezgh_engine.adapters import waits_store as ws
 
-from tests.api.test_step_writes import _free, _lease, _run, complete, start, steps_call
+from tests.api.steps_helpers import complete, free_lease, lease_token, start, steps_call, stored_run
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None)
 
@@ -66,8 +66,8 @@ def test_a_timer_whose_handler_died_after_waking_the_sleep_still_invokes_the_run
     from ezgh_engine.errors import TransientError
     from ezgh_engine.service import invoker
 
-    run = _run()
-    _lease(run)
+    run = stored_run()
+    lease_token(run)
     wake = clock.iso(clock.now() - timedelta(seconds=5))
     _sleeping(run.id, wake)
     answers = {"throttled": True}
@@ -101,11 +101,11 @@ def test_a_losing_complete_does_not_replace_the_recorded_large_output(
 
     monkeypatch.setenv(config.ENV_PAYLOAD_THRESHOLD, "100")
     config.reset_settings()
-    run = _run()
-    old = _lease(run)
+    run = stored_run()
+    old = lease_token(run)
     steps_call(old, [start("a#1")])
-    _free(run)
-    new = _lease(run, seq=2)
+    free_lease(run)
+    new = lease_token(run, seq=2)
     assert steps_call(new, [start("a#1", attempt=2)])[0] == 200
     mine = "X" * 500
     assert steps_call(new, [complete("a#1", mine)])[1]["results"][0]["result"] == "ok"
@@ -128,7 +128,7 @@ def test_an_invocation_that_aborts_while_it_holds_the_run_is_invoked_again(
     otherwise, or its token ran out): the engine must invoke the run again, not drop it."""
     from ezgh_engine.service import invoker
 
-    run = _run()
+    run = stored_run()
     answers = [
         {"protocol": "1.3", "outcome": "aborted", "reason": "step a#1 recorded otherwise"},
         {"protocol": "1.3", "outcome": "completed", "output": "replayed"},
@@ -152,11 +152,11 @@ def test_a_stale_invocations_aborted_answer_changes_nothing(
     from ezgh_engine.adapters import invocations_store as inv
     from ezgh_engine.service import invoker
 
-    run = _run()
+    run = stored_run()
     leased = inv.take_lease(run.id, 1, now_ms=clock.now_ms(), lease_ms=600_000)
     assert leased is not None
-    _free(run)
-    _lease(run, seq=2)  # another invocation took the run over
+    free_lease(run)
+    lease_token(run, seq=2)  # another invocation took the run over
     until = _raw_run(run.id)["leaseUntil"]
     assert invoker._invoke_again(leased) is None
     assert _raw_run(run.id)["leaseUntil"] == until

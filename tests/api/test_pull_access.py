@@ -76,31 +76,17 @@ def test_a_heartbeat_for_an_answered_reason_is_refused_even_under_a_live_lease(
 ) -> None:
     """The claim of a directly received task (its first heartbeat) must fail for a task
     whose reason was answered while its epoch still holds the lease for the next one."""
-    from ezgh_engine import clock, config, ids
+    from ezgh_engine import clock, config
     from ezgh_engine.adapters import invocations_store as inv
     from ezgh_engine.adapters import run_items as items
     from ezgh_engine.adapters import waits_store as ws
     from ezgh_engine.core import tokens
-    from ezgh_engine.core.models import Run
     from ezgh_engine.errors import StaleInvocation
 
+    from tests.api.steps_helpers import stored_run
+
     now = clock.iso(clock.now())
-    run = Run(
-        id=ids.new_id(),
-        org_id="o",
-        project_id=ids.new_id(),
-        app_id="a",
-        workflow="w",
-        status="running",
-        input=None,
-        attempt=1,
-        created_at=now,
-        started_at=now,
-        version=1,
-        invoke_seq=1,
-        handled_seq=0,
-    )
-    ws.transact([ws.plain_put(items.run_values(run))])
+    run = stored_run()
     leased = inv.take_lease(run.id, 1, now_ms=clock.now_ms(), lease_ms=600_000)
     assert leased is not None
     claims = tokens.InvocationClaims(

@@ -15,8 +15,8 @@ from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import runs_store
 from ezgh_engine.core import tokens
 
+from tests.api.steps_helpers import stored_run
 from tests.api.test_protocol_races import _raw_run, _sleeping
-from tests.api.test_step_writes import _run
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None)
 
@@ -34,7 +34,7 @@ def test_a_timer_handler_that_stalls_past_its_lease_acts_only_on_the_epoch_it_to
     with e + 1 (two attempts at once) nor move that invocation's lease."""
     from ezgh_engine.service import invoker
 
-    run = _run()
+    run = stored_run()
     wake = clock.iso(clock.now() - timedelta(seconds=5))
     _sleeping(run.id, wake)
     real_get_run = invoker.runs_store.get_run
@@ -79,7 +79,7 @@ def test_a_cancel_while_the_invocation_runs_ends_the_run_cancelled(
     from ezgh_engine.adapters import run_control_store as control
     from ezgh_engine.service import invoker
 
-    run = _run()
+    run = stored_run()
 
     def invoke_app(app: Any, request: dict[str, Any]) -> Any:
         current = runs_store.get_run(run.id, with_steps=False)
@@ -100,17 +100,17 @@ def _fail(run_id: str) -> None:
     from ezgh_engine.core.outcomes import Outcome
     from ezgh_engine.service import outcomes
 
-    from tests.api.test_step_writes import _free, _lease
+    from tests.api.steps_helpers import free_lease, lease_token
 
     leased = runs_store.get_run(run_id)
     assert leased is not None
     if leased.lease_until_ms < clock.now_ms() or leased.handled_seq >= leased.invoke_seq:
         # Only a live invocation with an unanswered reason may answer (issue 13): give the
         # run one, as the invoker would.
-        _free(leased)
+        free_lease(leased)
         bumped = runs_store.get_run(run_id, with_steps=False)
         assert bumped is not None
-        _lease(bumped, bumped.invoke_seq)
+        lease_token(bumped, bumped.invoke_seq)
         leased = runs_store.get_run(run_id)
         assert leased is not None
     error = RunError("boom", "Boom", "it failed")
@@ -128,10 +128,10 @@ def test_retry_run_cuts_off_the_old_attempts_invocation(aws_env: None) -> None:
     new epoch."""
     from ezgh_engine.adapters import run_control_store as control
 
-    from tests.api.test_step_writes import _lease, start, steps_call
+    from tests.api.steps_helpers import lease_token, start, steps_call
 
-    run = _run()
-    old = _lease(run)
+    run = stored_run()
+    old = lease_token(run)
     assert steps_call(old, [start("a#1")])[0] == 200
     _fail(run.id)
     failed = runs_store.get_run(run.id)
@@ -150,7 +150,7 @@ def test_retry_run_after_a_timer_was_dropped_records_the_sleep_afresh(
     from ezgh_engine.adapters import run_control_store as control
     from ezgh_engine.service import invoker
 
-    run = _run()
+    run = stored_run()
     wake = clock.iso(clock.now() + timedelta(minutes=1))
     _sleeping(run.id, wake)
     _fail(run.id)
@@ -259,7 +259,7 @@ def test_one_message_delivered_twice_resumes_one_wait(aws_env: None) -> None:
     the second wait with the same messageId (and is acknowledged, not retried)."""
     from ezgh_engine.service import waits
 
-    run = _run()
+    run = stored_run()
     message = {"messageId": "m-1", "body": "{}", "attributes": {"k": "order-1"}}
     _message_wait(run, "paid#1", Q1, "order-1")
     assert waits.resume_message_waiters(run.project_id, Q1, "order-1", message) == 1
@@ -282,7 +282,7 @@ def test_a_failed_run_leaves_no_step_pending(
     from ezgh_engine.adapters import waits_store as ws
     from ezgh_engine.service import invoker
 
-    run = _run()
+    run = stored_run()
     later = clock.iso(clock.now() + timedelta(hours=1))
     values = {"name": "a", "kind": "run", "status": "retrying", "attempt": 1, "order": "1"}
     assert ws.transact([ws.step_put(run.id, "a#1", {**values, "wakeAt": later})])
@@ -344,30 +344,7 @@ def test_deleting_an_app_ends_its_live_runs_failed(
 
 
 def _run_of(project_id: str, app_id: str, **changes: Any) -> Any:
-    from ezgh_engine import ids
-    from ezgh_engine.adapters import run_items as items
-    from ezgh_engine.adapters import waits_store as ws
-    from ezgh_engine.core.models import Run
-
-    now = clock.iso(clock.now())
-    run = Run(
-        id=ids.new_id(),
-        org_id="o",
-        project_id=project_id,
-        app_id=app_id,
-        workflow="w",
-        status="running",
-        input=None,
-        attempt=1,
-        created_at=now,
-        started_at=now,
-        version=1,
-        invoke_seq=1,
-        handled_seq=0,
-    )
-    run = replace(run, **changes)
-    ws.transact([ws.plain_put(items.run_values(run))])
-    return run
+    return stored_run(project_id=project_id, app_id=app_id, **changes)
 
 
 def test_the_stuck_run_detector_reports_every_stuck_shape(
@@ -412,7 +389,7 @@ def test_a_child_wait_of_a_failed_parent_is_ended_and_retried_afresh(aws_env: No
     from ezgh_engine.adapters import run_control_store as control
     from ezgh_engine.adapters import waits_store as ws
 
-    parent = _run()
+    parent = stored_run()
     child = _run_of(parent.project_id, parent.app_id, parent_run_id=parent.id)
     wait = {"name": "sub", "kind": "invoke", "status": "waiting", "attempt": 1, "order": "1"}
     assert ws.transact([ws.step_put(parent.id, "sub#1", {**wait, "childRunId": child.id})])

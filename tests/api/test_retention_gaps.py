@@ -11,9 +11,9 @@ from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.config import settings
 from ezgh_engine.service import retention, timers
 
+from tests.api.steps_helpers import complete, lease_token, start, steps_call, stored_run
 from tests.api.test_races import _run_of
 from tests.api.test_retention import _objects
-from tests.api.test_step_writes import _lease, _run, complete, start, steps_call
 
 
 @pytest.mark.parametrize("ending", ["timedOut", "deleted"])
@@ -21,8 +21,8 @@ def test_a_refused_late_step_call_leaves_no_payload(aws_env: None, ending: str) 
     """The late call is refused (409) after the run ended, or after it was deleted and its
     payloads purged: its large output must not be written first, an object nothing would
     ever delete (the run's purge has run, or runs before the object exists)."""
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("big#1")])
     assert timers.time_out(run.id)
     if ending == "deleted":

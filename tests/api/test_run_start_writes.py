@@ -8,31 +8,17 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from ezgh_engine import clock, ids
+from ezgh_engine import clock
 from ezgh_engine.adapters import aws, runs_store
 from ezgh_engine.core.models import Run
+
+from tests.api.steps_helpers import new_run
 
 WRITES = {"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem", "BatchWriteItem"}
 
 
 def _new_run(run_key: str | None = None) -> Run:
-    now = clock.iso(clock.now())
-    return Run(
-        id=ids.new_id(),
-        org_id="o",
-        project_id=ids.new_id(),
-        app_id="a",
-        workflow="w",
-        status="running",
-        input={"n": 1},
-        attempt=1,
-        created_at=now,
-        started_at=now,
-        version=1,
-        invoke_seq=1,
-        handled_seq=0,
-        run_key=run_key,
-    )
+    return new_run(input={"n": 1}, run_key=run_key)
 
 
 def _writes(action: Any) -> list[str]:

@@ -3,112 +3,30 @@ item write; resent calls, takeovers and ended runs still answer what is recorded
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from aws_lambda_powertools.utilities.typing import LambdaContext
 from ezgh_engine import clock, config, ids
-from ezgh_engine.adapters import aws, runs_store
-from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import runs_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run
 
-from tests.api.conftest import make_event
-
-WRITES = {"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem", "BatchWriteItem"}
-
-
-def _run() -> Run:
-    now = clock.iso(clock.now())
-    run = Run(
-        id=ids.new_id(),
-        org_id="o",
-        project_id=ids.new_id(),
-        app_id="a",
-        workflow="w",
-        status="running",
-        input=None,
-        attempt=1,
-        created_at=now,
-        started_at=now,
-        version=1,
-        invoke_seq=1,
-        handled_seq=0,
-    )
-    ws.transact([ws.plain_put(items.run_values(run))])
-    return run
-
-
-def _lease(run: Run, seq: int = 1) -> str:
-    """Take the run's lease as the invoker does; the invocation's token."""
-    leased = inv.take_lease(run.id, seq, now_ms=clock.now_ms(), lease_ms=600_000)
-    assert leased is not None
-    claims = tokens.InvocationClaims(
-        run.id, run.project_id, leased.epoch, 1, clock.now_ms() + 600_000
-    )
-    return tokens.mint(config.settings().token_secret, claims)
-
-
-def _free(run: Run) -> None:
-    """The lease ends (as if it expired) and a new reason to invoke arrives."""
-    ws.transact(
-        [
-            {
-                "Update": {
-                    "TableName": config.settings().runs_table,
-                    "Key": items.run_key(run.id),
-                    "UpdateExpression": "SET leaseUntil = :zero, invokeSeq = invokeSeq + :one",
-                    "ExpressionAttributeValues": {":zero": {"N": "0"}, ":one": {"N": "1"}},
-                }
-            }
-        ]
-    )
-
-
-def steps_call(token: str, ops: list[dict[str, Any]]) -> tuple[int, Any, list[str]]:
-    """POST ops to the steps function; (status, body, the DynamoDB writes it made)."""
-    from functions.steps.handler import handler
-
-    seen: list[str] = []
-    stop = aws.observe(
-        lambda r: seen.append(r["operation"]) if r["service"] == "dynamodb" else None
-    )
-    try:
-        answer = handler(
-            make_event(
-                "POST",
-                "/v1/invocations/steps",
-                body={"deploymentId": "dep-1", "ops": ops},
-                headers={"authorization": f"Bearer {token}"},
-            ),
-            LambdaContext(),
-        )
-    finally:
-        stop()
-    return answer["statusCode"], json.loads(answer["body"]), [o for o in seen if o in WRITES]
-
-
-def start(step: str, attempt: int = 1) -> dict[str, Any]:
-    return {"op": "start", "stepId": step, "name": step.split("#")[0], "attempt": attempt}
-
-
-def complete(step: str, output: Any, inline: Any = None) -> dict[str, Any]:
-    op = {"op": "complete", "stepId": step, "output": output}
-    return {**op, "inline": inline} if inline else op
-
-
-def steps_of(run: Run) -> dict[str, tuple[str, int]]:
-    found = runs_store.get_run(run.id)
-    assert found is not None
-    return {s.id: (s.status, s.attempt) for s in found.steps}
+from tests.api.steps_helpers import (
+    complete,
+    free_lease,
+    lease_token,
+    start,
+    steps_call,
+    steps_of,
+    stored_run,
+)
 
 
 def test_an_end_and_the_next_start_are_one_write(aws_env: None) -> None:
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     status, body, writes = steps_call(token, [start("a#1")])
     assert status == 200 and body["results"][0] == {
         "stepId": "a#1",
@@ -135,8 +53,8 @@ def test_an_end_and_the_next_start_are_one_write(aws_env: None) -> None:
 
 
 def test_a_resent_call_answers_the_same_without_a_second_effect(aws_env: None) -> None:
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     ops = [complete("a#1", "x"), start("b#1")]
     first = steps_call(token, ops)[1]["results"]
@@ -152,12 +70,12 @@ def test_a_resent_call_answers_the_same_without_a_second_effect(aws_env: None) -
 def test_a_step_started_inline_by_a_dead_invocation_runs_again_as_attempt_2(
     aws_env: None,
 ) -> None:
-    run = _run()
-    old = _lease(run)
+    run = stored_run()
+    old = lease_token(run)
     steps_call(old, [start("a#1")])
     inline = steps_call(old, [complete("a#1", 1), start("b#1")])[1]["results"][1]["inline"]
-    _free(run)  # the invocation died with b running; the run is invoked again
-    new = _lease(run, seq=2)
+    free_lease(run)  # the invocation died with b running; the run is invoked again
+    new = lease_token(run, seq=2)
     status, body, _ = steps_call(new, [start("b#1", attempt=2)])
     assert status == 200 and body["results"][0]["attempt"] == 2
     assert steps_of(run)["b#1"] == ("running", 2)
@@ -173,16 +91,16 @@ def test_a_step_started_inline_by_a_dead_invocation_runs_again_as_attempt_2(
 
 @pytest.mark.parametrize("ending", ["timedOut", "taken over"])
 def test_no_step_starts_in_a_run_that_ended_or_moved_on(aws_env: None, ending: str) -> None:
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     if ending == "timedOut":
         from ezgh_engine.service import timers
 
         timers.time_out(run.id)
     else:
-        _free(run)
-        _lease(run, seq=2)
+        free_lease(run)
+        lease_token(run, seq=2)
     status, body, writes = steps_call(token, [complete("a#1", 1), start("b#1")])
     assert status == 409 and body["error"]["code"] == "invalid_state"
     assert writes == []
@@ -192,8 +110,8 @@ def test_no_step_starts_in_a_run_that_ended_or_moved_on(aws_env: None, ending: s
 def test_a_step_running_inline_when_the_run_times_out_is_cancelled(aws_env: None) -> None:
     from ezgh_engine.service import timers
 
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     inline = steps_call(token, [complete("a#1", 1), start("b#1")])[1]["results"][1]["inline"]
     assert timers.time_out(run.id)
@@ -225,8 +143,8 @@ def _answer(run: Run, token: str, answer: dict[str, Any]) -> None:
 
 
 def test_an_answer_records_its_held_ends_with_its_outcome(aws_env: None) -> None:
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     answer = {"outcome": "completed", "output": "done", "ops": [complete("a#1", "A")]}
     _answer(run, token, answer)
@@ -239,8 +157,8 @@ def test_an_answer_repeating_a_recorded_end_is_applied(aws_env: None) -> None:
     """The end was recorded already with the same output (a resent call got through): the
     outcome's transaction is refused on that step, the ends are applied one by one and agree,
     and the outcome is written."""
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     steps_call(token, [complete("a#1", "A")])
     _answer(run, token, {"outcome": "completed", "output": 1, "ops": [complete("a#1", "A")]})
@@ -255,8 +173,8 @@ def test_an_answer_whose_end_another_invocation_recorded_otherwise_is_not_applie
     written; the invoker invokes the run again (OpsConflict), and replay uses the record."""
     from ezgh_engine.service import outcomes
 
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     steps_call(token, [complete("a#1", "recorded")])
     with pytest.raises(outcomes.OpsConflict) as raised:
@@ -272,8 +190,8 @@ def test_an_answer_with_malformed_ops_is_refused_before_anything_is_written(
 ) -> None:
     from ezgh_engine.errors import ValidationError
 
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     for ops in (
         [start("b#1")],  # an answer may only end steps
@@ -290,8 +208,8 @@ def test_an_answer_with_malformed_ops_is_refused_before_anything_is_written(
 def test_a_resent_retryable_fail_answers_retry_even_once_the_retry_is_due(
     aws_env: None,
 ) -> None:
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     fail = {
         "op": "fail",
@@ -321,8 +239,8 @@ def test_a_resent_retryable_fail_answers_retry_even_once_the_retry_is_due(
 def test_a_mark_of_an_earlier_run_attempt_is_not_a_running_step(aws_env: None) -> None:
     """RetryRun deletes a failed step; the mark that started it (on the step before) must
     not bring it back as running in the new attempt."""
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1")])
     steps_call(token, [complete("a#1", 1), start("b#1")])
     assert steps_of(run)["b#1"] == ("running", 1)
@@ -363,8 +281,8 @@ def test_a_mark_of_an_earlier_run_attempt_is_not_a_running_step(aws_env: None) -
 def test_a_malformed_attempt_or_inline_is_a_validation_error_and_writes_nothing(
     aws_env: None, ops: list[dict[str, Any]]
 ) -> None:
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     status, body, writes = steps_call(token, ops)
     assert status == 400 and body["error"]["code"] == "validation_error"
     assert writes == []

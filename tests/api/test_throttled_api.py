@@ -91,9 +91,9 @@ def test_a_throttled_step_call_stays_a_5xx_for_the_sdk_to_resend(
     project: Project, throttled_reads: list[str]
 ) -> None:
     from tests.api.conftest import call
-    from tests.api.test_step_writes import _lease, _run
+    from tests.api.steps_helpers import lease_token, stored_run
 
-    token = _lease(_run())  # writes only: the throttle is on reads
+    token = lease_token(stored_run())  # writes only: the throttle is on reads
     answer = call(
         "POST",
         "/v1/invocations/steps",

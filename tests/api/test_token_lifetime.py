@@ -15,7 +15,8 @@ from ezgh_engine import clock
 from ezgh_engine.adapters import runs_store
 from ezgh_engine.errors import StaleInvocation
 
-from tests.api.test_step_writes import _answer, _lease, _run, complete, start, steps_call
+from tests.api.steps_helpers import complete, lease_token, start, steps_call, stored_run
+from tests.api.test_step_writes import _answer
 
 CALLBACK = {"op": "callback", "stepId": "cb#1", "name": "cb", "timeoutSeconds": None}
 
@@ -37,8 +38,8 @@ def _refused(answer: tuple[int, Any, list[str]]) -> None:
 
 
 def test_a_suspended_invocations_token_does_nothing_more(aws_env: None) -> None:
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     assert steps_call(token, [start("a#1")])[0] == 200
     assert steps_call(token, [CALLBACK])[0] == 200
     # The answer carries a#1's held end and suspends on the callback.
@@ -63,8 +64,8 @@ def test_a_suspended_invocations_token_does_nothing_more(aws_env: None) -> None:
 
 def test_an_answer_is_applied_once(aws_env: None) -> None:
     """The same answer posted again (a pull worker's retry) is refused, not applied twice."""
-    run = _run()
-    token = _lease(run)
+    run = stored_run()
+    token = lease_token(run)
     steps_call(token, [start("a#1"), CALLBACK])
     wait = {"stepId": "cb#1", "name": "cb", "kind": "callback"}
     answer = {"outcome": "suspended", "waits": [wait], "ops": [complete("a#1", "A")]}
@@ -87,7 +88,7 @@ def test_a_long_lived_token_stops_when_its_lease_ends(
     from ezgh_engine.core import tokens
     from ezgh_engine.service import pull
 
-    run = _run()
+    run = stored_run()
     leased = inv.take_lease(run.id, 1, now_ms=clock.now_ms(), lease_ms=60_000)
     assert leased is not None
     claims = tokens.InvocationClaims(
