@@ -11,6 +11,7 @@ Settings come from, in order: the flags (`--api-url`, `--api-key`, `--org-id`,
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -214,6 +215,44 @@ def report_error(args: argparse.Namespace, exc: CliError) -> None:
     if exc.status is not None:
         error["status"] = exc.status
     print(json.dumps({"error": error}), file=sys.stderr)
+
+
+def tables_parent(older_than_help: str) -> argparse.ArgumentParser:
+    """A parent parser for operator commands over the engine's tables: `--project-id`,
+    `--older-than SECONDS` (default 300), `--stack` and `--json`."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--project-id", help="one project (a query, not a table scan)")
+    parent.add_argument(
+        "--older-than", type=float, default=300.0, metavar="SECONDS", help=older_than_help
+    )
+    parent.add_argument("--stack", help="read table names from this CloudFormation stack")
+    parent.add_argument("--json", action="store_true", help="JSON for scripts")
+    return parent
+
+
+def add_yes(parser: argparse.ArgumentParser, verb: str) -> None:
+    """`--yes`: the operator command acts (`verb`); without it, it only lists (a dry run)."""
+    parser.add_argument("--yes", action="store_true", help=f"{verb} (without: list only)")
+
+
+def operator_command(
+    name: str,
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """An `ezgh ops NAME` command: any failure is one line on stderr and exit code 2 (an
+    operator command says what failed, not a stack trace)."""
+
+    def wrap(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        @functools.wraps(func)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return func(args)
+            except Exception as exc:
+                print(f"ezgh ops {name}: {exc}", file=sys.stderr)
+                return 2
+
+        return run
+
+    return wrap
 
 
 # Operator commands read the tables directly; they need no API, but settings want a URL.

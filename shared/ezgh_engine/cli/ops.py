@@ -16,21 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from ezgh_engine.cli.common import configure_stack
+from ezgh_engine.cli.common import configure_stack, operator_command, tables_parent
 
 
+@operator_command("stuck-runs")
 def _stuck_runs(args: argparse.Namespace) -> int:
     from ezgh_engine.service.ops import find_stuck_runs
 
-    try:
-        configure_stack(args.stack)
-        stuck = find_stuck_runs(args.project_id, older_than_seconds=args.older_than)
-    except Exception as exc:  # an operator command: say what failed, no stack trace
-        print(f"ezgh ops stuck-runs: {exc}", file=sys.stderr)
-        return 2
+    configure_stack(args.stack)
+    stuck = find_stuck_runs(args.project_id, older_than_seconds=args.older_than)
     if args.json:
         print(json.dumps({"stuckRuns": [s.to_json() for s in stuck]}, indent=2))
     elif not stuck:
@@ -42,6 +38,7 @@ def _stuck_runs(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
+    """Add `ezgh ops` and its commands."""
     parser = subparsers.add_parser(
         "ops", help="operator checks over the engine's tables", description=__doc__
     )
@@ -50,17 +47,8 @@ def register(subparsers: Any) -> None:
         "stuck-runs",
         help="runs that are running/cancelling with nothing pending (no lease, no owed "
         "invocation, no sleeping/waiting/retrying/running step)",
+        parents=[tables_parent("only runs quiet at least this long (default 300)")],
     )
-    stuck.add_argument("--project-id", help="one project (a query, not a table scan)")
-    stuck.add_argument(
-        "--older-than",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="only runs quiet at least this long (default 300)",
-    )
-    stuck.add_argument("--stack", help="read table names from this CloudFormation stack")
-    stuck.add_argument("--json", action="store_true", help="JSON for scripts")
     stuck.set_defaults(func=_stuck_runs)
     from ezgh_engine.cli import repair, teardown, verify
     from ezgh_engine.cli.common import connection_parent

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
+from ezgh_engine.cli.common import add_yes, configure_stack, operator_command, tables_parent
 
+
+@operator_command("repair")
 def _repair(args: argparse.Namespace) -> int:
-    from ezgh_engine.cli.common import configure_stack
     from ezgh_engine.service.repair import repair
 
-    try:
-        configure_stack(args.stack)
-        actions = repair(args.project_id, apply=args.yes, older_than_seconds=args.older_than)
-    except Exception as exc:  # an operator command: say what failed, no stack trace
-        print(f"ezgh ops repair: {exc}", file=sys.stderr)
-        return 2
+    configure_stack(args.stack)
+    actions = repair(args.project_id, apply=args.yes, older_than_seconds=args.older_than)
     if args.json:
         print(
             json.dumps({"applied": args.yes, "repairs": [a.to_json() for a in actions]}, indent=2)
@@ -48,16 +45,11 @@ def register(commands: Any) -> None:
         help="re-arm owed invocations and lost timers of active runs (dry run without --yes)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            tables_parent(
+                "only runs whose lease ended, and timers due, at least this long ago (default 300)"
+            )
+        ],
     )
-    parser.add_argument("--project-id", help="one project (a query, not a table scan)")
-    parser.add_argument(
-        "--older-than",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="only runs whose lease ended, and timers due, at least this long ago (default 300)",
-    )
-    parser.add_argument("--yes", action="store_true", help="re-arm (without: list only)")
-    parser.add_argument("--stack", help="read table names from this CloudFormation stack")
-    parser.add_argument("--json", action="store_true", help="JSON for scripts")
+    add_yes(parser, "re-arm")
     parser.set_defaults(func=_repair)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ezgh_engine.adapters import aws, sqs_queues, task_queues
+from ezgh_engine.cli.common import add_yes, operator_command
 
 # The stack outputs naming what this command needs (infra/stack.py writes them).
 PREFIX_OUTPUT = "RuntimePrefix"
@@ -98,22 +99,19 @@ def _names(args: argparse.Namespace) -> tuple[str, str]:
     return args.prefix, args.deliver_function
 
 
+@operator_command("teardown")
 def _run(args: argparse.Namespace) -> int:
-    try:
-        prefix, deliver_function = _names(args)
-        found = find(prefix, deliver_function)
-        for line in found.describe():
-            print(("deleting " if args.yes else "would delete ") + line)
-        if not found.describe():
-            print(f"nothing the engine created at run time is left for {prefix!r}")
-            return 0
-        if not args.yes:
-            print("run again with --yes to delete them", file=sys.stderr)
-            return 1
-        delete(found)
-    except Exception as exc:  # an operator command: say what failed, no stack trace
-        print(f"ezgh ops teardown: {exc}", file=sys.stderr)
-        return 2
+    prefix, deliver_function = _names(args)
+    found = find(prefix, deliver_function)
+    for line in found.describe():
+        print(("deleting " if args.yes else "would delete ") + line)
+    if not found.describe():
+        print(f"nothing the engine created at run time is left for {prefix!r}")
+        return 0
+    if not args.yes:
+        print("run again with --yes to delete them", file=sys.stderr)
+        return 1
+    delete(found)
     return 0
 
 
@@ -128,5 +126,5 @@ def register(commands: Any) -> None:
     parser.add_argument("--stack", help="read the names from this CloudFormation stack")
     parser.add_argument("--prefix", help="the stack's runtime prefix (its name)")
     parser.add_argument("--deliver-function", help="the stack's deliver function's name")
-    parser.add_argument("--yes", action="store_true", help="delete (without: list only)")
+    add_yes(parser, "delete")
     parser.set_defaults(func=_run)
