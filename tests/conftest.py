@@ -41,6 +41,7 @@ DDBLOCAL_MODULES = frozenset(
         "tests/api/test_pull_access.py",
         "tests/api/test_queues.py",
         "tests/api/test_races.py",
+        "tests/api/test_repair.py",
         "tests/api/test_requests.py",
         "tests/api/test_retention.py",
         "tests/api/test_run_scopes.py",
