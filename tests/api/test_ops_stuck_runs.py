@@ -50,7 +50,8 @@ def _run(**changes: Any) -> Run:
     return new_run(**{**base, **changes})
 
 
-def _step(run: Run, step_id: str, kind: str, status: str) -> None:
+def _step(run: Run, step_id: str, kind: str, status: str, **extra: Any) -> None:
+    """A step item of `run` (more attributes in `extra`, e.g. `wakeAt`)."""
     _put(
         {
             "pk": items.run_pk(run.id),
@@ -62,6 +63,7 @@ def _step(run: Run, step_id: str, kind: str, status: str) -> None:
             "attempt": 1,
             "order": ids.time_ordered_id(),
             "startedAt": run.created_at,
+            **extra,
         }
     )
 

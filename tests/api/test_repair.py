@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import boto3
 import pytest
-from ezgh_engine import clock, config, ids
+from ezgh_engine import clock, config
 from ezgh_engine.adapters import messages
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.config import settings
@@ -17,27 +17,14 @@ from ezgh_engine.service.repair import repair
 from ezgh_engine.topology import TOPOLOGY
 
 from tests.api.conftest import ENV
-from tests.api.test_ops_stuck_runs import PROJECT, _put, _run
+from tests.api.test_ops_stuck_runs import PROJECT, _put, _run, _step
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:ezgh-invocations"
 SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/ezgh-scheduler"
 
 
 def _timed_step(run: Run, step_id: str, status: str, wake_at: str) -> None:
-    _put(
-        {
-            "pk": items.run_pk(run.id),
-            "sk": items.STEP_PREFIX + step_id,
-            "stepId": step_id,
-            "name": step_id,
-            "kind": "sleep",
-            "status": status,
-            "attempt": 1,
-            "order": ids.time_ordered_id(),
-            "startedAt": run.created_at,
-            "wakeAt": wake_at,
-        }
-    )
+    _step(run, step_id, "sleep", status, wakeAt=wake_at)
 
 
 def _invocation_messages() -> list[dict[str, object]]:

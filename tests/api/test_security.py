@@ -29,6 +29,7 @@ from ezgh_workflows import Context, PushApp, workflow
 from ezgh_workflows._internal import clock as sdk_clock
 
 from tests.api.conftest import Project, call
+from tests.api.steps_helpers import new_run
 
 # --- push requests: the engine's signer against the SDK's Lambda entry point ---------------
 
@@ -99,21 +100,7 @@ def test_a_captured_request_replayed_later_is_refused_401(monkeypatch: pytest.Mo
 
 def _waiting_callback() -> tuple[Run, str, str]:
     """A live run with one `waiting` callback step, written as the invoker writes it."""
-    run = Run(
-        id=ids.new_id(),
-        org_id="o",
-        project_id=ids.new_id(),
-        app_id="a",
-        workflow="approval",
-        status="running",
-        input=None,
-        attempt=1,
-        created_at=clock.iso(clock.now()),
-        started_at=clock.iso(clock.now()),
-        version=1,
-        invoke_seq=1,
-        handled_seq=1,
-    )
+    run = new_run(workflow="approval", handled_seq=1)
     ws.transact([ws.plain_put(items.run_values(run))])
     step_id = "approve"
     actions, url = callbacks.create_actions(
