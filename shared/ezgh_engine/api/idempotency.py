@@ -7,7 +7,11 @@ runs and then holds the first answer for 48 hours. Rules:
 - same key, another body: `409 idempotency_conflict`;
 - same key while the first request still runs: wait briefly for its answer, then
   `409 idempotency_conflict` ("still in progress; retry"). A claim older than the API's
-  longest run time belongs to a request that died, and is taken over;
+  longest run time belongs to a request that died, and is taken over. The request's effects
+  take their IDs from the claim's seed, which a takeover keeps (`ids.effect_id`): a run it
+  starts has the first attempt's run ID, a message it sends the first attempt's
+  `messageId`, so the dead request's effect is found (a run) or recognised by every
+  consumer (a message), not made a second time;
 - the first request failed (any error): the claim is let go, so a retry runs again. Only
   successful answers are replayed;
 - the first request succeeded but storing its answer fails: the store is retried, and the
@@ -122,9 +126,9 @@ def answer_once(
         token, record = idempotency_store.claim(
             pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - STALE_CLAIM_MS
         )
+        assert record is not None
         if token is not None:
             break
-        assert record is not None
         if record.request_hash != digest:
             raise _conflict("this Idempotency-Key was used with a different request body")
         if record.status is not None:
@@ -138,7 +142,10 @@ def answer_once(
             raise _conflict("a request with this Idempotency-Key is still in progress; retry")
         time.sleep(_POLL_SECONDS)
     try:
-        status, answer = run()
+        # Effects derive their IDs from the claim's seed (the same after a takeover): a
+        # request that died between its effect and its answer is found again, not repeated.
+        with ids.effects_seeded(record.seed):
+            status, answer = run()
     except BaseException:
         idempotency_store.release(pk, token)
         raise
