@@ -175,3 +175,23 @@ def test_a_send_that_failed_midway_sends_its_first_part_once_on_retry(project: P
         stop()
     assert again.status == 200, again.body
     assert _delivered_ids(queue["id"]) == {m["messageId"] for m in again.body["messages"]}
+
+
+def test_a_resend_soon_after_a_crash_is_answered_not_told_to_wait_a_minute(
+    project: Project, crash_at_the_answer_write: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send's effects are seeded, so a resend that waited for the dead request's claim
+    takes it over at once: a step's retries (seconds apart) get the answer, and the run
+    does not fail on 409 "still in progress"."""
+    from ezgh_engine.api import idempotency
+
+    monkeypatch.setattr(idempotency, "WAIT_SECONDS", 0.2)
+    queue = _queue(project)
+    body = {"messages": [{"body": "hello", "attributes": {"k": "v"}}]}
+    headers = {"Idempotency-Key": "wfq_soon"}
+    path = f"/queues/{queue['id']}/messages"
+    with pytest.raises(_Crashed):
+        project.call("POST", path, body=body, headers=headers)
+    again = project.call("POST", path, body=body, headers=headers)
+    assert again.status == 200, again.body
+    assert _delivered_ids(queue["id"]) == {again.body["messages"][0]["messageId"]}

@@ -7,7 +7,8 @@ runs and then holds the first answer for 48 hours. Rules:
 - same key, another body: `409 idempotency_conflict`;
 - same key while the first request still runs: wait briefly for its answer, then
   `409 idempotency_conflict` ("still in progress; retry"). A claim older than the API's
-  longest run time belongs to a request that died, and is taken over. The request's effects
+  longest run time belongs to a request that died, and is taken over (for StartRun and
+  sends, whose effects are seeded, one older than that wait). The request's effects
   take their IDs from the claim's seed, which a takeover keeps (`ids.effect_id`): a run it
   starts has the first attempt's run ID, a message it sends the first attempt's
   `messageId`, so the dead request's effect is found (a run) or recognised by every
@@ -49,7 +50,8 @@ from ezgh_engine.errors import Conflict, ValidationError
 TTL_SECONDS = 48 * 3600
 # The API Lambda times out after 29 s; an unfinished claim older than this is abandoned.
 STALE_CLAIM_MS = 60_000
-# How long a repeat waits for a concurrent first request before answering 409.
+# How long a repeat waits for a concurrent first request before answering 409 (or, for an
+# operation whose effects are seeded, taking its claim over).
 WAIT_SECONDS = 2.0
 _POLL_SECONDS = 0.1
 # Pauses between attempts to store an answer whose request had its effect.
@@ -96,6 +98,15 @@ def _conflict(message: str) -> Conflict:
     return Conflict(message, code="idempotency_conflict")
 
 
+def effects_are_seeded(operation: str) -> bool:
+    """Whether `operation`'s effects take their IDs from the claim's seed (`ids.effect_id`):
+    StartRun (the run ID) and sends (each message's ID). Running such a request again finds
+    what an earlier attempt did instead of doing it twice, so a repeat that waited
+    `WAIT_SECONDS` for an unfinished claim takes it over rather than answering 409 for a
+    minute (which a step's retries would not outlast: the run would fail)."""
+    return operation == "POST /runs" or operation.endswith("/messages")
+
+
 def record_pk(principal: Principal, operation: str, key: str) -> str:
     """The record of one Idempotency-Key. Scoped to the calling API key: a replay skips the
     request's permission checks, so one key's answer (e.g. a new key's secret) must never be
@@ -122,9 +133,10 @@ def answer_once(
     pk = record_pk(principal, operation, key)
     digest = _request_hash(body)
     deadline = clock.monotonic() + WAIT_SECONDS
+    stale_ms = int(WAIT_SECONDS * 1000) if effects_are_seeded(operation) else STALE_CLAIM_MS
     while True:
         token, record = idempotency_store.claim(
-            pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - STALE_CLAIM_MS
+            pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - stale_ms
         )
         assert record is not None
         if token is not None:
