@@ -9,6 +9,7 @@ first body still ran, four times over, and the run ended `workflows.app_unreacha
 from __future__ import annotations
 
 from datetime import timedelta
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -151,3 +152,70 @@ def test_a_step_started_late_in_a_timed_out_invocation_keeps_the_lease(
     assert steps.apply_ops(app.first_token, late)["results"][0]["result"] == "ok"
     [step] = runs_store.get_run(run.id).steps  # type: ignore[union-attr]
     assert step.status == "completed" and app.bodies_started == 1
+
+
+@pytest.fixture
+def sqs_on_the_skip_clock(skip_clock: clock.SkipClock) -> Iterator[clock.SkipClock]:
+    """moto's SQS delays follow the skipped clock: a delayed message is due when skipped to."""
+    from ezgh_engine.local.emulator import sqs_on_engine_clock
+
+    sqs_on_engine_clock(True)
+    try:
+        yield skip_clock
+    finally:
+        sqs_on_engine_clock(False)
+
+
+def _deliver_due_invoker_messages() -> int:
+    """Hand every due message of the invocations queue to the invoker, as its event source
+    would; answer how many were handled."""
+    from ezgh_engine.adapters import aws
+
+    sqs, url = aws.client("sqs"), config.settings().invocations_queue_url
+    handled = 0
+    for _ in range(20):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return handled
+        records = [
+            {"messageId": m["MessageId"], "body": m["Body"], "receiptHandle": m["ReceiptHandle"]}
+            for m in got
+        ]
+        left = set(invoker.handle_batch(records))
+        for message in got:
+            if message["MessageId"] not in left:
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        handled += len(got)
+    return handled
+
+
+def test_a_young_step_still_running_when_its_lease_ends_never_runs_beside_itself(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, sqs_on_the_skip_clock: clock.SkipClock
+) -> None:
+    """A step started late in a timed-out invocation is given the rest of the lease; when
+    its body outlasts that too (its token ends: it can record nothing more), it is failed
+    once, naming the limit, under that invocation's own epoch; the next invocation replays
+    it failed instead of starting a second attempt beside the body still running."""
+    app = LongStepApp(body_seconds=10)
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", app)
+    run = _run()
+    began = clock.now_ms() - 10_000  # when the invocation began (LongStepApp skipped 10 s)
+    assert invoker.invoke(run.id, 1) is not None  # held: the young step keeps the lease
+    seq = int(_raw_run(run.id)["invokeSeq"])
+    # The body is still running when the lease (and its token) ends; what is due then is
+    # delivered, and the invoke message comes back once its hold ends.
+    sqs_on_the_skip_clock.advance(
+        timedelta(milliseconds=began + invoker._lease_ms() - clock.now_ms() + 1000)
+    )
+    for _ in range(3):
+        sqs_on_the_skip_clock.advance(timedelta(seconds=20))
+        _deliver_due_invoker_messages()
+        invoker.invoke(run.id, seq)  # the held invoke message, redelivered
+    assert app.bodies_started == 1  # never a second attempt beside the first body
+    done = runs_store.get_run(run.id)
+    assert done is not None and done.status == "failed", done
+    [step] = done.steps
+    assert step.status == "failed" and step.attempt == 1, step
+    assert step.error is not None and step.error.code == "workflows.step_timed_out"
+    assert "EZGH_INVOKE_TIMEOUT_SECONDS" in step.error.message
