@@ -8,8 +8,8 @@ first body still ran, four times over, and the run ended `workflows.app_unreacha
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -154,68 +154,55 @@ def test_a_step_started_late_in_a_timed_out_invocation_keeps_the_lease(
     assert step.status == "completed" and app.bodies_started == 1
 
 
-@pytest.fixture
-def sqs_on_the_skip_clock(skip_clock: clock.SkipClock) -> Iterator[clock.SkipClock]:
-    """moto's SQS delays follow the skipped clock: a delayed message is due when skipped to."""
-    from ezgh_engine.local.emulator import sqs_on_engine_clock
+class LateStepApp:
+    """An app whose first invocation spends `before_s` on earlier work, then starts a step
+    whose body runs `body_s` (within the limit from its own start), and is still in it when
+    the invoker's call times out; every (re)start of the step is logged with its time."""
 
-    sqs_on_engine_clock(True)
-    try:
-        yield skip_clock
-    finally:
-        sqs_on_engine_clock(False)
+    def __init__(self, before_s: float, body_s: float) -> None:
+        self.before_s, self.body_s = before_s, body_s
+        self.bodies: list[tuple[int, int]] = []  # (start, end) in engine ms
 
-
-def _deliver_due_invoker_messages() -> int:
-    """Hand every due message of the invocations queue to the invoker, as its event source
-    would; answer how many were handled."""
-    from ezgh_engine.adapters import aws
-
-    sqs, url = aws.client("sqs"), config.settings().invocations_queue_url
-    handled = 0
-    for _ in range(20):
-        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not got:
-            return handled
-        records = [
-            {"messageId": m["MessageId"], "body": m["Body"], "receiptHandle": m["ReceiptHandle"]}
-            for m in got
-        ]
-        left = set(invoker.handle_batch(records))
-        for message in got:
-            if message["MessageId"] not in left:
-                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-        handled += len(got)
-    return handled
+    def __call__(self, app: Any, request: dict[str, Any]) -> dict[str, Any]:
+        skipping = clock.get_clock()
+        assert isinstance(skipping, clock.SkipClock)
+        recorded = {s["id"]: s for s in request["steps"]}
+        step = recorded.get("late#1")
+        if step is not None and step["status"] != "running":
+            return {"protocol": "1.3", "outcome": "failed", "error": step.get("error")}
+        if not self.bodies:
+            skipping.advance(timedelta(seconds=self.before_s))
+        attempt = len(self.bodies) + 1
+        if _start(request["api"]["token"], "late#1", "late", attempt)["result"] == "started":
+            now = clock.now_ms()
+            self.bodies.append((now, now + int(self.body_s * 1000)))
+        if len(self.bodies) == 1:
+            skipping.advance(timedelta(seconds=300 - self.before_s))
+            raise push.AppTimedOut("app did not answer within 300 s")
+        raise push.AppUnreachable("the test stops here")
 
 
-def test_a_young_step_still_running_when_its_lease_ends_never_runs_beside_itself(
-    aws_env: None, monkeypatch: pytest.MonkeyPatch, sqs_on_the_skip_clock: clock.SkipClock
+def test_a_young_step_is_not_started_again_before_it_had_the_whole_limit(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
 ) -> None:
-    """A step started late in a timed-out invocation is given the rest of the lease; when
-    its body outlasts that too (its token ends: it can record nothing more), it is failed
-    once, naming the limit, under that invocation's own epoch; the next invocation replays
-    it failed instead of starting a second attempt beside the body still running."""
-    app = LongStepApp(body_seconds=10)
+    """A step started 250 s into an invocation that then timed out is young: not failed,
+    the lease held. Its body runs 250 s, within the limit from its own start, past the
+    invocation's token end (300 + 60 s). It records nothing after that token, so it is
+    started again (at least once), but only once it had the whole limit from its start:
+    never beside a body that keeps to the limit."""
+    app = LateStepApp(before_s=250, body_s=250)
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
     monkeypatch.setattr(invoker, "invoke_app", app)
     run = _run()
-    began = clock.now_ms() - 10_000  # when the invocation began (LongStepApp skipped 10 s)
-    assert invoker.invoke(run.id, 1) is not None  # held: the young step keeps the lease
+    assert invoker.invoke(run.id, 1) is not None  # the young step keeps the lease
+    [(first_start, first_end)] = app.bodies
     seq = int(_raw_run(run.id)["invokeSeq"])
-    # The body is still running when the lease (and its token) ends; what is due then is
-    # delivered, and the invoke message comes back once its hold ends.
-    sqs_on_the_skip_clock.advance(
-        timedelta(milliseconds=began + invoker._lease_ms() - clock.now_ms() + 1000)
-    )
-    for _ in range(3):
-        sqs_on_the_skip_clock.advance(timedelta(seconds=20))
-        _deliver_due_invoker_messages()
-        invoker.invoke(run.id, seq)  # the held invoke message, redelivered
-    assert app.bodies_started == 1  # never a second attempt beside the first body
-    done = runs_store.get_run(run.id)
-    assert done is not None and done.status == "failed", done
-    [step] = done.steps
-    assert step.status == "failed" and step.attempt == 1, step
-    assert step.error is not None and step.error.code == "workflows.step_timed_out"
-    assert "EZGH_INVOKE_TIMEOUT_SECONDS" in step.error.message
+    for _ in range(20):  # the held invoke message comes back, 20 s apart
+        skip_clock.advance(timedelta(seconds=20))
+        with contextlib.suppress(push.AppUnreachable):
+            invoker.invoke(run.id, seq)
+        if len(app.bodies) > 1:
+            break
+    assert len(app.bodies) == 2, app.bodies  # started again: its end was never recorded
+    restarted = app.bodies[1][0]
+    assert restarted >= first_end, (restarted - first_start) / 1000  # not beside the first

@@ -11,7 +11,6 @@ import json
 import logging
 import math
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from ezgh_engine import clock, ids
@@ -170,12 +169,17 @@ def _push(attempt: _Attempt) -> Retry | None:
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
     except AppTimedOut as exc:
-        failed, young = fail_overrunning_steps(run, attempt.now_ms, attempt.lease_ms)
-        if young:
-            # A step started late in the invocation still runs: keep the lease past its
-            # token's end (its body may finish and record itself until then), so no
-            # attempt runs beside it; a timer at the token's end fails it if it still runs.
-            return _hold_for_young_steps(attempt, exc)
+        failed, young_since_ms = fail_overrunning_steps(run, attempt.now_ms, attempt.lease_ms)
+        if young_since_ms:
+            # A step started late in the invocation still runs: keep the lease to its
+            # token's end (its body may finish and record itself), and on until it has had
+            # the whole limit from its own start, so a body that ends within the limit is
+            # never started again beside itself.
+            until_ms = max(
+                attempt.now_ms + attempt.lease_ms,
+                young_since_ms + int(settings().invoke_timeout_seconds * 1000),
+            )
+            return attempt.delivery_failed(exc, until_ms=until_ms)
         if failed:
             return _invoke_again(run, at_once=True)
         return attempt.delivery_failed(exc)
@@ -223,41 +227,6 @@ def _record_answer(attempt: _Attempt, outcome: Any, answer: Any) -> Retry | None
     return None
 
 
-# How much longer than the timed-out invocation's token the lease is held for its young
-# steps: the timer at the token's end must still find that epoch's lease live.
-YOUNG_HOLD_GRACE_MS = 30_000
-
-
-def _hold_for_young_steps(attempt: _Attempt, exc: AppTimedOut) -> Retry | None:
-    """Keep the lease of an invocation that timed out while a young step still ran, past
-    its token's end, with a timer then (`fail_young_steps`): a body still running when
-    the token ends can record nothing more, and is failed once rather than started again
-    beside itself by the next invocation."""
-    token_end_ms = attempt.now_ms + attempt.lease_ms
-    wake_at = datetime.fromtimestamp(token_end_ms / 1000, tz=UTC)
-    messages.schedule_timer(attempt.run.id, timers.young_steps_timer(attempt.run.epoch), wake_at)
-    return attempt.delivery_failed(exc, until_ms=token_end_ms + YOUNG_HOLD_GRACE_MS)
-
-
-def fail_young_steps(run: Run, epoch: int) -> timers.Owed | None:
-    """The timer at the token's end of invocation `epoch`, which timed out while young steps
-    ran (`_hold_for_young_steps`): fail each step of it still running, once and naming the
-    limit, under that epoch's lease, end the hold and answer the run owed its invocation
-    (which replays them failed). Acts only on the epoch it names: nothing when another
-    invocation took the run since, or the hold is over."""
-    now_ms = clock.now_ms()
-    if run.epoch != epoch or run.lease_until_ms < now_ms:
-        return None
-    failed, _ = fail_overrunning_steps(run, now_ms, _lease_ms(), min_age_ms=0)
-    if not failed:
-        return None  # the young steps recorded their ends: the hold ends as it was to
-    try:
-        store.back_off(run, failures=run.invoke_failures, retry_at_ms=now_ms - 1)
-    except StaleInvocation:
-        return None
-    return timers.Owed(run.id, leased=False, seq=run.invoke_seq)
-
-
 def _invoke_again(run: Run, *, at_once: bool = False) -> Retry | None:
     """The answer was not applied (it conflicts with recorded steps): release the lease
     soon and let the message come back, so the next invocation replays what is recorded.
@@ -286,19 +255,17 @@ def step_timed_out_error(step_name: str) -> dict[str, str]:
     }
 
 
-def fail_overrunning_steps(
-    run: Run, now_ms: int, lease_ms: int, *, min_age_ms: int | None = None
-) -> tuple[int, int]:
+def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, int]:
     """The app did not answer within the invoke timeout (the invocation began at `now_ms`):
     fail, once and without a retry, every step this invocation started that is still
     running and has run for at least half the limit (its body may be running still; another
     attempt would run beside it, and would overrun the same way). Answer how many were
-    failed, and how many younger steps still run (started late in the invocation: they are
-    given the rest of the lease rather than failed for the time steps before them took).
+    failed, and when the latest younger step still running started (epoch ms, 0 if none:
+    started late in the invocation, they are given the rest of the lease, and the limit
+    from their own start, rather than failed for the time steps before them took).
 
     Each is the `fail` op the invocation itself would send, under its own lease: a step
-    another epoch started, or one that ended meanwhile, is not touched. `min_age_ms`
-    replaces half the limit as the age from which a step is failed (0: every one)."""
+    another epoch started, or one that ended meanwhile, is not touched."""
     from ezgh_engine.service import steps as step_calls
 
     current = runs_store.get_run(run.id)
@@ -309,7 +276,7 @@ def fail_overrunning_steps(
         run.id, run.project_id, run.epoch, run.attempt, now_ms + lease_ms
     )
     half_ms = int(settings().invoke_timeout_seconds * 500)
-    cutoff_ms = clock.now_ms() - (half_ms if min_age_ms is None else min_age_ms)
+    cutoff_ms = clock.now_ms() - half_ms
     young = [s for s in running if s.started_at and _ms(s.started_at) > cutoff_ms]
     failed = 0
     for step in running:
@@ -332,7 +299,7 @@ def fail_overrunning_steps(
         if not differs:
             log.warning("run %s: step %s overran the invoke timeout; failed", run.id, step.id)
             failed += 1
-    return failed, len(young)
+    return failed, max((_ms(s.started_at) for s in young if s.started_at), default=0)
 
 
 def _ms(iso: str) -> int:

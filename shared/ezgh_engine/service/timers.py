@@ -1,7 +1,7 @@
 """Timer messages: a sleep ends, a retry is due, a wait times out, a run passes its limit.
 
 Every timer is `{"type":"timer","runId","stepId","wakeAt"}` (the run's own time limit uses
-the step ID `$deadline`, the end of a timed-out invocation's young steps `$young@<epoch>`). A timer acts only if the step (or run) still holds that wake time,
+the step ID `$deadline`). A timer acts only if the step (or run) still holds that wake time,
 with a conditional write, so a timer delivered twice, or one made stale by a newer wait, does
 nothing.
 """
@@ -19,15 +19,6 @@ from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.models import RunError
 
 DEADLINE_STEP = "$deadline"
-# The timer at the token's end of an invocation that timed out while young steps ran
-# (`invoker.fail_young_steps`): `$young@<epoch>`.
-YOUNG_STEPS = "$young@"
-
-
-def young_steps_timer(epoch: int) -> str:
-    """The step ID of the young-steps timer of invocation `epoch`."""
-    return f"{YOUNG_STEPS}{epoch}"
-
 
 # Every run ends by its one-year limit (a day of grace past 365 days from its creation), its
 # own time limit or not: the stream arms a `$deadline` timer for it when the run is written
@@ -70,10 +61,6 @@ def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | N
         elif year_limit(run.created_at) == message["wakeAt"]:
             time_out(run.id, YEAR_LIMIT_ERROR)
         return None
-    if message["stepId"].startswith(YOUNG_STEPS):
-        from ezgh_engine.service import invoker
-
-        return invoker.fail_young_steps(run, int(message["stepId"][len(YOUNG_STEPS) :]))
     from ezgh_engine.adapters import steps_store
 
     step = steps_store.get_step(run.id, message["stepId"])
