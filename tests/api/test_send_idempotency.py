@@ -195,3 +195,34 @@ def test_a_resend_soon_after_a_crash_is_answered_not_told_to_wait_a_minute(
     again = project.call("POST", path, body=body, headers=headers)
     assert again.status == 200, again.body
     assert _delivered_ids(queue["id"]) == {again.body["messages"][0]["messageId"]}
+
+
+def test_a_resend_waiting_for_an_unfinished_claim_polls_by_reading(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resend that waits for a concurrent first request reads the record while it waits:
+    a conditional put that fails still costs a write (and may be throttled: each was a
+    chance of a 429 for a request that only waits)."""
+    from ezgh_engine.adapters import idempotency_store
+    from ezgh_engine.api import idempotency
+    from ezgh_engine.service.auth import authenticate
+
+    monkeypatch.setattr(idempotency, "WAIT_SECONDS", 0.5)
+    app = {"name": "billing", "kind": "push", "url": "https://app.example.com/"}
+    principal = authenticate(f"Bearer {project.api_key}")
+    pk = idempotency.record_pk(principal, "POST /apps", "busy")
+    token, _ = idempotency_store.claim(pk, idempotency._request_hash(app), 3600, stale_before_ms=0)
+    assert token is not None
+    puts: list[str] = []
+
+    def hook(service: str, operation: str, params: dict[str, Any]) -> None:
+        if operation == "PutItem" and str(params.get("Item", {})).find("IDEM#") >= 0:
+            puts.append(operation)
+
+    stop = aws.intercept(hook)
+    try:
+        answer = project.call("POST", "/apps", body=app, headers={"Idempotency-Key": "busy"})
+    finally:
+        stop()
+    assert answer.status == 409 and "in progress" in answer.body["error"]["message"]
+    assert len(puts) == 1, len(puts)  # one claim, then reads

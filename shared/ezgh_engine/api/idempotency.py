@@ -134,13 +134,11 @@ def answer_once(
     digest = _request_hash(body)
     deadline = clock.monotonic() + WAIT_SECONDS
     stale_ms = int(WAIT_SECONDS * 1000) if effects_are_seeded(operation) else STALE_CLAIM_MS
-    while True:
-        token, record = idempotency_store.claim(
-            pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - stale_ms
-        )
+    token, record = idempotency_store.claim(
+        pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - stale_ms
+    )
+    while token is None:
         assert record is not None
-        if token is not None:
-            break
         if record.request_hash != digest:
             raise _conflict("this Idempotency-Key was used with a different request body")
         if record.status is not None:
@@ -153,6 +151,16 @@ def answer_once(
         if clock.monotonic() >= deadline:
             raise _conflict("a request with this Idempotency-Key is still in progress; retry")
         time.sleep(_POLL_SECONDS)
+        # Poll by reading (a conditional put that fails still costs a write, and may be
+        # throttled): claim again only once the claim is gone, released or stale.
+        seen = idempotency_store.get(pk)
+        if seen is None or _claimable(seen, digest, clock.now_ms() - stale_ms):
+            token, record = idempotency_store.claim(
+                pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - stale_ms
+            )
+        else:
+            record = seen
+    assert record is not None
     try:
         # Effects derive their IDs from the claim's seed (the same after a takeover): a
         # request that died between its effect and its answer is found again, not repeated.
@@ -163,6 +171,14 @@ def answer_once(
         raise
     _finish(pk, token, status, _seal(key, pk, token, answer))
     return _response(status, answer)
+
+
+def _claimable(record: idempotency_store.IdempotencyRecord, digest: str, stale_before: int) -> bool:
+    """Whether an unfinished record may be claimed now: released, or stale for this body."""
+    if record.status is not None:
+        return False
+    stale = record.claimed_at_ms < stale_before and record.request_hash == digest
+    return record.claimed_at_ms == 0 or stale
 
 
 def _finish(pk: str, token: str, status: int, sealed: bytes) -> None:
