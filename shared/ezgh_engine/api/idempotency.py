@@ -13,8 +13,9 @@ runs and then holds the first answer for 48 hours. Rules:
   starts has the first attempt's run ID, a message it sends the first attempt's
   `messageId`, so the dead request's effect is found (a run) or recognised by every
   consumer (a message), not made a second time;
-- the first request failed (any error): the claim is let go, so a retry runs again. Only
-  successful answers are replayed;
+- the first request failed (any error): the claim is let go (marked released, its seed
+  kept: what the failed request did before failing is found again), so a retry runs
+  again. Only successful answers are replayed;
 - the first request succeeded but storing its answer fails: the store is retried, and the
   caller gets its answer even if it still fails (its effect happened; failing it would only
   make the caller resend).
