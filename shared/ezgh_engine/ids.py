@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import threading
 import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 from ezgh_engine import clock
 
@@ -46,6 +49,30 @@ def time_ordered_id() -> str:
 def derived_id(*parts: str) -> str:
     """A UUID (v5) derived from its cause; the same parts always give the same ID."""
     return str(uuid.uuid5(_DERIVED_NS, "\x1f".join(parts)))
+
+
+# The seed of the request running under an Idempotency-Key (`api.idempotency`): the same on
+# every attempt of that key, a takeover of a request that died included.
+_effect_seed: ContextVar[str | None] = ContextVar("ezgh_effect_seed", default=None)
+
+
+@contextlib.contextmanager
+def effects_seeded(seed: str) -> Iterator[None]:
+    """Inside the block, `effect_id` derives IDs from `seed` instead of minting them."""
+    reset = _effect_seed.set(seed)
+    try:
+        yield
+    finally:
+        _effect_seed.reset(reset)
+
+
+def effect_id(*parts: str) -> str | None:
+    """The ID of an effect (a run, a message) of the request running under an
+    Idempotency-Key, derived from its seed and `parts`: a resend that runs the request again
+    after the first died between its effect and its answer makes the same IDs, so it finds
+    the first attempt's effect instead of making a second. None outside such a request."""
+    seed = _effect_seed.get()
+    return derived_id("effect", seed, *parts) if seed is not None else None
 
 
 def secret_token(nbytes: int = 32) -> str:

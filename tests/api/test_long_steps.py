@@ -8,6 +8,7 @@ first body still ran, four times over, and the run ended `workflows.app_unreacha
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -151,3 +152,57 @@ def test_a_step_started_late_in_a_timed_out_invocation_keeps_the_lease(
     assert steps.apply_ops(app.first_token, late)["results"][0]["result"] == "ok"
     [step] = runs_store.get_run(run.id).steps  # type: ignore[union-attr]
     assert step.status == "completed" and app.bodies_started == 1
+
+
+class LateStepApp:
+    """An app whose first invocation spends `before_s` on earlier work, then starts a step
+    whose body runs `body_s` (within the limit from its own start), and is still in it when
+    the invoker's call times out; every (re)start of the step is logged with its time."""
+
+    def __init__(self, before_s: float, body_s: float) -> None:
+        self.before_s, self.body_s = before_s, body_s
+        self.bodies: list[tuple[int, int]] = []  # (start, end) in engine ms
+
+    def __call__(self, app: Any, request: dict[str, Any]) -> dict[str, Any]:
+        skipping = clock.get_clock()
+        assert isinstance(skipping, clock.SkipClock)
+        recorded = {s["id"]: s for s in request["steps"]}
+        step = recorded.get("late#1")
+        if step is not None and step["status"] != "running":
+            return {"protocol": "1.3", "outcome": "failed", "error": step.get("error")}
+        if not self.bodies:
+            skipping.advance(timedelta(seconds=self.before_s))
+        attempt = len(self.bodies) + 1
+        if _start(request["api"]["token"], "late#1", "late", attempt)["result"] == "started":
+            now = clock.now_ms()
+            self.bodies.append((now, now + int(self.body_s * 1000)))
+        if len(self.bodies) == 1:
+            skipping.advance(timedelta(seconds=300 - self.before_s))
+            raise push.AppTimedOut("app did not answer within 300 s")
+        raise push.AppUnreachable("the test stops here")
+
+
+def test_a_young_step_is_not_started_again_before_it_had_the_whole_limit(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """A step started 250 s into an invocation that then timed out is young: not failed,
+    the lease held. Its body runs 250 s, within the limit from its own start, past the
+    invocation's token end (300 + 60 s). It records nothing after that token, so it is
+    started again (at least once), but only once it had the whole limit from its start:
+    never beside a body that keeps to the limit."""
+    app = LateStepApp(before_s=250, body_s=250)
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    monkeypatch.setattr(invoker, "invoke_app", app)
+    run = _run()
+    assert invoker.invoke(run.id, 1) is not None  # the young step keeps the lease
+    [(first_start, first_end)] = app.bodies
+    seq = int(_raw_run(run.id)["invokeSeq"])
+    for _ in range(20):  # the held invoke message comes back, 20 s apart
+        skip_clock.advance(timedelta(seconds=20))
+        with contextlib.suppress(push.AppUnreachable):
+            invoker.invoke(run.id, seq)
+        if len(app.bodies) > 1:
+            break
+    assert len(app.bodies) == 2, app.bodies  # started again: its end was never recorded
+    restarted = app.bodies[1][0]
+    assert restarted >= first_end, (restarted - first_start) / 1000  # not beside the first

@@ -323,7 +323,10 @@ def test_send_to_queue_step_sends_once_with_the_wfq_key(engine, api, client, app
     assert [m["Body"] for m in stored] == ["a", "b"]
     digest = idempotency_key(run["id"], step["id"])
     assert [m["Attributes"]["MessageDeduplicationId"] for m in stored] == [f"{digest}:0", "mine"]
-    assert [m["MessageId"] for m in stored] == [m["messageId"] for m in step["output"]]
+    # Sent under an Idempotency-Key: each message's ID is the engine's own (the same on any
+    # copy a resend after a crash stores), carried as its `ezgh.messageId` attribute.
+    own = [m["MessageAttributes"]["ezgh.messageId"]["StringValue"] for m in stored]
+    assert own == [m["messageId"] for m in step["output"]]
     # An attempt that sends again (after a crash) gets the first answer: no second copy.
     queues = QueuesClient(
         api_key=engine.api_key,

@@ -20,6 +20,12 @@ EXECUTIONS: dict[tuple[str, str], list[int]] = defaultdict(list)
 VALUES: dict[tuple[str, str], list[str]] = defaultdict(list)
 # (run, callback name) -> URL
 CALLBACKS: dict[tuple[str, str], str] = {}
+# (run, message wait's name) -> the messageId that resumed it (tests/faults/controls.py)
+MESSAGES: dict[tuple[str, str], str] = {}
+# (run, send step's name) -> the messageId its recorded result names, one per replay
+SENT: dict[tuple[str, str], list[str]] = defaultdict(list)
+# The QueuesClient `send` steps use (set per batch by tests/faults/controls.py)
+QUEUES: list[Any] = []
 
 
 def reset() -> None:
@@ -27,6 +33,8 @@ def reset() -> None:
         EXECUTIONS.clear()
         VALUES.clear()
         CALLBACKS.clear()
+        MESSAGES.clear()
+        SENT.clear()
 
 
 def _body(run_id: str, step_id: str, fail: int, result: Any) -> Any:
@@ -145,11 +153,30 @@ async def _msg2(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
         message = await ctx.step.wait_for_message(
             f"{op['name']}-{part}", queue_id=ctx.input["queue"], key=key, timeout_seconds=86_400
         )
+        if isinstance(message, dict):
+            with _lock:
+                MESSAGES[(ctx.run_id, f"{op['name']}-{part}")] = str(message.get("messageId"))
         got.append(message["body"] if isinstance(message, dict) else message)
     return got
 
 
-CONTROL_OPS = {"crash": _crash, "long": _long, "msg2": _msg2}
+async def _send(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
+    """`send`: `send_to_queue` of one message to the batch's sink queue, while the API may
+    fail its Idempotency-Key record or die between SQS and the answer: the step must end
+    (sent once, or, when the API's recovery outlasted the suite's 2 s invoke timeout,
+    failed naming the limit), and every stored copy must be the one message recorded."""
+    try:
+        sent = await ctx.step.send_to_queue(
+            op["name"], QUEUES[0], ctx.input["sink"], [{"body": f"{ctx.run_id}:{op['name']}"}]
+        )
+    except StepError as exc:
+        return {"caught": exc.code}
+    with _lock:
+        SENT[(ctx.run_id, op["name"])].append(str(sent[0]["messageId"]))
+    return "sent"
+
+
+CONTROL_OPS = {"crash": _crash, "long": _long, "msg2": _msg2, "send": _send}
 
 
 class CountingApp(FaultyApp):

@@ -49,7 +49,7 @@ from ezgh_engine.core.models import Run
 from ezgh_engine.local.faults import FaultPlan
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_engine.service.ops import find_stuck_runs
-from ezgh_workflows import WorkflowsClient
+from ezgh_workflows import QueuesClient, WorkflowsClient
 from ezgh_workflows._internal.api import ApiError
 from hypothesis import strategies as st
 
@@ -71,6 +71,8 @@ def expected(program: list[dict[str, Any]]) -> list[Any]:
             out.append({"caught": "workflows.step_timed_out"})
         elif op["op"] == "msg2":
             out.append([f"{op['name']}-a", f"{op['name']}-b"])
+        elif op["op"] == "send":
+            out.append("sent")
         elif op["op"] == "child":
             out.append(expected(op["program"]))
         else:
@@ -114,6 +116,8 @@ def _drawn_case(seed_: int, i: int) -> dict[str, Any]:
     ops = [_random_op(rng) for _ in range(rng.randint(1, 4))]
     if rng.random() < 0.4:  # two waits on one key (top level only: children get no queue)
         ops.insert(rng.randint(0, len(ops)), {"op": "msg2"})
+    if rng.random() < 0.5:  # send_to_queue while the Idempotency-Key store may fail
+        ops.insert(rng.randint(0, len(ops)), {"op": "send"})
     if control == "retry":
         ops.insert(rng.randint(0, len(ops)), {"op": "crash"})
     case = {"program": dsl.named(ops), "control": control, "round": rng.randint(0, 2)}
@@ -139,6 +143,7 @@ class ControlFigures:
     left_over: int = 0  # items or objects of a deleted or expired run
     unfinished: int = 0
     long_steps: int = 0
+    sends: int = 0  # send_to_queue steps and the harness' own sends (Idempotency-Key'd)
     app_deleted: bool = False  # this batch deleted its app midway
     faults: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
@@ -155,6 +160,7 @@ class ControlFigures:
             "left_over",
             "unfinished",
             "long_steps",
+            "sends",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.controls.update(other.controls)
@@ -172,6 +178,7 @@ class _Case:
     cancel: str = ""  # "accepted", "refused" (409: it had ended), "late" (never sent)
     retried: bool = False
     removed: bool = False  # deleted or expired: judged by what is left
+    run_key: str | None = None  # every other run is started by its Idempotency-Key alone
 
 
 def _client(engine: LocalRuntime) -> WorkflowsClient:
@@ -230,26 +237,38 @@ class _Api:
 
     def __init__(self, engine: LocalRuntime) -> None:
         self.prefix = engine.api_prefix
+        self.clock = engine.clock
         self.headers = {"Authorization": f"Bearer {engine.api_key}"}
         self.sent: set[str] = set()  # "<runId>/<stepId>" of waits sent their message
+        # (run, wait name) -> the messageIds both sends of its message answered
+        self.answered: dict[tuple[str, str], list[str]] = {}
 
     def call(self, method: str, path: str, body: Any, key: str | None = None) -> Any:
         headers = {**self.headers, **({"Idempotency-Key": key} if key else {})}
+        in_progress, seen = 0, []
         for _ in range(30):
             try:
                 answer = httpx.request(
                     method, self.prefix + path, json=body, headers=headers, timeout=30
                 )
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
+                seen.append(type(exc).__name__)
                 continue
+            seen.append(f"{answer.status_code} {answer.text[:80]}")
             if answer.status_code == 429 or answer.status_code >= 500:
                 continue
             if answer.status_code == 409 and "in progress" in answer.text:
-                threading.Event().wait(0.2)  # a resend while the first is unfinished
+                # A resend while the first is unfinished: wait, and after a few tries wait
+                # as a patient client would, a minute (the engine clock), so a claim left by
+                # a request that died is taken over.
+                in_progress += 1
+                if in_progress % 5 == 0 and isinstance(self.clock, clock.SkipClock):
+                    self.clock.advance(timedelta(seconds=61))
+                threading.Event().wait(0.2)
                 continue
             assert answer.status_code < 300, (path, answer.status_code, answer.text)
             return answer.json()
-        raise AssertionError(f"{method} {path}: no answer after 30 tries")
+        raise AssertionError(f"{method} {path}: no answer after 30 tries: {seen}")
 
     def waits_queue(self, app_id: str) -> str:
         queue = self.call("POST", "/queues", {"name": "waits"}, key="waits-queue")
@@ -263,14 +282,24 @@ class _Api:
         self.call("POST", "/subscriptions", {"queueId": queue["id"], "target": target}, "sub")
         return str(queue["id"])
 
-    def start(self, app_id: str, program: list[Any], queue_id: str, key: str) -> str:
-        body = {
+    def sink_queue(self) -> str:
+        """The queue `send` steps send to (no subscription: what it stores is counted)."""
+        return str(self.call("POST", "/queues", {"name": "sink"}, key="sink-queue")["id"])
+
+    def start(
+        self, app_id: str, program: list[Any], queues: tuple[str, str], key: str, run_key: bool
+    ) -> tuple[str, str]:
+        """StartRun with an Idempotency-Key (and, when `run_key`, a run key), sent twice:
+        both answers' run IDs (the API may die between the run's write and the answer's)."""
+        body: dict[str, Any] = {
             "appId": app_id,
             "workflow": "interp",
-            "input": {"program": program, "queue": queue_id},
-            "runKey": key,
+            "input": {"program": program, "queue": queues[0], "sink": queues[1]},
         }
-        return str(self.call("POST", "/runs", body)["id"])
+        if run_key:
+            body["runKey"] = key
+        first = str(self.call("POST", "/runs", body, key=f"start-{key}")["id"])
+        return first, str(self.call("POST", "/runs", body, key=f"start-{key}")["id"])
 
     def send_for_waits(self, queue_id: str, cases: list[_Case], plan: FaultPlan) -> bool:
         """Send one message to each message wait now waiting (twice, with one
@@ -288,8 +317,13 @@ class _Api:
                 op_name = step.name.rsplit("-", 1)[0]
                 message = {"body": step.name, "attributes": {"k": f"{run.id}-{op_name}"}}
                 key = f"{run.id}-{step.id}"
-                for _ in range(2):
-                    self.call("POST", f"/queues/{queue_id}/messages", {"messages": [message]}, key)
+                path = f"/queues/{queue_id}/messages"
+                self.answered[(run.id, step.name)] = [
+                    self.call("POST", path, {"messages": [message]}, key)["messages"][0][
+                        "messageId"
+                    ]
+                    for _ in range(2)
+                ]
                 self.sent.add(sent_key)
                 sent = True
         return sent
@@ -335,11 +369,21 @@ def run_controlled_batch(
     figures = ControlFigures()
     api = _Api(engine)
     queue_id = api.waits_queue(app_id)
+    sink_id = api.sink_queue()
+    fault_app.QUEUES[:] = [_queues_client(engine)]
     cases = []
     for i, case in enumerate(drawn):
-        run_id = api.start(app_id, case["program"], queue_id, f"{label}-c{i}")
+        key = f"{label}-c{i}"
+        run_id, again = api.start(app_id, case["program"], (queue_id, sink_id), key, i % 2 == 0)
+        if again != run_id:
+            figures.duplicated += 1
+            figures.problems.append(
+                f"{label}: StartRun {key} resent answered {again}, not {run_id}"
+            )
         plan.alias(run_id, f"c{i}")
-        cases.append(_Case(run_id, case["program"], case["control"], case["round"]))
+        one = _Case(run_id, case["program"], case["control"], case["round"])
+        one.run_key = key if i % 2 == 0 else None
+        cases.append(one)
         figures.controls[case["control"]] += 1
     for one in cases:  # round 0: a cancel while the run's first invocation may be running
         if one.control == "cancel" and one.round == 0:
@@ -383,7 +427,17 @@ def run_controlled_batch(
     h.settle(engine, plan, timeout=30)  # the purges of removed runs, fault-free
     figures.faults.update({k: v for k, v in plan.report().items() if v})
     check_controlled(figures, cases, label, out_of_time=out_of_time)
+    check_sends(figures, cases, label, api, sink_id)
     return figures
+
+
+def _queues_client(engine: LocalRuntime) -> QueuesClient:
+    return QueuesClient(
+        api_key=engine.api_key,
+        organization_id=engine.org_id,
+        project_id=engine.project_id,
+        base_url=engine.api_url,
+    )
 
 
 def _delete_app(client: WorkflowsClient, app_id: str, figures: ControlFigures) -> bool:
@@ -414,6 +468,9 @@ def left_over(run: Run | None, run_id: str, project_id: str, run_key: str | None
 
 
 LONG_OUTCOMES = ({"caught": "workflows.step_timed_out"}, "finished")
+# A send whose API recovery (a resend after the API died) outlasted the suite's 2 s invoke
+# timeout fails once naming the limit; its message must still be stored once at most.
+SEND_OUTCOMES = ("sent", {"caught": "workflows.step_timed_out"})
 
 
 def _output_ok(output: Any, program: list[dict[str, Any]]) -> bool:
@@ -424,6 +481,8 @@ def _output_ok(output: Any, program: list[dict[str, Any]]) -> bool:
         return False
     for op, got, fault_free in zip(program, output, want, strict=True):
         if op["op"] == "long" and got in LONG_OUTCOMES:
+            continue
+        if op["op"] == "send" and got in SEND_OUTCOMES:
             continue
         if got != fault_free:
             return False
@@ -468,7 +527,7 @@ def check_controlled(
         run = full.get(case.run_id)
         where = f"{label}: {case.control} run {case.run_id}"
         if case.removed:
-            left = left_over(run, case.run_id, project, f"{label}-c{cases.index(case)}")
+            left = left_over(run, case.run_id, project, case.run_key)
             if left:
                 figures.left_over += len(left)
                 figures.problems.append(f"{where}: left after its removal: {left[:6]}")
@@ -518,3 +577,81 @@ def check_controlled(
                     figures.problems.append(
                         f"{where}: long step {op['name']} ran {len(runs_of_body)} times"
                     )
+
+
+def _stored_copies(queue_id: str) -> dict[str, list[str]]:
+    """Every copy the queue stores: body -> the messageId each copy is delivered with."""
+    from ezgh_engine.adapters import queues_store
+    from ezgh_engine.core.queues import delivered_message
+
+    queue = queues_store.get_queue_by_id(queue_id)
+    assert queue is not None
+    sqs = aws.client("sqs")
+    copies: dict[str, list[str]] = {}
+    for _ in range(100):
+        got = sqs.receive_message(
+            QueueUrl=queue.url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=3600,
+            MessageAttributeNames=["All"],
+            AttributeNames=["All"],
+        ).get("Messages", [])
+        if not got:
+            break
+        for copy in got:
+            record = {
+                "messageId": copy["MessageId"],
+                "body": copy["Body"],
+                "attributes": copy.get("Attributes", {}),
+                "messageAttributes": {
+                    name: {"stringValue": value.get("StringValue"), "dataType": "String"}
+                    for name, value in copy.get("MessageAttributes", {}).items()
+                },
+            }
+            message = delivered_message(record, queue)
+            copies.setdefault(message["body"], []).append(message["messageId"])
+    return copies
+
+
+def check_sends(
+    figures: ControlFigures, cases: list[_Case], label: str, api: _Api, sink_id: str
+) -> None:
+    """Idempotency-Key'd effects, whatever the store and the API did: one run per start
+    (checked at the start), every message wait resumed by the message its sends answered,
+    and every `send` step's message stored as one message (copies SQS may hold after the
+    API died all carry its one messageId, the one the step recorded)."""
+    copies = _stored_copies(sink_id)
+    mine = {case.run_id for case in cases}
+    for run in h.all_runs():
+        if run.parent_run_id is None and run.id not in mine:
+            figures.duplicated += 1
+            figures.problems.append(f"{label}: run {run.id} is no case's (a second start?)")
+    for case in cases:
+        where = f"{label}: run {case.run_id}"
+        for op in case.program:
+            if op["op"] == "msg2":
+                for part in ("a", "b"):
+                    wait = f"{op['name']}-{part}"
+                    answered = api.answered.get((case.run_id, wait))
+                    got = fault_app.MESSAGES.get((case.run_id, wait))
+                    if answered is None:
+                        continue
+                    figures.sends += 1
+                    if len(set(answered)) != 1 or (got is not None and got != answered[0]):
+                        figures.duplicated += 1
+                        figures.problems.append(
+                            f"{where}: wait {wait} got {got}; its sends answered {answered}"
+                        )
+            if op["op"] != "send":
+                continue
+            figures.sends += 1
+            stored = set(copies.get(f"{case.run_id}:{op['name']}", []))
+            recorded = set(fault_app.SENT.get((case.run_id, op["name"]), []))
+            if len(stored) > 1 or len(recorded) > 1 or (recorded and stored - recorded):
+                figures.duplicated += 1
+                figures.problems.append(
+                    f"{where}: send {op['name']} stored {sorted(stored)}, recorded {recorded}"
+                )
+            elif recorded and not stored:
+                figures.wrong_status += 1
+                figures.problems.append(f"{where}: send {op['name']} recorded, nothing stored")

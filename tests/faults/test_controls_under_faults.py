@@ -40,7 +40,15 @@ def test_controls_under_faults_end_every_run_as_its_control_says(runtime, reques
         i = index[0]
         index[0] += 1
         plan = FaultPlan.everything(
-            fault_seed * 1000 + 500 + i, 0.05, throttle=0.02, kill=0.1, timer_late=0.2
+            fault_seed * 1000 + 500 + i,
+            0.05,
+            throttle=0.02,
+            kill=0.1,
+            timer_late=0.2,
+            # per Idempotency-Key'd start or send (a few dozen a batch): rare events
+            idem_claim_fail=0.1,
+            idem_answer_fail=0.15,
+            idem_crash=0.15,
         )
         figures = controls.run_controlled_batch(runtime, drawn, plan, label=f"k{i}")
         if figures.problems:
@@ -59,6 +67,8 @@ def test_controls_under_faults_end_every_run_as_its_control_says(runtime, reques
         "left_over": total.left_over,
         "unfinished_out_of_time": total.unfinished,
         "long_steps": total.long_steps,
+        "idempotent_sends": total.sends,
+        "faults": dict(total.faults),
         "faults_total": sum(total.faults.values()),
     }
     print("\ncontrolled fault suite figures:", json.dumps(report, indent=2))

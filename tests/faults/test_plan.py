@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from botocore.exceptions import ClientError
-from ezgh_engine.local.faults import KINDS, FaultPlan
+from ezgh_engine.local.faults import KINDS, FaultPlan, FunctionDied
 
 pytestmark = pytest.mark.faults
 
@@ -49,3 +49,61 @@ def test_throttling_raises_a_throttling_client_error_for_dynamodb_only():
         "ThrottlingException",
     )
     assert plan.report()["throttle"] == 1
+
+
+_SEND = "IDEM#p#k#POST /queues/q/messages#abc"
+
+
+def _finish(token: str) -> dict[str, object]:
+    return {
+        "TableName": "registry",
+        "Key": {"pk": {"S": _SEND}, "sk": {"S": "IDEM"}},
+        "UpdateExpression": "SET #st = :s, answer = :a",
+        "ExpressionAttributeValues": {":t": {"S": token}},
+    }
+
+
+def test_idempotency_faults_strike_the_claim_the_answer_and_the_process():
+    claim = {"TableName": "registry", "Item": {"pk": {"S": _SEND}}}
+    plan = FaultPlan(seed=1, idem_claim_fail=1.0)
+    with pytest.raises(ClientError):
+        plan._maybe_throttle("dynamodb", "PutItem", claim)
+    # Another operation's records (a named create) are not struck.
+    plan._maybe_throttle("dynamodb", "PutItem", {"Item": {"pk": {"S": "IDEM#p#k#POST /apps#x"}}})
+
+    plan = FaultPlan(seed=1, idem_answer_fail=1.0)
+    with pytest.raises(ClientError):
+        plan._maybe_throttle("dynamodb", "UpdateItem", _finish("t1"))
+    plan.idem_answer_fail = 0.0  # every retry of that answer still fails, others do not
+    with pytest.raises(ClientError):
+        plan._maybe_throttle("dynamodb", "UpdateItem", _finish("t1"))
+    plan._maybe_throttle("dynamodb", "UpdateItem", _finish("t2"))
+    release = {**_finish("t3"), "UpdateExpression": "SET claimedAt = :zero"}
+    FaultPlan(seed=1, idem_answer_fail=1.0)._maybe_throttle("dynamodb", "UpdateItem", release)
+
+    plan = FaultPlan(seed=1, idem_crash=1.0)
+    with pytest.raises(FunctionDied):  # outside an execution environment: a BaseException
+        plan._maybe_throttle("dynamodb", "UpdateItem", _finish("t4"))
+    assert plan.report()["idem_crash"] == 1
+    assert plan.child_state() == {
+        "throttle": 0.0,
+        "idem_claim_fail": 0.0,
+        "idem_answer_fail": 0.0,
+        "idem_crash": 1.0,
+    }
+
+
+def test_idempotency_faults_strike_each_claim_afresh():
+    """A function's process that died is replaced by a fresh one whose counts start again:
+    a decision keyed by the record alone would strike every resend (a new claim, a new
+    random token) the same way, and a send would never be answered."""
+    died = 0
+    for i in range(40):
+        fresh = FaultPlan(seed=1, idem_crash=0.5)  # each resend in a new process
+        try:
+            fresh._maybe_throttle(
+                "dynamodb", "UpdateItem", _finish(f"{i:08x}-0000-4000-8000-{i:012x}")
+            )
+        except FunctionDied:
+            died += 1
+    assert 5 < died < 35

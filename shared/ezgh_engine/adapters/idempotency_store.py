@@ -23,7 +23,8 @@ _MAX_STORED_ANSWER = 350_000
 @dataclass(frozen=True)
 class IdempotencyRecord:
     """A claimed key. `status` is set once the first answer is known; `body_kept` is False
-    when that answer was too large to keep."""
+    when that answer was too large to keep. `seed` is the first claim's, kept by a takeover:
+    the request's effects derive their IDs from it (`ids.effect_id`)."""
 
     request_hash: str
     claim_token: str
@@ -31,18 +32,50 @@ class IdempotencyRecord:
     status: int | None = None
     body: bytes | None = None
     body_kept: bool = True
+    seed: str = ""
 
 
 def _from_item(item: dict[str, Any]) -> IdempotencyRecord:
     body = bytes(item["answer"]["B"]) if "answer" in item else None
+    token = item["claimToken"]["S"]
     return IdempotencyRecord(
         request_hash=item["requestHash"]["S"],
-        claim_token=item["claimToken"]["S"],
+        claim_token=token,
         claimed_at_ms=int(item["claimedAt"]["N"]),
         status=int(item["status"]["N"]) if "status" in item else None,
         body=body,
         body_kept="answerOmitted" not in item,
+        seed=item["seed"]["S"] if "seed" in item else token,
     )
+
+
+def _put_claim(
+    pk: str, request_hash: str, ttl_seconds: int, seed: str | None, condition: str, values: Any
+) -> IdempotencyRecord | None:
+    """Put a claim under `condition`; our record, or None when the condition failed."""
+    now_ms = clock.now_ms()
+    token = ids.new_id()
+    record = IdempotencyRecord(request_hash, token, now_ms, seed=seed or token)
+    try:
+        ddb().put_item(
+            TableName=table(),
+            Item={
+                **item_key(pk, "IDEM"),
+                "requestHash": {"S": request_hash},
+                "claimToken": {"S": token},
+                "claimedAt": {"N": str(now_ms)},
+                "seed": {"S": record.seed},
+                "ttl": {"N": str(now_ms // 1000 + ttl_seconds)},
+            },
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#ttl": "ttl", **({"#st": "status"} if seed else {})},
+            ExpressionAttributeValues={":now": {"N": str(now_ms // 1000)}, **values},
+        )
+    except ClientError as err:
+        if not is_condition_failure(err):
+            raise
+        return None
+    return record
 
 
 def claim(
@@ -50,41 +83,34 @@ def claim(
 ) -> tuple[str | None, IdempotencyRecord | None]:
     """Claim an Idempotency-Key.
 
-    Answers `(claim_token, None)` when this request now owns the key: no record, an expired
-    one (DynamoDB deletes expired items late), or an unfinished claim for the same body older
-    than `stale_before_ms` (its request died). Otherwise `(None, record)` with the record found.
+    Answers `(claim_token, our record)` when this request now owns the key: no record, an
+    expired one (DynamoDB deletes expired items late), or an unfinished claim for the same
+    body older than `stale_before_ms` (its request died; the takeover keeps its `seed`, so
+    the effects it may have had are found again, not made twice). Otherwise
+    `(None, record)` with the record found.
     """
     for _ in range(3):  # a record released between our put and our read: claim again
-        now_ms = clock.now_ms()
-        token = ids.new_id()
-        try:
-            ddb().put_item(
-                TableName=table(),
-                Item={
-                    **item_key(pk, "IDEM"),
-                    "requestHash": {"S": request_hash},
-                    "claimToken": {"S": token},
-                    "claimedAt": {"N": str(now_ms)},
-                    "ttl": {"N": str(now_ms // 1000 + ttl_seconds)},
-                },
-                ConditionExpression=(
-                    "attribute_not_exists(pk) OR #ttl < :now OR (attribute_not_exists(#st)"
-                    " AND claimedAt < :stale AND requestHash = :h)"
-                ),
-                ExpressionAttributeNames={"#ttl": "ttl", "#st": "status"},
-                ExpressionAttributeValues={
-                    ":now": {"N": str(now_ms // 1000)},
-                    ":stale": {"N": str(stale_before_ms)},
-                    ":h": {"S": request_hash},
-                },
-            )
-            return token, None
-        except ClientError as err:
-            if not is_condition_failure(err):
-                raise
+        fresh = "attribute_not_exists(pk) OR #ttl < :now"
+        mine = _put_claim(pk, request_hash, ttl_seconds, None, fresh, {})
+        if mine is not None:
+            return mine.claim_token, mine
         item = get_item(pk, "IDEM")
-        if item is not None:
-            return None, _from_item(item)
+        if item is None:
+            continue
+        found = _from_item(item)
+        same = found.request_hash == request_hash
+        released = found.status is None and found.claimed_at_ms == 0
+        stale = found.status is None and found.claimed_at_ms < stale_before_ms and same
+        if not (stale or released):
+            return None, found
+        # Take over the dead or failed request's claim, conditional on it being still that
+        # claim; its seed goes on for the same body (its effects may have happened).
+        takeover = "claimToken = :old AND attribute_not_exists(#st) AND #ttl >= :now"
+        old = {":old": {"S": found.claim_token}}
+        seed = found.seed if same else ids.new_id()
+        mine = _put_claim(pk, request_hash, ttl_seconds, seed, takeover, old)
+        if mine is not None:
+            return mine.claim_token, mine
     raise RuntimeError(f"could not claim idempotency record {pk}")
 
 
@@ -122,13 +148,19 @@ def finish(pk: str, token: str, status: int, answer: bytes) -> None:
 
 
 def release(pk: str, token: str) -> None:
-    """Let go of our claim (the request failed), so the client may try again with the key."""
+    """Let go of our claim (the request failed), so the client may try again with the key.
+
+    The record stays, marked released (`claimedAt` 0), with its seed: a retry with the same
+    body takes it over and derives the same effect IDs, so what the failed request did
+    before failing (a first batch of messages sent) is not made a second time."""
     try:
-        ddb().delete_item(
+        ddb().update_item(
             TableName=table(),
             Key=item_key(pk, "IDEM"),
-            ConditionExpression="claimToken = :t",
-            ExpressionAttributeValues={":t": {"S": token}},
+            UpdateExpression="SET claimedAt = :zero",
+            ConditionExpression="claimToken = :t AND attribute_not_exists(#st)",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={":t": {"S": token}, ":zero": {"N": "0"}},
         )
     except ClientError as err:
         if not is_condition_failure(err):

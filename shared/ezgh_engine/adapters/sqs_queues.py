@@ -10,9 +10,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ezgh_engine import clock, config
+from ezgh_engine import clock, config, ids
 from ezgh_engine.adapters import aws
-from ezgh_engine.core.queues import OutgoingMessage, QueueRecord
+from ezgh_engine.core.queues import (
+    MAX_ATTRIBUTES,
+    MAX_MESSAGE_BYTES,
+    MESSAGE_ID_ATTRIBUTE,
+    OutgoingMessage,
+    QueueRecord,
+)
 from ezgh_engine.errors import TransientError
 
 QUEUE_INFIX = "-q-"
@@ -102,6 +108,29 @@ def _entry(index: int, message: OutgoingMessage) -> dict[str, Any]:
     return entry
 
 
+def _with_own_ids(queue: QueueRecord, messages: list[OutgoingMessage]) -> list[str | None]:
+    """Under an Idempotency-Key, each message's own ID (`ids.effect_id`), added as the
+    `ezgh.messageId` attribute: a resend after a crash stores copies with the same ID, which
+    every consumer dedupes on. None where the message has no room left for the attribute
+    (10 attributes already, or 256 KiB): its ID is SQS's."""
+    own: list[str | None] = []
+    for i, message in enumerate(messages):
+        mid = ids.effect_id("message", queue.id, str(i))
+        with_id = OutgoingMessage(
+            message.body,
+            {**message.attributes, MESSAGE_ID_ATTRIBUTE: mid or ""},
+            message.group_id,
+            message.dedup_id,
+        )
+        room = len(message.attributes) < MAX_ATTRIBUTES and with_id.size() <= MAX_MESSAGE_BYTES
+        if mid is not None and room:
+            messages[i] = with_id
+            own.append(mid)
+        else:
+            own.append(None)
+    return own
+
+
 def _chunks(messages: list[OutgoingMessage]) -> list[list[int]]:
     chunks: list[list[int]] = [[]]
     size = 0
@@ -115,11 +144,14 @@ def _chunks(messages: list[OutgoingMessage]) -> list[list[int]]:
 
 
 def send(queue: QueueRecord, messages: list[OutgoingMessage]) -> list[dict[str, str]]:
-    """Send validated messages in order with SendMessageBatch; `[{messageId, seq?}]`.
+    """Send validated messages in order with SendMessageBatch; `[{messageId, seq?}]` (under
+    an Idempotency-Key, the engine's own message IDs: `_with_own_ids`).
 
     Entries SQS reports as failed are sent again (a few times) before giving up with a
     transient error.
     """
+    messages = list(messages)
+    own_ids = _with_own_ids(queue, messages)
     answers: dict[int, dict[str, str]] = {}
     for chunk in _chunks(messages):
         pending = chunk
@@ -128,7 +160,7 @@ def send(queue: QueueRecord, messages: list[OutgoingMessage]) -> list[dict[str, 
                 QueueUrl=queue.url, Entries=[_entry(i, messages[i]) for i in pending]
             )
             for ok in result.get("Successful", []):
-                answer = {"messageId": ok["MessageId"]}
+                answer = {"messageId": own_ids[int(ok["Id"])] or ok["MessageId"]}
                 if ok.get("SequenceNumber"):
                     answer["seq"] = str(ok["SequenceNumber"])
                 answers[int(ok["Id"])] = answer

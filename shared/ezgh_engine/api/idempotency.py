@@ -7,9 +7,15 @@ runs and then holds the first answer for 48 hours. Rules:
 - same key, another body: `409 idempotency_conflict`;
 - same key while the first request still runs: wait briefly for its answer, then
   `409 idempotency_conflict` ("still in progress; retry"). A claim older than the API's
-  longest run time belongs to a request that died, and is taken over;
-- the first request failed (any error): the claim is let go, so a retry runs again. Only
-  successful answers are replayed;
+  longest run time belongs to a request that died, and is taken over (for StartRun and
+  sends, whose effects are seeded, one older than that wait). The request's effects
+  take their IDs from the claim's seed, which a takeover keeps (`ids.effect_id`): a run it
+  starts has the first attempt's run ID, a message it sends the first attempt's
+  `messageId`, so the dead request's effect is found (a run) or recognised by every
+  consumer (a message), not made a second time;
+- the first request failed (any error): the claim is let go (marked released, its seed
+  kept: what the failed request did before failing is found again), so a retry runs
+  again. Only successful answers are replayed;
 - the first request succeeded but storing its answer fails: the store is retried, and the
   caller gets its answer even if it still fails (its effect happened; failing it would only
   make the caller resend).
@@ -45,7 +51,8 @@ from ezgh_engine.errors import Conflict, ValidationError
 TTL_SECONDS = 48 * 3600
 # The API Lambda times out after 29 s; an unfinished claim older than this is abandoned.
 STALE_CLAIM_MS = 60_000
-# How long a repeat waits for a concurrent first request before answering 409.
+# How long a repeat waits for a concurrent first request before answering 409 (or, for an
+# operation whose effects are seeded, taking its claim over).
 WAIT_SECONDS = 2.0
 _POLL_SECONDS = 0.1
 # Pauses between attempts to store an answer whose request had its effect.
@@ -92,6 +99,15 @@ def _conflict(message: str) -> Conflict:
     return Conflict(message, code="idempotency_conflict")
 
 
+def effects_are_seeded(operation: str) -> bool:
+    """Whether `operation`'s effects take their IDs from the claim's seed (`ids.effect_id`):
+    StartRun (the run ID) and sends (each message's ID). Running such a request again finds
+    what an earlier attempt did instead of doing it twice, so a repeat that waited
+    `WAIT_SECONDS` for an unfinished claim takes it over rather than answering 409 for a
+    minute (which a step's retries would not outlast: the run would fail)."""
+    return operation == "POST /runs" or operation.endswith("/messages")
+
+
 def record_pk(principal: Principal, operation: str, key: str) -> str:
     """The record of one Idempotency-Key. Scoped to the calling API key: a replay skips the
     request's permission checks, so one key's answer (e.g. a new key's secret) must never be
@@ -118,12 +134,11 @@ def answer_once(
     pk = record_pk(principal, operation, key)
     digest = _request_hash(body)
     deadline = clock.monotonic() + WAIT_SECONDS
-    while True:
-        token, record = idempotency_store.claim(
-            pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - STALE_CLAIM_MS
-        )
-        if token is not None:
-            break
+    stale_ms = int(WAIT_SECONDS * 1000) if effects_are_seeded(operation) else STALE_CLAIM_MS
+    token, record = idempotency_store.claim(
+        pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - stale_ms
+    )
+    while token is None:
         assert record is not None
         if record.request_hash != digest:
             raise _conflict("this Idempotency-Key was used with a different request body")
@@ -137,13 +152,34 @@ def answer_once(
         if clock.monotonic() >= deadline:
             raise _conflict("a request with this Idempotency-Key is still in progress; retry")
         time.sleep(_POLL_SECONDS)
+        # Poll by reading (a conditional put that fails still costs a write, and may be
+        # throttled): claim again only once the claim is gone, released or stale.
+        seen = idempotency_store.get(pk)
+        if seen is None or _claimable(seen, digest, clock.now_ms() - stale_ms):
+            token, record = idempotency_store.claim(
+                pk, digest, TTL_SECONDS, stale_before_ms=clock.now_ms() - stale_ms
+            )
+        else:
+            record = seen
+    assert record is not None
     try:
-        status, answer = run()
+        # Effects derive their IDs from the claim's seed (the same after a takeover): a
+        # request that died between its effect and its answer is found again, not repeated.
+        with ids.effects_seeded(record.seed):
+            status, answer = run()
     except BaseException:
         idempotency_store.release(pk, token)
         raise
     _finish(pk, token, status, _seal(key, pk, token, answer))
     return _response(status, answer)
+
+
+def _claimable(record: idempotency_store.IdempotencyRecord, digest: str, stale_before: int) -> bool:
+    """Whether an unfinished record may be claimed now: released, or stale for this body."""
+    if record.status is not None:
+        return False
+    stale = record.claimed_at_ms < stale_before and record.request_hash == digest
+    return record.claimed_at_ms == 0 or stale
 
 
 def _finish(pk: str, token: str, status: int, sealed: bytes) -> None:

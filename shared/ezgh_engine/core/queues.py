@@ -25,6 +25,11 @@ ATTRIBUTE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 FIFO_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
 # What SQS accepts in a body or a string attribute (XML 1.0 characters).
 _SQS_TEXT_RE = re.compile("^[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*$")
+# The engine's own attribute: the `messageId` of a message sent under an Idempotency-Key,
+# the same on every copy a resend after a crash may store (consumers dedupe on it). Names
+# starting `ezgh.` are the engine's: a send may not set them.
+MESSAGE_ID_ATTRIBUTE = "ezgh.messageId"
+RESERVED_ATTRIBUTE_PREFIX = "ezgh."
 # wait_for_message keys, and so correlation attribute values.
 MESSAGE_KEY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,256}$")
 
@@ -220,6 +225,8 @@ def _check_attribute(where: str, name: Any, value: Any) -> None:
         or ".." in name
     ):
         raise MessageError(where, "attribute names may not start with AWS./Amazon. or misuse '.'")
+    if lowered.startswith(RESERVED_ATTRIBUTE_PREFIX):
+        raise MessageError(where, "attribute names starting with ezgh. are the engine's")
     if not isinstance(value, str):
         raise MessageError(where, "attribute values must be strings")
     if not value:
@@ -237,14 +244,17 @@ def delivered_message(record: dict[str, Any], queue: QueueRecord) -> dict[str, A
     """The seed's message shape from a Lambda SQS record:
     `{messageId, body, attributes, sentAt, queueId, groupId?, seq?}`."""
     attrs = record.get("attributes") or {}
+    attributes = {
+        name: value.get("stringValue", "")
+        for name, value in (record.get("messageAttributes") or {}).items()
+        if isinstance(value, dict) and "stringValue" in value
+    }
+    # A message sent under an Idempotency-Key has the engine's own ID, the same on each copy.
+    own_id = attributes.pop(MESSAGE_ID_ATTRIBUTE, None)
     message: dict[str, Any] = {
-        "messageId": record["messageId"],
+        "messageId": own_id or record["messageId"],
         "body": record.get("body", ""),
-        "attributes": {
-            name: value.get("stringValue", "")
-            for name, value in (record.get("messageAttributes") or {}).items()
-            if isinstance(value, dict) and "stringValue" in value
-        },
+        "attributes": attributes,
         "sentAt": iso_from_ms(attrs["SentTimestamp"]) if attrs.get("SentTimestamp") else None,
         "queueId": queue.id,
     }

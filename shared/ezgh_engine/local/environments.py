@@ -16,8 +16,9 @@ file:
   (and settings reset) in the child when it changed, so a test's `monkeypatch.setenv` holds;
 - the engine clock: a `SkipClock` shares its offset through a memory-mapped file
   (`SkipClock.share`), which the child's `SharedOffsetClock` reads;
-- fault injection: a `FaultPlan`'s DynamoDB throttle (seed, probability, paused or not) is
-  sent with each call; the child installs the same hook and reports what it injected;
+- fault injection: a `FaultPlan`'s DynamoDB throttle and Idempotency-Key faults (seed,
+  probabilities, paused or not) are sent with each call; the child installs the same hook
+  and reports what it injected (an `idem_crash` ends the child, as a crash would);
 - request observers (`adapters.aws.observe`, tests): while the runtime's process observes,
   the child collects its requests and sends them back with the answer;
 - queue subscriptions: the api's `event_sources.LOCAL` calls are forwarded to the runtime,
@@ -388,6 +389,9 @@ class ProcessInvoker:
             request["deadline"] = deadline = clock.monotonic() + self.function.timeout_seconds
             kind, value, meta = environment.call(request, deadline, _serve_call)
             healthy = True
+        except EnvironmentDied:
+            _count_a_crash(environment, plan)
+            raise
         finally:
             self.pool.release(environment, healthy)
         _take_meta(meta, plan)
@@ -397,14 +401,29 @@ class ProcessInvoker:
 
 
 def _plan_state(plan: FaultPlan | None) -> dict[str, Any] | None:
-    if plan is None or plan.throttle <= 0:
+    kinds = plan.child_state() if plan is not None else None
+    if plan is None or kinds is None:
         return None
     return {
         "id": id(plan),
         "seed": plan.seed,
-        "throttle": plan.throttle,
+        "kinds": kinds,  # throttles and Idempotency-Key faults (`faults.CHILD_KINDS`)
         "active": plan._active,  # paused while a test reads what it checks
     }
+
+
+def _count_a_crash(environment: Any, plan: FaultPlan | None) -> None:
+    """An environment that ended itself for `idem_crash` (its exit code says so) could not
+    report it: count it here."""
+    from ezgh_engine.local.faults import CRASH_EXIT_CODE
+
+    if plan is None:
+        return
+    with contextlib.suppress(Exception):
+        environment.process.join(1)
+        if environment.process.exitcode == CRASH_EXIT_CODE:
+            with plan._lock:
+                plan.injected["idem_crash"] += 1
 
 
 def _take_meta(meta: dict[str, Any], plan: FaultPlan | None) -> None:
@@ -534,7 +553,8 @@ class _ChildState:
         if state is None:
             return
         if self.plan is None:
-            self.plan = FaultPlan(seed=state["seed"], throttle=state["throttle"])
+            self.plan = FaultPlan(seed=state["seed"], **state["kinds"])
+            self.plan.may_exit = True  # `idem_crash` ends this process, as a crash would
             self.plan_id = state["id"]
             self.plan.install()
         self.plan._active = bool(state["active"])

@@ -12,6 +12,9 @@ A `FaultPlan` is a seed and one probability per fault. Given to a `LocalRuntime`
 | `timer_duplicate` | scheduler | a due schedule fires twice |
 | `timer_late` | scheduler | a due schedule fires `late_seconds` late |
 | `throttle` | boto3 (`adapters.aws.intercept`) | a DynamoDB call fails with `ProvisionedThroughputExceededException` / `ThrottlingException` after botocore's retries: the handler fails, and its message comes back as SQS or the stream mapping redelivers it |
+| `idem_claim_fail` | boto3, the functions' own processes | the put that claims an Idempotency-Key is throttled: the request answers 429 before it runs |
+| `idem_answer_fail` | boto3, the functions' own processes | every write of one Idempotency-Key's answer is throttled, after the request's effect (SQS took the messages, the run was written): the caller gets its answer, the claim stays unfinished |
+| `idem_crash` | boto3, the functions' own processes | the function's process dies at the answer's first write, after the effect: no answer (the HTTP bridge answers 500, as API Gateway a 502), the claim stays unfinished until it is stale (60 s) |
 | `app_error` | `FaultyApp` | the push app answers 500 |
 | `app_hang` | `FaultyApp` | the push app hangs past the invoke timeout, then runs the invocation anyway |
 | `app_drop` | `FaultyApp` | the push app closes the connection without running the invocation |
@@ -21,7 +24,8 @@ A `FaultPlan` is a seed and one probability per fault. Given to a `LocalRuntime`
 Delays are in engine time (`ezgh_engine.clock`): a test with a `SkipClock` skips them
 (together with `emulator.sqs_on_engine_clock()`, which makes moto's SQS timers follow it).
 
-**Reproducible.** A decision is a pure function of the seed, the fault, the event (an SQS
+**Reproducible.** Except for the Idempotency-Key faults (keyed by the claim's random token,
+see `_maybe_fail_idempotency`), a decision is a pure function of the seed, the fault, the event (an SQS
 body, a stream batch's sequence numbers, a schedule, a DynamoDB operation, a run and step) with
 known IDs replaced by their labels (`alias()`), and how many times that event was seen: the
 same seed gives the same faults to the same events. Threads may still order events
@@ -37,6 +41,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 from collections import Counter
@@ -61,12 +66,24 @@ KINDS = (
     "timer_duplicate",
     "timer_late",
     "throttle",
+    "idem_claim_fail",
+    "idem_answer_fail",
+    "idem_crash",
     "app_error",
     "app_hang",
     "app_drop",
     "app_lost_answer",
     "kill",
 )
+# The faults a function's own process plays (its boto3 calls): sent to each execution
+# environment with every call (`local.environments`).
+CHILD_KINDS = ("throttle", "idem_claim_fail", "idem_answer_fail", "idem_crash")
+# Idempotency-Key records whose operations the idempotency faults strike: the ones whose
+# effects a resend after a crash must find again (runs started, messages sent). Creates of
+# named resources (apps, queues, subscriptions) are left out: see docs/guarantees.md.
+# How a function's process ends for `idem_crash` (the runtime counts the fault by it).
+CRASH_EXIT_CODE = 70
+IDEM_OPERATIONS = ("POST /runs#", "/messages#")
 _THROTTLES = ("ProvisionedThroughputExceededException", "ThrottlingException")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -83,6 +100,9 @@ class FaultPlan:
     timer_duplicate: float = 0.0
     timer_late: float = 0.0
     throttle: float = 0.0
+    idem_claim_fail: float = 0.0
+    idem_answer_fail: float = 0.0
+    idem_crash: float = 0.0
     app_error: float = 0.0
     app_hang: float = 0.0
     app_drop: float = 0.0
@@ -101,6 +121,9 @@ class FaultPlan:
         self._timer_due: dict[Any, datetime] = {}
         self._killed: set[str] = set()  # invocation tokens whose app "died"
         self._stop_throttle: Callable[[], None] | None = None
+        self._failing_answers: set[str] = set()  # claim tokens whose answer never stores
+        # True in a function's execution environment: `idem_crash` ends the process there.
+        self.may_exit = False
 
     # --- decisions ------------------------------------------------------------------------
 
@@ -236,9 +259,16 @@ class FaultPlan:
     # --- DynamoDB throttling --------------------------------------------------------------
 
     def install(self) -> None:
-        """Throttle DynamoDB calls of the engine's clients (idempotent)."""
-        if self._stop_throttle is None and self.throttle > 0:
+        """Throttle DynamoDB calls of the engine's clients and fail its Idempotency-Key
+        records (idempotent)."""
+        wanted = any(float(getattr(self, kind)) > 0 for kind in CHILD_KINDS)
+        if self._stop_throttle is None and wanted:
             self._stop_throttle = aws.intercept(self._maybe_throttle)
+
+    def child_state(self) -> dict[str, float] | None:
+        """The probabilities a function's process plays (None: none), for its plan."""
+        state = {kind: float(getattr(self, kind)) for kind in CHILD_KINDS}
+        return state if any(state.values()) else None
 
     def uninstall(self) -> None:
         if self._stop_throttle is not None:
@@ -248,20 +278,46 @@ class FaultPlan:
     def _maybe_throttle(self, service: str, operation: str, params: dict[str, Any]) -> None:
         if service != "dynamodb":
             return
+        self._maybe_fail_idempotency(operation, params)
         table = str(params.get("TableName", ""))
         if not self.decide("throttle", f"{operation}|{table}"):
             return
-        code = _THROTTLES[self._seen[f"throttle|{operation}|{table}"] % 2]
-        raise ClientError(
-            {
-                "Error": {
-                    "Code": code,
-                    "Message": "Rate of requests exceeds the allowed throughput.",
-                },
-                "ResponseMetadata": {"HTTPStatusCode": 400},
-            },
-            operation,
-        )
+        raise _throttled(operation, self._seen[f"throttle|{operation}|{table}"])
+
+    def _maybe_fail_idempotency(self, operation: str, params: dict[str, Any]) -> None:
+        """The Idempotency-Key faults: a claim's put, an answer's write (`finish`: it sets
+        the status; a release does not), or the process dying at that write."""
+        key = params.get("Item") if operation == "PutItem" else params.get("Key")
+        pk = str(((key or {}).get("pk") or {}).get("S", ""))
+        if not pk.startswith("IDEM#") or not any(op in pk for op in IDEM_OPERATIONS):
+            return
+        # Keyed by the claim's token too (random): a function's process that died for
+        # `idem_crash` is replaced by a fresh one whose counts start again, and a decision
+        # keyed by the record alone would then strike every resend the same way.
+        values = params.get("ExpressionAttributeValues") or {}
+        if operation == "PutItem":
+            token = str(((key or {}).get("claimToken") or {}).get("S", ""))
+        else:
+            token = str(values.get(":t", {}).get("S", ""))
+        # (without its dashes: `label` would make any UUID it does not know "?")
+        event = f"{self.label(pk.rsplit('#', 1)[0])}|{token.replace('-', '')}"
+        if operation == "PutItem" and self.decide("idem_claim_fail", event):
+            raise _throttled(operation, 0)
+        finishing = operation == "UpdateItem" and "#st = :s" in str(params.get("UpdateExpression"))
+        if not finishing:
+            return
+        with self._lock:
+            failing = token in self._failing_answers
+        if failing or self.decide("idem_answer_fail", event):
+            with self._lock:
+                self._failing_answers.add(token)
+            raise _throttled(operation, 1)
+        if self.decide("idem_crash", event):
+            log.warning("faults: the function dies before storing an answer (%s)", event)
+            if self.may_exit:
+                logging.shutdown()
+                os._exit(CRASH_EXIT_CODE)  # the process is gone: no answer, no release
+            raise FunctionDied(f"died before storing the answer of {event}")
 
     # --- the push app ---------------------------------------------------------------------
 
@@ -282,6 +338,25 @@ class FaultPlan:
     def _kill(self, token: str) -> None:
         with self._lock:
             self._killed.add(token)
+
+
+class FunctionDied(BaseException):
+    """`idem_crash` outside an execution environment: the function's process died (a
+    BaseException, so no handler's `except Exception` carries on after it)."""
+
+
+def _throttled(operation: str, nth: int) -> ClientError:
+    """DynamoDB's answer to a throttled call (after botocore's retries)."""
+    return ClientError(
+        {
+            "Error": {
+                "Code": _THROTTLES[nth % 2],
+                "Message": "Rate of requests exceeds the allowed throughput.",
+            },
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        },
+        operation,
+    )
 
 
 class _AppDied(Exception):

@@ -169,11 +169,17 @@ def _push(attempt: _Attempt) -> Retry | None:
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
     except AppTimedOut as exc:
-        failed, young = fail_overrunning_steps(run, attempt.now_ms, attempt.lease_ms)
-        if young:
-            # A step started late in the invocation still runs: keep the lease to its end
-            # (its body may finish and record itself), so no attempt runs beside it.
-            return attempt.delivery_failed(exc, until_ms=attempt.now_ms + attempt.lease_ms)
+        failed, young_since_ms = fail_overrunning_steps(run, attempt.now_ms, attempt.lease_ms)
+        if young_since_ms:
+            # A step started late in the invocation still runs: keep the lease to its
+            # token's end (its body may finish and record itself), and on until it has had
+            # the whole limit from its own start, so a body that ends within the limit is
+            # never started again beside itself.
+            until_ms = max(
+                attempt.now_ms + attempt.lease_ms,
+                young_since_ms + int(settings().invoke_timeout_seconds * 1000),
+            )
+            return attempt.delivery_failed(exc, until_ms=until_ms)
         if failed:
             return _invoke_again(run, at_once=True)
         return attempt.delivery_failed(exc)
@@ -254,8 +260,9 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, i
     fail, once and without a retry, every step this invocation started that is still
     running and has run for at least half the limit (its body may be running still; another
     attempt would run beside it, and would overrun the same way). Answer how many were
-    failed, and how many younger steps still run (started late in the invocation: they are
-    given the rest of the lease rather than failed for the time steps before them took).
+    failed, and when the latest younger step still running started (epoch ms, 0 if none:
+    started late in the invocation, they are given the rest of the lease, and the limit
+    from their own start, rather than failed for the time steps before them took).
 
     Each is the `fail` op the invocation itself would send, under its own lease: a step
     another epoch started, or one that ended meanwhile, is not touched."""
@@ -292,7 +299,7 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, i
         if not differs:
             log.warning("run %s: step %s overran the invoke timeout; failed", run.id, step.id)
             failed += 1
-    return failed, len(young)
+    return failed, max((_ms(s.started_at) for s in young if s.started_at), default=0)
 
 
 def _ms(iso: str) -> int:

@@ -62,7 +62,8 @@ def _app(principal: Principal, app_ref: str) -> App:
 
 def _new_run(principal: Principal, app: App, workflow: str, value: Any, run_key: str | None) -> Run:
     return new_run(
-        run_id=ids.new_id(),
+        # Under an Idempotency-Key, the ID its first attempt used (`ids.effect_id`).
+        run_id=ids.effect_id("run") or ids.new_id(),
         org_id=principal.org_id,
         project_id=principal.project_id,
         app=app,
@@ -102,6 +103,10 @@ def start_run(
         run = replace(run, deadline_at=clock.iso(deadline))
     try:
         runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
+    except runs_store.RunExists:
+        # Only a run ID derived from an Idempotency-Key's seed meets its own run: the
+        # attempt that started it died before its answer was stored. Answer that run.
+        return _run_of_a_dead_attempt(run), True
     except runs_store.RunKeyTaken as taken:
         existing = _existing_for_key(principal, taken.run_id, run)
         if existing is not None:
@@ -119,6 +124,14 @@ def start_run(
                 ) from None
             return winner, False
     return _hydrate(run), True
+
+
+def _run_of_a_dead_attempt(wanted: Run) -> Run:
+    existing = runs_store.get_run(wanted.id)
+    same = existing is not None and existing.project_id == wanted.project_id
+    if existing is None or not same or existing.workflow != wanted.workflow:
+        raise Conflict("this Idempotency-Key's run is gone", code="idempotency_conflict")
+    return _hydrate(existing)
 
 
 def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run | None:
