@@ -193,7 +193,7 @@ def test_a_young_step_is_not_started_again_before_it_had_the_whole_limit(
     app = LateStepApp(before_s=250, body_s=250)
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
     monkeypatch.setattr(invoker, "invoke_app", app)
-    run = _run()
+    run = stored_run()
     assert invoker.invoke(run.id, 1) is not None  # the young step keeps the lease
     [(first_start, first_end)] = app.bodies
     seq = int(_raw_run(run.id)["invokeSeq"])
