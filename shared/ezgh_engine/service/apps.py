@@ -14,11 +14,12 @@ from typing import Any, Literal
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import push, registry_store
-from ezgh_engine.core.models import App, Notifications, Principal, RunError
+from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.core.run_errors import APP_DELETED
+from ezgh_engine.core.validation import WORKFLOW_NAME_RE
 from ezgh_engine.errors import Conflict, EngineError, Forbidden, NotFound, ValidationError
 
 APP_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
-WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NOTIFY_ON = ("completed", "failed", "cancelled", "timedOut")
 UPDATE_ACTION = "workflows.apps.update"
 
@@ -168,9 +169,6 @@ def sync_app(principal: Principal, app_ref: str) -> App:
 def _end_deleted(run_id: str, end_now: Any) -> bool:
     """End one run for its deleted app; a write lost to another change is tried again."""
     return any(end_now(run_id, "failed", APP_DELETED) for _ in range(3))
-
-
-APP_DELETED = RunError("workflows.app_deleted", "AppDeleted", "the run's app was deleted")
 
 
 def delete_app(principal: Principal, app_ref: str) -> None:
