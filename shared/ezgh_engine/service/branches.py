@@ -23,6 +23,7 @@ from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import RunError
 from ezgh_engine.core.run_errors import APP_DELETED
+from ezgh_engine.service import timers, waits
 from ezgh_engine.service.wire import invoke_request
 
 log = logging.getLogger(__name__)
@@ -95,14 +96,10 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     if run is None:
         return None
     if run.status == "cancelling":
-        from ezgh_engine.service import waits
-
         _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
     app = registry_store.get_app(run.project_id, run.app_id)
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
-        from ezgh_engine.service import timers
-
         timers.end_now(run_id, "failed", APP_DELETED)
         return None
     invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())

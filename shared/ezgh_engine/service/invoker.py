@@ -25,6 +25,7 @@ from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.errors import StaleInvocation, ValidationError
 from ezgh_engine.service import outcomes, pull, timers
+from ezgh_engine.service import steps as step_calls
 from ezgh_engine.service.wire import invoke_request
 
 __all__ = ["Retry", "invoke", "invoke_request", "on_timer"]
@@ -229,8 +230,6 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, i
 
     Each is the `fail` op the invocation itself would send, under its own lease: a step
     another epoch started, or one that ended meanwhile, is not touched."""
-    from ezgh_engine.service import steps as step_calls
-
     current = runs_store.get_run(run.id)
     running = [s for s in (current.steps if current else ()) if s.status == "running"]
     if not running or current is None or current.epoch != run.epoch:

@@ -13,10 +13,11 @@ from datetime import timedelta
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
-from ezgh_engine.adapters import messages, runs_store
+from ezgh_engine.adapters import messages, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.messages import Timer
 from ezgh_engine.core.models import RunError
+from ezgh_engine.service import waits
 
 DEADLINE_STEP = "$deadline"
 
@@ -61,8 +62,6 @@ def fire_timer(message: Timer, lease_ms: int | None = None) -> Owed | None:
         elif year_limit(run.created_at) == message.wake_at:
             time_out(run.id, YEAR_LIMIT_ERROR)
         return None
-    from ezgh_engine.adapters import steps_store
-
     step = steps_store.get_step(run.id, message.step_id)
     if step is None or step.wake_at != message.wake_at:
         return None
@@ -78,8 +77,6 @@ def fire_timer(message: Timer, lease_ms: int | None = None) -> Owed | None:
     if step.status == "retrying":
         _retry_due(run.id, step.id, step.branch, message.wake_at)
     elif step.status == "waiting":  # a callback or message wait timed out: it gives null
-        from ezgh_engine.service import waits
-
         actions = waits.end_wait_actions(run.id, run.attempt, step.id, output=None)
         ws.transact(actions + waits.cancel_step_actions(run, run.id, step))
     return None
@@ -115,8 +112,6 @@ def end_now(run_id: str, status: str, error: RunError) -> bool:
     """End a live run with `status` (`timedOut`, `failed`) and `error` now, whatever
     invocation holds it: the epoch moves on, so that invocation's writes fail. Its pending
     steps end with it. False when it had ended already (or changed meanwhile)."""
-    from ezgh_engine.service import waits
-
     run = runs_store.get_run(run_id, with_steps=False)
     if run is None or run.ended:
         return False

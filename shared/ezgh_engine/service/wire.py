@@ -10,13 +10,12 @@ from ezgh_engine.adapters.push import PROTOCOL_VERSION
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run, Step
+from ezgh_engine.service import callbacks
 
 
 def step_body(project_id: str, run_id: str, step: Step) -> dict[str, Any]:
     """The API shape, a large output read back inline, plus the protocol-only fields: a
     callback's `url` and a parallel step's `branch`."""
-    from ezgh_engine.service import callbacks
-
     body = step.to_api()
     if step.output_ref:
         body.pop("outputRef")
