@@ -84,7 +84,7 @@ def test_a_step_mark_without_an_attempt_is_attempt_one_and_a_deployment_rides_al
 
 
 def test_events_after_sorts_by_id_and_skips_what_a_page_held() -> None:
-    found = [PLAIN, INVOCATION, RUN, STEP]
+    found: list[dict[str, Any]] = [PLAIN, INVOCATION, RUN, STEP]
     ids = [e["id"] for e in events.events_after(found, "")]
     assert ids == ["01", "03", "04", "05", "07", "08"]
     assert [e["id"] for e in events.events_after(found, "04")] == ["05", "07", "08"]
