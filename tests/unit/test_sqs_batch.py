@@ -29,7 +29,8 @@ def _handler(record: dict[str, Any]) -> None:
 def test_failed_and_held_records_are_reported_and_the_others_are_done() -> None:
     answer = sqs_batch.process(_event("ok", "raise", "ok", "later"), _handler)
     assert answer == {"batchItemFailures": [{"itemIdentifier": "m1"}, {"itemIdentifier": "m3"}]}
-    assert events.failed_ids(answer) == ["m1", "m3"]  # as the local poller reads it
+    batch = ["m0", "m1", "m2", "m3"]
+    assert events.failed_in_batch(answer, batch) == {"m1", "m3"}  # as the local poller reads it
 
 
 def test_a_batch_that_fails_whole_is_answered_not_raised() -> None:
@@ -40,7 +41,7 @@ def test_a_batch_that_fails_whole_is_answered_not_raised() -> None:
 def test_a_batch_that_succeeds_and_an_empty_one_report_nothing() -> None:
     assert sqs_batch.process(_event("ok", "ok"), _handler) == {"batchItemFailures": []}
     assert sqs_batch.process({"Records": []}, _handler) == {"batchItemFailures": []}
-    assert events.failed_ids(sqs_batch.process(_event("ok"), _handler)) is None
+    assert events.failed_in_batch(sqs_batch.process(_event("ok"), _handler), ["m0"]) == set()
 
 
 def test_the_handler_sees_the_record_as_lambda_sent_it() -> None:
