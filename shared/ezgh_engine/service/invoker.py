@@ -38,6 +38,8 @@ def _lease_ms() -> int:
 
 
 def invoke(run_id: str, seq: int) -> Retry | None:
+    """Answer reason `seq` of the run: take its lease and invoke it. A `Retry` when the
+    message must come back (another invocation holds the run, or the delivery failed)."""
     now_ms, lease_ms = clock.now_ms(), _lease_ms()
     run = store.take_lease(run_id, seq, now_ms=now_ms, lease_ms=lease_ms)
     if run is None:
