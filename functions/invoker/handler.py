@@ -1,15 +1,14 @@
-"""Lambda handler for the invocations queue: one message, one invocation or timer."""
+"""Lambda handler for the invocations queue: each message to its handler, partial batch answer."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from ezgh_engine.service.invoker import handle_batch
+from ezgh_engine.service.invocation_queue import lambda_handler
 
 logger = Logger(service="ezgh-invoker")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    failed = handle_batch(event.get("Records", []))
-    return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
+    return lambda_handler(event, context)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from ezgh_engine.service.notifications import handle_batch
+from ezgh_engine.service.notifications import lambda_handler
 
 logger = Logger(service="ezgh-notify")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    failed = handle_batch(event.get("Records", []))
-    return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
+    return lambda_handler(event, context)

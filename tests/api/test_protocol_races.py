@@ -64,7 +64,7 @@ def test_a_timer_whose_handler_died_after_waking_the_sleep_still_invokes_the_run
     before invoking. The timer's redelivery finds the sleep awake and the run still owed:
     it invokes it once the dead handler's lease has ended, instead of dropping the message."""
     from ezgh_engine.errors import TransientError
-    from ezgh_engine.service import invoker
+    from ezgh_engine.service import invocation_queue, invoker
 
     run = stored_run()
     lease_token(run)
@@ -83,11 +83,11 @@ def test_a_timer_whose_handler_died_after_waking_the_sleep_still_invokes_the_run
     )
     body = json.dumps({"type": "timer", "runId": run.id, "stepId": "nap#1", "wakeAt": wake})
     record = {"messageId": "m1", "body": body}
-    assert invoker.handle_batch([record]) == ["m1"]  # failed after the wake: redelivered
-    assert invoker.handle_batch([record]) == ["m1"]  # held while the dead lease lasts
+    assert invocation_queue.handle_batch([record]) == ["m1"]  # failed after the wake: redelivered
+    assert invocation_queue.handle_batch([record]) == ["m1"]  # held while the dead lease lasts
     assert _raw_run(run.id)["status"] == "running"
     skip_clock.advance(timedelta(minutes=7))  # past the lease (invoke timeout + margin)
-    assert invoker.handle_batch([record]) == []
+    assert invocation_queue.handle_batch([record]) == []
     done = runs_store.get_run(run.id)
     assert done is not None and done.status == "completed" and done.output == 7
 

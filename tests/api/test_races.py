@@ -32,7 +32,7 @@ def test_a_timer_handler_that_stalls_past_its_lease_acts_only_on_the_epoch_it_to
     """The wake-up write took epoch e; the handler stalls past the lease, and another
     invocation takes the run (epoch e + 1). The stalled handler must not invoke the app
     with e + 1 (two attempts at once) nor move that invocation's lease."""
-    from ezgh_engine.service import invoker
+    from ezgh_engine.service import invocation_queue, invoker
 
     run = stored_run()
     wake = clock.iso(clock.now() - timedelta(seconds=5))
@@ -63,7 +63,7 @@ def test_a_timer_handler_that_stalls_past_its_lease_acts_only_on_the_epoch_it_to
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
     monkeypatch.setattr(invoker, "invoke_app", invoke_app)
     body = json.dumps({"type": "timer", "runId": run.id, "stepId": "nap#1", "wakeAt": wake})
-    assert invoker.handle_batch([{"messageId": "m1", "body": body}]) == []
+    assert invocation_queue.handle_batch([{"messageId": "m1", "body": body}]) == []
     newer = taken["run"]
     assert invoked == []  # the newer epoch belongs to the newer invocation alone
     raw = _raw_run(run.id)
@@ -148,7 +148,7 @@ def test_retry_run_after_a_timer_was_dropped_records_the_sleep_afresh(
     dropped. RetryRun must not leave that step `sleeping` with no timer: the new attempt
     records the sleep again (a new item, whose timer the stream sends)."""
     from ezgh_engine.adapters import run_control_store as control
-    from ezgh_engine.service import invoker
+    from ezgh_engine.service import invocation_queue, invoker
 
     run = stored_run()
     wake = clock.iso(clock.now() + timedelta(minutes=1))
@@ -156,7 +156,7 @@ def test_retry_run_after_a_timer_was_dropped_records_the_sleep_afresh(
     _fail(run.id)
     skip_clock.advance(timedelta(minutes=2))
     timer = json.dumps({"type": "timer", "runId": run.id, "stepId": "nap#1", "wakeAt": wake})
-    assert invoker.handle_batch([{"messageId": "t1", "body": timer}]) == []  # dropped
+    assert invocation_queue.handle_batch([{"messageId": "t1", "body": timer}]) == []  # dropped
     failed = runs_store.get_run(run.id)
     assert failed is not None and failed.status == "failed"
     control.retry(failed, at=clock.iso(clock.now()))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from ezgh_engine import config, ids
 from ezgh_engine.adapters import schedules_store
+from ezgh_engine.core import messages as wire
 from ezgh_engine.service import schedules
 
 
@@ -81,14 +84,14 @@ def test_a_fire_starts_one_run_with_a_derived_id(project):
         "/schedules",
         body={"appId": app["id"], "workflow": "nightly", "cron": "*/15 * * * *", "input": [1]},
     ).body
-    message = {"type": "cron", "scheduleId": s["id"], "scheduledTime": "2026-01-05T10:15:00Z"}
+    message = wire.Cron(s["id"], "2026-01-05T10:15:00Z")
     run_id = schedules.fire(message)
     assert run_id == ids.derived_id("schedule", s["id"], "2026-01-05T10:15:00.000Z")
     assert schedules.fire(message) is None  # duplicate fire: nothing new
     run = project.call("GET", f"/runs/{run_id}").body
     assert run["scheduleId"] == s["id"] and run["input"] == [1] and "runKey" not in run
     project.call("POST", f"/schedules/{s['id']}/pause")
-    late = {**message, "scheduledTime": "2026-01-05T10:30:00Z"}
+    late = replace(message, scheduled_time="2026-01-05T10:30:00Z")
     assert schedules.fire(late) is None  # paused: nothing
     assert schedules_store.get(s["id"]).status == "paused"
 

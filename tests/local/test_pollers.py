@@ -109,6 +109,32 @@ def test_sqs_batch_item_failures_are_kept_and_redelivered(
     assert sorted(seen) == [("bad", "1"), ("bad", "2"), ("good", "1")]
 
 
+@pytest.mark.parametrize("bad", [{"itemIdentifier": "not-in-batch"}, {"itemIdentifier": ""}, {}])
+def test_sqs_an_invalid_batch_item_failure_fails_the_whole_batch(
+    resources: Provisioned, running: list[Poller], bad: dict[str, str]
+) -> None:
+    """As Lambda: an itemIdentifier that is empty, missing or no message of the batch makes the
+    answer a complete failure, so every message of the batch comes back (none is deleted)."""
+    url, arn = make_queue("invalid-failure", visibility=1)
+    seen: list[tuple[str, str]] = []
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        counts = [(r["body"], r["attributes"]["ApproximateReceiveCount"]) for r in event["Records"]]
+        seen.extend(counts)
+        return {"batchItemFailures": [bad] if all(c == "1" for _, c in counts) else []}
+
+    aws.client("sqs").send_message_batch(
+        QueueUrl=url, Entries=[{"Id": "1", "MessageBody": "a"}, {"Id": "2", "MessageBody": "b"}]
+    )
+    poller = SqsPoller(
+        name="t", queue_url=url, queue_arn=arn, invoke=invoke, activity=Activity(), batch_size=10
+    )
+    running.append(poller)
+    poller.start()
+    wait_until(lambda: {("a", "2"), ("b", "2")} <= set(seen))
+    wait_until(lambda: queue_counts(url) == (0, 0, 0))
+
+
 def test_sqs_handler_raising_deletes_nothing(resources: Provisioned, running: list[Poller]) -> None:
     url, arn = make_queue("raising", visibility=1)
     counts: list[str] = []

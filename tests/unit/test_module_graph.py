@@ -10,17 +10,12 @@ ROOT = Path(__file__).resolve().parents[2] / "shared"
 PACKAGE = ROOT / "ezgh_engine"
 MAX_FUNCTION_LINES = 60
 
-# Cycles not yet taken apart (issue 19); a new cycle, or a listed one grown, fails the test.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset({"service.apps", "service.branches", "service.invoker", "service.pull"}),
-    frozenset({"local.emulator", "local.resources"}),
-    frozenset({"local.environments", "local.handlers"}),
-    frozenset({"local.runtime", "local.subscriptions"}),
-]
+# Cycles not yet taken apart; a new cycle, or a listed one grown, fails the test. Empty since
+# issue 19: keep it so (a module both sides need goes below them, e.g. core/, service/wire).
+KNOWN_CYCLES: list[frozenset[str]] = []
 # Functions over the limit, not yet split (issue 19): name → the length they may not exceed.
 KNOWN_LONG = {
-    "service/branches.py:invoke_branch": 67,
-    "service/outcomes.py:apply": 68,
+    "service/outcomes.py:apply": 68,  # being rewritten (issue 18)
 }
 
 

@@ -2,59 +2,56 @@
 
 Waits up to `sqs_max_delay_seconds` (15 minutes on AWS) are an SQS `DelaySeconds`; longer ones
 are a one-time EventBridge Scheduler `at(...)` schedule whose target is the queue itself. A
-timer that arrives early is sent again with the time left (see `service.invoker`).
+timer that arrives early is sent again with the time left (see `service.timers`). Bodies are
+`core.messages`' typed messages, dumped there.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
+from ezgh_engine.core import messages as wire
 
 # Scheduler fires within a minute of the time; ask it a little early and let an SQS delay
 # carry the rest, so a long sleep ends on time to about a second.
 SCHEDULER_LEAD = timedelta(minutes=2)
 
 
-def _send(body: dict[str, Any], delay_seconds: int = 0) -> None:
+def send(message: wire.Message, delay_seconds: float = 0) -> None:
+    """Put `message` on the invocations queue (after `delay_seconds`, rounded up, <= 900)."""
     client("sqs").send_message(
         QueueUrl=settings().invocations_queue_url,
-        MessageBody=json.dumps(body, separators=(",", ":")),
-        DelaySeconds=max(0, min(delay_seconds, 900)),
+        MessageBody=wire.dumps(message),
+        DelaySeconds=max(0, min(math.ceil(delay_seconds), 900)),
     )
 
 
 def send_invocation(run_id: str, seq: int, delay_seconds: int = 0) -> None:
     """Ask the invoker to answer reason `seq` of the run (after `delay_seconds`, <= 900)."""
-    _send({"type": "invoke", "runId": run_id, "seq": seq}, delay_seconds)
+    send(wire.Invoke(run_id, seq), delay_seconds)
 
 
 def send_branch(run_id: str, step_id: str) -> None:
     """Ask the invoker to run one parallel step of the run in an invocation of its own."""
-    _send({"type": "branch", "runId": run_id, "stepId": step_id})
-
-
-def timer_body(run_id: str, step_id: str, wake_at: str) -> dict[str, Any]:
-    return {"type": "timer", "runId": run_id, "stepId": step_id, "wakeAt": wake_at}
+    send(wire.Branch(run_id, step_id))
 
 
 def schedule_timer(run_id: str, step_id: str, wake_at: datetime) -> None:
     """Deliver a timer message for the step at `wake_at` (idempotent per run and step)."""
-    body = timer_body(run_id, step_id, clock.iso(wake_at))
+    timer = wire.Timer(run_id, step_id, clock.iso(wake_at))
     delay = (wake_at - clock.now()).total_seconds()
     if delay <= settings().sqs_max_delay_seconds:
-        _send(body, math.ceil(max(delay, 0)))
+        send(timer, max(delay, 0))
         return
     # Named by the wake time too: a step may wait more than once (one timer per retry).
-    _create_schedule(body, wake_at - SCHEDULER_LEAD, run_id, f"{step_id}@{body['wakeAt']}")
+    _create_schedule(timer, wake_at - SCHEDULER_LEAD, run_id, f"{step_id}@{timer.wake_at}")
 
 
 def timer_schedule_names(run_id: str, step_id: str, wake_at: str) -> list[str]:
@@ -82,7 +79,7 @@ def _schedule_name(run_id: str, step_id: str) -> str:
     return "t-" + hashlib.sha256(f"{run_id}:{step_id}".encode()).hexdigest()[:60]
 
 
-def _create_schedule(body: dict[str, Any], fire_at: datetime, run_id: str, step_id: str) -> None:
+def _create_schedule(timer: wire.Timer, fire_at: datetime, run_id: str, step_id: str) -> None:
     cfg = settings()
     at = fire_at.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat()
     try:
@@ -96,7 +93,7 @@ def _create_schedule(body: dict[str, Any], fire_at: datetime, run_id: str, step_
             Target={
                 "Arn": cfg.invocations_queue_arn,
                 "RoleArn": cfg.scheduler_role_arn,
-                "Input": json.dumps(body, separators=(",", ":")),
+                "Input": wire.dumps(timer),
             },
         )
     except ClientError as exc:
@@ -105,16 +102,16 @@ def _create_schedule(body: dict[str, Any], fire_at: datetime, run_id: str, step_
             raise
 
 
-def resend_timer(body: dict[str, Any], wake_at: datetime) -> None:
+def resend_timer(timer: wire.Timer, wake_at: datetime) -> None:
     """A timer that arrived early goes round again with the time left."""
     delay = (wake_at - clock.now()).total_seconds()
     if delay > settings().sqs_max_delay_seconds:
         # Early once already: this time at the wake time itself, so it can't come early again
         # (the same lead would fire it at once and its name would then be taken).
-        name = f"{body['stepId']}@{body['wakeAt']}+"
-        _create_schedule(body, wake_at, body["runId"], name)
+        name = f"{timer.step_id}@{timer.wake_at}+"
+        _create_schedule(timer, wake_at, timer.run_id, name)
     else:
-        _send(body, math.ceil(max(delay, 0)))
+        send(timer, max(delay, 0))
 
 
 def hold_message(receipt_handle: str, seconds: float) -> None:

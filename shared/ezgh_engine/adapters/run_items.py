@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ezgh_engine.core import events
+from ezgh_engine.core.events import EVENT_PREFIX, RUN_SK, STEP_PREFIX
 from ezgh_engine.core.models import Run, RunError, Step
 
-RUN_SK = "RUN"
+__all__ = ["EVENT_PREFIX", "RUN_SK", "STEP_PREFIX"]
 
 # The condition that a run is live (running or cancelling), for every conditional write that
 # needs it; its names map `#status`, its values `:running` and `:cancelling`.
 LIVE_CONDITION = "#status IN (:running, :cancelling)"
 LIVE_NAMES = {"#status": "status"}
 LIVE_VALUES = {":running": {"S": "running"}, ":cancelling": {"S": "cancelling"}}
-STEP_PREFIX = "STEP#"
-EVENT_PREFIX = "EVT#"
 
 
 def run_pk(run_id: str) -> str:
@@ -174,33 +174,8 @@ def with_started_next(
     return sorted([*steps, *marked], key=lambda s: (s.order, s.id))
 
 
-def event_from(values: dict[str, Any]) -> dict[str, Any]:
-    """The API shape of an event item: every attribute but the keys."""
-    return {k: v for k, v in values.items() if k not in {"pk", "sk", "ttl"}}
-
-
-# Attributes of an invocation's event item that are other events folded into it.
-FOLDED = ("startedId", "startedAt", "runEnd")
-
-
 def expand_event(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """The events one event item stands for, with their IDs: an invocation's outcome item
-    also holds its `invocation.started` (`startedId`, `startedAt`) and, when it ended the
-    run, the run's end (`runEnd`): one write instead of three."""
-    event = event_from(values)
-    event["id"] = values["sk"].removeprefix(EVENT_PREFIX)
-    for name in FOLDED:
-        event.pop(name, None)
-    events = [event]
-    if "startedId" in values:
-        started = {**event, "id": values["startedId"], "type": "invocation.started"}
-        started["at"] = values.get("startedAt")
-        events.insert(0, started)
-    end = values.get("runEnd")
-    if isinstance(end, dict):
-        ended = {"id": end["id"], "type": end["type"], "at": event.get("at")}
-        ended["attempt"] = event.get("attempt")
-        if "error" in end:
-            ended["error"] = end["error"]
-        events.append(ended)
-    return events
+    """The events one event item stands for, with their IDs (`core.events`: an invocation's
+    outcome item also holds its `invocation.started` and, when it ended the run, the run's
+    end)."""
+    return events.events_of(values)

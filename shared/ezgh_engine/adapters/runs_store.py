@@ -18,6 +18,7 @@ from ezgh_engine.adapters import ddb
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
+from ezgh_engine.core import events as core_events
 from ezgh_engine.core.models import Run
 from ezgh_engine.errors import ValidationError
 
@@ -301,8 +302,8 @@ def list_events(
     run_id: str, *, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """A page of the run's events in ID order, after the cursor's: its event items (an
-    invocation's item stands for up to three events, `run_items.expand_event`) merged with
-    the events its run and step items carry. Every page reads the run's events whole: a
+    invocation's item stands for up to three events) merged with the events its run and step
+    items carry, each mapped by `core.events`. Every page reads the run's events whole: a
     folded event may sort far from its item, and listing is a rare, read-only path."""
     after = _events_after(run_id, cursor)
     found = _query_all(
@@ -313,9 +314,7 @@ def list_events(
         },
         ConsistentRead=True,
     )
-    events = [e for values in found for e in items.expand_event(values)]
-    events += _step_events(run_id, after)
-    events = sorted((e for e in events if str(e["id"]) > after), key=lambda e: str(e["id"]))
+    events = core_events.events_after([*found, *_mark_items(run_id, after)], after)
     page = events[:limit]
     more = len(events) > limit
     last = {"after": {"S": page[-1]["id"]}}
@@ -336,16 +335,13 @@ def _events_after(run_id: str, cursor: str | None) -> str:
     raise ValidationError("cursor is not valid")
 
 
-def _step_events(run_id: str, after: str) -> list[dict[str, Any]]:
-    """The events that live on the run's own items, after `after`: its `run.started` (the run
-    item's `startEvtId`) and its steps' `step.completed` (`evtId`)."""
-    found = _query_all(
+def _mark_items(run_id: str, after: str) -> list[dict[str, Any]]:
+    """The run's own items that carry events after `after`: its run item (`run.started`,
+    `startEvtId`) and its steps (`step.completed`, `evtId`); see `core.events`."""
+    return _query_all(
         KeyConditionExpression="pk = :pk AND sk >= :run",
         FilterExpression="evtId > :after OR startEvtId > :after",
-        ProjectionExpression=(
-            "sk, stepId, evtId, evtAttempt, endedAt, deploymentId, startEvtId, createdAt, "
-            "workflow, parentRunId"
-        ),
+        ProjectionExpression=", ".join(core_events.MARK_ATTRIBUTES),
         ExpressionAttributeValues={
             ":pk": {"S": items.run_pk(run_id)},
             ":run": {"S": items.RUN_SK},
@@ -353,31 +349,6 @@ def _step_events(run_id: str, after: str) -> list[dict[str, Any]]:
         },
         ConsistentRead=True,
     )
-    events = []
-    for values in found:
-        if values["sk"] == items.RUN_SK:
-            started = {
-                "id": values["startEvtId"],
-                "type": "run.started",
-                "at": values.get("createdAt"),
-                "attempt": 1,
-                "workflow": values.get("workflow"),
-            }
-            if values.get("parentRunId"):
-                started["parentRunId"] = values["parentRunId"]
-            events.append(started)
-            continue
-        event: dict[str, Any] = {
-            "id": values["evtId"],
-            "type": "step.completed",
-            "at": values.get("endedAt"),
-            "attempt": int(values.get("evtAttempt", 1)),
-            "stepId": values["stepId"],
-        }
-        if values.get("deploymentId") is not None:
-            event["deploymentId"] = values["deploymentId"]
-        events.append(event)
-    return events
 
 
 def delete_run(run: Run) -> None:

@@ -24,6 +24,7 @@ from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.registry_store import ddb, get_item, item_key, table
 from ezgh_engine.config import settings
 from ezgh_engine.core import cron
+from ezgh_engine.core import messages as wire
 from ezgh_engine.errors import Conflict, NotFound
 
 SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"  # a Scheduler context attribute
@@ -187,10 +188,6 @@ def schedule_name(schedule_id: str) -> str:
     return f"c-{schedule_id}"
 
 
-def fire_body(schedule_id: str) -> dict[str, str]:
-    return {"type": "cron", "scheduleId": schedule_id, "scheduledTime": SCHEDULED_TIME}
-
-
 def _definition(s: Schedule) -> dict[str, Any]:
     cfg = settings()
     return {
@@ -206,7 +203,7 @@ def _definition(s: Schedule) -> dict[str, Any]:
         "Target": {
             "Arn": cfg.invocations_queue_arn,
             "RoleArn": cfg.scheduler_role_arn,
-            "Input": json.dumps(fire_body(s.id), separators=(",", ":")),
+            "Input": wire.dumps(wire.Cron(s.id, SCHEDULED_TIME)),
             # A fire that cannot be delivered is retried by Scheduler; the run ID is derived
             # from the planned time, so a retried fire starts nothing twice.
             "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 10},

@@ -109,3 +109,18 @@ def failed_ids(result: Any) -> list[str] | None:
     if not failures:
         return None
     return [str(item.get("itemIdentifier", "")) for item in failures if isinstance(item, dict)]
+
+
+def failed_in_batch(result: Any, batch_ids: list[str]) -> set[str]:
+    """Which of a batch's message (or sequence) IDs a handler's answer leaves to retry.
+
+    As Lambda: an empty, missing or unknown `itemIdentifier` (or a failure that is not an
+    object) makes the answer a complete failure: the whole batch is retried."""
+    if not isinstance(result, dict) or not result.get("batchItemFailures"):
+        return set()
+    failures = result["batchItemFailures"]
+    known = set(batch_ids)
+    named = [f.get("itemIdentifier") if isinstance(f, dict) else None for f in failures]
+    if not isinstance(failures, list) or any(n not in known or not n for n in named):
+        return known
+    return {str(n) for n in named}

@@ -5,15 +5,21 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ezgh_engine import clock, ids
 from ezgh_engine.local import call_log, incarnation
 from ezgh_engine.local.emulator import ACCOUNT_ID, REGION
 from ezgh_engine.topology import TOPOLOGY, Function, Topology
 
-if TYPE_CHECKING:
-    from ezgh_engine.local.environments import Environments
+
+class InvokerSource(Protocol):
+    """Where a function's calls go instead of this thread (`local.environments.Environments`:
+    its child processes), named here so this module does not import that one, which imports
+    it."""
+
+    def invoker(self, key: str) -> Callable[[dict[str, Any]], Any]: ...
+
 
 log = logging.getLogger("ezgh.local.handlers")
 
@@ -91,7 +97,7 @@ class Invoker:
 def resolve_all(
     overrides: Mapping[str, Handler] | None = None,
     topology: Topology = TOPOLOGY,
-    environments: Environments | None = None,
+    environments: InvokerSource | None = None,
 ) -> dict[str, Callable[[dict[str, Any]], Any]]:
     """A callable per topology function: `overrides` (function key -> callable) in-thread,
     the others in `environments` (child processes) or, without it, imported here and called

@@ -224,7 +224,7 @@ class SqsPoller(Poller):
                     "%s: handler raised; %d message(s) will be retried", self.name, len(messages)
                 )
                 return
-            failed = set(events.failed_ids(result) or ())
+            failed = events.failed_in_batch(result, [m["MessageId"] for m in messages])
             done = [m for m in messages if m["MessageId"] not in failed]
             if done and self.faults is not None:  # some delivered again: not deleted
                 done = self.faults.sqs_handled(self.queue_url, done)

@@ -10,13 +10,33 @@ this host on start, and drops every mapping on reset and stop (their queues are 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ezgh_engine.adapters import event_sources
-from ezgh_engine.local.pollers import SqsPoller
+from ezgh_engine.local.pollers import Activity, SqsPoller
 
 if TYPE_CHECKING:
-    from ezgh_engine.local.runtime import LocalRuntime
+    from ezgh_engine.local.faults import FaultPlan
+
+
+class _Environment(Protocol):
+    def apply_env(self, env: Mapping[str, str | None]) -> None: ...
+
+
+class Host(Protocol):
+    """What the mappings need of the runtime that hosts them (`local.runtime.LocalRuntime`):
+    named here, so this module does not import the runtime that imports it."""
+
+    @property
+    def emulator(self) -> _Environment: ...
+    @property
+    def invokers(self) -> Mapping[str, Callable[[dict[str, Any]], Any]]: ...
+    @property
+    def activity(self) -> Activity: ...
+    @property
+    def faults(self) -> FaultPlan | None: ...
+    def mappings_changed(self) -> None: ...
 
 
 class SubscriptionPoller(SqsPoller):
@@ -29,7 +49,7 @@ class SubscriptionPoller(SqsPoller):
 class SubscriptionSources:
     """The `LocalHost` of `event_sources.LOCAL`: one poller per enabled mapping."""
 
-    def __init__(self, runtime: LocalRuntime) -> None:
+    def __init__(self, runtime: Host) -> None:
         self._runtime = runtime
         self._lock = threading.Lock()
         self.pollers: dict[str, SubscriptionPoller] = {}

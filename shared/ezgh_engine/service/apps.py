@@ -13,12 +13,15 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import push, registry_store
-from ezgh_engine.core.models import App, Notifications, Principal, RunError
+from ezgh_engine.adapters import push, registry_store, runs_store
+from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.core.run_errors import APP_DELETED
+from ezgh_engine.core.validation import WORKFLOW_NAME_RE
 from ezgh_engine.errors import Conflict, EngineError, Forbidden, NotFound, ValidationError
+from ezgh_engine.service import timers
+from ezgh_engine.service.pull import delete_task_queue
 
 APP_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
-WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NOTIFY_ON = ("completed", "failed", "cancelled", "timedOut")
 UPDATE_ACTION = "workflows.apps.update"
 
@@ -170,9 +173,6 @@ def _end_deleted(run_id: str, end_now: Any) -> bool:
     return any(end_now(run_id, "failed", APP_DELETED) for _ in range(3))
 
 
-APP_DELETED = RunError("workflows.app_deleted", "AppDeleted", "the run's app was deleted")
-
-
 def delete_app(principal: Principal, app_ref: str) -> None:
     """Delete the app; its name is free again at once. Its live runs end `failed` with
     `workflows.app_deleted` now: nothing could run their next step (a run waiting on a
@@ -181,8 +181,6 @@ def delete_app(principal: Principal, app_ref: str) -> None:
     _require(principal, UPDATE_ACTION, app.name)
     registry_store.delete_app(app)
     if app.kind == "pull":  # issue 5: its task queue goes with it
-        from ezgh_engine.service.pull import delete_task_queue
-
         delete_task_queue(app.id)
     end_runs_of_deleted_app(app.project_id, app.id)
 
@@ -192,9 +190,6 @@ def end_runs_of_deleted_app(project_id: str, app_id: str) -> int:
     many. One query of the project's runs index per page (filtered to the app's running
     and cancelling runs), then one transaction per run. Idempotent: a run that ended
     meanwhile is skipped; the invoker ends one it meets later the same way."""
-    from ezgh_engine.adapters import runs_store
-    from ezgh_engine.service import timers
-
     ended = 0
     for status in ("running", "cancelling"):
         cursor: str | None = None

@@ -12,7 +12,6 @@ Ending the step bumps the run's `invokeSeq` (steps_store), which resumes the wor
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import registry_store, runs_store
@@ -21,7 +20,11 @@ from ezgh_engine.adapters.push import AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core import outcomes as outcome_rules
+from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import RunError
+from ezgh_engine.core.run_errors import APP_DELETED
+from ezgh_engine.service import timers, waits
+from ezgh_engine.service.wire import invoke_request
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +83,12 @@ def _release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int
     ws.transact([update])
 
 
-def invoke_branch(run_id: str, step_id: str) -> Any:
+def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     """Handle one `branch` message; a `Retry` when it must come back later."""
-    from ezgh_engine.service.invoker import Retry, invoke_request
-
-    cfg = settings()
     now_ms = clock.now_ms()
-    lease_ms = leases.lease_ms(cfg.invoke_timeout_seconds)
+    lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
     if not _take_lease(run_id, step_id, now_ms, lease_ms):
-        raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
-        held = int(raw.get("branchLeaseUntil", 0))
-        if raw.get("status") in ("waiting", "running") and held > now_ms:
-            return Retry(after_seconds=(held - now_ms) / 1000 + 1)
-        return None  # ended, or its run did: nothing to do
+        return _not_leased(run_id, step_id, now_ms)
     raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
     attempt_before = int(raw.get("attempt", 0))
@@ -100,15 +96,10 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
     if run is None:
         return None
     if run.status == "cancelling":
-        from ezgh_engine.service import waits
-
         _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
     app = registry_store.get_app(run.project_id, run.app_id)
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
-        from ezgh_engine.service import timers
-        from ezgh_engine.service.apps import APP_DELETED
-
         timers.end_now(run_id, "failed", APP_DELETED)
         return None
     invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
@@ -118,19 +109,40 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
     try:
         outcome = outcome_rules.parse(invoke_app(app, request), clock.now())
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
-        failures += 1
-        if failures >= cfg.invoke_max_attempts:
-            error = RunError(
-                "workflows.app_unreachable",
-                "AppUnreachable",
-                f"the app could not be reached after {failures} attempts: {exc}",
-            )
-            _end_step(run_id, step_id, epoch, "failed", error)
-            return None
-        delay = leases.backoff_seconds(failures)
-        _release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
-        return Retry(after_seconds=delay)
+        return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
     _record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
+    _settle(run_id, step_id, epoch, attempt_before)
+    return None
+
+
+def _not_leased(run_id: str, step_id: str, now_ms: int) -> Retry | None:
+    """Another delivery holds the step's lease: come back when it ends. Ended: drop it."""
+    raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+    held = int(raw.get("branchLeaseUntil", 0))
+    if raw.get("status") in ("waiting", "running") and held > now_ms:
+        return Retry(after_seconds=(held - now_ms) / 1000 + 1)
+    return None  # ended, or its run did: nothing to do
+
+
+def _delivery_failed(
+    run_id: str, step_id: str, epoch: int, failures: int, exc: Exception
+) -> Retry | None:
+    """Back off (the run's backoff), or fail the step once the delivery budget is spent."""
+    if failures >= settings().invoke_max_attempts:
+        error = RunError(
+            "workflows.app_unreachable",
+            "AppUnreachable",
+            f"the app could not be reached after {failures} attempts: {exc}",
+        )
+        _end_step(run_id, step_id, epoch, "failed", error)
+        return None
+    delay = leases.backoff_seconds(failures)
+    _release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
+    return Retry(after_seconds=delay)
+
+
+def _settle(run_id: str, step_id: str, epoch: int, attempt_before: int) -> None:
+    """After the answer: release the step's lease, or fail a step the branch never ran."""
     after = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     # A step this invocation started (its attempt moved) that is `waiting` again is a retry
     # that came due before the answer: the stream has sent its next branch message.
@@ -146,7 +158,6 @@ def invoke_branch(run_id: str, step_id: str) -> Any:
         _end_step(run_id, step_id, epoch, "failed", error)
     else:
         _release(run_id, step_id, epoch, 0, 0)
-    return None
 
 
 def _record_invocation(

@@ -23,6 +23,7 @@ from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Step
 from ezgh_engine.errors import Conflict, NotFound
+from ezgh_engine.service import waits
 
 CALLBACK_PATH = "/v1/callbacks/"
 _NOT_FOUND = "no such callback"  # the same answer for unknown, forged and expired tokens
@@ -100,8 +101,6 @@ def complete(token: str, body: Any) -> dict[str, Any]:
     run = runs_store.get_run(run_id, with_steps=False)
     if run is None:
         raise NotFound(_NOT_FOUND)
-    from ezgh_engine.service import waits
-
     actions = waits.end_wait_actions(
         run_id, run.attempt, step_id, output=body, kind="callback", project_id=run.project_id
     )

@@ -43,7 +43,7 @@ from ezgh_engine.core.queues import (
     start_run_id,
 )
 from ezgh_engine.errors import EngineError, ValidationError
-from ezgh_engine.service import flow_targets
+from ezgh_engine.service import flow_targets, sqs_batch
 from ezgh_engine.service.derived_runs import NotStartable, start_derived_run
 from ezgh_engine.service.subscriptions import SECRET_PREFIX, signing_secret
 from ezgh_engine.service.waits import resume_message_waiters
@@ -167,15 +167,9 @@ def deliver_record(record: dict[str, Any]) -> bool:
     return False
 
 
-def handle_batch(records: list[dict[str, Any]]) -> list[str]:
-    """Deliver each record; answers the message IDs to report as batch item failures."""
-    failed = []
-    for record in records:
-        try:
-            ok = deliver_record(record)
-        except Exception:
-            log.exception("delivery of %s raised", record.get("messageId"))
-            ok = False
-        if not ok:
-            failed.append(str(record.get("messageId")))
-    return failed
+_on_record = sqs_batch.from_answer(deliver_record, "delivery of")
+
+
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The function's answer to Lambda: the partial batch response (`service.sqs_batch`)."""
+    return sqs_batch.process(event, _on_record, context)

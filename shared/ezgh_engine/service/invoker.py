@@ -1,13 +1,13 @@
-"""The invoker: answers one message of the invocations queue.
+"""The invoker: invokes a run for an `invoke` message (or a timer that woke it).
 
-`invoke` messages lease the run, call its app with the recorded steps, and write the outcome
-under the lease. `timer` messages wake a sleeping step. Every path is idempotent: a duplicate
-or late message finds the lease taken, the reason handled or the step awake, and does nothing.
+It leases the run, calls its app with the recorded steps (a pull app: queues a task), and
+writes the outcome under the lease. Every path is idempotent: a duplicate or late message
+finds the lease taken or the reason handled, and does nothing. The queue's other messages are
+dispatched by `service.invocation_queue`, which reads them all (`core.messages`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass, replace
@@ -15,60 +15,22 @@ from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
-from ezgh_engine.adapters import messages, payloads, registry_store, runs_store
-from ezgh_engine.adapters.push import PROTOCOL_VERSION, AppTimedOut, AppUnreachable, invoke_app
+from ezgh_engine.adapters import messages, registry_store, runs_store
+from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases, tokens
 from ezgh_engine.core import outcomes as outcome_rules
+from ezgh_engine.core.messages import Retry, Timer
 from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.errors import StaleInvocation, ValidationError
-from ezgh_engine.service import outcomes, timers
+from ezgh_engine.service import outcomes, pull, timers
+from ezgh_engine.service import steps as step_calls
+from ezgh_engine.service.wire import invoke_request
+
+__all__ = ["Retry", "invoke", "invoke_request", "on_timer"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Retry:
-    """Answer for a message that must come back after `after_seconds`."""
-
-    after_seconds: float
-
-
-def handle_message(body: str, receipt_handle: str | None = None) -> Retry | None:
-    """Handle one queue message; a `Retry` means: leave it in the queue for later."""
-    try:
-        message = json.loads(body)
-    except ValueError:
-        log.error("dropping a message that is not JSON: %r", body[:200])
-        return None
-    kind = message.get("type") if isinstance(message, dict) else None
-    if kind == "invoke":
-        return invoke(str(message["runId"]), int(message["seq"]))
-    if kind == "timer":
-        # A sleep that ends takes the lease with its wake-up write: invoke it here and now.
-        now_ms, lease_ms = clock.now_ms(), _lease_ms()
-        owed = timers.fire_timer(message, lease_ms=lease_ms)
-        if owed is None:
-            return None
-        if not owed.leased:  # the handler that woke it died: invoke as an invoke message would
-            return invoke(owed.run_id, owed.seq)
-        _invoke_for_timer(owed.run_id, owed.epoch, now_ms, lease_ms)
-        return None
-    if kind == "branch":  # issue 3: one parallel step in an invocation of its own
-        from ezgh_engine.service import branches
-
-        return branches.invoke_branch(str(message["runId"]), str(message["stepId"]))
-    if kind == "cron":  # issue 5: a schedule fired
-        from ezgh_engine.service import schedules
-
-        schedules.fire(message)
-        return None
-    if kind == "task-watch":  # issue 5: a pull app's task may need delivering again
-        from ezgh_engine.service import pull
-
-        return pull.watch(message)
-    log.error("dropping a message of unknown type: %r", body[:200])
-    return None
 
 
 def _lease_ms() -> int:
@@ -76,11 +38,26 @@ def _lease_ms() -> int:
 
 
 def invoke(run_id: str, seq: int) -> Retry | None:
+    """Answer reason `seq` of the run: take its lease and invoke it. A `Retry` when the
+    message must come back (another invocation holds the run, or the delivery failed)."""
     now_ms, lease_ms = clock.now_ms(), _lease_ms()
     run = store.take_lease(run_id, seq, now_ms=now_ms, lease_ms=lease_ms)
     if run is None:
         return _why_not_leased(run_id, seq, now_ms)
     return _invoke_leased(run_id, run, now_ms, lease_ms)
+
+
+def on_timer(timer: Timer) -> Retry | None:
+    """Act on a timer (`service.timers`). A sleep that ends takes the lease with its wake-up
+    write: the run is invoked here and now."""
+    now_ms, lease_ms = clock.now_ms(), _lease_ms()
+    owed = timers.fire_timer(timer, lease_ms=lease_ms)
+    if owed is None:
+        return None
+    if not owed.leased:  # the handler that woke it died: invoke as an invoke message would
+        return invoke(owed.run_id, owed.seq)
+    _invoke_for_timer(owed.run_id, owed.epoch, now_ms, lease_ms)
+    return None
 
 
 def _invoke_for_timer(run_id: str, epoch: int, now_ms: int, lease_ms: int) -> None:
@@ -132,13 +109,9 @@ def _invoke_leased(
         timers.time_out(run.id)
         return None
     if app is None:
-        from ezgh_engine.service.apps import APP_DELETED
-
         _end(run, seq, "failed", APP_DELETED, invocation_id, started_at)
         return None
     if app.kind == "pull":  # issue 5: queue a task for the app's workers; don't wait
-        from ezgh_engine.service import pull
-
         return pull.dispatch(app, run, seq, invocation_id, started_at)
     return _push(_Attempt(run, app, seq, invocation_id, started_at, now_ms, lease_ms))
 
@@ -266,8 +239,6 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, i
 
     Each is the `fail` op the invocation itself would send, under its own lease: a step
     another epoch started, or one that ended meanwhile, is not touched."""
-    from ezgh_engine.service import steps as step_calls
-
     current = runs_store.get_run(run.id)
     running = [s for s in (current.steps if current else ()) if s.status == "running"]
     if not running or current is None or current.epoch != run.epoch:
@@ -325,54 +296,6 @@ def _why_not_leased(run_id: str, seq: int, now_ms: int) -> Retry | None:
     return Retry(after_seconds=1)
 
 
-def invoke_request(
-    run: Run,
-    invocation_id: str,
-    lease_ms: int,
-    now_ms: int,
-    *,
-    branch_step: str | None = None,
-    branch_epoch: int = 0,
-    pull: bool = False,
-) -> dict[str, Any]:
-    """The invoke request of protocol 1.3 (docs/protocol.md section 1.2). Its `api.url` is
-    the steps URL, except for a `pull` app's task: its worker also posts heartbeats and the
-    outcome there, which the API serves (the steps function answers only step calls)."""
-    cfg = settings()
-    claims = tokens.InvocationClaims(
-        run.id,
-        run.project_id,
-        branch_epoch if branch_step else run.epoch,
-        run.attempt,
-        now_ms + lease_ms,
-        branch_step,
-    )
-    from ezgh_engine.service import wire
-
-    steps = [wire.step_body(run.project_id, run.id, step) for step in run.steps]
-    return {
-        "protocol": PROTOCOL_VERSION,
-        "type": "invoke",
-        "invocationId": invocation_id,
-        "run": {
-            "id": run.id,
-            "appId": run.app_id,
-            "workflow": run.workflow,
-            "input": run.input
-            if not run.input_ref
-            else payloads.get(run.project_id, run.id, run.input_ref),
-            "attempt": run.attempt,
-            "status": run.status,
-        },
-        "steps": steps,
-        "api": {
-            "url": cfg.api_url if pull else cfg.steps_url,
-            "token": tokens.mint(cfg.token_secret, claims),
-        },
-        **({"branch": {"stepId": branch_step}} if branch_step else {}),
-    }
-
-
 def _past_deadline(run: Run) -> bool:
     """Past its own time limit or its one-year limit (each also has its timer, armed by the
     stream: this check only spares an invocation that would be cut off anyway)."""
@@ -422,24 +345,3 @@ def _end(
         outcomes.apply(run, seq, outcome, invocation_id=invocation_id, started_at=started_at)
     except StaleInvocation:
         log.info("run %s: lease lost before ending it %s", run.id, status)
-
-
-def handle_batch(records: list[dict[str, Any]]) -> list[str]:
-    """Handle SQS records; answer the message IDs to leave in the queue.
-
-    A message that must come back later has its visibility set to when; one whose handling
-    raised comes back after the queue's visibility timeout.
-    """
-    failed: list[str] = []
-    for record in records:
-        try:
-            retry = handle_message(record["body"], record.get("receiptHandle"))
-        except Exception:
-            log.exception("invocation message failed; it will be delivered again")
-            failed.append(record["messageId"])
-            continue
-        if retry is not None:
-            if record.get("receiptHandle"):
-                messages.hold_message(record["receiptHandle"], retry.after_seconds)
-            failed.append(record["messageId"])
-    return failed

@@ -7,7 +7,7 @@ Two halves, so a failure to send retries with backoff without holding up the out
    just ended (its status became an ended one, or a retried run ended again with a new attempt)
    puts the run's fields on the `notifications` SQS queue. Every ended run goes there; whether
    its app wants a message is decided by the second half (the stream function reads no tables).
-2. `handle_batch(records)` (the `notify` function): match the app's `notifications` (`on`,
+2. `handle_record(record)` (the `notify` function, per SQS record): match the app's `notifications` (`on`,
    `workflows`), build the seed's body (output inline while the message stays within 256 KiB,
    else `outputRef`) and send it with the Idempotency-Key `<runId>:<attempt>:<status>` (also the
    FIFO dedupId; groupId the run's ID or the workflow's name per `groupBy`), so a resend never
@@ -32,6 +32,7 @@ from ezgh_engine.adapters.run_items import run_from
 from ezgh_engine.core.models import ENDED_STATUSES, Principal
 from ezgh_engine.core.queues import notification_body
 from ezgh_engine.errors import Conflict, EngineError
+from ezgh_engine.service import sqs_batch
 from ezgh_engine.topology import NOTIFICATIONS_QUEUE
 
 log = logging.getLogger(__name__)
@@ -153,14 +154,9 @@ def handle_record(record: dict[str, Any]) -> bool:
     return False
 
 
-def handle_batch(records: list[dict[str, Any]]) -> list[str]:
-    failed = []
-    for record in records:
-        try:
-            done = handle_record(record)
-        except Exception:
-            log.exception("notification %s raised", record.get("messageId"))
-            done = False
-        if not done:
-            failed.append(str(record.get("messageId")))
-    return failed
+_on_record = sqs_batch.from_answer(handle_record, "notification")
+
+
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The function's answer to Lambda: the partial batch response (`service.sqs_batch`)."""
+    return sqs_batch.process(event, _on_record, context)

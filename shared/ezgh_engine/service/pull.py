@@ -36,13 +36,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import ddb, registry_store, runs_store, task_queues
+from ezgh_engine.adapters import ddb, messages, registry_store, runs_store, task_queues
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
+from ezgh_engine.core import messages as wire
 from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import App, Principal, Run
+from ezgh_engine.core.validation import WORKFLOW_NAME_RE
 from ezgh_engine.errors import (
     Conflict,
     Forbidden,
@@ -53,6 +55,7 @@ from ezgh_engine.errors import (
     ValidationError,
 )
 from ezgh_engine.service import outcomes
+from ezgh_engine.service.wire import invoke_request
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +167,7 @@ def set_lease(run_id: str, epoch: int, until_ms: int, seq: int | None = None) ->
 
 
 def _send_watch(run_id: str, seq: int, epoch: int, delay_seconds: float) -> None:
-    body = {"type": "task-watch", "runId": run_id, "seq": seq, "epoch": epoch}
-    client("sqs").send_message(
-        QueueUrl=settings().invocations_queue_url,
-        MessageBody=json.dumps(body, separators=(",", ":")),
-        DelaySeconds=max(0, min(math.ceil(delay_seconds), 900)),
-    )
+    messages.send(wire.TaskWatch(run_id, seq, epoch), delay_seconds)
 
 
 # --- the invoker's side ----------------------------------------------------------------------
@@ -178,15 +176,13 @@ def _send_watch(run_id: str, seq: int, epoch: int, delay_seconds: float) -> None
 def dispatch(app: App, run: Run, seq: int, invocation_id: str, started_at: str) -> Any:
     """Answers None (the invoker's message is done): the watch message takes over."""
     """Queue the invocation of `run` (leased by the invoker) as a task of pull app `app`."""
-    from ezgh_engine.service import invoker
-
     lease_s = pull_lease_seconds()
     now_ms = clock.now_ms()
     try:
         set_lease(run.id, run.epoch, now_ms + lease_s * 1000)
     except StaleInvocation:
         return None
-    request = invoker.invoke_request(run, invocation_id, TOKEN_LIFETIME_MS, now_ms, pull=True)
+    request = invoke_request(run, invocation_id, TOKEN_LIFETIME_MS, now_ms, pull=True)
     claims = TaskClaims(run.id, run.epoch, seq, invocation_id, started_at)
     task = {**request, "taskId": mint_task_id(claims), "leaseSeconds": lease_s}
     task_queues.send_task(app.id, task)
@@ -195,25 +191,24 @@ def dispatch(app: App, run: Run, seq: int, invocation_id: str, started_at: str) 
     return None
 
 
-def watch(message: dict[str, Any]) -> Any:
-    """A lease's end came: deliver the task again if its worker is gone."""
-    from ezgh_engine.service import invoker
-
-    run_id, seq = str(message["runId"]), int(message["seq"])
+def watch(message: wire.TaskWatch) -> bool:
+    """A lease's end came: True when the task must be delivered again (its worker is gone;
+    the caller invokes the run as an invoke message would)."""
+    run_id, seq = message.run_id, message.seq
     run = runs_store.get_run(run_id, with_steps=False)
     if run is None or run.ended or run.handled_seq >= seq:
-        return None
+        return False
     now_ms = clock.now_ms()
     if run.lease_until_ms > now_ms:
         # A live worker extended the lease (or a newer invocation holds it): look again then.
         _send_watch(run_id, seq, run.epoch, (run.lease_until_ms - now_ms) / 1000 + 1)
-        return None
+        return False
     log.info(
         "run %s: the lease of epoch %d ended without an outcome; delivering again",
         run_id,
         run.epoch,
     )
-    return invoker.invoke(run_id, seq)
+    return True
 
 
 # --- the API's side --------------------------------------------------------------------------
@@ -232,8 +227,6 @@ def _pull_app(principal: Principal, app_ref: str) -> App:
 
 def announce(principal: Principal, app_ref: str, *, worker_id: str, workflows: list[str]) -> App:
     """A worker says which workflows it runs: they join the app's, which becomes `synced`."""
-    from ezgh_engine.service.apps import WORKFLOW_NAME_RE
-
     app = _pull_app(principal, app_ref)
     bad = [w for w in workflows if not WORKFLOW_NAME_RE.match(w)]
     if bad:

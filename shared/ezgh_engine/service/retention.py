@@ -22,6 +22,7 @@ from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.errors import TransientError
+from ezgh_engine.service.callbacks import token_for
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ def _partition(run_id: str) -> list[dict[str, Any]]:
 
 def callback_keys(run_id: str, values: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The `CALLBACK#` index keys of the run's callback steps among `values` (its items)."""
-    from ezgh_engine.service.callbacks import token_for
-
     keys = []
     for item in values:
         salt = item.get("cbSalt")

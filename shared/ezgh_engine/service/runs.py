@@ -17,6 +17,7 @@ from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import ENDED_STATUSES, App, Principal, Run
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+from ezgh_engine.service import retention, waits
 from ezgh_engine.service.new_runs import new_run
 
 MAX_TIMEOUT_SECONDS = 365 * 86_400  # a run lasts at most a year (the default too)
@@ -237,8 +238,6 @@ def cancel_run(principal: Principal, run_id: str) -> Run:
     if run.status in ENDED_STATUSES:
         raise Conflict(f"run {run_id} has ended ({run.status})", code="invalid_state")
     control.request_cancel(run, at=clock.iso(clock.now()))
-    from ezgh_engine.service import waits
-
     current = runs_store.get_run(run_id)
     for step in current.steps if current else ():  # its running children too
         if step.kind == "invoke" and step.child_run_id and step.status == "waiting":
@@ -260,8 +259,6 @@ def delete_run(principal: Principal, run_id: str) -> None:
     run = _visible_run(principal, run_id, CANCEL, with_steps=False)
     if run.status not in ENDED_STATUSES:
         raise Conflict(f"run {run_id} has not ended; cancel it first", code="invalid_state")
-    from ezgh_engine.service import retention
-
     retention.delete_callbacks(run.id)  # (an ended run's callbacks are refused anyway)
     runs_store.delete_run(run)
     payloads.delete_run_payloads(run.project_id, run.id)

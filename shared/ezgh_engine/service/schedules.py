@@ -4,7 +4,7 @@ Permissions: managing a schedule (create, update, pause, resume, delete) needs
 `workflows.runs.start` on `<app name>/<workflow>`: a schedule starts runs in the caller's
 stead. Reading one needs `workflows.runs.read` or `workflows.runs.start` on the same resource.
 
-Firing: EventBridge Scheduler sends `{"type": "cron", "scheduleId", "scheduledTime"}` to the
+Firing: EventBridge Scheduler sends a `core.messages.Cron` (`scheduleId`, `scheduledTime`) to the
 invocations queue; `fire` computes the planned time (the cron occurrence at or before the
 scheduled time, or now when Scheduler gave none) and starts the run
 `ids.derived_id("schedule", <id>, <planned ISO time>)`: a duplicate fire starts nothing new.
@@ -23,6 +23,7 @@ from ezgh_engine.adapters import registry_store
 from ezgh_engine.adapters import schedules_store as store
 from ezgh_engine.adapters.schedules_store import Schedule
 from ezgh_engine.core import cron, validation
+from ezgh_engine.core.messages import Cron
 from ezgh_engine.core.models import App, Principal
 from ezgh_engine.errors import Forbidden, NotFound
 from ezgh_engine.service import derived_runs
@@ -213,9 +214,9 @@ def run_id_for(schedule_id: str, planned: datetime) -> str:
     return ids.derived_id("schedule", schedule_id, clock.iso(planned))
 
 
-def fire(message: dict[str, Any]) -> str | None:
+def fire(message: Cron) -> str | None:
     """Start the run of one fire; answers its run ID, or None when nothing started."""
-    schedule_id = str(message.get("scheduleId") or "")
+    schedule_id = message.schedule_id
     s = store.get(schedule_id) if schedule_id else None
     if s is None:
         log.info("cron fire for unknown schedule %r: dropped", schedule_id)
@@ -223,7 +224,7 @@ def fire(message: dict[str, Any]) -> str | None:
     if s.status != "active":
         log.info("schedule %s is paused: fire dropped", s.id)
         return None
-    planned = planned_time(s, message.get("scheduledTime"))
+    planned = planned_time(s, message.scheduled_time)
     run_id = run_id_for(s.id, planned)
     try:
         run = derived_runs.start_derived_run(

@@ -1,7 +1,7 @@
 """Timer messages: a sleep ends, a retry is due, a wait times out, a run passes its limit.
 
-Every timer is `{"type":"timer","runId","stepId","wakeAt"}` (the run's own time limit uses
-the step ID `$deadline`). A timer acts only if the step (or run) still holds that wake time,
+Every timer is a `core.messages.Timer` (the run's own time limit uses the step ID
+`$deadline`). A timer acts only if the step (or run) still holds that wake time,
 with a conditional write, so a timer delivered twice, or one made stale by a newer wait, does
 nothing.
 """
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
-from ezgh_engine.adapters import messages, runs_store
+from ezgh_engine.adapters import messages, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.core.messages import Timer
 from ezgh_engine.core.models import RunError
+from ezgh_engine.service import waits
 
 DEADLINE_STEP = "$deadline"
 
@@ -42,29 +43,27 @@ class Owed:
     epoch: int = 0  # when `leased`: the epoch its wake-up write took, the only one to act on
 
 
-def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | None:
+def fire_timer(message: Timer, lease_ms: int | None = None) -> Owed | None:
     """Act on a timer. With `lease_ms`, a sleep that ends takes the run's lease in the same
     write when it is free, and the answer says to invoke it at once (one message, one
     invoker invocation and one stream record fewer per sleep). The same timer delivered
     again for a sleep it woke, while the run still owes that invocation, answers it owed: the
     handler that took the lease died before answering, and the outbox skips leased runs."""
-    wake_at = clock.parse_iso(message["wakeAt"])
+    wake_at = clock.parse_iso(message.wake_at)
     if wake_at > clock.now() + timedelta(milliseconds=500):
         messages.resend_timer(message, wake_at)
         return None
-    run = runs_store.get_run(message["runId"], with_steps=False)
+    run = runs_store.get_run(message.run_id, with_steps=False)
     if run is None or run.ended:
         return None
-    if message["stepId"] == DEADLINE_STEP:
-        if run.deadline_at == message["wakeAt"]:
+    if message.step_id == DEADLINE_STEP:
+        if run.deadline_at == message.wake_at:
             time_out(run.id)
-        elif year_limit(run.created_at) == message["wakeAt"]:
+        elif year_limit(run.created_at) == message.wake_at:
             time_out(run.id, YEAR_LIMIT_ERROR)
         return None
-    from ezgh_engine.adapters import steps_store
-
-    step = steps_store.get_step(run.id, message["stepId"])
-    if step is None or step.wake_at != message["wakeAt"]:
+    step = steps_store.get_step(run.id, message.step_id)
+    if step is None or step.wake_at != message.wake_at:
         return None
     if step.kind == "sleep" and step.status == "completed":
         owed = run.invoke_seq > run.handled_seq
@@ -76,10 +75,8 @@ def fire_timer(message: dict[str, Any], lease_ms: int | None = None) -> Owed | N
         woke = store.wake_sleep(run.id, step.id, ended_at=at, marks=marks, lease=lease)
         return Owed(run.id, leased=True, epoch=run.epoch + 1) if woke == "leased" else None
     if step.status == "retrying":
-        _retry_due(run.id, step.id, step.branch, message["wakeAt"])
+        _retry_due(run.id, step.id, step.branch, message.wake_at)
     elif step.status == "waiting":  # a callback or message wait timed out: it gives null
-        from ezgh_engine.service import waits
-
         actions = waits.end_wait_actions(run.id, run.attempt, step.id, output=None)
         ws.transact(actions + waits.cancel_step_actions(run, run.id, step))
     return None
@@ -115,8 +112,6 @@ def end_now(run_id: str, status: str, error: RunError) -> bool:
     """End a live run with `status` (`timedOut`, `failed`) and `error` now, whatever
     invocation holds it: the epoch moves on, so that invocation's writes fail. Its pending
     steps end with it. False when it had ended already (or changed meanwhile)."""
-    from ezgh_engine.service import waits
-
     run = runs_store.get_run(run_id, with_steps=False)
     if run is None or run.ended:
         return False

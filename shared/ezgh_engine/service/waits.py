@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import payloads, runs_store
+from ezgh_engine.adapters import payloads, registry_store, runs_store
 from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
@@ -25,6 +25,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import Run, RunError, Step
 from ezgh_engine.core.outcomes import Wait
 from ezgh_engine.errors import Conflict, NotFound, ValidationError
+from ezgh_engine.service import queues
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,6 @@ def _child_app(parent: Run, wait: Wait) -> tuple[str, str | None]:
     parent's step the usual way."""
     if wait.app is None:
         return parent.app_id, parent.app_name
-    from ezgh_engine.adapters import registry_store
-
     app = registry_store.get_app(parent.project_id, wait.app)
     if app is None:
         return ids.derived_id("missing-app", parent.project_id, wait.app), wait.app
@@ -120,8 +119,6 @@ def _wait_queue(run: Run, ref: str) -> tuple[str, RunError | None]:
     """The ID of the queue a message wait names (by ID or name, as every `{queueId}`), or
     the step's error: the API's answer to the same mistake, worded as `send_to_queue`'s
     step error (`<status> <code>: <message>`)."""
-    from ezgh_engine.service import queues
-
     try:
         return queues.find_queue(run.project_id, ref).id, None
     except (NotFound, ValidationError) as err:

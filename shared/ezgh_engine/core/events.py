@@ -1,0 +1,130 @@
+"""One event model: which items of the `runs` table carry which run events (issue 19).
+
+A run's events are not all event items: to save writes, four item shapes carry them. This
+module is the one table from shape to events; ListRunEvents (`runs_store.list_events`) and
+the tests read events through it, and a new event type or a new folding changes it here.
+
+| shape        | item                                      | its events                          |
+|--------------|-------------------------------------------|-------------------------------------|
+| `event`      | `EVT#<id>`                                | itself                              |
+| `invocation` | `EVT#<id>` with `startedId` or `runEnd`   | `invocation.started` (`startedId`,  |
+|              | (an invocation's outcome)                 | `startedAt`), the outcome, the run's|
+|              |                                           | end (`runEnd`: `run.<status>`)      |
+| `run`        | `RUN` with `startEvtId`                   | `run.started`                       |
+| `step`       | `STEP#<id>` with `evtId`                  | `step.completed`                    |
+
+Items are plain values (as `adapters.ddb` decodes them); events are the API's shape, each with
+its `id`, by which a run's events sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+RUN_SK = "RUN"
+STEP_PREFIX = "STEP#"
+EVENT_PREFIX = "EVT#"
+
+# Attributes of an invocation's event item that are other events folded into it.
+FOLDED = ("startedId", "startedAt", "runEnd")
+# The attributes the events of run and step items are made of (a listing's projection).
+MARK_ATTRIBUTES = (
+    "sk",
+    "stepId",
+    "evtId",
+    "evtAttempt",
+    "endedAt",
+    "deploymentId",
+    "startEvtId",
+    "createdAt",
+    "workflow",
+    "parentRunId",
+)
+
+Item = dict[str, Any]
+Event = dict[str, Any]
+
+
+def _plain(values: Item) -> list[Event]:
+    """An event item: every attribute but the keys, its ID from its sort key."""
+    event = {k: v for k, v in values.items() if k not in {"pk", "sk", "ttl", *FOLDED}}
+    event["id"] = values["sk"].removeprefix(EVENT_PREFIX)
+    return [event]
+
+
+def _invocation(values: Item) -> list[Event]:
+    """An invocation's outcome item: its start before it, the run's end (if it ended the
+    run) after it; one write instead of three."""
+    events = _plain(values)
+    event = events[0]
+    if "startedId" in values:
+        started = {**event, "id": values["startedId"], "type": "invocation.started"}
+        started["at"] = values.get("startedAt")
+        events.insert(0, started)
+    end = values.get("runEnd")
+    if isinstance(end, dict):
+        ended = {"id": end["id"], "type": end["type"], "at": event.get("at")}
+        ended["attempt"] = event.get("attempt")
+        if "error" in end:
+            ended["error"] = end["error"]
+        events.append(ended)
+    return events
+
+
+def _run_started(values: Item) -> list[Event]:
+    started = {
+        "id": values["startEvtId"],
+        "type": "run.started",
+        "at": values.get("createdAt"),
+        "attempt": 1,
+        "workflow": values.get("workflow"),
+    }
+    if values.get("parentRunId"):
+        started["parentRunId"] = values["parentRunId"]
+    return [started]
+
+
+def _step_completed(values: Item) -> list[Event]:
+    event: Event = {
+        "id": values["evtId"],
+        "type": "step.completed",
+        "at": values.get("endedAt"),
+        "attempt": int(values.get("evtAttempt", 1)),
+        "stepId": values["stepId"],
+    }
+    if values.get("deploymentId") is not None:
+        event["deploymentId"] = values["deploymentId"]
+    return [event]
+
+
+SHAPES: dict[str, Callable[[Item], list[Event]]] = {
+    "event": _plain,
+    "invocation": _invocation,
+    "run": _run_started,
+    "step": _step_completed,
+}
+
+
+def shape_of(values: Item) -> str | None:
+    """Which of the shapes the item is (None: it carries no event)."""
+    sk = str(values.get("sk", ""))
+    if sk.startswith(EVENT_PREFIX):
+        return "invocation" if "startedId" in values or "runEnd" in values else "event"
+    if sk == RUN_SK:
+        return "run" if values.get("startEvtId") else None
+    if sk.startswith(STEP_PREFIX):
+        return "step" if values.get("evtId") else None
+    return None
+
+
+def events_of(values: Item) -> list[Event]:
+    """The events one item of a run carries, in the order they happened."""
+    shape = shape_of(values)
+    return SHAPES[shape](values) if shape is not None else []
+
+
+def events_after(found: list[Item], after: str) -> list[Event]:
+    """The events `found` items carry with IDs after `after`, in ID order."""
+    events = (e for values in found for e in events_of(values))
+    return sorted((e for e in events if str(e["id"]) > after), key=lambda e: str(e["id"]))

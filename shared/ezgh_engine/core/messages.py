@@ -1,0 +1,156 @@
+"""The messages of the invocations queue: one typed class per `type`, dumped and parsed here.
+
+Every producer builds one of these classes and sends `dumps(message)` (or `dump(message)` as a
+Scheduler target's input); the invoker's consumer (`service.invocation_queue`) reads a body
+with `parse` once and dispatches on the class. The wire format is the one the queue has always
+carried (`{"type": "invoke", "runId", "seq"}`, ...), so messages in flight across a deploy
+still parse; fields a reader does not know are ignored.
+
+A body that is not JSON, has an unknown `type` or lacks a field its type needs raises
+`MalformedMessage`: no producer sends such a body, so no later delivery could succeed, and
+the consumer drops it with an error log instead of letting it come back until the queue's
+dead-letter limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+class MalformedMessage(ValueError):
+    """A queue message body that no producer of this engine could have sent."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A handler's answer: leave the message in the queue and deliver it after `after_seconds`."""
+
+    after_seconds: float
+
+
+@dataclass(frozen=True)
+class Invoke:
+    """Invoke the run to answer its reason `seq` (sent by the stream, the outbox, repair)."""
+
+    TYPE: ClassVar[str] = "invoke"
+    run_id: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A wake time came: a sleep ends, a retry is due, a wait or the run's limit times out
+    (`step_id` is `$deadline` for the run's own limits)."""
+
+    TYPE: ClassVar[str] = "timer"
+    run_id: str
+    step_id: str
+    wake_at: str  # ISO 8601, exactly as the step (or run) holds it
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Run one parallel step of the run in an invocation of its own (issue 3)."""
+
+    TYPE: ClassVar[str] = "branch"
+    run_id: str
+    step_id: str
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A schedule fired (EventBridge Scheduler's target input; it fills `scheduledTime`)."""
+
+    TYPE: ClassVar[str] = "cron"
+    schedule_id: str
+    scheduled_time: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskWatch:
+    """A pull app's task lease would end: deliver the task again if its worker is gone."""
+
+    TYPE: ClassVar[str] = "task-watch"
+    run_id: str
+    seq: int
+    epoch: int
+
+
+Message = Invoke | Timer | Branch | Cron | TaskWatch
+
+# Per class: (wire name, attribute, reader) for each field, in wire order.
+_Field = tuple[str, str, Callable[[Any], Any]]
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise MalformedMessage(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MalformedMessage(f"expected an integer, got {value!r}")
+    return value
+
+
+def _optional_str(value: Any) -> str | None:
+    # Scheduler substitutes the fire time; a placeholder or odd value only loses precision.
+    return value if isinstance(value, str) else None
+
+
+_FIELDS: dict[type[Any], tuple[_Field, ...]] = {
+    Invoke: (("runId", "run_id", _str), ("seq", "seq", _int)),
+    Timer: (("runId", "run_id", _str), ("stepId", "step_id", _str), ("wakeAt", "wake_at", _str)),
+    Branch: (("runId", "run_id", _str), ("stepId", "step_id", _str)),
+    Cron: (("scheduleId", "schedule_id", _str), ("scheduledTime", "scheduled_time", _optional_str)),
+    TaskWatch: (("runId", "run_id", _str), ("seq", "seq", _int), ("epoch", "epoch", _int)),
+}
+_BY_TYPE: dict[str, type[Any]] = {cls.TYPE: cls for cls in _FIELDS}
+
+
+def dump(message: Message) -> dict[str, Any]:
+    """The message's JSON object, `type` first."""
+    body: dict[str, Any] = {"type": message.TYPE}
+    for wire, attr, _ in _FIELDS[type(message)]:
+        body[wire] = getattr(message, attr)
+    return body
+
+
+def dumps(message: Message) -> str:
+    """The message as the compact JSON body a queue message carries."""
+    return json.dumps(dump(message), separators=(",", ":"))
+
+
+def load(body: Any) -> Message:
+    """The message of a decoded JSON object; `MalformedMessage` when it is none of ours."""
+    if not isinstance(body, dict):
+        raise MalformedMessage("a message is a JSON object")
+    kind = body.get("type")
+    cls = _BY_TYPE.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise MalformedMessage(f"unknown message type {kind!r}")
+    values: dict[str, Any] = {}
+    for wire, attr, read in _FIELDS[cls]:
+        if wire not in body and read is _optional_str:
+            continue
+        if wire not in body:
+            raise MalformedMessage(f"{cls.TYPE} message without {wire!r}")
+        try:
+            values[attr] = read(body[wire])
+        except MalformedMessage as exc:
+            raise MalformedMessage(f"{cls.TYPE} message: {wire}: {exc}") from None
+    message: Message = cls(**values)
+    return message
+
+
+def parse(body: str) -> Message:
+    """The message of a queue message body; `MalformedMessage` when it is none of ours."""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        raise MalformedMessage("the body is not JSON") from None
+    return load(decoded)
