@@ -16,6 +16,8 @@ LIVE_NAMES = {"#status": "status"}
 LIVE_VALUES = {":running": {"S": "running"}, ":cancelling": {"S": "cancelling"}}
 STEP_PREFIX = "STEP#"
 EVENT_PREFIX = "EVT#"
+# The run item's copy of its last committed outcome event (`outcome_mark`).
+OUTCOME_ATTR = "lastOut"
 
 
 def run_pk(run_id: str) -> str:
@@ -120,6 +122,7 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         invoke_failures=int(values.get("invokeFailures", 0)),
         app_name=values.get("appName"),
         steps=steps,
+        last_outcome=values.get(OUTCOME_ATTR),
     )
 
 
@@ -204,3 +207,54 @@ def expand_event(values: dict[str, Any]) -> list[dict[str, Any]]:
             ended["error"] = end["error"]
         events.append(ended)
     return events
+
+
+def outcome_mark(
+    *,
+    event_id: str,
+    kind: str,
+    at: str,
+    attempt: int,
+    invocation_id: str,
+    started_at: str,
+    deployment_id: str | None,
+    run_end: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An invocation's outcome event as the run item carries it (`lastOut`), in short names:
+    the run item is written several times a run and every write pays for its whole size.
+    It is the commit point of the outcome (one conditional write of the run item), and the
+    next outcome writes it out as an event item before replacing it (`outcome_event`)."""
+    mark: dict[str, Any] = {
+        "i": event_id,
+        "k": kind,
+        "a": at,
+        "n": attempt,
+        "v": invocation_id,
+        "s": started_at,
+    }
+    if deployment_id is not None:
+        mark["d"] = deployment_id
+    if run_end is not None:
+        mark["e"] = run_end
+    return mark
+
+
+def outcome_event(run_id: str, mark: dict[str, Any]) -> dict[str, Any]:
+    """The event item a run item's `lastOut` stands for (without `ttl`): the same values an
+    outcome's event item had when it was written in the outcome's transaction, so
+    `expand_event` lists it as before (`invocation.started`, the outcome, the run's end)."""
+    values: dict[str, Any] = {
+        "pk": run_pk(run_id),
+        "sk": EVENT_PREFIX + str(mark["i"]),
+        "type": f"invocation.{mark['k']}",
+        "at": mark.get("a"),
+        "attempt": int(mark.get("n", 1)),
+        "invocationId": mark.get("v"),
+        "startedId": mark.get("v"),  # minted when the invocation began: it sorts first
+        "startedAt": mark.get("s"),
+    }
+    if mark.get("d") is not None:
+        values["deploymentId"] = mark["d"]
+    if isinstance(mark.get("e"), dict):
+        values["runEnd"] = mark["e"]
+    return values

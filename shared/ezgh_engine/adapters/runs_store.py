@@ -71,6 +71,14 @@ def event_put(
     return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
 
 
+def outcome_event_put(run_id: str, mark: dict[str, Any], expires: int) -> dict[str, Any]:
+    """A Put of the event item a run item's last outcome (`lastOut`) stands for: written
+    by the next outcome before it replaces that mark, unconditionally (the same item each
+    time, so a retry or a crash between the two writes leaves one event)."""
+    values = {**items.outcome_event(run_id, mark), "ttl": expires}
+    return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
+
+
 def create_run(run: Run, *, now_epoch_s: int) -> None:
     """Write a new run and its run-key item in one transaction (a run without a key: one
     conditional Put).
@@ -315,7 +323,10 @@ def list_events(
     )
     events = [e for values in found for e in items.expand_event(values)]
     events += _step_events(run_id, after)
-    events = sorted((e for e in events if str(e["id"]) > after), key=lambda e: str(e["id"]))
+    # The run item's last outcome may also be written out already (the next outcome writes
+    # it before replacing it, and a crash may stop that outcome there): one ID, one event.
+    unique = {str(e["id"]): e for e in events if str(e["id"]) > after}
+    events = sorted(unique.values(), key=lambda e: str(e["id"]))
     page = events[:limit]
     more = len(events) > limit
     last = {"after": {"S": page[-1]["id"]}}
@@ -341,10 +352,10 @@ def _step_events(run_id: str, after: str) -> list[dict[str, Any]]:
     item's `startEvtId`) and its steps' `step.completed` (`evtId`)."""
     found = _query_all(
         KeyConditionExpression="pk = :pk AND sk >= :run",
-        FilterExpression="evtId > :after OR startEvtId > :after",
+        FilterExpression="evtId > :after OR startEvtId > :after OR attribute_exists(lastOut)",
         ProjectionExpression=(
             "sk, stepId, evtId, evtAttempt, endedAt, deploymentId, startEvtId, createdAt, "
-            "workflow, parentRunId"
+            "workflow, parentRunId, lastOut"
         ),
         ExpressionAttributeValues={
             ":pk": {"S": items.run_pk(run_id)},
@@ -357,7 +368,7 @@ def _step_events(run_id: str, after: str) -> list[dict[str, Any]]:
     for values in found:
         if values["sk"] == items.RUN_SK:
             started = {
-                "id": values["startEvtId"],
+                "id": values.get("startEvtId"),
                 "type": "run.started",
                 "at": values.get("createdAt"),
                 "attempt": 1,
@@ -365,7 +376,10 @@ def _step_events(run_id: str, after: str) -> list[dict[str, Any]]:
             }
             if values.get("parentRunId"):
                 started["parentRunId"] = values["parentRunId"]
-            events.append(started)
+            if values.get("startEvtId"):
+                events.append(started)
+            if isinstance(values.get(items.OUTCOME_ATTR), dict):  # its last outcome
+                events += items.expand_event(items.outcome_event(run_id, values["lastOut"]))
             continue
         event: dict[str, Any] = {
             "id": values["evtId"],
