@@ -18,6 +18,9 @@ STEP_PREFIX = "STEP#"
 EVENT_PREFIX = "EVT#"
 # The run item's copy of its last committed outcome event (`outcome_mark`).
 OUTCOME_ATTR = "lastOut"
+# Whether a run may have payloads other than its input (`runs_store.put_payload`).
+PAYLOADS_ATTR = "payloads"
+PAYLOADS_NONE = "none"
 
 
 def run_pk(run_id: str) -> str:
@@ -87,6 +90,9 @@ def run_values(run: Run, *, started_event: str | None = None) -> dict[str, Any]:
     }
     if started_event is not None:
         values["startEvtId"] = started_event
+    # Payloads other than its input are marked on the run item before they are stored
+    # (`runs_store.put_payload`), so the purge lists S3 only for runs that stored one.
+    values[PAYLOADS_ATTR] = PAYLOADS_NONE
     return values
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import ids
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, payloads
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
@@ -77,6 +77,29 @@ def outcome_event_put(run_id: str, mark: dict[str, Any], expires: int) -> dict[s
     time, so a retry or a crash between the two writes leaves one event)."""
     values = {**items.outcome_event(run_id, mark), "ttl": expires}
     return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
+
+
+def put_payload(project_id: str, run_id: str, path: str, text: str) -> None:
+    """Store a payload of the run (a step's or the run's output) after marking its run item
+    as holding payloads, so the purge lists the run's objects (`retention.purge_run`): a
+    payload whose write then loses (a candidate output) is still found. Nothing is stored
+    when the run item is gone: the write that would name the payload is refused too (its
+    run's liveness or its step's own conditions), and no purge would find the object."""
+    try:
+        _ddb().update_item(
+            TableName=_table(),
+            Key=items.run_key(run_id),
+            UpdateExpression="SET #p = :some",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#p": items.PAYLOADS_ATTR},
+            ExpressionAttributeValues={":some": {"S": "some"}},
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return
+        ddb.raise_transient(exc)
+        raise
+    payloads.put(project_id, run_id, path, text)
 
 
 def create_run(run: Run, *, now_epoch_s: int) -> None:

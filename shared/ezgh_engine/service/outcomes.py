@@ -288,5 +288,5 @@ def _ending(run: Run, outcome: Outcome) -> tuple[str, RunError | None, str | Non
         return "failed", error, None, None
     if len(text.encode()) <= settings().payload_inline_bytes:
         return "completed", None, text, None
-    payloads.put(run.project_id, run.id, payloads.RUN_OUTPUT_PATH, text)
+    runs_store.put_payload(run.project_id, run.id, payloads.RUN_OUTPUT_PATH, text)
     return "completed", None, None, payloads.RUN_OUTPUT_PATH

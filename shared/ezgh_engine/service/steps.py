@@ -388,7 +388,7 @@ class _OpContext:
             self._check_branch_live()
         self._check_live()
         path = payloads.step_output_path(step_id, ids.time_ordered_id())
-        payloads.put(self.claims.project_id, self.claims.run_id, path, text)
+        runs_store.put_payload(self.claims.project_id, self.claims.run_id, path, text)
         return None, path
 
     def _finish_args(self, step_id: str, op: dict[str, Any], now: str) -> _Finish:
