@@ -566,3 +566,51 @@ def test_a_suspend_retried_after_a_crash_rewrites_the_same_sleep(aws_env: None) 
     with pytest.raises(StaleInvocation):
         _answer(run, token, answer)
     assert _events(run) == ["invocation.started", "step.completed", "invocation.suspended"]
+
+
+def test_an_invoker_that_dies_before_its_commit_ends_the_run_once_when_redelivered(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """Through the invoker: the app runs a step and answers `completed`; the invoker dies
+    before the run item's write. Its message comes back: held while the dead lease lives,
+    then a new epoch replays (the step is recorded) and ends the run, with one outcome."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from ezgh_engine.service import invoker
+
+    run = _run()
+    sent: list[list[str]] = []
+
+    def invoke_app(app: Any, request: dict[str, Any]) -> Any:
+        recorded = [s["id"] for s in request["steps"]]
+        sent.append(recorded)
+        if recorded:  # replay: the step's end is recorded
+            return {"protocol": "1.4", "outcome": "completed", "output": "done"}
+        steps_call(request["api"]["token"], [start("a#1")])
+        return {"protocol": "1.4", "outcome": "completed", "output": "done",
+                "ops": [complete("a#1", "A")]}  # fmt: skip
+
+    app = SimpleNamespace(kind="push", name="app", notifications=None)
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: app)
+    monkeypatch.setattr(invoker, "invoke_app", invoke_app)
+    stop = _crash_at_commit(run)
+    try:
+        with pytest.raises(Crash):
+            invoker.invoke(run.id, 1)
+    finally:
+        stop()
+    assert _events(run) == ["step.completed"]
+    assert invoker.invoke(run.id, 1) is not None  # the dead invocation's lease still lives
+    skip_clock.advance(timedelta(hours=1))
+    assert invoker.invoke(run.id, 1) is None
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "completed" and found.output == "done"
+    assert sent == [[], ["a#1"]]
+    assert [(s.id, s.status, s.attempt) for s in found.steps] == [("a#1", "completed", 1)]
+    assert _events(run) == [
+        "step.completed",
+        "invocation.started",
+        "invocation.completed",
+        "run.completed",
+    ]
