@@ -614,3 +614,32 @@ def test_an_invoker_that_dies_before_its_commit_ends_the_run_once_when_redeliver
         "invocation.completed",
         "run.completed",
     ]
+
+
+def test_an_answer_of_an_invocation_taken_over_writes_no_step_end(aws_env: None) -> None:
+    """Its lease ran out and a newer epoch holds the run: the answer's held end is not
+    written ahead (the run is read first, as for a step call), and the outcome is refused."""
+    run = _run()
+    token = _lease(run)
+    steps_call(token, [start("a#1")])
+    stale = runs_store.get_run(run.id)  # as the old invocation read it
+    _free(run)
+    _lease(run, seq=2)
+    claims = tokens.verify(config.settings().token_secret, token, clock.now_ms())
+    from ezgh_engine.core import outcomes as rules
+    from ezgh_engine.service import outcomes
+
+    answer = {"outcome": "completed", "output": "done", "ops": [complete("a#1", "A")]}
+    assert stale is not None
+    with pytest.raises(StaleInvocation):
+        outcomes.apply_answer(
+            stale,
+            1,
+            rules.parse(answer, clock.now()),
+            answer["ops"],
+            claims=claims,
+            invocation_id=ids.time_ordered_id(),
+            started_at=clock.iso(clock.now()),
+        )
+    assert steps_of(run) == {"a#1": ("running", 1)}
+    assert _events(run) == []

@@ -351,9 +351,10 @@ def list_events(
     unique = {str(e["id"]): e for e in events if str(e["id"]) > after}
     events = sorted(unique.values(), key=lambda e: str(e["id"]))
     page = events[:limit]
-    more = len(events) > limit
+    if len(events) <= limit:
+        return page, None
     last = {"after": {"S": page[-1]["id"]}}
-    return page, ddb.encode_cursor(last, scope=f"events:{run_id}") if more else None
+    return page, ddb.encode_cursor(last, scope=f"events:{run_id}")
 
 
 def _events_after(run_id: str, cursor: str | None) -> str:

@@ -65,6 +65,13 @@ def answer_writes(
     return [p.actions for p in planned if p]
 
 
+def check_live(claims: tokens.InvocationClaims) -> None:
+    """`StaleInvocation` unless the invocation still holds its run's lease: the read every
+    step call makes (half a read unit), before an answer's step ends are written ahead of
+    its outcome's commit, so no step ends in a run that ended or moved on."""
+    _OpContext(claims, None)._check_live()
+
+
 def apply_answer_ops(
     claims: tokens.InvocationClaims, deployment_id: str | None, ops: list[Any]
 ) -> list[str]:
