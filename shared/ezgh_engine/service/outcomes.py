@@ -87,7 +87,7 @@ def apply_answer(
         return
     writes = steps.answer_writes(claims, outcome.deployment_id, ops)
     if writes and _commits_alone(run, outcome):
-        steps.check_live(claims)  # as a step call does: no end for a run that moved on
+        steps.check_not_taken_over(claims)  # no end ahead for a run that moved on
         try:
             for op_writes in writes:  # a step's end (and a failure's event) at a time
                 steps_store.write(op_writes)

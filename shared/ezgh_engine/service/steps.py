@@ -65,11 +65,14 @@ def answer_writes(
     return [p.actions for p in planned if p]
 
 
-def check_live(claims: tokens.InvocationClaims) -> None:
-    """`StaleInvocation` unless the invocation still holds its run's lease: the read every
-    step call makes (half a read unit), before an answer's step ends are written ahead of
-    its outcome's commit, so no step ends in a run that ended or moved on."""
-    _OpContext(claims, None)._check_live()
+def check_not_taken_over(claims: tokens.InvocationClaims) -> None:
+    """`StaleInvocation` when the run ended or a newer epoch holds it: the read a step call
+    makes (half a read unit), before an answer's step ends are written ahead of its
+    outcome's commit, whose condition is the same (its epoch, a live run). A lease that
+    merely ran out, with no newer invocation, still takes its answer, as the commit does."""
+    state = store.run_state(claims.run_id)
+    if state is None or state[0] not in LIVE_STATUSES or state[1] != claims.epoch:
+        raise StaleInvocation("the invocation's lease was taken over or the run ended")
 
 
 def apply_answer_ops(
