@@ -7,7 +7,7 @@ from typing import Any
 
 import boto3
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import payloads
+from ezgh_engine.adapters import aws, payloads, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.service import callbacks, stream
@@ -29,7 +29,7 @@ def _a_run_with_everything(project_id: str) -> tuple[Any, list[tuple[str, str]]]
     event = {"pk": items.run_pk(run.id), "sk": items.EVENT_PREFIX + "1", "type": "event"}
     marker = {"pk": items.run_pk(run.id), "sk": "MSG#m-1", "type": "msgseen"}
     assert ws.transact([*actions, ws.plain_put(event), ws.plain_put(marker)])
-    payloads.put(project_id, run.id, payloads.RUN_OUTPUT_PATH, '"big"')
+    runs_store.put_payload(project_id, run.id, payloads.RUN_OUTPUT_PATH, '"big"')
     token = url.rsplit("/", 1)[-1]
     index = (ws.callback_pk(ids.sha256_hex(token)), "CALLBACK")
     steps = [(items.run_pk(run.id), items.STEP_PREFIX + "approve#1")]
@@ -59,6 +59,48 @@ def test_the_rest_of_a_run_goes_when_its_run_item_expires(aws_env: None) -> None
     }
     stream.handle_record(removed)
     assert _left(keys) == []
+    assert _objects(project, run.id) == []
+
+
+def _expire(run_id: str) -> list[str]:
+    """DynamoDB's TTL deletes the run item and the stream shows it; the S3 requests the
+    purge made."""
+    raw = ws.get(items.run_pk(run_id), items.RUN_SK)
+    assert raw is not None
+    ws.transact([ws.delete(items.run_pk(run_id), items.RUN_SK)])
+    removed = {"eventName": "REMOVE", "dynamodb": {"OldImage": ws.ddb.to_item(raw)}}
+    seen: list[str] = []
+    stop = aws.observe(lambda r: seen.append(r["operation"]) if r["service"] == "s3" else None)
+    try:
+        stream.handle_record(removed)
+    finally:
+        stop()
+    return seen
+
+
+def test_a_run_that_stored_no_payload_is_purged_without_listing_s3(aws_env: None) -> None:
+    run = _run_of(ids.new_id(), "a", status="completed")
+    assert _expire(run.id) == []
+
+
+def test_a_payload_no_item_names_is_still_purged(aws_env: None) -> None:
+    """A step's candidate output whose step write lost: nothing references the object, but
+    its run item was marked before it was stored, so the purge lists the run's objects."""
+    project = ids.new_id()
+    run = _run_of(project, "a", status="completed")
+    path = payloads.step_output_path("a#1", ids.time_ordered_id())
+    runs_store.put_payload(project, run.id, path, '"lost"')
+    assert _objects(project, run.id)
+    assert "ListObjectsV2" in _expire(run.id)
+    assert _objects(project, run.id) == []
+
+
+def test_a_run_item_from_before_payload_marks_is_listed(aws_env: None) -> None:
+    project = ids.new_id()
+    run = _run_of(project, "a", status="completed")
+    ws.transact([ws.plain_put({**items.run_values(run), "payloads": None}, only_new=False)])
+    payloads.put(project, run.id, "steps/a%231/w/output", '"old"')
+    assert "ListObjectsV2" in _expire(run.id)
     assert _objects(project, run.id) == []
 
 

@@ -7,13 +7,16 @@ from typing import Any
 
 import pytest
 from ezgh_engine import clock, config, ids
+from ezgh_engine.adapters import aws, runs_store
+from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import run_items as items
-from ezgh_engine.adapters import runs_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run
+from ezgh_engine.errors import StaleInvocation
 
 from tests.api.steps_helpers import (
+    WRITES,
     complete,
     free_lease,
     lease_token,
@@ -287,3 +290,276 @@ def test_a_malformed_attempt_or_inline_is_a_validation_error_and_writes_nothing(
     assert status == 400 and body["error"]["code"] == "validation_error"
     assert writes == []
     assert steps_of(run) == {}
+
+
+# --- an outcome's writes ahead of its commit (issue 18) -------------------------------------
+# An end, or a suspend on sleeps, writes its other items first (the held ends, a new sleeping
+# step, the previous outcome's event) and commits with one conditional write of the run item,
+# which carries the outcome's own event (`lastOut`). A crash between the two is injected at
+# the boto3 seam: the run item's commit is never sent.
+
+
+class Crash(Exception):
+    """The invocation's process died before its request left."""
+
+
+def _crash_at_commit(run: Run) -> Any:
+    """Fail the write that commits an outcome of `run` (the run item's update that sets its
+    outcome event) as a crash would: nothing is sent. Answers the function that stops it."""
+
+    def hook(service: str, operation: str, params: dict[str, Any]) -> None:
+        names = params.get("ExpressionAttributeNames", {}).values()
+        if (
+            service == "dynamodb"
+            and operation == "UpdateItem"
+            and params.get("Key") == items.run_key(run.id)
+            and items.OUTCOME_ATTR in names
+        ):
+            raise Crash()
+
+    return aws.intercept(hook)
+
+
+def _events(run: Run) -> list[str]:
+    page, _ = runs_store.list_events(run.id, limit=1000, cursor=None)
+    return [str(e["type"]) for e in page]
+
+
+def _sleep(step: str, seconds: int = 3600) -> dict[str, Any]:
+    return {"stepId": step, "name": step.split("#")[0], "kind": "sleep", "seconds": seconds}
+
+
+def _wake(run: Run, step: str = "s#1") -> None:
+    """The sleep's timer fires: the step completes and the run asks for an invocation."""
+    from ezgh_engine.adapters import steps_store
+
+    marks = steps_store.event_marks(ids.time_ordered_id(), 1, None)
+    at = clock.iso(clock.now())
+    assert inv.wake_sleep(run.id, step, ended_at=at, marks=marks) == "woke"
+
+
+def _writes_of(run: Run, token: str, answer: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    stop = aws.observe(
+        lambda r: seen.append(r["operation"]) if r["service"] == "dynamodb" else None
+    )
+    try:
+        _answer(run, token, answer)
+    finally:
+        stop()
+    return [o for o in seen if o in WRITES]
+
+
+def test_a_suspend_and_an_end_commit_without_a_transaction(aws_env: None) -> None:
+    """Each item alone: the held end, the new sleep, then the run item; at the end the
+    suspend's event goes out as its own item before the run item takes the end's."""
+    run = stored_run()
+    token = lease_token(run)
+    steps_call(token, [start("a#1")])
+    answer = {"outcome": "suspended", "waits": [_sleep("s#1")], "ops": [complete("a#1", 1)]}
+    assert _writes_of(run, token, answer) == ["UpdateItem", "PutItem", "UpdateItem"]
+    _wake(run)
+    token = lease_token(run, seq=2)
+    steps_call(token, [start("b#1")])
+    answer = {"outcome": "completed", "output": "done", "ops": [complete("b#1", 2)]}
+    assert _writes_of(run, token, answer) == ["UpdateItem", "PutItem", "UpdateItem"]
+    assert _events(run) == [
+        "invocation.started",
+        "step.completed",
+        "invocation.suspended",
+        "step.completed",
+        "invocation.started",
+        "step.completed",
+        "invocation.completed",
+        "run.completed",
+    ]
+
+
+def test_a_crash_before_an_end_commits_leaves_no_phantom_event_and_the_retry_ends_once(
+    aws_env: None,
+) -> None:
+    run = stored_run()
+    token = lease_token(run)
+    steps_call(token, [start("a#1")])
+    answer = {"outcome": "completed", "output": "done", "ops": [complete("a#1", "A")]}
+    stop = _crash_at_commit(run)
+    try:
+        with pytest.raises(Crash):
+            _answer(run, token, answer)
+    finally:
+        stop()
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "running" and found.handled_seq == 0
+    # The held end went ahead: a step this epoch ran, recorded as step calls record it.
+    assert [(s.id, s.status, s.output) for s in found.steps] == [("a#1", "completed", "A")]
+    assert _events(run) == ["step.completed"]  # no invocation's outcome, no run end
+    # The lease runs out; the next invocation replays and answers the same.
+    free_lease(run)
+    token = lease_token(run, seq=2)
+    _answer(run, token, answer)
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "completed" and found.output == "done"
+    assert [(s.id, s.status, s.attempt) for s in found.steps] == [("a#1", "completed", 1)]
+    assert _events(run) == [
+        "step.completed",
+        "invocation.started",
+        "invocation.completed",
+        "run.completed",
+    ]
+
+
+def test_a_crash_after_the_previous_outcome_went_out_lists_it_once(aws_env: None) -> None:
+    """The end wrote the suspend's event item, then died before its commit: the run item
+    still carries that event too; it is one event, and the retry's end adds its own once."""
+    run = stored_run()
+    token = lease_token(run)
+    steps_call(token, [start("a#1")])
+    suspended = {"outcome": "suspended", "waits": [_sleep("s#1")], "ops": [complete("a#1", 1)]}
+    _answer(run, token, suspended)
+    _wake(run)
+    token = lease_token(run, seq=2)
+    steps_call(token, [start("b#1")])
+    ended = {"outcome": "completed", "output": "done", "ops": [complete("b#1", 2)]}
+    stop = _crash_at_commit(run)
+    try:
+        with pytest.raises(Crash):
+            _answer(run, token, ended)
+    finally:
+        stop()
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "running" and found.handled_seq == 1
+    assert [e for e in _events(run) if e != "invocation.started"] == [
+        "step.completed",
+        "invocation.suspended",
+        "step.completed",
+        "step.completed",  # b#1's end went ahead
+    ]
+    free_lease(run)
+    token = lease_token(run, seq=3)
+    _answer(run, token, ended)
+    types = _events(run)
+    assert types.count("invocation.suspended") == 1 and types.count("run.completed") == 1
+    assert types.count("invocation.completed") == 1 and types.count("invocation.started") == 2
+    assert types.count("step.completed") == 3
+
+
+def test_a_suspend_retried_after_a_crash_rewrites_the_same_sleep(aws_env: None) -> None:
+    """The sleep's item went ahead, the commit did not; the same answer applied again (as a
+    retried delivery of the same outcome would) finds its sleep written and commits once."""
+    from ezgh_engine.core import outcomes as rules
+    from ezgh_engine.service import outcomes
+
+    run = stored_run()
+    token = lease_token(run)
+    steps_call(token, [start("a#1")])
+    answer = {"outcome": "suspended", "waits": [_sleep("s#1")], "ops": [complete("a#1", 1)]}
+    claims = tokens.verify(config.settings().token_secret, token, clock.now_ms())
+    leased = runs_store.get_run(run.id)  # as the invocation read it, before its answer
+    assert leased is not None
+    invocation = ids.time_ordered_id()
+
+    def apply() -> None:
+        outcomes.apply_answer(
+            leased,
+            1,
+            rules.parse(answer, clock.now()),
+            answer["ops"],
+            claims=claims,
+            invocation_id=invocation,
+            started_at=clock.iso(clock.now()),
+        )
+
+    stop = _crash_at_commit(run)
+    try:
+        with pytest.raises(Crash):
+            apply()
+    finally:
+        stop()
+    assert steps_of(run) == {"a#1": ("completed", 1), "s#1": ("sleeping", 1)}
+    assert _events(run) == ["step.completed"]
+    apply()
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.handled_seq == 1 and found.lease_until_ms == 0
+    assert steps_of(run) == {"a#1": ("completed", 1), "s#1": ("sleeping", 1)}
+    assert _events(run) == ["invocation.started", "step.completed", "invocation.suspended"]
+    # Applied once: the same answer again is refused and lists nothing new.
+    with pytest.raises(StaleInvocation):
+        _answer(run, token, answer)
+    assert _events(run) == ["invocation.started", "step.completed", "invocation.suspended"]
+
+
+def test_an_invoker_that_dies_before_its_commit_ends_the_run_once_when_redelivered(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """Through the invoker: the app runs a step and answers `completed`; the invoker dies
+    before the run item's write. Its message comes back: held while the dead lease lives,
+    then a new epoch replays (the step is recorded) and ends the run, with one outcome."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from ezgh_engine.service import invoker
+
+    run = stored_run()
+    sent: list[list[str]] = []
+
+    def invoke_app(app: Any, request: dict[str, Any]) -> Any:
+        recorded = [s["id"] for s in request["steps"]]
+        sent.append(recorded)
+        if recorded:  # replay: the step's end is recorded
+            return {"protocol": "1.4", "outcome": "completed", "output": "done"}
+        steps_call(request["api"]["token"], [start("a#1")])
+        return {"protocol": "1.4", "outcome": "completed", "output": "done",
+                "ops": [complete("a#1", "A")]}  # fmt: skip
+
+    app = SimpleNamespace(kind="push", name="app", notifications=None)
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: app)
+    monkeypatch.setattr(invoker, "invoke_app", invoke_app)
+    stop = _crash_at_commit(run)
+    try:
+        with pytest.raises(Crash):
+            invoker.invoke(run.id, 1)
+    finally:
+        stop()
+    assert _events(run) == ["step.completed"]
+    assert invoker.invoke(run.id, 1) is not None  # the dead invocation's lease still lives
+    skip_clock.advance(timedelta(hours=1))
+    assert invoker.invoke(run.id, 1) is None
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "completed" and found.output == "done"
+    assert sent == [[], ["a#1"]]
+    assert [(s.id, s.status, s.attempt) for s in found.steps] == [("a#1", "completed", 1)]
+    assert _events(run) == [
+        "step.completed",
+        "invocation.started",
+        "invocation.completed",
+        "run.completed",
+    ]
+
+
+def test_an_answer_of_an_invocation_taken_over_writes_no_step_end(aws_env: None) -> None:
+    """Its lease ran out and a newer epoch holds the run: the answer's held end is not
+    written ahead (the run is read first, as for a step call), and the outcome is refused."""
+    run = stored_run()
+    token = lease_token(run)
+    steps_call(token, [start("a#1")])
+    stale = runs_store.get_run(run.id)  # as the old invocation read it
+    free_lease(run)
+    lease_token(run, seq=2)
+    claims = tokens.verify(config.settings().token_secret, token, clock.now_ms())
+    from ezgh_engine.core import outcomes as rules
+    from ezgh_engine.service import outcomes
+
+    answer = {"outcome": "completed", "output": "done", "ops": [complete("a#1", "A")]}
+    assert stale is not None
+    with pytest.raises(StaleInvocation):
+        outcomes.apply_answer(
+            stale,
+            1,
+            rules.parse(answer, clock.now()),
+            answer["ops"],
+            claims=claims,
+            invocation_id=ids.time_ordered_id(),
+            started_at=clock.iso(clock.now()),
+        )
+    assert steps_of(run) == {"a#1": ("running", 1)}
+    assert _events(run) == []

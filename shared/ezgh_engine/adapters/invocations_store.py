@@ -12,11 +12,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, waits_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.expressions import Update, UpdateAction
-from ezgh_engine.adapters.runs_store import RETENTION_SECONDS
+from ezgh_engine.adapters.runs_store import (
+    CHILD_ITEM_TTL_SECONDS,
+    RETENTION_SECONDS,
+    outcome_event_put,
+)
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.errors import StaleInvocation
@@ -105,24 +110,17 @@ def _transact(actions: list[dict[str, Any]], step_writes: int = 0) -> None:
         raise
 
 
-def end_run(
-    run: Run,
-    seq: int,
+def _end_changes(
     *,
     status: str,
     ended_at: str,
     ended_epoch_s: int,
-    output_text: str | None = None,
-    output_ref: str | None = None,
-    error: RunError | None = None,
-    events: list[dict[str, Any]],
-    step_writes: Sequence[dict[str, Any]] = (),
-    notify: bool | None = None,
-) -> None:
-    """End the run (completed/failed/…) for the invocation holding `run.epoch`, while its
-    status is still `run.status` (`StaleInvocation` otherwise), with the step ends its answer carried (`StepsRefused` when one is refused). `notify` False marks
-    a run whose app has no notifications, so the outbox sends it nowhere (None: unknown,
-    the notify function decides)."""
+    seq: int,
+    output_text: str | None,
+    output_ref: str | None,
+    error: RunError | None,
+    notify: bool | None,
+) -> Update:
     end = (
         Update()
         .set("status", status)
@@ -139,8 +137,48 @@ def end_run(
         end.set("error", error.to_api())
     if notify is not None:
         end.set("notifyEnd", "yes" if notify else "no")
+    return end
+
+
+def end_run(
+    run: Run,
+    seq: int,
+    *,
+    status: str,
+    ended_at: str,
+    ended_epoch_s: int,
+    output_text: str | None = None,
+    output_ref: str | None = None,
+    error: RunError | None = None,
+    events: list[dict[str, Any]] | None = None,
+    step_writes: Sequence[dict[str, Any]] = (),
+    notify: bool | None = None,
+    mark: dict[str, Any] | None = None,
+) -> None:
+    """End the run (completed/failed/…) for the invocation holding `run.epoch`, while its
+    status is still `run.status` (`StaleInvocation` otherwise). `notify` False marks a run
+    whose app has no notifications, so the outbox sends it nowhere (None: unknown, the
+    notify function decides).
+
+    With `mark` (the outcome's event, `run_items.outcome_mark`) the end is one conditional
+    write of the run item, which carries the event (`commit_outcome`); else one transaction
+    with `events` and the step ends the answer carried (`StepsRefused` when one is
+    refused)."""
+    end = _end_changes(
+        status=status,
+        ended_at=ended_at,
+        ended_epoch_s=ended_epoch_s,
+        seq=seq,
+        output_text=output_text,
+        output_ref=output_ref,
+        error=error,
+        notify=notify,
+    )
+    if mark is not None:
+        commit_outcome(run, seq, end, mark=mark, seen_status=run.status)
+        return
     update = _run_update(run, end, seen_status=run.status, answers=seq)
-    _transact([update, *step_writes, *events], len(step_writes))
+    _transact([update, *step_writes, *(events or [])], len(step_writes))
 
 
 def suspend(
@@ -148,18 +186,76 @@ def suspend(
     seq: int,
     *,
     step_puts: list[dict[str, Any]],
-    events: list[dict[str, Any]],
+    events: list[dict[str, Any]] | None = None,
     step_writes: Sequence[dict[str, Any]] = (),
     again: bool = False,
+    mark: dict[str, Any] | None = None,
 ) -> None:
-    """Answer the invocation `suspended`: record the step ends its answer carried
-    (`StepsRefused` when one is refused) and the new waits, and release the lease. `again`:
-    a new wait ended at once (failed), so the same write asks for the next invocation."""
+    """Answer the invocation `suspended`: record the new waits and release the lease.
+    `again`: a new wait ended at once (failed), so the same write asks for the next
+    invocation. With `mark`, `step_puts` are written first, one by one, and the run item's
+    conditional write commits the outcome (`commit_outcome`); else one transaction with
+    `events` and the step ends the answer carried (`StepsRefused` when one is refused)."""
     changes = Update().set("handledSeq", seq).set("leaseUntil", 0).set("invokeFailures", 0)
     if again:
         changes.set_raw("invokeSeq = invokeSeq + :again", typed=True, again={"N": "1"})
+    if mark is not None:
+        write_ahead(run, step_puts)
+        commit_outcome(run, seq, changes, mark=mark)
+        return
     update = _run_update(run, changes, answers=seq)
-    _transact([update, *step_writes, *step_puts, *events], len(step_writes))
+    _transact([update, *step_writes, *step_puts, *(events or [])], len(step_writes))
+
+
+def write_ahead(run: Run, puts: Sequence[dict[str, Any]] = ()) -> None:
+    """The writes an outcome makes before its commit (`commit_outcome`), each a plain
+    conditional write that is harmless to repeat: the run's previous outcome event as its
+    own item (the commit replaces the run item's copy), and new step items (`Put`s refused
+    when the item exists: an earlier try of this same outcome wrote it, and its run's
+    retry, replaying to the same step, finds it recorded). Nothing written here is a
+    change of the run's state: until the commit, the run still answers to the old lease."""
+    if isinstance(run.last_outcome, dict):
+        expires = int(clock.now().timestamp()) + CHILD_ITEM_TTL_SECONDS
+        _ddb().put_item(**outcome_event_put(run.id, run.last_outcome, expires)["Put"])
+    for put in puts:
+        try:
+            _ddb().put_item(**put["Put"])
+        except ClientError as exc:
+            if not ddb.is_condition_failure(exc):
+                ddb.raise_transient(exc)
+                raise
+
+
+def commit_outcome(
+    run: Run,
+    seq: int,
+    changes: Update,
+    *,
+    mark: dict[str, Any],
+    seen_status: str | None = None,
+) -> None:
+    """Commit an invocation's outcome with one conditional write of the run item: `changes`
+    and the outcome's event (`mark`, which replaces the previous outcome's, written out by
+    `write_ahead`), under the invocation's epoch, once per `seq`. The condition on the
+    previous mark holds the order: no outcome replaces an event that was not written out.
+    `StaleInvocation` when refused (the lease was lost, the run ended or changed status, or
+    this answer was applied already)."""
+    changes.set(items.OUTCOME_ATTR, mark)
+    previous = run.last_outcome
+    if isinstance(previous, dict):
+        changes.where("lastOut.i = :prevOut", prevOut=str(previous["i"]))
+    else:
+        changes.where("attribute_not_exists(lastOut)")
+    action = _run_update(run, changes, seen_status=seen_status, answers=seq)
+    try:
+        _ddb().update_item(**action["Update"])
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            raise StaleInvocation(
+                "the invocation's lease was taken over or the run ended"
+            ) from None
+        ddb.raise_transient(exc)
+        raise
 
 
 def back_off(run: Run, *, failures: int, retry_at_ms: int) -> None:

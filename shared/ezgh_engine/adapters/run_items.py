@@ -16,6 +16,11 @@ __all__ = ["EVENT_PREFIX", "RUN_SK", "STEP_PREFIX"]
 LIVE_CONDITION = "#status IN (:running, :cancelling)"
 LIVE_NAMES = {"#status": "status"}
 LIVE_VALUES = {":running": {"S": "running"}, ":cancelling": {"S": "cancelling"}}
+# The run item's copy of its last committed outcome event (`outcome_mark`).
+OUTCOME_ATTR = events.OUTCOME_ATTR
+# Whether a run may have payloads other than its input (`runs_store.put_payload`).
+PAYLOADS_ATTR = "payloads"
+PAYLOADS_NONE = "none"
 
 
 def run_pk(run_id: str) -> str:
@@ -85,6 +90,9 @@ def run_values(run: Run, *, started_event: str | None = None) -> dict[str, Any]:
     }
     if started_event is not None:
         values["startEvtId"] = started_event
+    # Payloads other than its input are marked on the run item before they are stored
+    # (`runs_store.put_payload`), so the purge lists S3 only for runs that stored one.
+    values[PAYLOADS_ATTR] = PAYLOADS_NONE
     return values
 
 
@@ -120,6 +128,7 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         invoke_failures=int(values.get("invokeFailures", 0)),
         app_name=values.get("appName"),
         steps=steps,
+        last_outcome=values.get(OUTCOME_ATTR),
     )
 
 
@@ -179,3 +188,39 @@ def expand_event(values: dict[str, Any]) -> list[dict[str, Any]]:
     outcome item also holds its `invocation.started` and, when it ended the run, the run's
     end)."""
     return events.events_of(values)
+
+
+def outcome_mark(
+    *,
+    event_id: str,
+    kind: str,
+    at: str,
+    attempt: int,
+    invocation_id: str,
+    started_at: str,
+    deployment_id: str | None,
+    run_end: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An invocation's outcome event as the run item carries it (`lastOut`), in short names:
+    the run item is written several times a run and every write pays for its whole size.
+    It is the commit point of the outcome (one conditional write of the run item), and the
+    next outcome writes it out as an event item before replacing it (`outcome_event`)."""
+    mark: dict[str, Any] = {
+        "i": event_id,
+        "k": kind,
+        "a": at,
+        "n": attempt,
+        "v": invocation_id,
+        "s": started_at,
+    }
+    if deployment_id is not None:
+        mark["d"] = deployment_id
+    if run_end is not None:
+        mark["e"] = run_end
+    return mark
+
+
+def outcome_event(run_id: str, mark: dict[str, Any]) -> dict[str, Any]:
+    """The event item a run item's `lastOut` stands for (without `ttl`): see
+    `core.events.outcome_values`."""
+    return {"pk": run_pk(run_id), **events.outcome_values(mark)}

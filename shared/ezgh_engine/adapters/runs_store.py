@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import ids
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, payloads
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
@@ -70,6 +70,37 @@ def event_put(
         **fields,
     }
     return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
+
+
+def outcome_event_put(run_id: str, mark: dict[str, Any], expires: int) -> dict[str, Any]:
+    """A Put of the event item a run item's last outcome (`lastOut`) stands for: written
+    by the next outcome before it replaces that mark, unconditionally (the same item each
+    time, so a retry or a crash between the two writes leaves one event)."""
+    values = {**items.outcome_event(run_id, mark), "ttl": expires}
+    return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
+
+
+def put_payload(project_id: str, run_id: str, path: str, text: str) -> None:
+    """Store a payload of the run (a step's or the run's output) after marking its run item
+    as holding payloads, so the purge lists the run's objects (`retention.purge_run`): a
+    payload whose write then loses (a candidate output) is still found. Nothing is stored
+    when the run item is gone: the write that would name the payload is refused too (its
+    run's liveness or its step's own conditions), and no purge would find the object."""
+    try:
+        _ddb().update_item(
+            TableName=_table(),
+            Key=items.run_key(run_id),
+            UpdateExpression="SET #p = :some",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#p": items.PAYLOADS_ATTR},
+            ExpressionAttributeValues={":some": {"S": "some"}},
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return
+        ddb.raise_transient(exc)
+        raise
+    payloads.put(project_id, run_id, path, text)
 
 
 def create_run(run: Run, *, now_epoch_s: int) -> None:
@@ -316,9 +347,10 @@ def list_events(
     )
     events = core_events.events_after([*found, *_mark_items(run_id, after)], after)
     page = events[:limit]
-    more = len(events) > limit
+    if len(events) <= limit:
+        return page, None
     last = {"after": {"S": page[-1]["id"]}}
-    return page, ddb.encode_cursor(last, scope=f"events:{run_id}") if more else None
+    return page, ddb.encode_cursor(last, scope=f"events:{run_id}")
 
 
 def _events_after(run_id: str, cursor: str | None) -> str:
@@ -340,7 +372,9 @@ def _mark_items(run_id: str, after: str) -> list[dict[str, Any]]:
     `startEvtId`) and its steps (`step.completed`, `evtId`); see `core.events`."""
     return _query_all(
         KeyConditionExpression="pk = :pk AND sk >= :run",
-        FilterExpression="evtId > :after OR startEvtId > :after",
+        # The run item's last outcome (`lastOut`) is listed whatever `after` says: its
+        # events are filtered by ID with the rest (`core.events.events_after`).
+        FilterExpression="evtId > :after OR startEvtId > :after OR attribute_exists(lastOut)",
         ProjectionExpression=", ".join(core_events.MARK_ATTRIBUTES),
         ExpressionAttributeValues={
             ":pk": {"S": items.run_pk(run_id)},

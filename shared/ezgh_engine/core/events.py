@@ -10,11 +10,14 @@ the tests read events through it, and a new event type or a new folding changes 
 | `invocation` | `EVT#<id>` with `startedId` or `runEnd`   | `invocation.started` (`startedId`,  |
 |              | (an invocation's outcome)                 | `startedAt`), the outcome, the run's|
 |              |                                           | end (`runEnd`: `run.<status>`)      |
-| `run`        | `RUN` with `startEvtId`                   | `run.started`                       |
+| `run`        | `RUN` with `startEvtId` and/or `lastOut`  | `run.started`; `lastOut`: the last  |
+|              | (the commit of its last outcome)          | outcome, as an `invocation` item    |
 | `step`       | `STEP#<id>` with `evtId`                  | `step.completed`                    |
 
 Items are plain values (as `adapters.ddb` decodes them); events are the API's shape, each with
-its `id`, by which a run's events sort.
+its `id`, by which a run's events sort. The run item's `lastOut` may also have been written
+out as its event item already (the next outcome does so before replacing it, and a crash may
+stop it there): one ID is one event (`events_after`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ RUN_SK = "RUN"
 STEP_PREFIX = "STEP#"
 EVENT_PREFIX = "EVT#"
 
+# The run item's copy of its last committed outcome event (`outcome_values`).
+OUTCOME_ATTR = "lastOut"
 # Attributes of an invocation's event item that are other events folded into it.
 FOLDED = ("startedId", "startedAt", "runEnd")
 # The attributes the events of run and step items are made of (a listing's projection).
@@ -40,6 +45,7 @@ MARK_ATTRIBUTES = (
     "createdAt",
     "workflow",
     "parentRunId",
+    OUTCOME_ATTR,
 )
 
 Item = dict[str, Any]
@@ -72,6 +78,36 @@ def _invocation(values: Item) -> list[Event]:
     return events
 
 
+def outcome_values(mark: dict[str, Any]) -> Item:
+    """The event item (without `pk` and `ttl`) a run item's `lastOut` stands for: the values
+    an outcome's event item has when written out, so it lists as an `invocation` item
+    (`invocation.started`, the outcome, the run's end). `lastOut` uses short names: the run
+    item is written several times a run and every write pays for its whole size."""
+    values: Item = {
+        "sk": EVENT_PREFIX + str(mark["i"]),
+        "type": f"invocation.{mark['k']}",
+        "at": mark.get("a"),
+        "attempt": int(mark.get("n", 1)),
+        "invocationId": mark.get("v"),
+        "startedId": mark.get("v"),  # minted when the invocation began: it sorts first
+        "startedAt": mark.get("s"),
+    }
+    if mark.get("d") is not None:
+        values["deploymentId"] = mark["d"]
+    if isinstance(mark.get("e"), dict):
+        values["runEnd"] = mark["e"]
+    return values
+
+
+def _run(values: Item) -> list[Event]:
+    """The run item: its `run.started`, and its last outcome's events (`lastOut`)."""
+    events = _run_started(values) if values.get("startEvtId") else []
+    mark = values.get(OUTCOME_ATTR)
+    if isinstance(mark, dict):
+        events += _invocation(outcome_values(mark))
+    return events
+
+
 def _run_started(values: Item) -> list[Event]:
     started = {
         "id": values["startEvtId"],
@@ -101,7 +137,7 @@ def _step_completed(values: Item) -> list[Event]:
 SHAPES: dict[str, Callable[[Item], list[Event]]] = {
     "event": _plain,
     "invocation": _invocation,
-    "run": _run_started,
+    "run": _run,
     "step": _step_completed,
 }
 
@@ -112,7 +148,7 @@ def shape_of(values: Item) -> str | None:
     if sk.startswith(EVENT_PREFIX):
         return "invocation" if "startedId" in values or "runEnd" in values else "event"
     if sk == RUN_SK:
-        return "run" if values.get("startEvtId") else None
+        return "run" if values.get("startEvtId") or values.get(OUTCOME_ATTR) else None
     if sk.startswith(STEP_PREFIX):
         return "step" if values.get("evtId") else None
     return None
@@ -125,6 +161,8 @@ def events_of(values: Item) -> list[Event]:
 
 
 def events_after(found: list[Item], after: str) -> list[Event]:
-    """The events `found` items carry with IDs after `after`, in ID order."""
+    """The events `found` items carry with IDs after `after`, in ID order, one per ID (a
+    run item's `lastOut` may also be written out as its event item)."""
     events = (e for values in found for e in events_of(values))
-    return sorted((e for e in events if str(e["id"]) > after), key=lambda e: str(e["id"]))
+    unique = {str(e["id"]): e for e in events if str(e["id"]) > after}
+    return sorted(unique.values(), key=lambda e: str(e["id"]))

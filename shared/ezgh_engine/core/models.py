@@ -208,6 +208,9 @@ class Run:
     # permission checks, which must survive the app's deletion (None on runs from before).
     app_name: str | None = None
     steps: tuple[Step, ...] = field(default=())
+    # The last committed outcome's event, carried by the run item (`run_items.outcome_mark`)
+    # until the next outcome writes it out as an event item (`invocations_store.write_ahead`).
+    last_outcome: Any = field(default=None, compare=False, hash=False)
 
     @property
     def ended(self) -> bool:

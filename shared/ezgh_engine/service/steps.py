@@ -4,7 +4,8 @@ A call's ops are written in one transaction when they can be (the fast path: `st
 the attempt the SDK expects, `complete`, `fail`, `record`); when a step's condition refuses
 that write (a resent call, a step another invocation recorded), the ops are applied one by
 one, each answering what is recorded. The same ops may ride an invocation's answer
-(protocol 1.3, `ops`): `answer_actions` gives their writes for the outcome's transaction.
+(protocol 1.3, `ops`): `answer_writes` gives their writes, for the outcome's transaction
+or ahead of its commit.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ FAST_OPS = ("start", "complete", "fail", "record")
 ANSWER_OPS = ("complete", "fail", "record")
 
 
-def answer_actions(
+def answer_writes(
     claims: tokens.InvocationClaims, deployment_id: str | None, ops: Any
-) -> list[dict[str, Any]]:
+) -> list[list[dict[str, Any]]]:
     """The writes of the ops an invocation's answer carries (the steps it ended since its
-    last step call), for the outcome's own transaction. `ValidationError` when they are not
-    a list of complete/fail/record ops on distinct steps."""
+    last step call), one list per op (a failure is its step and its event), each under the
+    step's own conditions. `ValidationError` when they are not a list of
+    complete/fail/record ops on distinct steps."""
     if not isinstance(ops, list) or len(ops) > MAX_OPS:
         raise ValidationError(f"ops must be a list of at most {MAX_OPS} operations")
     context = _OpContext(claims, deployment_id)
@@ -60,7 +62,17 @@ def answer_actions(
         raise ValidationError("an answer's ops may only complete, fail or record steps")
     if len({p.step_id for p in planned if p}) != len(planned):
         raise ValidationError("an answer's ops must name distinct steps")
-    return [action for p in planned if p for action in p.actions]
+    return [p.actions for p in planned if p]
+
+
+def check_not_taken_over(claims: tokens.InvocationClaims) -> None:
+    """`StaleInvocation` when the run ended or a newer epoch holds it: the read a step call
+    makes (half a read unit), before an answer's step ends are written ahead of its
+    outcome's commit, whose condition is the same (its epoch, a live run). A lease that
+    merely ran out, with no newer invocation, still takes its answer, as the commit does."""
+    state = store.run_state(claims.run_id)
+    if state is None or state[0] not in LIVE_STATUSES or state[1] != claims.epoch:
+        raise StaleInvocation("the invocation's lease was taken over or the run ended")
 
 
 def apply_answer_ops(
@@ -386,7 +398,7 @@ class _OpContext:
             self._check_branch_live()
         self._check_live()
         path = payloads.step_output_path(step_id, ids.time_ordered_id())
-        payloads.put(self.claims.project_id, self.claims.run_id, path, text)
+        runs_store.put_payload(self.claims.project_id, self.claims.run_id, path, text)
         return None, path
 
     def _finish_args(self, step_id: str, op: dict[str, Any], now: str) -> _Finish:

@@ -182,7 +182,7 @@ def end_wait_actions(
         text = validation.encode_value(output, "output")
         if project_id and len(text.encode()) > settings().payload_inline_bytes:
             path = payloads.step_output_path(step_id, ids.time_ordered_id())
-            payloads.put(project_id, run_id, path, text)
+            runs_store.put_payload(project_id, run_id, path, text)
             sets["outputRef"] = path
         else:
             sets["output"] = text
