@@ -122,19 +122,19 @@ PER_BACKEND_PACKAGES = ("tests/e2e/",)
 # them): the longest go first so that the two workers end together. Others count
 # `DEFAULT_TEST_SECONDS` a test.
 GROUP_SECONDS = {
-    "tests/e2e[moto]": 200,
-    "tests/e2e[ddblocal]": 120,
-    "tests/faults/test_nothing_is_lost.py": 90,
-    "tests/console": 70,
-    "tests/faults/test_controls_under_faults.py": 60,
+    "tests/e2e[moto]": 150,
     "tests/api/test_fuzz_openapi.py": 100,
     "tests/api/test_authorization_matrix.py": 90,
-    "tests/faults/test_control.py": 35,
+    "tests/faults/test_nothing_is_lost.py": 85,
+    "tests/console": 70,
+    "tests/e2e[ddblocal]": 55,
+    "tests/faults/test_controls_under_faults.py": 55,
     "tests/sdk/test_typing.py": 40,
     "tests/bench/test_bench_idle.py": 40,
+    "tests/faults/test_control.py": 35,
     "tests/local/test_runtime.py": 35,
-    "tests/e2e/test_dev_restart.py": 35,
     "tests/local/test_environments.py": 25,
+    "tests/e2e/test_dev_restart.py": 18,
 }
 DEFAULT_TEST_SECONDS = 0.1
 
