@@ -42,7 +42,8 @@ class IdleSkipper:
     poller caught up, no message visible) and the next thing due is an SQS message (delayed
     or invisible) within `SKIP_HORIZON`, moves the clock to it: nothing could happen before
     it, so this is what waiting would do, without the wait. Quiet must hold before and after
-    a short settle with no handler started in between."""
+    a short settle, and the skip goes to the next due time read after it (a message sent
+    meanwhile may be due sooner)."""
 
     def __init__(self, runtime: LocalRuntime, clock: SkipClock) -> None:
         self.runtime = runtime
