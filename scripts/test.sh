@@ -3,8 +3,9 @@
 # infra synth and IAM, the console in Chromium, the fault campaign).
 #
 # Without arguments (the README's command, CI's .ci/run): two pytest-xdist workers
-# (`EZGH_TEST_WORKERS`, default 2; 0 for one process) with tests/e2e, tests/faults and
-# tests/console each whole on one worker, then tests/infra/test_iam_calls.py on its own,
+# (`EZGH_TEST_WORKERS`, default 2; 0 for one process), each running whole groups (a module, or
+# the tests sharing a runtime: tests/e2e per backend, tests/console), longest first (see
+# tests/conftest.py), then tests/infra/test_iam_calls.py on its own,
 # checking the AWS requests the e2e suite recorded in the first phase against the
 # synthesized IAM policies.
 # With arguments, one plain pytest run of them, e.g. `bash scripts/test.sh -m "not e2e"` or
@@ -21,7 +22,7 @@ fi
 workers="${EZGH_TEST_WORKERS:-2}"
 parallel=()
 if [ "$workers" != 0 ]; then
-  parallel=(-n "$workers" --dist loadgroup)
+  parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 fi
 calls="$(mktemp -d "${TMPDIR:-/tmp}/ezgh-e2e-calls-XXXXXX")"
 trap 'rm -rf "$calls"' EXIT

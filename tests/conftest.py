@@ -106,39 +106,86 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[E2E_CALL_LOG] = tempfile.mkdtemp(prefix="ezgh-e2e-calls-")
 
 
-# Under pytest-xdist (`--dist loadgroup`, as scripts/test.sh runs the suite) each of these
-# packages runs whole on one worker: one local runtime per backend for the package (its
-# parametrized package fixture would otherwise be set up again for every file), and moto's
-# process-global state used by one package at a time. Every other module is one group, so a
-# module-scoped fixture (an emulator, a synth) is made once.
-WHOLE_PACKAGES = ("tests/e2e/", "tests/faults/", "tests/console/")
+# Under pytest-xdist (`--dist loadgroup --no-loadscope-reorder`, as scripts/test.sh runs the
+# suite) each group runs whole on one worker, and the groups are handed out longest first.
+# A group is a module (a module-scoped fixture, an emulator or a synth, is made once), except
+# where tests share a package-scoped runtime (moto's process-global state is used by one
+# runtime at a time, and making one costs seconds):
+# - tests/e2e: one group per backend of its parametrized runtime (each worker that runs a
+#   group makes that backend's runtime once); its tests without a runtime (the `ezgh dev`
+#   subprocess ones) are groups of their module;
+# - tests/console: one group (one Chromium and one runtime);
+# - tests/faults: a group per module (a runtime each: the campaign's modules are long).
+WHOLE_PACKAGES = ("tests/console/",)
+PER_BACKEND_PACKAGES = ("tests/e2e/",)
+
+# Rough seconds per group on an idle 2-core machine (measured; only the order depends on
+# them): the longest go first so that the two workers end together. Others count
+# `DEFAULT_TEST_SECONDS` a test.
+GROUP_SECONDS = {
+    "tests/e2e[moto]": 150,
+    "tests/api/test_fuzz_openapi.py": 100,
+    "tests/api/test_authorization_matrix.py": 90,
+    "tests/faults/test_nothing_is_lost.py": 85,
+    "tests/console": 70,
+    "tests/e2e[ddblocal]": 55,
+    "tests/faults/test_controls_under_faults.py": 55,
+    "tests/sdk/test_typing.py": 40,
+    "tests/bench/test_bench_idle.py": 40,
+    "tests/faults/test_control.py": 35,
+    "tests/local/test_runtime.py": 35,
+    "tests/local/test_environments.py": 25,
+    "tests/e2e/test_dev_restart.py": 18,
+}
+DEFAULT_TEST_SECONDS = 0.1
 
 
-def _xdist_group(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0]
+def _xdist_group(item: pytest.Item) -> str:
+    module = item.nodeid.split("::", 1)[0]
     for package in WHOLE_PACKAGES:
         if module.startswith(package):
             return package.rstrip("/")
+    for package in PER_BACKEND_PACKAGES:
+        callspec = getattr(item, "callspec", None)
+        if module.startswith(package) and callspec is not None and "runtime" in callspec.params:
+            return f"{package.rstrip('/')}[{callspec.params['runtime']}]"
     return module
+
+
+def _longest_groups_first(items: list[pytest.Item], groups: dict[pytest.Item, str]) -> None:
+    """Order the groups by their `GROUP_SECONDS`, longest first, keeping each group's items
+    together and in pytest's order (which keeps a parametrized fixture's uses together).
+    Every worker sorts the same collection the same way, as xdist requires."""
+    first: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(groups[item], index)
+        count[groups[item]] = count.get(groups[item], 0) + 1
+
+    def seconds(group: str) -> float:
+        return GROUP_SECONDS.get(group, DEFAULT_TEST_SECONDS * count[group])
+
+    items.sort(key=lambda item: (-seconds(groups[item]), first[groups[item]]))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the `xdist_group` marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep the DynamoDB Local variants of `DDBLOCAL_MODULES` only (unless EZGH_DDBLOCAL=all),
-    and group the items for pytest-xdist (see `WHOLE_PACKAGES`)."""
+    then group the items for pytest-xdist and order the groups (see `WHOLE_PACKAGES`)."""
+    if os.environ.get("EZGH_DDBLOCAL") != "all":
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            module = item.nodeid.split("::", 1)[0]
+            on_ddblocal = item.get_closest_marker("ddblocal") is not None
+            (dropped if on_ddblocal and module not in DDBLOCAL_MODULES else kept).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+    groups = {item: _xdist_group(item) for item in items}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(item.nodeid)))
-    if os.environ.get("EZGH_DDBLOCAL") == "all":
-        return
-    kept: list[pytest.Item] = []
-    dropped: list[pytest.Item] = []
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        on_ddblocal = item.get_closest_marker("ddblocal") is not None
-        (dropped if on_ddblocal and module not in DDBLOCAL_MODULES else kept).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+        item.add_marker(pytest.mark.xdist_group(groups[item]))
+    _longest_groups_first(items, groups)
 
 
 def ran_all_of_e2e(session: pytest.Session) -> bool:

@@ -131,10 +131,11 @@ def dev(tmp_path: Path) -> Iterator[Dev]:
     engine.close()
 
 
-def _mid_run(dev: Dev, tmp_path: Path) -> tuple[str, str, str, Path]:
+def _mid_run(dev: Dev, tmp_path: Path, tag: str) -> tuple[str, str, str, str, Path]:
     """A run sleeping three days, one waiting for a callback, one waiting for a message on a
     queue a subscription resumes runs from."""
-    queue_id = dev.api("POST", "/queues", json={"name": "replies"})["id"]
+    queue = f"replies-{tag}"
+    queue_id = dev.api("POST", "/queues", json={"name": queue})["id"]
     target = {
         "kind": "workflow",
         "mode": "resume",
@@ -142,23 +143,23 @@ def _mid_run(dev: Dev, tmp_path: Path) -> tuple[str, str, str, Path]:
         "workflow": "message",
         "correlationAttribute": "orderKey",
     }
-    dev.api("POST", "/subscriptions", json={"queueId": "replies", "target": target})
-    url_file = tmp_path / "callback-url"
+    dev.api("POST", "/subscriptions", json={"queueId": queue, "target": target})
+    url_file = tmp_path / f"callback-url-{tag}"
     sleeper = dev.start_run("nap", {})
     waiter = dev.start_run("callback", {"file": str(url_file)})
-    listener = dev.start_run("message", {"queue": queue_id, "key": "order:1"})
+    listener = dev.start_run("message", {"queue": queue_id, "key": f"order:{tag}"})
     dev.wait_run(sleeper, _step("nap", "sleeping"))
     dev.wait_run(waiter, _step("approve", "waiting"))
     dev.wait_run(listener, _step("paid", "waiting"))
-    return sleeper, waiter, listener, url_file
+    return queue, sleeper, waiter, listener, url_file
 
 
-def _complete_after_restart(dev: Dev, runs: tuple[str, str, str, Path]) -> None:
-    sleeper, waiter, listener, url_file = runs
+def _complete_after_restart(dev: Dev, tag: str, runs: tuple[str, str, str, str, Path]) -> None:
+    queue, sleeper, waiter, listener, url_file = runs
     answer = dev.http.post(url_file.read_text(), json={"ok": True})
     assert answer.status_code == 200, answer.text
-    sent = {"body": "paid", "attributes": {"orderKey": "order:1"}}
-    dev.api("POST", "/queues/replies/messages", json={"messages": [sent]})
+    sent = {"body": "paid", "attributes": {"orderKey": f"order:{tag}"}}
+    dev.api("POST", f"/queues/{queue}/messages", json={"messages": [sent]})
     done = dev.wait_run(waiter, _ended)
     assert done["status"] == "completed" and done["output"] == {"body": {"ok": True}}, done
     done = dev.wait_run(listener, _ended)  # before the clock moves past its wait's timeout
@@ -167,18 +168,6 @@ def _complete_after_restart(dev: Dev, runs: tuple[str, str, str, Path]) -> None:
     dev.clock.advance(timedelta(days=3, minutes=1))
     done = dev.wait_run(sleeper, _ended)
     assert done["status"] == "completed" and done["output"] == "rested", done
-
-
-@pytest.mark.parametrize("how", ["sigterm", "kill-9"])
-def test_a_restart_mid_run_loses_nothing(dev: Dev, tmp_path: Path, how: str) -> None:
-    first = dev.start()
-    app_id = dev.app_id()
-    runs = _mid_run(dev, tmp_path)
-    dev.stop(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
-    second = dev.start()
-    assert second == first  # dev.env is stable: the same key works
-    assert dev.app_id() == app_id  # the app, its runs and its signing key are kept
-    _complete_after_restart(dev, runs)
 
 
 def _poll_health_then_use_dev_env(dev: Dev, seen: list[tuple[int, int]], stop: Any) -> None:
@@ -190,6 +179,7 @@ def _poll_health_then_use_dev_env(dev: Dev, seen: list[tuple[int, int]], stop: A
             try:
                 health = http.get(url).status_code
             except httpx.TransportError:
+                time.sleep(0.01)  # not listening yet
                 continue
             if health != 200:
                 seen.append((health, 0))
@@ -204,11 +194,21 @@ def _poll_health_then_use_dev_env(dev: Dev, seen: list[tuple[int, int]], stop: A
             return
 
 
-def test_reset_starts_empty_and_health_waits_for_a_working_key(dev: Dev) -> None:
+def test_restarts_mid_run_lose_nothing_and_reset_starts_empty(dev: Dev, tmp_path: Path) -> None:
+    """One state dir through a SIGTERM, a `kill -9` and a `--reset` (each start of `ezgh dev`
+    costs seconds, so the three share them): after each restart the same key works, the app
+    and its signing key are kept, and the sleeping and waiting runs of before complete; then
+    `--reset` starts empty, and health answers 200 only once the new dev.env's key works."""
     first = dev.start()
-    sleeper = dev.start_run("nap", {})
-    dev.wait_run(sleeper, _step("nap", "sleeping"))
-    dev.stop()
+    app_id = dev.app_id()
+    for how, sig in (("sigterm", signal.SIGTERM), ("kill-9", signal.SIGKILL)):
+        runs = _mid_run(dev, tmp_path, how)
+        dev.stop(sig)
+        again = dev.start()
+        assert again == first, how  # dev.env is stable: the same key works
+        assert dev.app_id() == app_id, how  # the app, its runs and its signing key are kept
+        _complete_after_restart(dev, how, runs)
+    dev.stop(signal.SIGKILL)
     seen: list[tuple[int, int]] = []
     stop = threading.Event()
     poller = threading.Thread(target=_poll_health_then_use_dev_env, args=(dev, seen, stop))
@@ -221,7 +221,8 @@ def test_reset_starts_empty_and_health_waits_for_a_working_key(dev: Dev) -> None
         poller.join(30)
     assert second["EZGH_API_KEY"] != first["EZGH_API_KEY"]
     assert second["EZGH_PROJECT_ID"] != first["EZGH_PROJECT_ID"]
-    assert dev.api("GET", "/runs")["runs"] == []
+    assert dev.api("GET", "/runs")["runs"] == []  # six runs before
+    assert dev.api("GET", "/queues")["queues"] == []
     # The old dev.env stood until the new one was written: health stayed 503 until then.
     assert seen and seen[-1] == (200, 200), seen
     assert {health for health, _ in seen[:-1]} <= {503}, seen

@@ -9,7 +9,7 @@ from ezgh_engine.cli import verify
 from ezgh_engine.cli.main import main
 from ezgh_engine.local.runtime import LocalRuntime
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.real_time]  # the canary times a real sleep
 
 
 def _settings(engine: LocalRuntime) -> dict[str, str]:

@@ -14,7 +14,8 @@ import pytest
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import ApiError, Context, Worker, WorkflowsClient, workflow
 
-pytestmark = pytest.mark.e2e
+# Pull workers work, sleep and heartbeat their leases in real time: no idle skipping.
+pytestmark = [pytest.mark.e2e, pytest.mark.real_time]
 
 CALLS: Counter[str] = Counter()
 GATE = threading.Event()

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import struct
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import pytest
 from ezgh_engine.adapters import aws
+from ezgh_engine.local import persistence
+from ezgh_engine.local.account import ACCOUNT_ID, REGION
 from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.persistence import Journal, read_records
 
@@ -136,5 +142,343 @@ def test_a_replay_keeps_s3_objects_and_schedules(tmp_path: Path) -> None:
         assert sorted(keys) == ["big", "small"]
         schedule = aws.client("scheduler").get_schedule(Name="s", GroupName="g")
         assert schedule["ScheduleExpression"] == "at(2030-01-01T00:00:00)"
+    finally:
+        second.stop()
+
+
+# --- compaction (the journal folded into a snapshot) and dead-letter moves ---------------------
+
+
+def _build_state() -> dict[str, str]:
+    """A bit of every kind of state a snapshot must keep; returns the queue URLs."""
+    ddb, sqs, s3 = aws.client("dynamodb"), aws.client("sqs"), aws.client("s3")
+    ddb.create_table(
+        TableName="t",
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "g", "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by-g",
+                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    )
+    ddb.update_time_to_live(
+        TableName="t", TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
+    )
+    for n in range(30):  # more than one BatchWriteItem's worth
+        item = {"pk": {"S": f"p{n % 3}"}, "sk": {"S": f"s{n}"}, "g": {"S": "x"}}
+        item["blob"] = {"B": bytes([n, 0, 255])}
+        item["doc"] = {"M": {"n": {"N": str(n)}, "l": {"L": [{"S": "a"}, {"BOOL": True}]}}}
+        ddb.put_item(TableName="t", Item=item)
+    ddb.delete_item(TableName="t", Key={"pk": {"S": "p0"}, "sk": {"S": "s0"}})
+    dlq = sqs.create_queue(QueueName="work-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "3"})
+    work = sqs.create_queue(
+        QueueName="work", Attributes={"VisibilityTimeout": "7", "RedrivePolicy": redrive}
+    )["QueueUrl"]
+    fifo = sqs.create_queue(
+        QueueName="ordered.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    attributes = {"orderKey": {"DataType": "String", "StringValue": "order:1"}}
+    sqs.send_message(QueueUrl=work, MessageBody="now", MessageAttributes=attributes)
+    sqs.send_message(QueueUrl=work, MessageBody="later", DelaySeconds=600)
+    sqs.send_message(QueueUrl=fifo, MessageBody="first", MessageGroupId="g")
+    s3.create_bucket(Bucket="bucket-c")
+    s3.put_object(Bucket="bucket-c", Key="dir/big", Body=bytes(range(256)) * 400)
+    s3.put_object(Bucket="bucket-c", Key="small", Body=b"{}", ContentType="application/json")
+    scheduler = aws.client("scheduler")
+    scheduler.create_schedule_group(Name="g")
+    scheduler.create_schedule(
+        Name="s",
+        GroupName="g",
+        ScheduleExpression="at(2030-01-01T00:00:00)",
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": dlq_arn, "RoleArn": "arn:aws:iam::1:role/r", "Input": '{"a": 1}'},
+    )
+    return {"work": work, "dlq": dlq, "fifo": fifo}
+
+
+def _stream(start: str = "TRIM_HORIZON", after: str | None = None) -> list[dict[str, Any]]:
+    """Table t's stream records (Keys and sequence number) from `start`."""
+    ddb, streams = aws.client("dynamodb"), aws.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName="t")["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    where: dict[str, Any] = {"ShardIteratorType": start}
+    if after is not None:
+        where["SequenceNumber"] = after
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, **where)["ShardIterator"]
+    records = streams.get_records(ShardIterator=iterator, Limit=1000)["Records"]
+    return [
+        {
+            "seq": r["dynamodb"]["SequenceNumber"],
+            "name": r["eventName"],
+            "keys": r["dynamodb"]["Keys"],
+        }
+        for r in records
+    ]
+
+
+def _state(urls: dict[str, str]) -> dict[str, Any]:
+    """What must come back exactly: items, table settings, queues and their messages (IDs,
+    bodies, delays, attributes), objects, schedules."""
+    from moto.sqs.models import sqs_backends
+
+    ddb, s3, scheduler = aws.client("dynamodb"), aws.client("s3"), aws.client("scheduler")
+    table = ddb.describe_table(TableName="t")["Table"]
+    items = sorted(ddb.scan(TableName="t")["Items"], key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
+    queues = {}
+    for name in ("work", "work-dlq", "ordered.fifo"):
+        queue = sqs_backends[ACCOUNT_ID][REGION].queues[name]
+        attrs = aws.client("sqs").get_queue_attributes(
+            QueueUrl=urls["fifo" if name.endswith("fifo") else name.replace("work-", "")]
+            if name != "work"
+            else urls["work"],
+            AttributeNames=["VisibilityTimeout", "RedrivePolicy", "FifoQueue"],
+        )["Attributes"]
+        messages = [
+            (m.id, m.body, m.delayed_until, m.group_id, m.message_attributes, m.sent_timestamp)
+            for m in queue._messages
+        ]
+        queues[name] = (attrs, messages)
+    objects = {
+        o["Key"]: s3.get_object(Bucket="bucket-c", Key=o["Key"])["Body"].read()
+        for o in s3.list_objects_v2(Bucket="bucket-c")["Contents"]
+    }
+    small = s3.head_object(Bucket="bucket-c", Key="small")["ContentType"]
+    schedule = scheduler.get_schedule(Name="s", GroupName="g")
+    return {
+        "items": items,
+        "keys": table["KeySchema"],
+        "indexes": [i["IndexName"] for i in table.get("GlobalSecondaryIndexes", [])],
+        "ttl": ddb.describe_time_to_live(TableName="t")["TimeToLiveDescription"],
+        "queues": queues,
+        "objects": objects,
+        "small": small,
+        "schedule": (schedule["ScheduleExpression"], schedule["State"], schedule["Target"]),
+    }
+
+
+def _checkpoint(emulator: Emulator, seq: str) -> None:
+    """What the runtime journals when a stream reader's handler acknowledged up to `seq`."""
+    assert emulator.journaling is not None
+    shard = "shardId-00000001541626099285-f35f62ef"
+    emulator.journaling.note(
+        {"t": "checkpoint", "poller": "stream:t", "shard": shard, "seq": seq, "table": "t"}
+    )
+
+
+def test_a_compaction_keeps_the_state_and_the_stream_goes_on(tmp_path: Path) -> None:
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        urls = _build_state()
+        stream = _stream()
+        _checkpoint(first, stream[20]["seq"])  # a reader acknowledged the first 21 records
+        before = _state(urls)
+        assert first.journaling is not None
+        journaled = first.journaling.journal.size
+        first.journaling.compact()
+        assert first.journaling.journal.size < 100 < journaled  # just the base record
+        assert _state(urls) == before  # compaction changes nothing live
+        aws.client("dynamodb").put_item(
+            TableName="t", Item={"pk": {"S": "after"}, "sk": {"S": "x"}, "g": {"S": "y"}}
+        )
+        live_next = _stream()[-1]
+    finally:
+        first.stop()
+    assert (tmp_path / "snapshot.log").exists()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert second.restored.refused == 0
+        after = _state(urls)
+        new_item = [i for i in after["items"] if i["pk"]["S"] == "after"]
+        after["items"] = [i for i in after["items"] if i["pk"]["S"] != "after"]
+        assert after == before and len(new_item) == 1
+        # The reader resumes after its checkpoint and reads the same records with the same
+        # numbers; the acknowledged ones are gone from the snapshot (as AWS trims a stream).
+        assert _stream("AFTER_SEQUENCE_NUMBER", stream[20]["seq"]) == [*stream[21:], live_next]
+        assert _stream()[0] == stream[21]
+        # A write after the restart is numbered on from there.
+        aws.client("dynamodb").put_item(
+            TableName="t", Item={"pk": {"S": "later"}, "sk": {"S": "x"}, "g": {"S": "y"}}
+        )
+        assert int(_stream()[-1]["seq"]) == int(live_next["seq"]) + 1
+        shard = "shardId-00000001541626099285-f35f62ef"
+        assert second.restored.checkpoints == {"stream:t": {shard: stream[20]["seq"]}}
+    finally:
+        second.stop()
+
+
+class _Crash(Exception):
+    """The process dies here."""
+
+
+@pytest.mark.parametrize("at", ["writing the snapshot", "after the rename", "after the reset"])
+def test_a_crash_at_any_point_of_a_compaction_restores_the_same_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        urls = _build_state()
+        assert first.journaling is not None
+        first.journaling.compact()  # a first snapshot, and more in the journal after it
+        aws.client("dynamodb").put_item(
+            TableName="t", Item={"pk": {"S": "p9"}, "sk": {"S": "s9"}, "g": {"S": "x"}}
+        )
+        aws.client("sqs").send_message(QueueUrl=urls["work"], MessageBody="after")
+        before, stream = _state(urls), _stream()
+        journal = first.journaling.journal
+        if at == "writing the snapshot":
+            real = persistence._frame
+            written = iter(range(10_000))
+
+            def torn(record: dict[str, Any]) -> bytes:
+                if next(written) == 5:
+                    raise _Crash
+                return real(record)
+
+            monkeypatch.setattr(persistence, "_frame", torn)
+        elif at == "after the rename":
+            monkeypatch.setattr(persistence, "_fsync_directory", _raise)
+        else:
+            real_append = journal.append
+
+            def append(record: dict[str, Any], **kwargs: Any) -> None:
+                if record.get("t") == "base":
+                    raise _Crash
+                real_append(record, **kwargs)
+
+            monkeypatch.setattr(journal, "append", append)
+        with pytest.raises(_Crash):
+            first.journaling.compact()
+        monkeypatch.undo()
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert second.restored.refused == 0
+        assert _state(urls) == before
+        assert _stream() == stream
+        assert not (tmp_path / ".snapshot.log.tmp").exists()
+    finally:
+        second.stop()
+
+
+def _raise(*args: Any) -> None:
+    raise _Crash
+
+
+def test_the_journal_compacts_itself_past_its_threshold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(persistence.ENV_COMPACT_BYTES, "20000")
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        _table()
+        ddb = aws.client("dynamodb")
+        for n in range(60):
+            ddb.put_item(TableName="t", Item={"pk": {"S": f"k{n}"}, "v": {"S": "x" * 500}})
+        assert first.journaling is not None and first.journaling.compactions >= 1
+        assert first.journaling.journal.size <= 20000
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert len(aws.client("dynamodb").scan(TableName="t")["Items"]) == 60
+    finally:
+        second.stop()
+
+
+def test_a_restart_after_a_dead_letter_move_keeps_the_message_in_the_dlq(tmp_path: Path) -> None:
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        sqs = aws.client("sqs")
+        dlq = sqs.create_queue(QueueName="q-dlq")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        redrive = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "1"})
+        url = sqs.create_queue(QueueName="q", Attributes={"RedrivePolicy": redrive})["QueueUrl"]
+        sent = sqs.send_message(QueueUrl=url, MessageBody="poison")["MessageId"]
+        assert sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]  # count 1
+        assert "Messages" not in sqs.receive_message(QueueUrl=url)  # moved to the DLQ
+        assert queue_ids("q-dlq") == [sent] and queue_ids("q") == []
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert queue_ids("q-dlq") == [sent] and queue_ids("q") == []
+        assert second.journaling is not None
+        second.journaling.compact()  # and a snapshot keeps it there too
+    finally:
+        second.stop()
+    third = Emulator(state_dir=tmp_path)
+    third.start()
+    try:
+        assert queue_ids("q-dlq") == [sent] and queue_ids("q") == []
+    finally:
+        third.stop()
+
+
+def queue_ids(name: str) -> list[str]:
+    from moto.sqs.models import sqs_backends
+
+    return [m.id for m in sqs_backends[ACCOUNT_ID][REGION].queues[name]._messages]
+
+
+def test_a_recurring_schedule_older_than_five_minutes_is_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto refuses to create a cron schedule whose StartDate is over 5 minutes old: the
+    replay of one created a while before the restart must not be refused."""
+    from moto.scheduler import models
+
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        scheduler = aws.client("scheduler")
+        scheduler.create_schedule_group(Name="g")
+        scheduler.create_schedule(
+            Name="c",
+            GroupName="g",
+            ScheduleExpression="cron(0 * * * ? *)",
+            StartDate=models.utcnow(),
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={
+                "Arn": "arn:aws:sqs:us-east-1:123456789012:q",
+                "RoleArn": "arn:aws:iam::1:role/r",
+            },
+        )
+    finally:
+        first.stop()
+    later = models.utcnow() + timedelta(minutes=10)
+    monkeypatch.setattr(models, "utcnow", lambda: later)  # the restart is 10 minutes later
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert second.restored.refused == 0
+        assert aws.client("scheduler").get_schedule(Name="c", GroupName="g")["State"] == "ENABLED"
     finally:
         second.stop()

@@ -45,11 +45,14 @@ def register(subparsers: Any) -> None:
 
 
 def reset_state(state_dir: Path) -> None:
-    """Delete what `ezgh dev` keeps in `state_dir` (the journal, state.json, dev.env); other
-    files there stay."""
-    from ezgh_engine.local.persistence import JOURNAL_NAME, STATE_NAME
+    """Delete what `ezgh dev` keeps in `state_dir` (the journal and its snapshot, state.json,
+    dev.env); other files there stay."""
+    from ezgh_engine.local.persistence import JOURNAL_NAME, SNAPSHOT_NAME, STATE_NAME
 
-    for path in (state_dir / "aws" / JOURNAL_NAME, state_dir / STATE_NAME, state_dir / "dev.env"):
+    aws_dir = state_dir / "aws"
+    for path in (aws_dir / SNAPSHOT_NAME, aws_dir / JOURNAL_NAME):
+        path.unlink(missing_ok=True)  # the snapshot first: a journal alone is still whole
+    for path in (state_dir / STATE_NAME, state_dir / "dev.env"):
         path.unlink(missing_ok=True)
 
 

@@ -383,6 +383,8 @@ class Emulator:
             began = clock.monotonic()
             records = self.journaling.journal.open()
             self.restored = replay(self.journaling.app, records)
+            for record in self.restored.kept:  # for the next snapshot
+                self.journaling.remember(record)
             if not self.restored.empty:
                 log.info(
                     "restored %d request(s) from %s in %.2fs (%d refused)",
@@ -427,7 +429,7 @@ class Emulator:
         (the caller provisions again), and the journal with them."""
         if self.journaling is not None:
             with self.journaling.lock:
-                self.journaling.journal.clear()
+                self.journaling.clear()
                 self._post_reset()
             self.restored = Restored()
         else:

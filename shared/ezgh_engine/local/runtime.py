@@ -566,11 +566,14 @@ class LocalRuntime:
             if records and not events.failed_ids(answer):
                 last = records[-1]
                 sequence = last.get("dynamodb", {}).get("SequenceNumber")
-                shard_id = self._shard(name, str(last.get("eventSourceARN", "")))
+                source = str(last.get("eventSourceARN", ""))
+                shard_id = self._shard(name, source)
                 if sequence and shard_id:
-                    journaling.note(
-                        {"t": "checkpoint", "poller": name, "shard": shard_id, "seq": sequence}
-                    )
+                    # The table, for a compaction: it keeps its stream's records after the
+                    # last one every reader of that table acknowledged.
+                    table = source.split(":table/", 1)[-1].split("/", 1)[0]
+                    record = {"t": "checkpoint", "poller": name, "shard": shard_id}
+                    journaling.note({**record, "seq": sequence, "table": table})
             return answer
 
         return checkpointed
