@@ -16,6 +16,7 @@ from ezgh_engine.api.auth import bearer_token, principal_for
 from ezgh_engine.api.errors import validation_message
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.errors import Unauthorized, ValidationError
+from ezgh_engine.service import pull
 
 router = APIGatewayHttpRouter()
 
@@ -42,8 +43,6 @@ class PollRequest(BaseModel):
 def announce(
     orgId: str, projectId: str, appId: str, body: Annotated[AnnounceRequest, Body()]
 ) -> Response[Any]:
-    from ezgh_engine.service import pull
-
     principal = principal_for(router.current_event, orgId, projectId)
     app = pull.announce(principal, appId, worker_id=body.workerId, workflows=body.workflows)
     return json_response(200, app.to_api())
@@ -56,8 +55,6 @@ def announce(
     responses=m.doc(200, None, "a task: the invoke request, with taskId (204: none)"),
 )
 def poll(orgId: str, projectId: str, appId: str) -> Response[Any]:
-    from ezgh_engine.service import pull
-
     principal = principal_for(router.current_event, orgId, projectId)
     raw = router.current_event.json_body if router.current_event.body else None
     wait = pull.MAX_POLL_SECONDS
@@ -83,8 +80,6 @@ def poll(orgId: str, projectId: str, appId: str) -> Response[Any]:
     ),
 )
 def access(orgId: str, projectId: str, appId: str) -> Response[Any]:
-    from ezgh_engine.service import pull
-
     principal = principal_for(router.current_event, orgId, projectId)
     return json_response(200, pull.queue_access(principal, appId))
 
@@ -103,8 +98,6 @@ def _token() -> str:
     responses=m.doc(200, None, "{result: ok}"),
 )
 def outcome(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
-    from ezgh_engine.service import pull
-
     return json_response(200, pull.post_outcome(_token(), body))
 
 
@@ -115,6 +108,4 @@ def outcome(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     responses=m.doc(200, None, "{leaseSeconds, leaseExpiresAt}"),
 )
 def heartbeat(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
-    from ezgh_engine.service import pull
-
     return json_response(200, pull.heartbeat(_token(), body))
