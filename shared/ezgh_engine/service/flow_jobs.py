@@ -24,6 +24,7 @@ from ezgh_engine.core.flows.jobs import (
 )
 from ezgh_engine.core.models import Principal, Run
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+from ezgh_engine.service import callbacks, waits
 from ezgh_engine.service.auth import covers
 from ezgh_engine.service.flow_hosting import interpreter_app
 from ezgh_engine.service.flows import check_branch, find_flow, require
@@ -105,8 +106,6 @@ def _hydrate(run: Run) -> Run:
 
 
 def _resume_url(run: Run) -> Any:
-    from ezgh_engine.service import callbacks
-
     return lambda step: callbacks.url_for(run.id, step)
 
 
@@ -151,8 +150,6 @@ def cancel_job(principal: Principal, job_id: str) -> dict[str, Any]:
     """Cancel the job's run (and its running child jobs and runs); 409 once it has ended.
     Needs `flows.jobs.cancel`, and `flows.jobs.read` for the job it answers, both checked
     before anything is written (as a run's cancel)."""
-    from ezgh_engine.service import waits
-
     run, _ = _job_run(principal, job_id, CANCEL, READ)
     if run.ended:
         raise Conflict(f"job {job_id} has ended ({job_status(run)})", code="invalid_state")

@@ -18,7 +18,8 @@ from ezgh_engine.adapters.flows_store import Commit, Flow
 from ezgh_engine.core.flows.modules import MODULE_TYPES
 from ezgh_engine.core.flows.validate import check_graph
 from ezgh_engine.core.models import Principal
-from ezgh_engine.errors import Forbidden, NotFound, ValidationError
+from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+from ezgh_engine.service.flow_hosting import interpreter_app
 
 MANAGE = "flows.manage"
 FLOW_NAME = re.compile(r"^[a-z0-9-]{1,64}$")
@@ -67,9 +68,6 @@ def create_flow(principal: Principal, *, name: str, description: str | None) -> 
 def _host_interpreter(principal: Principal) -> None:
     """A project's first flow registers the stack's interpreter there (so `ezgh-flows` is
     listed for schedules at once); a failed sync is only told when a job starts."""
-    from ezgh_engine.errors import Conflict
-    from ezgh_engine.service.flow_hosting import interpreter_app
-
     with contextlib.suppress(Conflict):
         interpreter_app(principal)
 

@@ -29,10 +29,11 @@ from botocore.exceptions import ClientError
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws, queues_store, registry_store
 from ezgh_engine.adapters.run_items import run_from
+from ezgh_engine.api.idempotency import answer_once
 from ezgh_engine.core.models import ENDED_STATUSES, Principal
 from ezgh_engine.core.queues import notification_body
 from ezgh_engine.errors import Conflict, EngineError
-from ezgh_engine.service import sqs_batch
+from ezgh_engine.service import queues, sqs_batch
 from ezgh_engine.topology import NOTIFICATIONS_QUEUE
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,6 @@ def send_notification(project_id: str, run: dict[str, Any]) -> bool:
     if queue.fifo:
         message["groupId"] = run["id"] if settings.group_by == "run" else run["workflow"]
         message["dedupId"] = key
-    from ezgh_engine.api.idempotency import answer_once
-    from ezgh_engine.service import queues
-
     system = Principal(queue.org_id, project_id, "notifications", (("*", None),))
     try:
         answer_once(

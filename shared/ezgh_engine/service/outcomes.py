@@ -14,6 +14,7 @@ from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.outcomes import Outcome
 from ezgh_engine.errors import EngineError, StaleInvocation
+from ezgh_engine.service import steps, waits
 
 
 def _events(
@@ -75,8 +76,6 @@ def apply_answer(
     outcome, unless a step holds another outcome than the answer says (`OpsConflict`).
     `StaleInvocation` when the lease was lost; `ValidationError` when the ops are
     malformed."""
-    from ezgh_engine.service import steps
-
     ends: dict[str, Any] = {
         "invocation_id": invocation_id,
         "started_at": started_at,
@@ -111,8 +110,6 @@ def apply_answer(
 def _apply_ops_one_by_one(claims: tokens.InvocationClaims, outcome: Outcome, ops: Any) -> None:
     """Apply the answer's ops each with its own conditions, as step calls are; `OpsConflict`
     when a step was recorded with another outcome than its op says."""
-    from ezgh_engine.service import steps
-
     conflicts = steps.apply_answer_ops(claims, outcome.deployment_id, ops)
     if conflicts:
         raise OpsConflict(conflicts)
@@ -197,8 +194,6 @@ def _suspend(
     mark: dict[str, Any] | None,
 ) -> None:
     """Record the new waits and release the lease (`store.suspend`)."""
-    from ezgh_engine.service import waits
-
     expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
     known = {s.id for s in run.steps}
     puts = [
@@ -267,8 +262,6 @@ def _end(
     if status != "completed" or any(s.status in PENDING for s in run.steps):
         # A run that ends leaves no step pending (a retry, a wait, a sleep): each ends
         # `cancelled`, its timer then finds nothing, and a RetryRun records it afresh.
-        from ezgh_engine.service import waits
-
         waits.cancel_leftovers(run.id)
 
 

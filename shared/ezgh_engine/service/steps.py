@@ -16,11 +16,13 @@ from typing import Any
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import payloads, runs_store
 from ezgh_engine.adapters import steps_store as store
+from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.config import settings
 from ezgh_engine.core import retries, tokens, validation
 from ezgh_engine.core.models import LIVE_STATUSES, RunError, Step
 from ezgh_engine.core.protocol_rules import STEP_ENDED_STATUSES, end_differs, may_retry
 from ezgh_engine.errors import Forbidden, StaleInvocation, ValidationError
+from ezgh_engine.service import callbacks, waits, wire
 
 OP_KINDS = ("start", "complete", "fail", "record", "callback", "cancel", "reject")
 STEP_KINDS = ("run", "sleep", "value", "callback", "invoke", "message")
@@ -286,8 +288,6 @@ class _OpContext:
         return {"stepId": step_id, "result": "recorded", "step": _wire_step(self.claims, step)}
 
     def _callback(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
-        from ezgh_engine.service import callbacks
-
         name = validation.check_step_name(op.get("name"))
         timeout = op.get("timeoutSeconds")
         if timeout is not None and (
@@ -316,9 +316,6 @@ class _OpContext:
     def _cancel_or_reject(self, step_id: str, op: dict[str, Any]) -> dict[str, Any]:
         """`cancel`: a cancelling run ends a step with the cancellation; `reject`: a step
         that can't be (a sleep over a year) fails at once. Both refuse an ended step."""
-        from ezgh_engine.adapters import waits_store as ws
-        from ezgh_engine.service import waits
-
         name = validation.check_step_name(op.get("name"))
         kind = op.get("kind")
         if kind not in STEP_KINDS:
@@ -506,6 +503,4 @@ def _retry_at(op: dict[str, Any]) -> tuple[str | None, int | None]:
 
 def _wire_step(claims: tokens.InvocationClaims, step: Step) -> dict[str, Any]:
     """A recorded step as the invoke request shows it (see `service.wire`)."""
-    from ezgh_engine.service import wire
-
     return wire.step_body(claims.project_id, claims.run_id, step)
