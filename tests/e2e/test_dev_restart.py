@@ -150,6 +150,11 @@ def _mid_run(dev: Dev, tmp_path: Path, tag: str) -> tuple[str, str, str, str, Pa
     listener = dev.start_run("message", {"queue": queue_id, "key": f"order:{tag}"})
     dev.wait_run(sleeper, _step("nap", "sleeping"))
     dev.wait_run(waiter, _step("approve", "waiting"))
+    # The callback's step waits from its create call on, while the invocation goes on to
+    # `publish`; that step's end is recorded with the invocation's answer. Wait for it: a
+    # `kill -9` before the answer leaves the dead invocation's lease to run out first (300 s
+    # of engine time, which this test does not skip), so the waiter would not resume in time.
+    dev.wait_run(waiter, _step("publish", "completed"))
     dev.wait_run(listener, _step("paid", "waiting"))
     return queue, sleeper, waiter, listener, url_file
 
