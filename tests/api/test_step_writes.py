@@ -338,6 +338,20 @@ def _wake(run: Run, step: str = "s#1") -> None:
     assert inv.wake_sleep(run.id, step, ended_at=at, marks=marks) == "woke"
 
 
+def _assert_completed_once(run: Run) -> None:
+    """The run ended `done` once: `a#1` ran once, and the crashed end left no event of its
+    own beside the retry's."""
+    found = runs_store.get_run(run.id)
+    assert found is not None and found.status == "completed" and found.output == "done"
+    assert [(s.id, s.status, s.attempt) for s in found.steps] == [("a#1", "completed", 1)]
+    assert _events(run) == [
+        "step.completed",
+        "invocation.started",
+        "invocation.completed",
+        "run.completed",
+    ]
+
+
 def _writes_of(run: Run, token: str, answer: dict[str, Any]) -> list[str]:
     seen: list[str] = []
     stop = aws.observe(
@@ -397,15 +411,7 @@ def test_a_crash_before_an_end_commits_leaves_no_phantom_event_and_the_retry_end
     free_lease(run)
     token = lease_token(run, seq=2)
     _answer(run, token, answer)
-    found = runs_store.get_run(run.id)
-    assert found is not None and found.status == "completed" and found.output == "done"
-    assert [(s.id, s.status, s.attempt) for s in found.steps] == [("a#1", "completed", 1)]
-    assert _events(run) == [
-        "step.completed",
-        "invocation.started",
-        "invocation.completed",
-        "run.completed",
-    ]
+    _assert_completed_once(run)
 
 
 def test_a_crash_after_the_previous_outcome_went_out_lists_it_once(aws_env: None) -> None:
@@ -524,16 +530,8 @@ def test_an_invoker_that_dies_before_its_commit_ends_the_run_once_when_redeliver
     assert invoker.invoke(run.id, 1) is not None  # the dead invocation's lease still lives
     skip_clock.advance(timedelta(hours=1))
     assert invoker.invoke(run.id, 1) is None
-    found = runs_store.get_run(run.id)
-    assert found is not None and found.status == "completed" and found.output == "done"
     assert sent == [[], ["a#1"]]
-    assert [(s.id, s.status, s.attempt) for s in found.steps] == [("a#1", "completed", 1)]
-    assert _events(run) == [
-        "step.completed",
-        "invocation.started",
-        "invocation.completed",
-        "run.completed",
-    ]
+    _assert_completed_once(run)
 
 
 def test_an_answer_of_an_invocation_taken_over_writes_no_step_end(aws_env: None) -> None:
