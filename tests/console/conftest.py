@@ -19,6 +19,7 @@ from ezgh_engine.api.routes_console import sign_in_link
 from ezgh_engine.clock import SkipClock
 from ezgh_engine.local.runtime import LocalRuntime
 
+from tests.clients import workflows_client
 from tests.e2e import workflows_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -136,14 +137,7 @@ def shot(page: Any, name: str) -> Path:
 
 @pytest.fixture()
 def client(engine: LocalRuntime) -> Any:
-    from ezgh_workflows import WorkflowsClient
-
-    return WorkflowsClient(
-        api_key=engine.api_key,
-        organization_id=engine.org_id,
-        project_id=engine.project_id,
-        base_url=engine.api_url,
-    )
+    return workflows_client(engine)
 
 
 @pytest.fixture()

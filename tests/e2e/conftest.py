@@ -28,6 +28,7 @@ from ezgh_engine.local.emulator import (
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import WorkflowsClient
 
+from tests.clients import workflows_client
 from tests.ddblocal import BACKENDS
 from tests.e2e import workflows_app
 
@@ -178,12 +179,7 @@ def engine(request: pytest.FixtureRequest, runtime: LocalRuntime) -> Iterator[Lo
 
 @pytest.fixture()
 def client(engine: LocalRuntime) -> WorkflowsClient:
-    return WorkflowsClient(
-        api_key=engine.api_key,
-        organization_id=engine.org_id,
-        project_id=engine.project_id,
-        base_url=engine.api_url,
-    )
+    return workflows_client(engine)
 
 
 @pytest.fixture()

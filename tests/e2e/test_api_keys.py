@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import pytest
 from ezgh_engine.service.auth import bootstrap_admin
-from ezgh_workflows import ApiError, WorkflowsClient
+from ezgh_workflows import ApiError
+
+from tests.clients import workflows_client
 
 pytestmark = pytest.mark.e2e
 
 
-def _client(engine, key, org=None, project=None) -> WorkflowsClient:
-    return WorkflowsClient(
-        api_key=key,
-        organization_id=org or engine.org_id,
-        project_id=project or engine.project_id,
-        base_url=engine.api_url,
-    )
+_client = workflows_client
 
 
 def _key(client, *permissions) -> str:

@@ -14,6 +14,8 @@ from ezgh_engine.config import settings
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import ApiError, WorkflowsClient
 
+from tests.clients import workflows_client
+
 pytestmark = pytest.mark.e2e
 
 
@@ -148,12 +150,7 @@ def test_schedule_permissions(engine, client, app_id):
         "/apiKeys",
         json={"name": "reader", "permissions": [{"action": "workflows.runs.read"}]},
     )["key"]
-    reader = WorkflowsClient(
-        api_key=key,
-        organization_id=engine.org_id,
-        project_id=engine.project_id,
-        base_url=engine.api_url,
-    )
+    reader = workflows_client(engine, key)
     with pytest.raises(ApiError) as err:
         _create(reader, appId=app_id, workflow="sequence", cron="* * * * *")
     assert err.value.status == 403 and err.value.code == "forbidden"
@@ -165,12 +162,7 @@ def test_schedule_permissions(engine, client, app_id):
             "permissions": [{"action": "workflows.runs.start", "resource": f"{app_name}/sequence"}],
         },
     )["key"]
-    starter = WorkflowsClient(
-        api_key=scoped,
-        organization_id=engine.org_id,
-        project_id=engine.project_id,
-        base_url=engine.api_url,
-    )
+    starter = workflows_client(engine, scoped)
     s = _create(starter, appId=app_id, workflow="sequence", cron="* * * * *")
     with pytest.raises(ApiError) as err:
         _create(starter, appId=app_id, workflow="plain", cron="* * * * *")

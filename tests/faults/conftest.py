@@ -16,6 +16,7 @@ from ezgh_engine.local.emulator import sqs_on_engine_clock
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import WorkflowsClient
 
+from tests.clients import workflows_client
 from tests.faults import app as fault_app
 
 INVOKE_TIMEOUT_SECONDS = "2"
@@ -71,12 +72,7 @@ def engine(runtime: LocalRuntime) -> LocalRuntime:
 
 @pytest.fixture()
 def client(engine: LocalRuntime) -> WorkflowsClient:
-    return WorkflowsClient(
-        api_key=engine.api_key,
-        organization_id=engine.org_id,
-        project_id=engine.project_id,
-        base_url=engine.api_url,
-    )
+    return workflows_client(engine)
 
 
 @pytest.fixture()

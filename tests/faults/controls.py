@@ -53,6 +53,7 @@ from ezgh_workflows import QueuesClient, WorkflowsClient
 from ezgh_workflows._internal.api import ApiError
 from hypothesis import strategies as st
 
+from tests.clients import workflows_client
 from tests.faults import app as fault_app
 from tests.faults import dsl
 from tests.faults import harness as h
@@ -182,12 +183,7 @@ class _Case:
 
 
 def _client(engine: LocalRuntime) -> WorkflowsClient:
-    return WorkflowsClient(
-        api_key=engine.api_key,
-        organization_id=engine.org_id,
-        project_id=engine.project_id,
-        base_url=engine.api_url,
-    )
+    return workflows_client(engine)
 
 
 def _call(action: Any, *args: Any) -> int:

@@ -31,6 +31,7 @@ from ezgh_engine.service.ops import find_stuck_runs, stuck_reason
 from ezgh_workflows import WorkflowsClient
 from ezgh_workflows._internal.api import ApiError
 
+from tests.clients import workflows_client
 from tests.faults import app as fault_app
 from tests.faults import dsl
 
@@ -259,12 +260,7 @@ def run_batch(
     engine.reset()  # a new project, key and app record per batch
     fault_app.reset()
     fault_app.use_plan(plan)
-    client = WorkflowsClient(
-        api_key=engine.api_key,
-        organization_id=engine.org_id,
-        project_id=engine.project_id,
-        base_url=engine.api_url,
-    )
+    client = workflows_client(engine)
     app_id = str(engine.apps["faults"].record["id"])
     engine.set_faults(plan)
     figures = Figures()

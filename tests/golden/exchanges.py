@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.clients import workflows_client
 from tests.golden.canon import Canon
 
 DIR = Path(__file__).parent / "exchanges"
@@ -105,7 +106,6 @@ def record_all(write: Callable[[str, dict[str, Any]], None]) -> None:
     """Record every scenario on a fresh local runtime with the real SDK."""
     from ezgh_engine.clock import SkipClock
     from ezgh_engine.local.runtime import LocalRuntime
-    from ezgh_workflows import WorkflowsClient
 
     from tests.golden.apps import RecordingApp
     from tests.golden.workflows import SCENARIOS
@@ -117,12 +117,7 @@ def record_all(write: Callable[[str, dict[str, Any]], None]) -> None:
         )
         runtime.start()
         try:
-            client = WorkflowsClient(
-                api_key=runtime.api_key,
-                organization_id=runtime.org_id,
-                project_id=runtime.project_id,
-                base_url=runtime.api_url,
-            )
+            client = workflows_client(runtime)
             app_id = str(runtime.apps["golden"].record["id"])
             for workflow, input in SCENARIOS.items():
                 recorder.transcript = Transcript()

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from ezgh_engine.clock import SkipClock
 from ezgh_engine.local.runtime import LocalRuntime
-from ezgh_workflows import WorkflowsClient
 
+from tests.clients import workflows_client
 from tests.golden import exchanges
 from tests.golden.apps import ReplayingApp
 from tests.golden.canon import Canon
@@ -62,12 +62,7 @@ def test_the_engine_sends_the_recorded_requests_and_answers(
 ) -> None:
     runtime, app = served
     exchange = exchanges.load(name)
-    client = WorkflowsClient(
-        api_key=runtime.api_key,
-        organization_id=runtime.org_id,
-        project_id=runtime.project_id,
-        base_url=runtime.api_url,
-    )
+    client = workflows_client(runtime)
     canon = Canon()
     replaying = ReplayingApp(exchange, canon)
     app.current = replaying
