@@ -56,7 +56,7 @@ def put_item(action: dict[str, Any]) -> dict[str, Any]:
     return ddb.from_item(action["Put"]["Item"])
 
 
-def step(status: str, **fields: Any) -> Step:
+def step(status: Any, **fields: Any) -> Step:
     return Step(
         "a#1", "a", fields.pop("kind", "run"), status, fields.pop("attempt", 1), "o", **fields
     )
@@ -194,8 +194,7 @@ def test_a_held_end_recorded_with_another_outcome_differs() -> None:
 def _plans(*requests: ops.StepOp) -> list[Plan]:
     modules = {ops.Start: start, ops.Complete: end, ops.Fail: end, ops.Record: record}
     return [
-        modules[type(r)].plan(MAIN, fresh(n), r, None, leased=False)  # type: ignore[attr-defined]
-        for n, r in enumerate(requests)
+        modules[type(r)].plan(MAIN, fresh(n), r, None, leased=False) for n, r in enumerate(requests)
     ]
 
 
@@ -237,7 +236,7 @@ def test_a_start_rides_only_an_end(first: ops.StepOp) -> None:
 
 
 def test_a_batch_is_fast_only_for_a_main_invocation_s_known_ops_on_distinct_steps() -> None:
-    known = [ops.Complete("a#1", "1"), ops.Start("b#1", "b", 1)]
+    known: list[ops.StepOp] = [ops.Complete("a#1", "1"), ops.Start("b#1", "b", 1)]
     assert executor.fast(MAIN, known)
     assert not executor.fast(MAIN, [*known, ops.Complete("a#1", "1")])
     assert not executor.fast(MAIN, [ops.Start("b#1", "b")])
