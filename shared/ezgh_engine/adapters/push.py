@@ -21,7 +21,9 @@ from ezgh_engine.core import tokens
 from ezgh_engine.core.models import App
 from ezgh_engine.errors import EngineError, ValidationError
 
-PROTOCOL_VERSION = "1.4"
+# Re-exported for the modules that read it here; its owner is `ezgh_engine.protocol`.
+from ezgh_engine.protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
+
 SYNC_TIMEOUT_SECONDS = 30.0
 
 

@@ -1,12 +1,13 @@
 """DynamoDB writes of step calls (docs/protocol.md section 2).
 
 Builders answer one action per step write (`start_action`, `finish_action`,
-`record_action`, `inline_end_action`, `with_next`); the service writes them either with
-`write` (the fast path: the steps' own conditions, no lease check) or with `transact` (one
+`record_action`, `inline_end_action`, `with_next`), each an `expressions.Update` (kept by its
+`UpdateAction`, so `with_next` extends it without editing text) or a conditional Put; the op
+modules of `service.step_ops` plan with them and its executor writes them either with `write`
+(the fast path: the steps' own conditions, no lease check) or with `transact` (one
 transaction with a check that the caller's invocation still holds the run's lease). A refused
 step condition means the step holds something else already: the caller gets the recorded step
-back instead of a second effect.
-"""
+back instead of a second effect."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ezgh_engine.adapters.expressions import Update, UpdateAction
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import RunError, Step
 from ezgh_engine.errors import StaleInvocation
+from ezgh_engine.protocol.ops import InlineStart
 
 
 @dataclass(frozen=True)
@@ -115,22 +117,6 @@ def get_step(run_id: str, step_id: str) -> Step | None:
         TableName=_table(), Key=items.step_key(run_id, step_id), ConsistentRead=True
     )
     return items.step_from(ddb.from_item(answer["Item"])) if "Item" in answer else None
-
-
-def start(
-    lease: Lease, *, step_id: str, name: str, kind: str, order: str, at: str, expires: int
-) -> int:
-    """Mark a step `running` (again, after a crash, with attempt + 1); answer its attempt.
-
-    Refused (`AlreadyRecorded`) when the step has ended. A repeated start from the same
-    invocation (a resent request) answers the same attempt without counting another.
-    """
-    action = start_action(
-        lease, step_id=step_id, name=name, kind=kind, order=order, at=at, expires=expires
-    )
-    transact(lease, [action])
-    step = get_step(lease.run_id, step_id)
-    return step.attempt if step else 1
 
 
 def start_action(
@@ -278,26 +264,12 @@ def record_action(
     return waits_store.step_put(lease.run_id, step_id, values)
 
 
-@dataclass(frozen=True)
-class InlineStart:
-    """A `run` step started by a mark on the previous step's item (`next`), not an item of
-    its own: what its end needs to write the whole item (protocol 1.3, `inline`)."""
-
-    name: str
-    order: str
-    started_at: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"name": self.name, "order": self.order, "startedAt": self.started_at}
-
-
 def with_next(
     action: dict[str, Any],
     *,
     step_id: str,
     start: InlineStart,
     epoch: int,
-    expires: int,
     run_attempt: int = 1,
 ) -> dict[str, Any]:
     """`action` (the Put or Update of the step ending just before) that also starts
@@ -313,7 +285,7 @@ def with_next(
         # must not bring one back as running.
         "runAttempt": run_attempt,
     }
-    del expires  # the mark lives and dies with the item that carries it
+    # No TTL of its own: the mark lives and dies with the item that carries it.
     if "Put" in action:
         put = dict(action["Put"])
         put["Item"] = {**put["Item"], "next": ddb.to_attr(mark)}

@@ -19,11 +19,11 @@ from ezgh_engine.adapters import messages, registry_store, runs_store
 from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases, tokens
-from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core.messages import Retry, Timer
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.errors import StaleInvocation, ValidationError
+from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import outcomes, pull, timers
 from ezgh_engine.service import steps as step_calls
 from ezgh_engine.service.wire import invoke_request

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ezgh_engine.adapters import payloads
-from ezgh_engine.adapters.push import PROTOCOL_VERSION
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run, Step
+from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_engine.service import callbacks
 
 

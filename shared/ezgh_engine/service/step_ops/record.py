@@ -1,0 +1,39 @@
+"""`record`: a `value` step, completed at once: the Put of its whole item, refused when the
+step exists (a resent call answers what is recorded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ezgh_engine.adapters import steps_store as store
+from ezgh_engine.core.models import Step
+from ezgh_engine.protocol.ops import Record
+from ezgh_engine.protocol.results import Ok
+from ezgh_engine.service.step_ops.plan import Caller, Fresh, Plan, marks, recorded
+
+
+def prepare(caller: Caller, fresh: Fresh, request: Record) -> None:
+    """Nothing to read: the Put's condition decides."""
+    del caller, fresh, request
+
+
+def plan(caller: Caller, fresh: Fresh, request: Record, prepared: Any, *, leased: bool) -> Plan:
+    """The value step's Put; it is its own `step.completed` event."""
+    del prepared, leased
+    item = store.record_action(
+        caller.lease,
+        step_id=request.step_id,
+        name=request.name,
+        kind="value",
+        order=fresh.order,
+        at=fresh.at,
+        output_text=request.output_text,
+        expires=fresh.expires,
+        marks=marks(caller, fresh),
+    )
+    return Plan(request.step_id, Ok(request.step_id), item, carries=True)
+
+
+def replan(plan: Plan, step: Step | None, at: str) -> Plan:
+    del at
+    return recorded(plan.step_id, step)
