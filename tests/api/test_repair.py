@@ -9,11 +9,11 @@ from datetime import timedelta
 import boto3
 import pytest
 from ezgh_engine import clock, config
-from ezgh_engine.adapters import messages
+from ezgh_engine.adapters import invocations_store, messages, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run
-from ezgh_engine.service.repair import repair
+from ezgh_engine.core.models import App, Run
+from ezgh_engine.service.repair import after_restart, held_leases, release_dead_leases, repair
 from ezgh_engine.topology import TOPOLOGY
 
 from tests.api.conftest import ENV
@@ -86,8 +86,101 @@ def test_apply_re_arms_each_and_a_second_repair_finds_only_what_is_still_due(
 
 
 def _steps(run: Run) -> list[tuple[str, str]]:
-    from ezgh_engine.adapters import runs_store
-
     got = runs_store.get_run(run.id, with_steps=True)
     assert got is not None
     return [(s.id, s.wake_at or "") for s in got.steps]
+
+
+# --- a start from kept state: the dead process's leases (`ezgh dev`, issue 15) -------------
+
+SERVED, OWN, PULLED = "app-served", "app-own-process", "app-pull"
+
+
+@pytest.fixture
+def apps(aws_env: None) -> None:
+    """An app `ezgh dev` served itself, a push app served by a process of its own, a pull app."""
+    from ezgh_engine.adapters import registry_store
+    from ezgh_engine.core.models import App
+
+    now = clock.iso(clock.now())
+    for app_id, kind in ((SERVED, "push"), (OWN, "push"), (PULLED, "pull")):
+        registry_store.create_app(
+            App(app_id, "wfa_" + app_id, "o", PROJECT, app_id, kind, None, "synced", (), "k", now)
+        )
+
+
+def _in_process(app: App) -> bool:
+    return app.id == SERVED
+
+
+def _leased(app_id: str, *, for_ms: int = 3_600_000) -> Run:
+    """A run an invocation of the dead process held: epoch 4 answering seq 3, leased ahead."""
+    run = _run(app_id=app_id, invoke_seq=3, epoch=4, lease_until_ms=clock.now_ms() + for_ms)
+    _put(items.run_values(run))
+    return run
+
+
+def _lease(run: Run) -> tuple[int, int]:
+    stored = runs_store.get_run(run.id, with_steps=False)
+    assert stored is not None
+    return stored.epoch, stored.lease_until_ms
+
+
+def test_a_dead_process_lease_is_released_and_its_owed_invocation_sent(apps: None) -> None:
+    leased = _leased(SERVED)
+    free = _run(invoke_seq=3)  # no lease at all: repair's own case
+    ended = _run(status="completed", lease_until_ms=clock.now_ms() + 3_600_000)
+    for run in (free, ended):
+        _put(items.run_values(run))
+    held = held_leases(PROJECT)
+    assert [(h.run_id, h.epoch, h.lease_until_ms) for h in held] == [
+        (leased.id, 4, leased.lease_until_ms)
+    ]
+    done = after_restart(held, in_process=_in_process)
+    assert sorted((a.kind, a.run_id) for a in done) == sorted(
+        [("lease", leased.id), ("invocation", leased.id), ("invocation", free.id)]
+    )
+    # Released with a takeover's fence: the dead invocation's epoch writes nothing more.
+    assert _lease(leased) == (5, 0)
+    sent = [(m["type"], m["runId"], m["seq"]) for m in _invocation_messages()]
+    assert ("invoke", leased.id, 3) in sent
+    # The same (now old) reading releases nothing a second time.
+    assert release_dead_leases(held, in_process=_in_process) == []
+    assert _lease(leased) == (5, 0)
+
+
+@pytest.mark.parametrize("meanwhile", ["taken over", "backed off"])
+def test_a_lease_changed_between_the_read_and_the_release_is_kept(
+    apps: None, meanwhile: str
+) -> None:
+    leased = _leased(SERVED, for_ms=1000)
+    held = held_leases(PROJECT)
+    if meanwhile == "taken over":  # the lease ran out and a new invocation took the run
+        later = leased.lease_until_ms + 1
+        taken = invocations_store.take_lease(leased.id, 3, now_ms=later, lease_ms=360_000)
+        assert taken is not None
+        expected = (taken.epoch, taken.lease_until_ms)
+    else:  # the same epoch's lease moved on: a backoff written after the read
+        retry_at = leased.lease_until_ms + 60_000
+        invocations_store.back_off(leased, failures=1, retry_at_ms=retry_at)
+        expected = (4, retry_at)
+    assert release_dead_leases(held, in_process=_in_process) == []
+    assert _lease(leased) == expected
+
+
+def test_leases_that_may_still_be_in_use_are_kept(apps: None) -> None:
+    """A push app's own process may still run a step of the dead invocation, and a pull
+    worker its task: those leases run out by themselves. Without a step running, or for an
+    app the dead process served, nothing can still be running."""
+    busy = _leased(OWN)
+    _step(busy, "charge", "run", "running")
+    idle = _leased(OWN)
+    pulled = _leased(PULLED)
+    served_busy = _leased(SERVED)
+    _step(served_busy, "charge", "run", "running")
+    released = release_dead_leases(held_leases(PROJECT), in_process=_in_process)
+    assert sorted(a.run_id for a in released) == sorted([idle.id, served_busy.id])
+    for run in (busy, pulled):
+        assert _lease(run) == (4, run.lease_until_ms)
+    for run in (idle, served_busy):
+        assert _lease(run) == (5, 0)

@@ -239,6 +239,42 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
     return items.run_from(run_values, tuple(steps))
 
 
+def release_lease(run_id: str, *, epoch: int, lease_until_ms: int) -> bool:
+    """End the invocation lease a dead process held: the one at `epoch`, live until
+    `lease_until_ms`, exactly as read. False (nothing written) when the run no longer holds
+    that lease: an invocation took the run meanwhile (a new epoch), it was answered or
+    backed off (another `leaseUntil`), or the run ended.
+
+    The write bumps the epoch as a takeover does, so whatever the dead invocation still
+    had in flight (a late write of its invoker, a step call with its token) is refused;
+    `leaseUntil` 0 is what the stream reacts to by sending the run's owed invocation."""
+    try:
+        _ddb().update_item(
+            TableName=_table(),
+            Key=items.run_key(run_id),
+            UpdateExpression=(
+                "SET epoch = epoch + :one, leaseUntil = :free, version = version + :one"
+            ),
+            ConditionExpression=(
+                f"{items.LIVE_CONDITION} AND epoch = :epoch AND leaseUntil = :seen"
+            ),
+            ExpressionAttributeNames=items.LIVE_NAMES,
+            ExpressionAttributeValues={
+                **items.LIVE_VALUES,
+                ":one": {"N": "1"},
+                ":free": {"N": "0"},
+                ":epoch": {"N": str(epoch)},
+                ":seen": {"N": str(lease_until_ms)},
+            },
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True
+
+
 def _query_all(**query: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {"TableName": _table(), **query}
