@@ -133,7 +133,7 @@ def test_a_dead_process_lease_is_released_and_its_owed_invocation_sent(apps: Non
     for run in (free, ended):
         _put(items.run_values(run))
     held = held_leases(PROJECT)
-    assert [(h.run_id, h.epoch, h.lease_until_ms) for h in held] == [
+    assert [(h.run_id, h.epoch, h.until_ms) for h in held] == [
         (leased.id, 4, leased.lease_until_ms)
     ]
     done = after_restart(held, in_process=_in_process)
@@ -184,3 +184,55 @@ def test_leases_that_may_still_be_in_use_are_kept(apps: None) -> None:
         assert _lease(run) == (4, run.lease_until_ms)
     for run in (idle, served_busy):
         assert _lease(run) == (5, 0)
+
+
+def _branch(run: Run, step_id: str, status: str, *, epoch: int = 2) -> int:
+    """A parallel step of `run` whose branch invocation (epoch `epoch`) holds it; its end."""
+    until = clock.now_ms() + 3_600_000
+    _step(run, step_id, "run", status, branch=True, branchEpoch=epoch, branchLeaseUntil=until)
+    return until
+
+
+def _branch_lease(run: Run, step_id: str) -> tuple[int, int]:
+    from ezgh_engine.adapters import steps_store
+
+    return steps_store.branch_lease(run.id, step_id)
+
+
+def test_a_dead_branch_lease_is_released_and_its_branch_sent_again(apps: None) -> None:
+    """A parallel step's branch invocation died with the process: its lease is released
+    (the branch epoch moves on) and its branch message is sent, as nothing else would."""
+    suspended = _run(app_id=SERVED)  # the main invocation answered: it waits on its branches
+    _put(items.run_values(suspended))
+    until = _branch(suspended, "a", "running")
+    own = _run(app_id=OWN)
+    _put(items.run_values(own))
+    _branch(own, "busy", "running")  # its body may still run in the app's own process
+    _branch(own, "queued", "waiting")  # its body never began
+    held = held_leases(PROJECT)
+    assert sorted((h.run_id, h.step_id, h.epoch) for h in held) == sorted(
+        [(suspended.id, "a", 2), (own.id, "busy", 2), (own.id, "queued", 2)]
+    )
+    assert (suspended.id, "a", until) in {(h.run_id, h.step_id, h.until_ms) for h in held}
+    released = release_dead_leases(held, in_process=_in_process)
+    assert sorted((a.run_id, a.step_id) for a in released) == sorted(
+        [(suspended.id, "a"), (own.id, "queued")]
+    )
+    assert _branch_lease(suspended, "a") == (3, 0)
+    assert _branch_lease(own, "queued") == (3, 0)
+    assert _branch_lease(own, "busy")[0] == 2
+    sent = sorted((m["type"], m["runId"], m["stepId"]) for m in _invocation_messages())
+    assert sent == sorted([("branch", suspended.id, "a"), ("branch", own.id, "queued")])
+
+
+def test_a_branch_lease_taken_between_the_read_and_the_release_is_kept(apps: None) -> None:
+    run = _run(app_id=SERVED)
+    _put(items.run_values(run))
+    _branch(run, "a", "waiting")
+    held = held_leases(PROJECT)
+    # Meanwhile the lease moved on: a new branch invocation holds the step (epoch 3).
+    _branch(run, "a", "running", epoch=3)
+    taken = _branch_lease(run, "a")
+    assert release_dead_leases(held, in_process=_in_process) == []
+    assert _branch_lease(run, "a") == taken
+    assert _invocation_messages() == []

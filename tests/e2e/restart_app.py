@@ -6,6 +6,7 @@ ran) goes to a file named by the run's input.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -57,4 +58,16 @@ async def hold(ctx: Context) -> Any:
     return await ctx.step.run("block", lambda: _block_until(log, gate))
 
 
-restarts = PushApp([nap, callback, message, hold])
+@workflow("hold-branches")
+async def hold_branches(ctx: Context) -> Any:
+    """`hold`, with the blocked step in a branch invocation of its own (steps awaited
+    together each run in one)."""
+    log, gate = Path(ctx.input["log"]), Path(ctx.input["gate"])
+    _once, blocked = await asyncio.gather(
+        ctx.step.run("once", lambda: _note(log, "once")),
+        ctx.step.run("block", lambda: _block_until(log, gate)),
+    )
+    return blocked
+
+
+restarts = PushApp([nap, callback, message, hold, hold_branches])

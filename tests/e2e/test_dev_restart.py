@@ -176,26 +176,33 @@ def _complete_after_restart(dev: Dev, tag: str, runs: tuple[str, str, str, str, 
     assert done["status"] == "completed" and done["output"] == "rested", done
 
 
-def _inside_an_invocation(dev: Dev, tmp_path: Path) -> tuple[str, Path, Path]:
-    """A run whose invocation is in flight: its `block` step's body has begun and waits for
-    a gate file that does not exist yet (its `once` step completed before)."""
-    log, gate = tmp_path / "hold.log", tmp_path / "hold.gate"
-    run_id = dev.start_run("hold", {"log": str(log), "gate": str(gate)})
-    deadline = time.monotonic() + 30
-    while not (log.exists() and "block" in log.read_text().split()):
-        assert time.monotonic() < deadline, (dev.run(run_id), "".join(dev.output[-40:]))
-        time.sleep(0.05)
-    return run_id, log, gate
+HOLDS = ("hold", "hold-branches")  # a step blocked in the main invocation, in a branch's
 
 
-def _resumes_at_once(dev: Dev, held: tuple[str, Path, Path]) -> None:
+def _inside_invocations(dev: Dev, gate: Path) -> list[tuple[str, Path]]:
+    """Runs whose invocations are in flight: each one's `block` step's body has begun and
+    waits for `gate`, which does not exist yet; its `once` step has completed."""
+    held = []
+    for workflow in HOLDS:
+        log = gate.with_name(f"{workflow}.log")
+        run_id = dev.start_run(workflow, {"log": str(log), "gate": str(gate)})
+        held.append((run_id, log))
+    for run_id, log in held:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "block" in log.read_text().split()):
+            assert time.monotonic() < deadline, (dev.run(run_id), "".join(dev.output[-40:]))
+            time.sleep(0.05)
+        dev.wait_run(run_id, _step("once", "completed"), timeout=30)
+    return held
+
+
+def _resumes_at_once(dev: Dev, run_id: str, log: Path) -> None:
     """The dead process's lease is released at the start: the run completes now (the engine
     clock stands still; without the release it would wait out the 300 s invoke timeout),
     its completed step did not run again, the step in flight ran again, and it ended once."""
-    run_id, log, _gate = held
     done = dev.wait_run(run_id, _ended, timeout=30)
     assert done["status"] == "completed" and done["output"] == "unblocked", done
-    assert log.read_text().split() == ["once", "block", "block"]  # at least once, no more
+    assert sorted(log.read_text().split()) == ["block", "block", "once"]
     attempts = {s["name"]: (s["status"], s["attempt"]) for s in done["steps"]}
     assert attempts == {"once": ("completed", 1), "block": ("completed", 2)}, done["steps"]
     events = dev.api("GET", f"/runs/{run_id}/events")["events"]
@@ -238,16 +245,16 @@ def test_restarts_mid_run_lose_nothing_and_reset_starts_empty(dev: Dev, tmp_path
     app_id = dev.app_id()
     for how, sig in (("sigterm", signal.SIGTERM), ("kill-9", signal.SIGKILL)):
         runs = _mid_run(dev, tmp_path, how)
-        # The kill -9 lands inside an invocation: a step's body is running (issue 15).
-        held = _inside_an_invocation(dev, tmp_path) if sig == signal.SIGKILL else None
+        # The kill -9 lands inside invocations: step bodies are running (issue 15).
+        gate = tmp_path / f"gate-{how}"
+        held = _inside_invocations(dev, gate) if sig == signal.SIGKILL else []
         dev.stop(sig)
-        if held is not None:
-            held[2].touch()  # the step's next attempt finds its gate open
+        gate.touch()  # each blocked step's next attempt finds its gate open
         again = dev.start()
         assert again == first, how  # dev.env is stable: the same key works
         assert dev.app_id() == app_id, how  # the app, its runs and its signing key are kept
-        if held is not None:
-            _resumes_at_once(dev, held)
+        for run_id, log in held:
+            _resumes_at_once(dev, run_id, log)
         _complete_after_restart(dev, how, runs)
     dev.stop(signal.SIGKILL)
     seen: list[tuple[int, int]] = []

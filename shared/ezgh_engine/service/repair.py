@@ -170,26 +170,50 @@ def repair(
 
 @dataclass(frozen=True)
 class HeldLease:
-    """A run's live invocation lease as read: `epoch` holds it until `lease_until_ms`."""
+    """A live invocation lease as read: the run's (`step_id` ""), or a parallel step's
+    branch lease (`step_id`, that step's `step_status`); `epoch` holds it until `until_ms`."""
 
     run_id: str
     project_id: str
     app_id: str
     epoch: int
-    lease_until_ms: int
+    until_ms: int
+    step_id: str = ""
+    step_status: str = ""
+
+    def summary(self) -> str:
+        until = clock.iso(datetime.fromtimestamp(self.until_ms / 1000, UTC))
+        whose = f"branch {self.step_id}'s" if self.step_id else "the run's"
+        return f"{whose} lease of epoch {self.epoch} (until {until})"
 
 
 def held_leases(project_id: str | None = None) -> list[HeldLease]:
-    """Every active run's live invocation lease (a delivery's backoff included), now.
+    """Every active run's live invocation lease (a delivery's backoff included) and its
+    parallel steps' live branch leases, now.
 
     Read by `ezgh dev` on a start from kept state before it serves or polls anything: each
-    lease then belongs to an invocation of the process that died (`release_dead_leases`)."""
+    lease then belongs to an invocation of the process that died (`release_dead_leases`).
+    Cost: the Scan `repair` makes, and one more for the branch leases."""
     now = clock.now_ms()
+    heads = {run.id: run for run in map(items.run_from, _active_run_items(project_id))}
     out: list[HeldLease] = []
-    for values in _active_run_items(project_id):
-        run = items.run_from(values)
+    for run in heads.values():
         if run.lease_until_ms != leases.NO_LEASE and not leases.lease_free(run.lease_until_ms, now):
             out.append(HeldLease(run.id, run.project_id, run.app_id, run.epoch, run.lease_until_ms))
+    for branch in runs_store.branch_leases(now):
+        head = heads.get(branch.run_id)
+        if head is not None:  # an ended run's steps are ended too
+            out.append(
+                HeldLease(
+                    head.id,
+                    head.project_id,
+                    head.app_id,
+                    branch.epoch,
+                    branch.until_ms,
+                    branch.step_id,
+                    branch.status,
+                )
+            )
     return out
 
 
@@ -202,40 +226,60 @@ def _kept_because(lease: HeldLease, in_process: Callable[[App], bool]) -> str:
         return ""
     if app.kind == "pull":
         return "a pull worker may still run its task: the lease is the task's, renewed by it"
-    run = runs_store.get_run(lease.run_id, with_steps=True)
-    if run is not None and any(s.status == "running" for s in run.steps):
+    if lease.step_id:
+        running = lease.step_status == "running"
+    else:
+        run = runs_store.get_run(lease.run_id, with_steps=True)
+        running = run is not None and any(s.status == "running" for s in run.steps)
+    if running:
         # The app's own process may still run that step's body: as after an invoke timeout,
         # the step keeps the run until the lease ends, so it is not started beside itself.
         return f"a step may still run in app {app.name}'s own process"
     return ""
 
 
+def _release(lease: HeldLease) -> bool:
+    """Release `lease` if it is still exactly as read; a branch's is then asked for again
+    (nothing else would: the stream sends a branch message only as its step becomes
+    `waiting`), a run's by the stream (its `leaseUntil` 0) and `repair`."""
+    if not lease.step_id:
+        return runs_store.release_lease(
+            lease.run_id, epoch=lease.epoch, lease_until_ms=lease.until_ms
+        )
+    branch = runs_store.BranchLease(
+        lease.run_id, lease.step_id, lease.step_status, lease.epoch, lease.until_ms
+    )
+    if not runs_store.release_branch_lease(branch):
+        return False
+    messages.send_branch(lease.run_id, lease.step_id)
+    return True
+
+
 def release_dead_leases(
     held: Sequence[HeldLease], *, in_process: Callable[[App], bool]
 ) -> list[RepairAction]:
     """Release the leases of `held` (read before this process took any) whose invocation
-    died with its process, each only if the run still holds exactly that lease, so the
-    runs move now rather than when the invoke timeout runs out.
+    died with its process, each only if it is still exactly as read (a lease taken or
+    moved on meanwhile is another invocation's, and kept), so the runs move now rather
+    than when the invoke timeout runs out.
 
     `in_process(app)`: the app ran inside the dead process (`ezgh dev --app` apps, the
     hosted flows interpreter), so none of its step bodies can still be running. A push
-    app served by a process of its own that has a step `running`, and a pull app, keep
-    their lease (see `_kept_because`). A released run's owed invocation is sent by the
-    stream and by `repair`; the dead process's own message, restored visible, finds the
-    run leased by the new invocation or answered and is held back or dropped as any
-    duplicate is."""
+    app served by a process of its own with a step `running` under the lease, and a pull
+    app, keep their lease (see `_kept_because`). The invocation owed is then sent again;
+    the dead process's own message, restored visible, finds the run (or step) leased by
+    the new invocation, or answered, and is held back or dropped as any duplicate is."""
     released: list[RepairAction] = []
     for lease in held:
         kept = _kept_because(lease, in_process)
         if kept:
-            log.info("run %s: lease of epoch %d kept: %s", lease.run_id, lease.epoch, kept)
+            log.info("run %s: %s kept: %s", lease.run_id, lease.summary(), kept)
             continue
-        if runs_store.release_lease(
-            lease.run_id, epoch=lease.epoch, lease_until_ms=lease.lease_until_ms
-        ):
-            until = clock.iso(datetime.fromtimestamp(lease.lease_until_ms / 1000, UTC))
-            why = f"epoch {lease.epoch}'s lease (until {until}) died with the last process"
-            released.append(RepairAction(lease.run_id, lease.project_id, "lease", why))
+        if _release(lease):
+            why = f"{lease.summary()} died with the last process"
+            released.append(
+                RepairAction(lease.run_id, lease.project_id, "lease", why, step_id=lease.step_id)
+            )
     return released
 
 
