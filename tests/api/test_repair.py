@@ -236,3 +236,19 @@ def test_a_branch_lease_taken_between_the_read_and_the_release_is_kept(apps: Non
     assert release_dead_leases(held, in_process=_in_process) == []
     assert _branch_lease(run, "a") == taken
     assert _invocation_messages() == []
+
+
+def test_ops_repair_leaves_a_lease_alone_until_it_ended_older_than_asked(aws_env: None) -> None:
+    """On AWS a lease's holder may be alive (a Lambda still waiting for the app), so `ezgh ops
+    repair` never ends a live lease: it re-sends a leased run's invocation only once its lease
+    has been over for `older_than_seconds` (the dead invocation's message comes back by
+    itself when the lease ends; the wait keeps repair from racing it)."""
+    ended_30s_ago = _run(invoke_seq=3, lease_until_ms=clock.now_ms() - 30_000)
+    live = _run(invoke_seq=3, lease_until_ms=clock.now_ms() + 3_600_000)
+    for run in (ended_30s_ago, live):
+        _put(items.run_values(run))
+    assert repair(PROJECT, older_than_seconds=60) == []
+    assert [(a.run_id, a.kind) for a in repair(PROJECT, older_than_seconds=10)] == [
+        (ended_30s_ago.id, "invocation")
+    ]
+    assert [a.run_id for a in repair(PROJECT, older_than_seconds=0)] == [ended_30s_ago.id]
