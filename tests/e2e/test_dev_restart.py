@@ -2,8 +2,9 @@
 
 Each test runs `ezgh dev` in a subprocess (its moto is its own) on a fixed port, with engine
 time read from a `SkipClock.share()` file this test moves (`--clock-file`), so a three-day
-sleep ends without waiting. The engine clock stands still otherwise: a run that moves after a
-restart moved because the start re-armed it, not because a lease or a timeout ran out.
+sleep ends without waiting. Otherwise engine time passes as real time does: a run that moves
+within seconds of a restart moved because the start re-armed it, not because a lease (6
+minutes) or a timeout ran out.
 """
 
 from __future__ import annotations
@@ -197,9 +198,10 @@ def _inside_invocations(dev: Dev, gate: Path) -> list[tuple[str, Path]]:
 
 
 def _resumes_at_once(dev: Dev, run_id: str, log: Path) -> None:
-    """The dead process's lease is released at the start: the run completes now (the engine
-    clock stands still; without the release it would wait out the 300 s invoke timeout),
-    its completed step did not run again, the step in flight ran again, and it ended once."""
+    """The dead process's lease is released at the start: the run completes within seconds
+    (without the release it would wait out the lease, the 300 s invoke timeout plus a
+    minute), its completed step did not run again, the step in flight ran again (at least
+    once), and it ended once."""
     done = dev.wait_run(run_id, _ended, timeout=30)
     assert done["status"] == "completed" and done["output"] == "unblocked", done
     assert sorted(log.read_text().split()) == ["block", "block", "once"]
