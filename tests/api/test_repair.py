@@ -9,11 +9,11 @@ from datetime import timedelta
 import boto3
 import pytest
 from ezgh_engine import clock, config
-from ezgh_engine.adapters import messages
+from ezgh_engine.adapters import invocations_store, messages, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run
-from ezgh_engine.service.repair import repair
+from ezgh_engine.core.models import App, Run
+from ezgh_engine.service.repair import after_restart, held_leases, release_dead_leases, repair
 from ezgh_engine.topology import TOPOLOGY
 
 from tests.api.conftest import ENV
@@ -86,8 +86,169 @@ def test_apply_re_arms_each_and_a_second_repair_finds_only_what_is_still_due(
 
 
 def _steps(run: Run) -> list[tuple[str, str]]:
-    from ezgh_engine.adapters import runs_store
-
     got = runs_store.get_run(run.id, with_steps=True)
     assert got is not None
     return [(s.id, s.wake_at or "") for s in got.steps]
+
+
+# --- a start from kept state: the dead process's leases (`ezgh dev`, issue 15) -------------
+
+SERVED, OWN, PULLED = "app-served", "app-own-process", "app-pull"
+
+
+@pytest.fixture
+def apps(aws_env: None) -> None:
+    """An app `ezgh dev` served itself, a push app served by a process of its own, a pull app."""
+    from ezgh_engine.adapters import registry_store
+    from ezgh_engine.core.models import App
+
+    now = clock.iso(clock.now())
+    for app_id, kind in ((SERVED, "push"), (OWN, "push"), (PULLED, "pull")):
+        registry_store.create_app(
+            App(app_id, "wfa_" + app_id, "o", PROJECT, app_id, kind, None, "synced", (), "k", now)
+        )
+
+
+def _in_process(app: App) -> bool:
+    return app.id == SERVED
+
+
+def _leased(app_id: str, *, for_ms: int = 3_600_000) -> Run:
+    """A run an invocation of the dead process held: epoch 4 answering seq 3, leased ahead."""
+    run = _run(app_id=app_id, invoke_seq=3, epoch=4, lease_until_ms=clock.now_ms() + for_ms)
+    _put(items.run_values(run))
+    return run
+
+
+def _lease(run: Run) -> tuple[int, int]:
+    stored = runs_store.get_run(run.id, with_steps=False)
+    assert stored is not None
+    return stored.epoch, stored.lease_until_ms
+
+
+def test_a_dead_process_lease_is_released_and_its_owed_invocation_sent(apps: None) -> None:
+    leased = _leased(SERVED)
+    free = _run(invoke_seq=3)  # no lease at all: repair's own case
+    ended = _run(status="completed", lease_until_ms=clock.now_ms() + 3_600_000)
+    for run in (free, ended):
+        _put(items.run_values(run))
+    held = held_leases(PROJECT)
+    assert [(h.run_id, h.epoch, h.until_ms) for h in held] == [
+        (leased.id, 4, leased.lease_until_ms)
+    ]
+    done = after_restart(held, in_process=_in_process)
+    assert sorted((a.kind, a.run_id) for a in done) == sorted(
+        [("lease", leased.id), ("invocation", leased.id), ("invocation", free.id)]
+    )
+    # Released with a takeover's fence: the dead invocation's epoch writes nothing more.
+    assert _lease(leased) == (5, 0)
+    sent = [(m["type"], m["runId"], m["seq"]) for m in _invocation_messages()]
+    assert ("invoke", leased.id, 3) in sent
+    # The same (now old) reading releases nothing a second time.
+    assert release_dead_leases(held, in_process=_in_process) == []
+    assert _lease(leased) == (5, 0)
+
+
+@pytest.mark.parametrize("meanwhile", ["taken over", "backed off"])
+def test_a_lease_changed_between_the_read_and_the_release_is_kept(
+    apps: None, meanwhile: str
+) -> None:
+    leased = _leased(SERVED, for_ms=1000)
+    held = held_leases(PROJECT)
+    if meanwhile == "taken over":  # the lease ran out and a new invocation took the run
+        later = leased.lease_until_ms + 1
+        taken = invocations_store.take_lease(leased.id, 3, now_ms=later, lease_ms=360_000)
+        assert taken is not None
+        expected = (taken.epoch, taken.lease_until_ms)
+    else:  # the same epoch's lease moved on: a backoff written after the read
+        retry_at = leased.lease_until_ms + 60_000
+        invocations_store.back_off(leased, failures=1, retry_at_ms=retry_at)
+        expected = (4, retry_at)
+    assert release_dead_leases(held, in_process=_in_process) == []
+    assert _lease(leased) == expected
+
+
+def test_leases_that_may_still_be_in_use_are_kept(apps: None) -> None:
+    """A push app's own process may still run a step of the dead invocation, and a pull
+    worker its task: those leases run out by themselves. Without a step running, or for an
+    app the dead process served, nothing can still be running."""
+    busy = _leased(OWN)
+    _step(busy, "charge", "run", "running")
+    idle = _leased(OWN)
+    pulled = _leased(PULLED)
+    served_busy = _leased(SERVED)
+    _step(served_busy, "charge", "run", "running")
+    released = release_dead_leases(held_leases(PROJECT), in_process=_in_process)
+    assert sorted(a.run_id for a in released) == sorted([idle.id, served_busy.id])
+    for run in (busy, pulled):
+        assert _lease(run) == (4, run.lease_until_ms)
+    for run in (idle, served_busy):
+        assert _lease(run) == (5, 0)
+
+
+def _branch(run: Run, step_id: str, status: str, *, epoch: int = 2) -> int:
+    """A parallel step of `run` whose branch invocation (epoch `epoch`) holds it; its end."""
+    until = clock.now_ms() + 3_600_000
+    _step(run, step_id, "run", status, branch=True, branchEpoch=epoch, branchLeaseUntil=until)
+    return until
+
+
+def _branch_lease(run: Run, step_id: str) -> tuple[int, int]:
+    from ezgh_engine.adapters import steps_store
+
+    return steps_store.branch_lease(run.id, step_id)
+
+
+def test_a_dead_branch_lease_is_released_and_its_branch_sent_again(apps: None) -> None:
+    """A parallel step's branch invocation died with the process: its lease is released
+    (the branch epoch moves on) and its branch message is sent, as nothing else would."""
+    suspended = _run(app_id=SERVED)  # the main invocation answered: it waits on its branches
+    _put(items.run_values(suspended))
+    until = _branch(suspended, "a", "running")
+    own = _run(app_id=OWN)
+    _put(items.run_values(own))
+    _branch(own, "busy", "running")  # its body may still run in the app's own process
+    _branch(own, "queued", "waiting")  # its body never began
+    held = held_leases(PROJECT)
+    assert sorted((h.run_id, h.step_id, h.epoch) for h in held) == sorted(
+        [(suspended.id, "a", 2), (own.id, "busy", 2), (own.id, "queued", 2)]
+    )
+    assert (suspended.id, "a", until) in {(h.run_id, h.step_id, h.until_ms) for h in held}
+    released = release_dead_leases(held, in_process=_in_process)
+    assert sorted((a.run_id, a.step_id) for a in released) == sorted(
+        [(suspended.id, "a"), (own.id, "queued")]
+    )
+    assert _branch_lease(suspended, "a") == (3, 0)
+    assert _branch_lease(own, "queued") == (3, 0)
+    assert _branch_lease(own, "busy")[0] == 2
+    sent = sorted((m["type"], m["runId"], m["stepId"]) for m in _invocation_messages())
+    assert sent == sorted([("branch", suspended.id, "a"), ("branch", own.id, "queued")])
+
+
+def test_a_branch_lease_taken_between_the_read_and_the_release_is_kept(apps: None) -> None:
+    run = _run(app_id=SERVED)
+    _put(items.run_values(run))
+    _branch(run, "a", "waiting")
+    held = held_leases(PROJECT)
+    # Meanwhile the lease moved on: a new branch invocation holds the step (epoch 3).
+    _branch(run, "a", "running", epoch=3)
+    taken = _branch_lease(run, "a")
+    assert release_dead_leases(held, in_process=_in_process) == []
+    assert _branch_lease(run, "a") == taken
+    assert _invocation_messages() == []
+
+
+def test_ops_repair_leaves_a_lease_alone_until_it_ended_older_than_asked(aws_env: None) -> None:
+    """On AWS a lease's holder may be alive (a Lambda still waiting for the app), so `ezgh ops
+    repair` never ends a live lease: it re-sends a leased run's invocation only once its lease
+    has been over for `older_than_seconds` (the dead invocation's message comes back by
+    itself when the lease ends; the wait keeps repair from racing it)."""
+    ended_30s_ago = _run(invoke_seq=3, lease_until_ms=clock.now_ms() - 30_000)
+    live = _run(invoke_seq=3, lease_until_ms=clock.now_ms() + 3_600_000)
+    for run in (ended_30s_ago, live):
+        _put(items.run_values(run))
+    assert repair(PROJECT, older_than_seconds=60) == []
+    assert [(a.run_id, a.kind) for a in repair(PROJECT, older_than_seconds=10)] == [
+        (ended_30s_ago.id, "invocation")
+    ]
+    assert [a.run_id for a in repair(PROJECT, older_than_seconds=0)] == [ended_30s_ago.id]

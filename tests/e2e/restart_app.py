@@ -1,11 +1,13 @@
 """The push app `tests/e2e/test_dev_restart.py` serves in an `ezgh dev` subprocess.
 
-It lives in that process, so what a test must read (a callback's URL) goes to a file named
-by the run's input.
+It lives in that process, so what a test must read (a callback's URL, which step bodies
+ran) goes to a file named by the run's input.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,4 +36,38 @@ async def message(ctx: Context) -> Any:
     return {"message": got}
 
 
-restarts = PushApp([nap, callback, message])
+def _note(log: Path, line: str) -> str:
+    with log.open("a") as file:
+        file.write(line + "\n")
+    return line
+
+
+def _block_until(log: Path, gate: Path) -> str:
+    """Note the body's start, then block (in the SDK's worker thread) until `gate` exists:
+    the first process is killed in here; after the restart the gate is open."""
+    _note(log, "block")
+    while not gate.exists():
+        time.sleep(0.02)  # the app's own wait, not the test's synchronization
+    return "unblocked"
+
+
+@workflow("hold")
+async def hold(ctx: Context) -> Any:
+    log, gate = Path(ctx.input["log"]), Path(ctx.input["gate"])
+    await ctx.step.run("once", lambda: _note(log, "once"))
+    return await ctx.step.run("block", lambda: _block_until(log, gate))
+
+
+@workflow("hold-branches")
+async def hold_branches(ctx: Context) -> Any:
+    """`hold`, with the blocked step in a branch invocation of its own (steps awaited
+    together each run in one)."""
+    log, gate = Path(ctx.input["log"]), Path(ctx.input["gate"])
+    _once, blocked = await asyncio.gather(
+        ctx.step.run("once", lambda: _note(log, "once")),
+        ctx.step.run("block", lambda: _block_until(log, gate)),
+    )
+    return blocked
+
+
+restarts = PushApp([nap, callback, message, hold, hold_branches])

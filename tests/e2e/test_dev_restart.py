@@ -2,7 +2,9 @@
 
 Each test runs `ezgh dev` in a subprocess (its moto is its own) on a fixed port, with engine
 time read from a `SkipClock.share()` file this test moves (`--clock-file`), so a three-day
-sleep ends without waiting.
+sleep ends without waiting. Otherwise engine time passes as real time does: a run that moves
+within seconds of a restart moved because the start re-armed it, not because a lease (6
+minutes) or a timeout ran out.
 """
 
 from __future__ import annotations
@@ -151,9 +153,9 @@ def _mid_run(dev: Dev, tmp_path: Path, tag: str) -> tuple[str, str, str, str, Pa
     dev.wait_run(sleeper, _step("nap", "sleeping"))
     dev.wait_run(waiter, _step("approve", "waiting"))
     # The callback's step waits from its create call on, while the invocation goes on to
-    # `publish`; that step's end is recorded with the invocation's answer. Wait for it: a
-    # `kill -9` before the answer leaves the dead invocation's lease to run out first (300 s
-    # of engine time, which this test does not skip), so the waiter would not resume in time.
+    # `publish`; that step's end is recorded with the invocation's answer. Wait for it, so
+    # each run is at a known point when the process stops (the kill inside an invocation is
+    # `_inside_an_invocation`'s, on purpose).
     dev.wait_run(waiter, _step("publish", "completed"))
     dev.wait_run(listener, _step("paid", "waiting"))
     return queue, sleeper, waiter, listener, url_file
@@ -173,6 +175,43 @@ def _complete_after_restart(dev: Dev, tag: str, runs: tuple[str, str, str, str, 
     dev.clock.advance(timedelta(days=3, minutes=1))
     done = dev.wait_run(sleeper, _ended)
     assert done["status"] == "completed" and done["output"] == "rested", done
+
+
+HOLDS = ("hold", "hold-branches")  # a step blocked in the main invocation, in a branch's
+
+
+def _inside_invocations(dev: Dev, gate: Path) -> list[tuple[str, Path]]:
+    """Runs whose invocations are in flight: each one's `block` step's body has begun and
+    waits for `gate`, which does not exist yet; its `once` step has completed."""
+    held = []
+    for workflow in HOLDS:
+        log = gate.with_name(f"{workflow}.log")
+        run_id = dev.start_run(workflow, {"log": str(log), "gate": str(gate)})
+        held.append((run_id, log))
+    for run_id, log in held:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "block" in log.read_text().split()):
+            assert time.monotonic() < deadline, (dev.run(run_id), "".join(dev.output[-40:]))
+            time.sleep(0.05)
+        dev.wait_run(run_id, _step("once", "completed"), timeout=30)
+    return held
+
+
+def _resumes_at_once(dev: Dev, run_id: str, log: Path) -> None:
+    """The dead process's lease is released at the start: the run completes within seconds
+    (without the release it would wait out the lease, the 300 s invoke timeout plus a
+    minute), its completed step did not run again, the step in flight ran again (at least
+    once), and it ended once."""
+    done = dev.wait_run(run_id, _ended, timeout=30)
+    assert done["status"] == "completed" and done["output"] == "unblocked", done
+    assert sorted(log.read_text().split()) == ["block", "block", "once"]
+    attempts = {s["name"]: (s["status"], s["attempt"]) for s in done["steps"]}
+    assert attempts == {"once": ("completed", 1), "block": ("completed", 2)}, done["steps"]
+    events = dev.api("GET", f"/runs/{run_id}/events")["events"]
+    ends = [
+        e["type"] for e in events if e["type"].startswith("run.") and e["type"] != "run.started"
+    ]
+    assert ends == ["run.completed"], [e["type"] for e in events]
 
 
 def _poll_health_then_use_dev_env(dev: Dev, seen: list[tuple[int, int]], stop: Any) -> None:
@@ -208,10 +247,16 @@ def test_restarts_mid_run_lose_nothing_and_reset_starts_empty(dev: Dev, tmp_path
     app_id = dev.app_id()
     for how, sig in (("sigterm", signal.SIGTERM), ("kill-9", signal.SIGKILL)):
         runs = _mid_run(dev, tmp_path, how)
+        # The kill -9 lands inside invocations: step bodies are running (issue 15).
+        gate = tmp_path / f"gate-{how}"
+        held = _inside_invocations(dev, gate) if sig == signal.SIGKILL else []
         dev.stop(sig)
+        gate.touch()  # each blocked step's next attempt finds its gate open
         again = dev.start()
         assert again == first, how  # dev.env is stable: the same key works
         assert dev.app_id() == app_id, how  # the app, its runs and its signing key are kept
+        for run_id, log in held:
+            _resumes_at_once(dev, run_id, log)
         _complete_after_restart(dev, how, runs)
     dev.stop(signal.SIGKILL)
     seen: list[tuple[int, int]] = []

@@ -482,3 +482,35 @@ def test_a_recurring_schedule_older_than_five_minutes_is_replayed(
         assert aws.client("scheduler").get_schedule(Name="c", GroupName="g")["State"] == "ENABLED"
     finally:
         second.stop()
+
+
+def test_provisioning_a_restored_state_keeps_the_timers_schedules(tmp_path: Path) -> None:
+    """`ezgh dev` provisions its resources on every start; on a restored state that must keep
+    the timers' schedule group as it is (moto's `CreateScheduleGroup` replaces a group that
+    exists, and its schedules with it: every long sleep's and year limit's timer was lost)."""
+    from ezgh_engine.local.resources import SCHEDULER_GROUP, provision
+
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        provision(api_url="http://127.0.0.1:1", token_secret="test-secret")
+        aws.client("scheduler").create_schedule(
+            Name="year-limit",
+            GroupName=SCHEDULER_GROUP,
+            ScheduleExpression="at(2030-01-01T00:00:00)",
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={
+                "Arn": "arn:aws:sqs:us-east-1:123456789012:q",
+                "RoleArn": "arn:aws:iam::1:role/r",
+            },
+        )
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        provision(api_url="http://127.0.0.1:1", token_secret="test-secret")
+        listed = aws.client("scheduler").list_schedules(GroupName=SCHEDULER_GROUP)["Schedules"]
+        assert [s["Name"] for s in listed] == ["year-limit"]
+    finally:
+        second.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -237,6 +238,122 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
         [items.step_from(v) for v in step_items], step_items, int(run_values.get("attempt", 1))
     )
     return items.run_from(run_values, tuple(steps))
+
+
+def release_lease(run_id: str, *, epoch: int, lease_until_ms: int) -> bool:
+    """End the invocation lease a dead process held: the one at `epoch`, live until
+    `lease_until_ms`, exactly as read. False (nothing written) when the run no longer holds
+    that lease: an invocation took the run meanwhile (a new epoch), it was answered or
+    backed off (another `leaseUntil`), or the run ended.
+
+    The write bumps the epoch as a takeover does, so whatever the dead invocation still
+    had in flight (a late write of its invoker, a step call with its token) is refused;
+    `leaseUntil` 0 is what the stream reacts to by sending the run's owed invocation."""
+    try:
+        _ddb().update_item(
+            TableName=_table(),
+            Key=items.run_key(run_id),
+            UpdateExpression=(
+                "SET epoch = epoch + :one, leaseUntil = :free, version = version + :one"
+            ),
+            ConditionExpression=(
+                f"{items.LIVE_CONDITION} AND epoch = :epoch AND leaseUntil = :seen"
+            ),
+            ExpressionAttributeNames=items.LIVE_NAMES,
+            ExpressionAttributeValues={
+                **items.LIVE_VALUES,
+                ":one": {"N": "1"},
+                ":free": {"N": "0"},
+                ":epoch": {"N": str(epoch)},
+                ":seen": {"N": str(lease_until_ms)},
+            },
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True
+
+
+@dataclass(frozen=True)
+class BranchLease:
+    """A parallel step's live branch lease as read: `epoch` holds it until `until_ms`."""
+
+    run_id: str
+    step_id: str
+    status: str
+    epoch: int
+    until_ms: int
+
+
+_BRANCH_LIVE = {":waiting": {"S": "waiting"}, ":running": {"S": "running"}}
+
+
+def branch_leases(now_ms: int) -> list[BranchLease]:
+    """Every parallel step (`waiting` or `running`) whose branch lease is live at `now_ms`:
+    a Scan of the table (a start of `ezgh dev` from kept state reads it once)."""
+    kwargs: dict[str, Any] = {
+        "TableName": _table(),
+        "FilterExpression": (
+            "begins_with(sk, :step) AND branch = :true AND #status IN (:waiting, :running) "
+            "AND branchLeaseUntil >= :now"
+        ),
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {
+            **_BRANCH_LIVE,
+            ":step": {"S": items.STEP_PREFIX},
+            ":true": {"BOOL": True},
+            ":now": {"N": str(now_ms)},
+        },
+    }
+    out: list[BranchLease] = []
+    while True:
+        answer = _ddb().scan(**kwargs)
+        for values in (ddb.from_item(i) for i in answer.get("Items", [])):
+            out.append(
+                BranchLease(
+                    run_id=str(values["pk"]).removeprefix(items.run_pk("")),
+                    step_id=str(values["sk"]).removeprefix(items.STEP_PREFIX),
+                    status=str(values["status"]),
+                    epoch=int(values.get("branchEpoch", 0)),
+                    until_ms=int(values["branchLeaseUntil"]),
+                )
+            )
+        if "LastEvaluatedKey" not in answer:
+            return out
+        kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+
+def release_branch_lease(lease: BranchLease) -> bool:
+    """End a branch lease a dead process held, as `release_lease` does a run's: only if
+    the step still holds exactly that lease and is `waiting` or `running`; the branch epoch
+    moves on, so the dead branch invocation's token and writes are refused."""
+    try:
+        _ddb().update_item(
+            TableName=_table(),
+            Key=items.step_key(lease.run_id, lease.step_id),
+            UpdateExpression="SET branchEpoch = branchEpoch + :one, branchLeaseUntil = :free",
+            ConditionExpression=(
+                "branch = :true AND #status IN (:waiting, :running) "
+                "AND branchEpoch = :epoch AND branchLeaseUntil = :seen"
+            ),
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={
+                **_BRANCH_LIVE,
+                ":true": {"BOOL": True},
+                ":one": {"N": "1"},
+                ":free": {"N": "0"},
+                ":epoch": {"N": str(lease.epoch)},
+                ":seen": {"N": str(lease.until_ms)},
+            },
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True
 
 
 def _query_all(**query: Any) -> list[dict[str, Any]]:

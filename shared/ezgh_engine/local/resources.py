@@ -116,8 +116,11 @@ def _create_bucket_and_group() -> None:
     ):
         s3.create_bucket(Bucket=BUCKET_NAME)
     scheduler = aws.client("scheduler")
-    with contextlib.suppress(scheduler.exceptions.ConflictException):
-        scheduler.create_schedule_group(Name=SCHEDULER_GROUP)
+    try:  # moto's CreateScheduleGroup replaces a group that exists, schedules and all
+        scheduler.get_schedule_group(Name=SCHEDULER_GROUP)
+    except scheduler.exceptions.ResourceNotFoundException:
+        with contextlib.suppress(scheduler.exceptions.ConflictException):
+            scheduler.create_schedule_group(Name=SCHEDULER_GROUP)
 
 
 def provision(

@@ -115,6 +115,7 @@ class LocalRuntime:
         self._stopping = False
         self._shards: dict[str, str] = {}  # stream reader -> its shard (moto: one)
         self.repaired: list[Any] = []  # what the start's reconciliation re-armed
+        self._dead_leases: list[Any] = []  # the leases found on a restore, before any poll
         self.provisioned = Provisioned()
         # `EZGH_LOCAL_ISOLATION=thread` picks the old in-thread mode (to compare, bench/).
         self.isolation = isolation or (
@@ -174,6 +175,7 @@ class LocalRuntime:
         self._build_pollers()
         if restored:
             self._resume_streams(self.emulator.restored.checkpoints)
+            self._dead_leases = self._held_leases()  # read before this process takes any
         for poller in self.pollers:
             poller.start()
         if restored and self.emulator.restored.mappings:
@@ -602,18 +604,42 @@ class LocalRuntime:
             self._shards[name] = str(shards[-1]["ShardId"])
         return self._shards[name]
 
-    def _reconcile(self) -> None:
-        """After a restore: re-arm what the tables say is owed and nothing will deliver
-        (`service.repair`): the same reconciliation `ezgh ops repair` runs on AWS."""
-        from ezgh_engine.service.repair import repair
+    def _held_leases(self) -> list[Any]:
+        """The runs' live invocation leases as restored: nothing of this process has polled
+        or served yet, so each is held by an invocation of the process that died."""
+        from ezgh_engine.service.repair import held_leases
 
         try:
-            self.repaired = repair(apply=True, older_than_seconds=0)
+            return held_leases()
+        except Exception:  # best effort, as `_reconcile`: those runs wait out their leases
+            log.exception("reading the restored invocation leases failed")
+            return []
+
+    def _reconcile(self) -> None:
+        """After a restore: release the leases the dead process held, then re-arm what the
+        tables say is owed and nothing will deliver (`service.repair.after_restart`): the
+        reconciliation `ezgh ops repair` runs on AWS, plus the leases only a restart knows
+        are dead."""
+        from ezgh_engine.core.models import App
+        from ezgh_engine.service.flow_hosting import is_hosted
+        from ezgh_engine.service.repair import after_restart
+
+        # The `--app` apps any start served (state.json keeps each one's ID) and the hosted
+        # flows interpreter ran in the dead process: none of their step bodies still runs.
+        saved = self.dev_state.values.get("apps", {})
+        served = {str(a.get("id")) for a in saved.values() if isinstance(a, dict)}
+
+        def in_process(app: App) -> bool:
+            return app.id in served or is_hosted(app)
+
+        try:
+            self.repaired = after_restart(self._dead_leases, in_process=in_process)
         except Exception:  # a best-effort safety net: the journal already restored the state
             log.exception("reconciliation after restore failed")
             return
         for action in self.repaired:
-            self._echo(f"ezgh dev: re-armed {action.summary()}")
+            done = "released" if action.kind == "lease" else "re-armed"
+            self._echo(f"ezgh dev: {done} {action.summary()}")
 
     def _register_apps(self) -> None:
         if not self.apps:

@@ -39,6 +39,12 @@ def _hosted_id(project_id: str) -> str:
     return ids.derived_id("ezgh-flows-app", project_id)
 
 
+def is_hosted(app: App) -> bool:
+    """The app is the interpreter the stack hosts (its `flows` function), not one of the
+    user's: in `ezgh dev` it runs in the engine's own process."""
+    return app.id == _hosted_id(app.project_id)
+
+
 def _host_interpreter(principal: Principal, app: App | None, url: str) -> App:
     """Register the stack's interpreter in the project (once), keep its URL the stack's,
     and sync it until it is synced. Registering is the engine's own act: no key needs

@@ -15,27 +15,32 @@ invocation lease (quiet for `older_than_seconds`):
 Every action is idempotent in the engine (a duplicate invocation answers nothing new, a
 timer acts only if the step still holds that wake time), so repairing a healthy run does no
 harm. `ezgh ops repair` lists (and with `--yes` applies) these; `ezgh dev` applies them on
-every start from a kept state. Cost: what `service.ops.find_stuck_runs` reads (a Scan of the
+every start from a kept state (`after_restart`), after it released the leases its dead
+process held (`held_leases`, `release_dead_leases`). Cost: what `service.ops.find_stuck_runs` reads (a Scan of the
 runs table without `project_id`), one query per active run, and one `GetSchedule` per far
 wake time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import messages, runs_store
+from ezgh_engine.adapters import messages, registry_store, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run
+from ezgh_engine.core import leases
+from ezgh_engine.core.models import App, Run
 from ezgh_engine.service.ops import ACTIVE_STATUSES, _active_run_items
 from ezgh_engine.service.timers import DEADLINE_STEP
+
+log = logging.getLogger(__name__)
 
 TIMED_STEP_STATUSES = ("sleeping", "retrying", "waiting")
 
@@ -161,3 +166,128 @@ def repair(
                 apply_action(action)
         actions.extend(found)
     return actions
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A live invocation lease as read: the run's (`step_id` ""), or a parallel step's
+    branch lease (`step_id`, that step's `step_status`); `epoch` holds it until `until_ms`."""
+
+    run_id: str
+    project_id: str
+    app_id: str
+    epoch: int
+    until_ms: int
+    step_id: str = ""
+    step_status: str = ""
+
+    def summary(self) -> str:
+        until = clock.iso(datetime.fromtimestamp(self.until_ms / 1000, UTC))
+        whose = f"branch {self.step_id}'s" if self.step_id else "the run's"
+        return f"{whose} lease of epoch {self.epoch} (until {until})"
+
+
+def held_leases(project_id: str | None = None) -> list[HeldLease]:
+    """Every active run's live invocation lease (a delivery's backoff included) and its
+    parallel steps' live branch leases, now.
+
+    Read by `ezgh dev` on a start from kept state before it serves or polls anything: each
+    lease then belongs to an invocation of the process that died (`release_dead_leases`).
+    Cost: the Scan `repair` makes, and one more for the branch leases."""
+    now = clock.now_ms()
+    heads = {run.id: run for run in map(items.run_from, _active_run_items(project_id))}
+    out: list[HeldLease] = []
+    for run in heads.values():
+        if run.lease_until_ms != leases.NO_LEASE and not leases.lease_free(run.lease_until_ms, now):
+            out.append(HeldLease(run.id, run.project_id, run.app_id, run.epoch, run.lease_until_ms))
+    for branch in runs_store.branch_leases(now):
+        head = heads.get(branch.run_id)
+        if head is not None:  # an ended run's steps are ended too
+            out.append(
+                HeldLease(
+                    head.id,
+                    head.project_id,
+                    head.app_id,
+                    branch.epoch,
+                    branch.until_ms,
+                    branch.step_id,
+                    branch.status,
+                )
+            )
+    return out
+
+
+def _kept_because(lease: HeldLease, in_process: Callable[[App], bool]) -> str:
+    """Why the dead process's lease must run out by itself ("" to release it now)."""
+    app = registry_store.get_app(lease.project_id, lease.app_id)
+    if app is None or in_process(app):
+        # Its invocations ran in the dead process (or its app is gone, which the next
+        # invocation ends the run for): nothing of them still runs.
+        return ""
+    if app.kind == "pull":
+        return "a pull worker may still run its task: the lease is the task's, renewed by it"
+    if lease.step_id:
+        running = lease.step_status == "running"
+    else:
+        run = runs_store.get_run(lease.run_id, with_steps=True)
+        running = run is not None and any(s.status == "running" for s in run.steps)
+    if running:
+        # The app's own process may still run that step's body: as after an invoke timeout,
+        # the step keeps the run until the lease ends, so it is not started beside itself.
+        return f"a step may still run in app {app.name}'s own process"
+    return ""
+
+
+def _release(lease: HeldLease) -> bool:
+    """Release `lease` if it is still exactly as read; a branch's is then asked for again
+    (nothing else would: the stream sends a branch message only as its step becomes
+    `waiting`), a run's by the stream (its `leaseUntil` 0) and `repair`."""
+    if not lease.step_id:
+        return runs_store.release_lease(
+            lease.run_id, epoch=lease.epoch, lease_until_ms=lease.until_ms
+        )
+    branch = runs_store.BranchLease(
+        lease.run_id, lease.step_id, lease.step_status, lease.epoch, lease.until_ms
+    )
+    if not runs_store.release_branch_lease(branch):
+        return False
+    messages.send_branch(lease.run_id, lease.step_id)
+    return True
+
+
+def release_dead_leases(
+    held: Sequence[HeldLease], *, in_process: Callable[[App], bool]
+) -> list[RepairAction]:
+    """Release the leases of `held` (read before this process took any) whose invocation
+    died with its process, each only if it is still exactly as read (a lease taken or
+    moved on meanwhile is another invocation's, and kept), so the runs move now rather
+    than when the invoke timeout runs out.
+
+    `in_process(app)`: the app ran inside the dead process (`ezgh dev --app` apps, the
+    hosted flows interpreter), so none of its step bodies can still be running. A push
+    app served by a process of its own with a step `running` under the lease, and a pull
+    app, keep their lease (see `_kept_because`). The invocation owed is then sent again;
+    the dead process's own message, restored visible, finds the run (or step) leased by
+    the new invocation, or answered, and is held back or dropped as any duplicate is."""
+    released: list[RepairAction] = []
+    for lease in held:
+        kept = _kept_because(lease, in_process)
+        if kept:
+            log.info("run %s: %s kept: %s", lease.run_id, lease.summary(), kept)
+            continue
+        if _release(lease):
+            why = f"{lease.summary()} died with the last process"
+            released.append(
+                RepairAction(lease.run_id, lease.project_id, "lease", why, step_id=lease.step_id)
+            )
+    return released
+
+
+def after_restart(
+    held: Sequence[HeldLease], *, in_process: Callable[[App], bool]
+) -> list[RepairAction]:
+    """`ezgh dev`'s reconciliation on a start from kept state: release the dead process's
+    leases (`release_dead_leases`), then re-arm whatever is owed (`repair`, applied, with
+    no quiet time: nothing of the dead process will deliver it)."""
+    released = release_dead_leases(held, in_process=in_process)
+    return [*released, *repair(apply=True, older_than_seconds=0)]
