@@ -125,8 +125,9 @@ async def _crash(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
     return await ctx.step.run(op["name"], body, retries=0)
 
 
-# How long a `long` step's body runs (real time): past the suite's 2 s invoke timeout.
-LONG_STEP_SECONDS = 3.0
+# How long a `long` step's body runs (real time): past the suite's invoke timeout
+# (tests/faults/conftest.py, 6 s).
+LONG_STEP_SECONDS = 8.0
 
 
 async def _long(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
@@ -163,7 +164,7 @@ async def _msg2(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
 async def _send(ctx: Context, op: dict[str, Any], step_id: str) -> Any:
     """`send`: `send_to_queue` of one message to the batch's sink queue, while the API may
     fail its Idempotency-Key record or die between SQS and the answer: the step must end
-    (sent once, or, when the API's recovery outlasted the suite's 2 s invoke timeout,
+    (sent once, or, when the API's recovery outlasted the suite's invoke timeout,
     failed naming the limit), and every stored copy must be the one message recorded."""
     try:
         sent = await ctx.step.send_to_queue(

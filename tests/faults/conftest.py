@@ -19,7 +19,10 @@ from ezgh_workflows import WorkflowsClient
 from tests.clients import workflows_client
 from tests.faults import app as fault_app
 
-INVOKE_TIMEOUT_SECONDS = "2"
+# Short, so `long` steps reach it without minutes of waiting; not shorter, because the limit is
+# wall-clock (the invoker's wait on the app) and a trivial invocation took over 2 s on a
+# machine at load 20, failing steps the program never meant to be long.
+INVOKE_TIMEOUT_SECONDS = "6"
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: thread dump
 
 

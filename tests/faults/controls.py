@@ -464,7 +464,7 @@ def left_over(run: Run | None, run_id: str, project_id: str, run_key: str | None
 
 
 LONG_OUTCOMES = ({"caught": "workflows.step_timed_out"}, "finished")
-# A send whose API recovery (a resend after the API died) outlasted the suite's 2 s invoke
+# A send whose API recovery (a resend after the API died) outlasted the suite's invoke
 # timeout fails once naming the limit; its message must still be stored once at most.
 SEND_OUTCOMES = ("sent", {"caught": "workflows.step_timed_out"})
 
