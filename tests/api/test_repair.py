@@ -13,7 +13,9 @@ from ezgh_engine.adapters import invocations_store, messages, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import App, Run
+from ezgh_engine.service import branches
 from ezgh_engine.service.repair import after_restart, held_leases, release_dead_leases, repair
+from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
 from ezgh_engine.topology import TOPOLOGY
 
 from tests.api.conftest import ENV
@@ -21,6 +23,22 @@ from tests.api.test_ops_stuck_runs import PROJECT, _put, _run, _step
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:ezgh-invocations"
 SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/ezgh-scheduler"
+
+
+@pytest.fixture(autouse=True)
+def _scheduler_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Long timers are Scheduler schedules targeting the invocations queue (as deployed).
+    monkeypatch.setenv(config.ENV_INVOCATIONS_QUEUE_ARN, QUEUE_ARN)
+    monkeypatch.setenv(TOPOLOGY.scheduler_role_env_var, SCHEDULER_ROLE_ARN)
+    config.reset_settings()
+
+
+def _live(run: Run) -> Run:
+    """Store a live run as its start leaves it: with its one-year-limit timer armed (the
+    stream's `_year_limit_timer`, which these tests do not run)."""
+    _put(items.run_values(run))
+    messages.schedule_timer(run.id, DEADLINE_STEP, clock.parse_iso(year_limit(run.created_at)))
+    return run
 
 
 def _timed_step(run: Run, step_id: str, status: str, wake_at: str) -> None:
@@ -36,11 +54,7 @@ def _invocation_messages() -> list[dict[str, object]]:
 
 
 @pytest.fixture
-def shapes(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Run]:
-    # Long timers are Scheduler schedules targeting the invocations queue (as deployed).
-    monkeypatch.setenv(config.ENV_INVOCATIONS_QUEUE_ARN, QUEUE_ARN)
-    monkeypatch.setenv(TOPOLOGY.scheduler_role_env_var, SCHEDULER_ROLE_ARN)
-    config.reset_settings()
+def shapes(aws_env: None) -> dict[str, Run]:
     past = clock.iso(clock.now() - timedelta(hours=1))
     far = clock.iso(clock.now() + timedelta(days=3))
     owed = _run(invoke_seq=3)  # an invocation owed and no lease: its message was lost
@@ -48,8 +62,9 @@ def shapes(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Run]:
     far_off = _run()  # a three-day sleep whose schedule is gone
     healthy = _run(lease_until_ms=clock.now_ms() + 3_600_000)  # being invoked now
     ended = _run(status="completed", invoke_seq=5)  # ended: owed nothing
-    for run in (owed, overslept, far_off, healthy, ended):
-        _put(items.run_values(run))
+    for run in (owed, overslept, far_off, healthy):
+        _live(run)
+    _put(items.run_values(ended))
     _timed_step(overslept, "nap", "sleeping", past)
     _timed_step(far_off, "wait-3d", "sleeping", far)
     _timed_step(healthy, "nap", "sleeping", past)
@@ -115,9 +130,7 @@ def _in_process(app: App) -> bool:
 
 def _leased(app_id: str, *, for_ms: int = 3_600_000) -> Run:
     """A run an invocation of the dead process held: epoch 4 answering seq 3, leased ahead."""
-    run = _run(app_id=app_id, invoke_seq=3, epoch=4, lease_until_ms=clock.now_ms() + for_ms)
-    _put(items.run_values(run))
-    return run
+    return _live(_run(app_id=app_id, invoke_seq=3, epoch=4, lease_until_ms=clock.now_ms() + for_ms))
 
 
 def _lease(run: Run) -> tuple[int, int]:
@@ -128,10 +141,9 @@ def _lease(run: Run) -> tuple[int, int]:
 
 def test_a_dead_process_lease_is_released_and_its_owed_invocation_sent(apps: None) -> None:
     leased = _leased(SERVED)
-    free = _run(invoke_seq=3)  # no lease at all: repair's own case
+    free = _live(_run(invoke_seq=3))  # no lease at all: repair's own case
     ended = _run(status="completed", lease_until_ms=clock.now_ms() + 3_600_000)
-    for run in (free, ended):
-        _put(items.run_values(run))
+    _put(items.run_values(ended))
     held = held_leases(PROJECT)
     assert [(h.run_id, h.epoch, h.until_ms) for h in held] == [
         (leased.id, 4, leased.lease_until_ms)
@@ -202,11 +214,9 @@ def _branch_lease(run: Run, step_id: str) -> tuple[int, int]:
 def test_a_dead_branch_lease_is_released_and_its_branch_sent_again(apps: None) -> None:
     """A parallel step's branch invocation died with the process: its lease is released
     (the branch epoch moves on) and its branch message is sent, as nothing else would."""
-    suspended = _run(app_id=SERVED)  # the main invocation answered: it waits on its branches
-    _put(items.run_values(suspended))
+    suspended = _live(_run(app_id=SERVED))  # the main invocation answered: it waits on them
     until = _branch(suspended, "a", "running")
-    own = _run(app_id=OWN)
-    _put(items.run_values(own))
+    own = _live(_run(app_id=OWN))
     _branch(own, "busy", "running")  # its body may still run in the app's own process
     _branch(own, "queued", "waiting")  # its body never began
     held = held_leases(PROJECT)
@@ -226,8 +236,7 @@ def test_a_dead_branch_lease_is_released_and_its_branch_sent_again(apps: None) -
 
 
 def test_a_branch_lease_taken_between_the_read_and_the_release_is_kept(apps: None) -> None:
-    run = _run(app_id=SERVED)
-    _put(items.run_values(run))
+    run = _live(_run(app_id=SERVED))
     _branch(run, "a", "waiting")
     held = held_leases(PROJECT)
     # Meanwhile the lease moved on: a new branch invocation holds the step (epoch 3).
@@ -246,9 +255,103 @@ def test_ops_repair_leaves_a_lease_alone_until_it_ended_older_than_asked(aws_env
     ended_30s_ago = _run(invoke_seq=3, lease_until_ms=clock.now_ms() - 30_000)
     live = _run(invoke_seq=3, lease_until_ms=clock.now_ms() + 3_600_000)
     for run in (ended_30s_ago, live):
-        _put(items.run_values(run))
+        _live(run)
     assert repair(PROJECT, older_than_seconds=60) == []
     assert [(a.run_id, a.kind) for a in repair(PROJECT, older_than_seconds=10)] == [
         (ended_30s_ago.id, "invocation")
     ]
     assert [a.run_id for a in repair(PROJECT, older_than_seconds=0)] == [ended_30s_ago.id]
+
+
+# --- a parallel step's lost branch message, and the one-year limit's lost timer -------------
+
+
+def _suspended_with_branches() -> Run:
+    """A run whose main invocation answered (no lease, nothing owed) while its parallel
+    steps run: `lost` waits for a branch message that never came (purged, or lost between
+    the write and the stream's send), `leased` is being run by a live branch invocation,
+    `ended_30s_ago`'s branch invocation backed off until 30 s ago (its message comes back by
+    itself), `done` ended."""
+    run = _live(_run(app_id=SERVED))
+    _step(run, "lost", "run", "waiting", branch=True, branchEpoch=0, branchLeaseUntil=0)
+    _branch(run, "leased", "running")
+    ended = clock.now_ms() - 30_000
+    _step(
+        run, "ended_30s_ago", "run", "waiting", branch=True, branchEpoch=1, branchLeaseUntil=ended
+    )
+    _step(run, "done", "run", "completed", branch=True, branchEpoch=1, branchLeaseUntil=0)
+    return run
+
+
+def test_a_lost_branch_message_is_re_sent_once_and_a_live_branch_left_alone(aws_env: None) -> None:
+    run = _suspended_with_branches()
+    found = repair(PROJECT, older_than_seconds=60)
+    assert [(a.run_id, a.kind, a.step_id) for a in found] == [(run.id, "branch", "lost")]
+    assert _invocation_messages() == []  # a dry run sends nothing
+    quiet = repair(PROJECT, older_than_seconds=10)
+    assert sorted(a.step_id for a in quiet) == ["ended_30s_ago", "lost"]
+    applied = repair(PROJECT, apply=True, older_than_seconds=60)
+    assert [(a.kind, a.step_id) for a in applied] == [("branch", "lost")]
+    sent = [(m["type"], m["runId"], m["stepId"]) for m in _invocation_messages()]
+    assert sent == [("branch", run.id, "lost")]  # one message, for that step only
+    assert _branch_lease(run, "leased")[0] == 2  # the live branch invocation keeps its lease
+
+
+def test_a_repaired_branch_message_delivered_twice_runs_its_step_once(
+    apps: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repair may send a branch message the stream's also delivers (it was only late): the
+    second delivery finds the step ended and invokes nothing, changes nothing."""
+    run = _suspended_with_branches()
+    calls: list[str] = []
+
+    def invoke_app(app: App, request: dict[str, object]) -> dict[str, object]:
+        calls.append(str(request["branch"]["stepId"]))  # type: ignore[index]
+        _step(run, "lost", "run", "completed", branch=True, branchEpoch=1, branchLeaseUntil=1)
+        return {"protocol": "1.2", "deploymentId": None, "outcome": "branch", "stepId": "lost"}
+
+    monkeypatch.setattr(branches, "invoke_app", invoke_app)
+    repair(PROJECT, apply=True, older_than_seconds=60)
+    assert branches.invoke_branch(run.id, "lost") is None
+    after_first = runs_store.get_run(run.id, with_steps=True)
+    assert branches.invoke_branch(run.id, "lost") is None  # the duplicate
+    assert calls == ["lost"]
+    assert runs_store.get_run(run.id, with_steps=True) == after_first
+    assert repair(PROJECT, older_than_seconds=60) == []  # owed nothing more
+
+
+def _year_limit_schedules(run: Run) -> list[str]:
+    scheduler = boto3.client("scheduler", region_name="us-east-1")
+    group = settings().scheduler_group
+    names = messages.timer_schedule_names(run.id, DEADLINE_STEP, year_limit(run.created_at))
+    return [
+        s["Name"]
+        for s in scheduler.list_schedules(GroupName=group)["Schedules"]
+        if s["Name"] in names
+    ]
+
+
+def test_a_lost_year_limit_schedule_is_re_armed(aws_env: None) -> None:
+    """Every live run holds a `$deadline` timer for its one-year limit (a Scheduler schedule,
+    a year ahead); a deleted one is listed, then created again, and then found healthy."""
+    run = _run()
+    _put(items.run_values(run))  # its start's year-limit schedule is gone
+    limit = year_limit(run.created_at)
+    found = repair(PROJECT, older_than_seconds=60)
+    assert [(a.kind, a.step_id, a.wake_at) for a in found] == [("schedule", DEADLINE_STEP, limit)]
+    assert "one-year limit" in found[0].why
+    assert _year_limit_schedules(run) == []
+    repair(PROJECT, apply=True, older_than_seconds=60)
+    assert len(_year_limit_schedules(run)) == 1
+    assert repair(PROJECT, older_than_seconds=60) == []
+
+
+def test_a_year_limit_past_due_is_sent_now(aws_env: None) -> None:
+    """A live run older than its year limit (its timer lost) gets the limit's timer now."""
+    run = _run(created_at=clock.iso(clock.now() - timedelta(days=367)))
+    _put(items.run_values(run))
+    limit = year_limit(run.created_at)
+    found = repair(PROJECT, apply=True, older_than_seconds=60)
+    assert [(a.kind, a.step_id, a.wake_at) for a in found] == [("timer", DEADLINE_STEP, limit)]
+    sent = [(m["type"], m["stepId"], m["wakeAt"]) for m in _invocation_messages()]
+    assert sent == [("timer", DEADLINE_STEP, limit)]

@@ -1,4 +1,5 @@
-"""`ezgh ops repair` (issue 15): re-arm a lost invocation message and a lost timer schedule."""
+"""`ezgh ops repair` (issue 15): re-arm a lost invocation message and lost timer schedules
+(a sleep's, and the run's one-year limit's)."""
 
 from __future__ import annotations
 
@@ -30,21 +31,38 @@ def _kinds(answer: dict[str, Any], run_id: str) -> list[str]:
     return [r["kind"] for r in answer["repairs"] if r["runId"] == run_id]
 
 
+def _steps(answer: dict[str, Any], run_id: str) -> list[tuple[str, str]]:
+    return sorted((r["kind"], r["stepId"]) for r in answer["repairs"] if r["runId"] == run_id)
+
+
 def test_repair_re_arms_a_lost_timer_schedule(engine, client, app_id):
     run = client.start_run(app_id, "onboarding", {})
-    wait_sleeping(engine, client, run["id"])
+    sleeping = wait_sleeping(engine, client, run["id"])
     scheduler = aws.client("scheduler")
     group = settings().scheduler_group
-    timers = engine.wait_for(lambda: scheduler.list_schedules(GroupName=group)["Schedules"])
+    timers = engine.wait_for(
+        lambda: (lambda got: got if len(got) >= 2 else None)(
+            scheduler.list_schedules(GroupName=group)["Schedules"]
+        )
+    )
+    # The sleep's timer and the run's one-year limit's: both lost.
+    assert len(timers) == 2, timers
     for schedule in timers:
-        scheduler.delete_schedule(GroupName=group, Name=schedule["Name"])  # the timer is lost
+        scheduler.delete_schedule(GroupName=group, Name=schedule["Name"])
+    [sleep_id] = [s["id"] for s in sleeping["steps"] if s["status"] == "sleeping"]
+    lost = sorted([("schedule", "$deadline"), ("schedule", sleep_id)])
     assert _repair() == (1, _repair()[1])  # a dry run changes nothing, and says so
     code, answer = _repair()
-    assert code == 1 and _kinds(answer, run["id"]) == ["schedule"], answer
+    assert code == 1 and _steps(answer, run["id"]) == lost, answer
     assert not scheduler.list_schedules(GroupName=group)["Schedules"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["ops", "repair", "--older-than", "0"]) == 1
+    assert f"would re-arm schedule $deadline of run {run['id']}: " in out.getvalue()
+    assert "one-year limit" in out.getvalue()
     code, answer = _repair("--yes")
-    assert code == 0 and answer["applied"] and _kinds(answer, run["id"]) == ["schedule"]
-    assert len(scheduler.list_schedules(GroupName=group)["Schedules"]) == 1
+    assert code == 0 and answer["applied"] and _steps(answer, run["id"]) == lost
+    assert len(scheduler.list_schedules(GroupName=group)["Schedules"]) == 2
     assert _repair() == (0, {"applied": False, "repairs": []})  # healthy now
     engine.clock.advance(timedelta(days=3, minutes=1))
     done = wait_ended(engine, client, run["id"])

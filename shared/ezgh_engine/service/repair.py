@@ -7,47 +7,57 @@ say what should happen next. For each run that is `running` or `cancelling` with
 invocation lease (quiet for `older_than_seconds`):
 
 - an invocation owed (`invokeSeq > handledSeq`): send it again;
-- a step sleeping, retrying or waiting past its wake time (and the run's time limit, past
-  its `deadlineAt`): send its timer message now;
-- a wake time far enough ahead that its timer must be a Scheduler schedule, and neither of
-  that timer's schedule names exists: create it.
+- a parallel step (`branch`) `waiting` or `running` with no live branch lease (its
+  `branchLeaseUntil` quiet for `older_than_seconds` too): send its branch message again (the
+  stream sends one only as the step becomes `waiting`, so nothing else would);
+- a step sleeping, retrying or waiting past its wake time, the run's own time limit past
+  its `deadlineAt`, and its one-year limit (`timers.year_limit`, which every live run holds a
+  `$deadline` timer for) past due: send its timer message now;
+- a wake time far enough ahead that its timer must be a Scheduler schedule (the year limit's
+  always is), and neither of that timer's schedule names exists: create it.
 
 Every action is idempotent in the engine (a duplicate invocation answers nothing new, a
-timer acts only if the step still holds that wake time), so repairing a healthy run does no
-harm. `ezgh ops repair` lists (and with `--yes` applies) these; `ezgh dev` applies them on
-every start from a kept state (`after_restart`), after it released the leases its dead
-process held (`held_leases`, `release_dead_leases`). Cost: what `service.ops.find_stuck_runs` reads (a Scan of the
-runs table without `project_id`), one query per active run, and one `GetSchedule` per far
-wake time.
+duplicate branch message finds the step leased, and is held back, or ended, and dropped; a
+timer acts only if the step or run still holds that wake time), so repairing a healthy run
+does no harm. `ezgh ops repair` lists (and with `--yes` applies) these; `ezgh dev` applies
+them on every start from a kept state (`after_restart`), after it released the leases its
+dead process held (`held_leases`, `release_dead_leases`). Cost: what
+`service.ops.find_stuck_runs` reads (a Scan of the runs table without `project_id`), one
+query per quiet active run, one `GetItem` per parallel step not ended, and one
+`GetSchedule` per far wake time (the year limit's: one per quiet active run).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import messages, registry_store, runs_store
+from ezgh_engine.adapters import messages, registry_store, runs_store, steps_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.models import App, Run
 from ezgh_engine.service.ops import ACTIVE_STATUSES, _active_run_items
-from ezgh_engine.service.timers import DEADLINE_STEP
+from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
 
 log = logging.getLogger(__name__)
 
 TIMED_STEP_STATUSES = ("sleeping", "retrying", "waiting")
+# A parallel step a branch invocation may take (`branches._take_lease`'s condition).
+BRANCH_OWED_STATUSES = ("waiting", "running")
 
 
 @dataclass(frozen=True)
 class RepairAction:
-    """One thing to re-arm: `kind` is `invocation`, `timer` (send now) or `schedule`."""
+    """One thing to re-arm: `kind` is `invocation`, `branch` (a parallel step's branch
+    invocation), `timer` (send now) or `schedule`; `lease` is a dead process's lease
+    released (`release_dead_leases`)."""
 
     run_id: str
     project_id: str
@@ -80,8 +90,10 @@ def plan(
     older_than_seconds: float,
     schedule_exists: Callable[[str, str, str], bool],
     schedule_after_seconds: float,
+    branch_lease_until: Callable[[str, str], int] = lambda run_id, step_id: 0,
 ) -> list[RepairAction]:
-    """What to re-arm for `run` (see the module's doc); `schedule_exists(run, step, wake)`."""
+    """What to re-arm for `run` (see the module's doc); `schedule_exists(run, step, wake)`,
+    `branch_lease_until(run, step)` a parallel step's `branchLeaseUntil` (ms)."""
     if run.status not in ACTIVE_STATUSES:
         return []
     quiet_since_ms = now_ms - int(older_than_seconds * 1000)
@@ -91,11 +103,14 @@ def plan(
     if run.invoke_seq > run.handled_seq:
         why = f"invokeSeq {run.invoke_seq} > handledSeq {run.handled_seq}, no live lease"
         out.append(RepairAction(run.id, run.project_id, "invocation", why, seq=run.invoke_seq))
+    out.extend(_branches_owed(run, quiet_since_ms, branch_lease_until))
     timed: list[tuple[str, str, str | None]] = [
         (s.id, s.status, s.wake_at) for s in run.steps if s.status in TIMED_STEP_STATUSES
     ]
     if run.deadline_at:
         timed.append((DEADLINE_STEP, "time limit", run.deadline_at))
+    if run.created_at:
+        timed.append((DEADLINE_STEP, "one-year limit", year_limit(run.created_at)))
     for step_id, status, wake_at in timed:
         if not wake_at:
             continue
@@ -109,6 +124,28 @@ def plan(
             why = f"{status} until {wake_at} and its timer schedule is missing"
             out.append(RepairAction(run.id, run.project_id, "schedule", why, 0, step_id, wake_at))
     return out
+
+
+def _branches_owed(
+    run: Run, quiet_since_ms: int, branch_lease_until: Callable[[str, str], int]
+) -> list[RepairAction]:
+    """The run's parallel steps owed a branch invocation that no live branch lease covers:
+    its message was lost, or its invocation died and its lease ended long enough ago that
+    its own message, had it survived, would have come back."""
+    out: list[RepairAction] = []
+    for step in run.steps:
+        if not step.branch or step.status not in BRANCH_OWED_STATUSES:
+            continue
+        until = branch_lease_until(run.id, step.id)
+        if until > quiet_since_ms:
+            continue  # a live branch invocation (or its backoff) holds the step
+        why = f"parallel step {step.status}, no live branch lease"
+        out.append(RepairAction(run.id, run.project_id, "branch", why, step_id=step.id))
+    return out
+
+
+def _branch_lease_until(run_id: str, step_id: str) -> int:
+    return steps_store.branch_lease(run_id, step_id)[1]
 
 
 def _schedule_exists(run_id: str, step_id: str, wake_at: str) -> bool:
@@ -127,6 +164,8 @@ def apply_action(action: RepairAction) -> None:
     """Re-arm one action (idempotent)."""
     if action.kind == "invocation":
         messages.send_invocation(action.run_id, action.seq)
+    elif action.kind == "branch":
+        messages.send_branch(action.run_id, action.step_id)
     elif action.kind in ("timer", "schedule"):
         # Past due: a message now; ahead: the same schedule the stream would have made.
         messages.schedule_timer(action.run_id, action.step_id, clock.parse_iso(action.wake_at))
@@ -139,9 +178,14 @@ def _created(run: Run) -> str:
 
 
 def repair(
-    project_id: str | None = None, *, apply: bool = False, older_than_seconds: float = 300
+    project_id: str | None = None,
+    *,
+    apply: bool = False,
+    older_than_seconds: float = 300,
+    branches_sent: Collection[tuple[str, str]] = (),
 ) -> list[RepairAction]:
-    """Find (and with `apply`, re-arm) what active runs are owed; oldest runs first."""
+    """Find (and with `apply`, re-arm) what active runs are owed; oldest runs first.
+    `branches_sent`: (run, step) pairs whose branch message the caller has just sent."""
     now = clock.now_ms()
     # Waits further ahead than this are Scheduler schedules (SQS delays carry the rest,
     # and a schedule fires `SCHEDULER_LEAD` early).
@@ -160,7 +204,11 @@ def repair(
             older_than_seconds=older_than_seconds,
             schedule_exists=_schedule_exists,
             schedule_after_seconds=lead.total_seconds(),
+            branch_lease_until=_branch_lease_until,
         )
+        found = [
+            a for a in found if a.kind != "branch" or (a.run_id, a.step_id) not in branches_sent
+        ]
         if apply:
             for action in found:
                 apply_action(action)
@@ -290,4 +338,5 @@ def after_restart(
     leases (`release_dead_leases`), then re-arm whatever is owed (`repair`, applied, with
     no quiet time: nothing of the dead process will deliver it)."""
     released = release_dead_leases(held, in_process=in_process)
-    return [*released, *repair(apply=True, older_than_seconds=0)]
+    sent = {(a.run_id, a.step_id) for a in released if a.step_id}  # their branches went out
+    return [*released, *repair(apply=True, older_than_seconds=0, branches_sent=sent)]
