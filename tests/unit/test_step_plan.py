@@ -322,7 +322,7 @@ def test_a_main_invocation_s_start_attempt_is_checked() -> None:
 
 
 def test_an_answer_s_ops_are_parsed_once_into_wire_and_typed_ends() -> None:
-    sent = [
+    sent: list[dict[str, Any]] = [
         {"op": "complete", "stepId": "a#1", "output": [1]},
         {"op": "fail", "stepId": "b#1", "error": {"code": "x", "type": "E", "message": "m"}},
     ]
@@ -331,6 +331,7 @@ def test_an_answer_s_ops_are_parsed_once_into_wire_and_typed_ends() -> None:
     assert [type(r) for r in parsed.requests] == [ops.Complete, ops.Fail]
     assert [r.step_id for r in parsed.requests] == ["a#1", "b#1"]
     start_op = {"op": "start", "stepId": "c#1", "name": "c"}
+    bad: Any
     for bad, message in (
         ("not a list", "ops must be a list of at most 25"),
         ([start_op], "may only complete, fail or record"),
