@@ -11,6 +11,7 @@ import pytest
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import push
 from ezgh_engine.core import tokens
+from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_workflows import Context, PushApp, workflow
 
 KEY = "push-signing-key"
@@ -39,7 +40,7 @@ def _event(path: str, body: bytes, headers: dict[str, str], method: str = "POST"
 def _invoke_body(invocation_id: str, epoch: int) -> dict[str, Any]:
     claims = tokens.InvocationClaims("run-1", "p", epoch, 1, clock.now_ms() + 60_000)
     return {
-        "protocol": push.PROTOCOL_VERSION,
+        "protocol": PROTOCOL_VERSION,
         "type": "invoke",
         "invocationId": invocation_id,
         # No steps and an unknown workflow: the app answers `failed` without any step call.
@@ -81,13 +82,13 @@ def test_the_engine_signs_the_invocation_and_its_epoch(secret: None) -> None:
 
 
 def test_a_sync_verifies_at_its_path(secret: None) -> None:
-    raw, headers = _engine_request({"protocol": push.PROTOCOL_VERSION, "type": "sync"})
+    raw, headers = _engine_request({"protocol": PROTOCOL_VERSION, "type": "sync"})
     assert push.INVOCATION_HEADER not in headers
     assert _status("/hooks/ezgh", raw, headers) == 200
 
 
 def test_a_captured_request_sent_to_another_path_is_refused(secret: None) -> None:
-    raw, headers = _engine_request({"protocol": push.PROTOCOL_VERSION, "type": "sync"})
+    raw, headers = _engine_request({"protocol": PROTOCOL_VERSION, "type": "sync"})
     assert _status("/other/endpoint", raw, headers) == 401
 
 
@@ -106,6 +107,6 @@ def test_a_signature_of_one_invocation_does_not_deliver_another(secret: None) ->
 
 
 def test_the_first_form_alone_is_refused(secret: None) -> None:
-    raw, headers = _engine_request({"protocol": push.PROTOCOL_VERSION, "type": "sync"})
+    raw, headers = _engine_request({"protocol": PROTOCOL_VERSION, "type": "sync"})
     v1_only = {**headers, push.SIGNATURE_HEADER: headers[push.SIGNATURE_HEADER].split(",")[0]}
     assert _status("/hooks/ezgh", raw, v1_only) == 401

@@ -97,7 +97,7 @@ def test_a_cancel_while_the_invocation_runs_ends_the_run_cancelled(
 def _fail(run_id: str) -> None:
     """The run ends `failed` as an invocation's answer would end it."""
     from ezgh_engine.core.models import RunError
-    from ezgh_engine.core.outcomes import Outcome
+    from ezgh_engine.protocol.outcomes import Outcome
     from ezgh_engine.service import outcomes
 
     from tests.api.steps_helpers import free_lease, lease_token
@@ -243,7 +243,7 @@ def _queue_record(run: Any, queue_id: str) -> None:
 def _message_wait(run: Any, step_id: str, queue_id: str, key: str) -> None:
     """The run waits on (queue, key) at `step_id`, as a suspend writes it."""
     from ezgh_engine.adapters import waits_store as ws
-    from ezgh_engine.core.outcomes import Wait
+    from ezgh_engine.protocol.outcomes import Wait
     from ezgh_engine.service import waits
 
     _queue_record(run, queue_id)

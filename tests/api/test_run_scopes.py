@@ -12,8 +12,8 @@ from typing import Any
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import runs_store
-from ezgh_engine.core import outcomes as rules
 from ezgh_engine.core.models import RunError
+from ezgh_engine.protocol import outcomes as rules
 from ezgh_engine.service import outcomes
 
 from tests.api.conftest import Project

@@ -24,6 +24,7 @@ from ezgh_engine.adapters import push
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.models import Run
+from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_engine.service import callbacks
 from ezgh_workflows import Context, PushApp, workflow
 from ezgh_workflows._internal import clock as sdk_clock
@@ -34,7 +35,7 @@ from tests.api.steps_helpers import new_run
 # --- push requests: the engine's signer against the SDK's Lambda entry point ---------------
 
 KEY = "whsec-test-signing-key"
-SYNC = json.dumps({"protocol": push.PROTOCOL_VERSION, "type": "sync"}).encode()
+SYNC = json.dumps({"protocol": PROTOCOL_VERSION, "type": "sync"}).encode()
 
 
 @workflow("hello")

@@ -128,7 +128,7 @@ def test_a_step_running_inline_when_the_run_times_out_is_cancelled(aws_env: None
 
 
 def _answer(run: Run, token: str, answer: dict[str, Any]) -> None:
-    from ezgh_engine.core import outcomes as rules
+    from ezgh_engine.protocol import outcomes as rules
     from ezgh_engine.service import outcomes
 
     claims = tokens.verify(config.settings().token_secret, token, clock.now_ms())
@@ -452,7 +452,7 @@ def test_a_crash_after_the_previous_outcome_went_out_lists_it_once(aws_env: None
 def test_a_suspend_retried_after_a_crash_rewrites_the_same_sleep(aws_env: None) -> None:
     """The sleep's item went ahead, the commit did not; the same answer applied again (as a
     retried delivery of the same outcome would) finds its sleep written and commits once."""
-    from ezgh_engine.core import outcomes as rules
+    from ezgh_engine.protocol import outcomes as rules
     from ezgh_engine.service import outcomes
 
     run = stored_run()
@@ -544,7 +544,7 @@ def test_an_answer_of_an_invocation_taken_over_writes_no_step_end(aws_env: None)
     free_lease(run)
     lease_token(run, seq=2)
     claims = tokens.verify(config.settings().token_secret, token, clock.now_ms())
-    from ezgh_engine.core import outcomes as rules
+    from ezgh_engine.protocol import outcomes as rules
     from ezgh_engine.service import outcomes
 
     answer = {"outcome": "completed", "output": "done", "ops": [complete("a#1", "A")]}

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from ezgh_engine.core.outcomes import MalformedOutcome, parse
+from ezgh_engine.protocol.outcomes import MalformedOutcome, parse
 
 NOW = datetime(2026, 10, 13, 18, 0, tzinfo=UTC)
 

@@ -319,3 +319,26 @@ def test_a_main_invocation_s_start_attempt_is_checked() -> None:
     assert ops.parse_op({"op": "start", "stepId": "a#1", "name": "a", "attempt": 2}) == (
         ops.Start("a#1", "a", 2)
     )
+
+
+def test_an_answer_s_ops_are_parsed_once_into_wire_and_typed_ends() -> None:
+    sent: list[dict[str, Any]] = [
+        {"op": "complete", "stepId": "a#1", "output": [1]},
+        {"op": "fail", "stepId": "b#1", "error": {"code": "x", "type": "E", "message": "m"}},
+    ]
+    parsed = ops.parse_answer_ops(sent)
+    assert parsed.wire == tuple(sent)  # what `end_differs` compares a recorded step with
+    assert [type(r) for r in parsed.requests] == [ops.Complete, ops.Fail]
+    assert [r.step_id for r in parsed.requests] == ["a#1", "b#1"]
+    start_op = {"op": "start", "stepId": "c#1", "name": "c"}
+    bad: Any
+    for bad, message in (
+        ("not a list", "ops must be a list of at most 25"),
+        ([start_op], "may only complete, fail or record"),
+        ([sent[0], {**sent[0], "output": 2}], "must name distinct steps"),
+    ):
+        with pytest.raises(ValidationError, match=message):
+            ops.parse_answer_ops(bad)
+    # A branch invocation's answer carries no step ends: its own step's end is a step call.
+    with pytest.raises(ValidationError, match="may only complete, fail or record"):
+        ops.parse_answer_ops([sent[0]], "a#1")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from ezgh_engine.core import outcomes, retries, tokens
+from ezgh_engine.core import retries, tokens
+from ezgh_engine.protocol import outcomes
 
 
 def test_backoff_is_exponential_capped_and_jittered() -> None:

@@ -20,9 +20,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import App
 from ezgh_engine.errors import EngineError, ValidationError
-
-# Re-exported for the modules that read it here; its owner is `ezgh_engine.protocol`.
-from ezgh_engine.protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ezgh_engine.protocol import PROTOCOL_VERSION
 
 SYNC_TIMEOUT_SECONDS = 30.0
 

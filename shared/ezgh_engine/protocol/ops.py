@@ -1,10 +1,10 @@
 """A step call's ops (docs/protocol.md section 2), parsed and checked once at the edge into
 typed requests. Pure.
 
-`parse_call` checks a step call's body, `parse_op` one op: each raises `ValidationError`
-(400) for an op the protocol does not allow, and `Forbidden` (403) for an op a branch
-invocation may not make. What an op then writes is decided by its module under
-`service.step_ops`.
+`parse_call` checks a step call's body, `parse_op` one op, `parse_answer_ops` the step ends
+an invocation's answer carries: each raises `ValidationError` (400) for an op the protocol
+does not allow, and `Forbidden` (403) for an op a branch invocation may not make. What an
+op then writes is decided by its module under `service.step_ops`.
 """
 
 from __future__ import annotations
@@ -133,6 +133,31 @@ def parse_call(body: Any) -> StepCall:
     if deployment is not None and not isinstance(deployment, str):
         raise ValidationError("deploymentId must be a string or null")
     return StepCall(ops, deployment)
+
+
+@dataclass(frozen=True)
+class AnswerOps:
+    """The step ends an invocation's answer carries (protocol 1.3 `ops`), checked once:
+    each op as sent (`wire`: what `end_differs` compares a recorded step with) and typed
+    (`requests`), in the same order."""
+
+    wire: tuple[dict[str, Any], ...]
+    requests: tuple[EndOp, ...]
+
+
+def parse_answer_ops(ops: Any, branch_step: str | None = None) -> AnswerOps:
+    """An answer's `ops`: a list of at most `MAX_OPS` complete/fail/record ops on distinct
+    steps, from a main invocation (`branch_step` None). `ValidationError` otherwise (or
+    `Forbidden`, as `parse_op`, for a branch invocation's op on another step)."""
+    if not isinstance(ops, list) or len(ops) > MAX_OPS:
+        raise ValidationError(f"ops must be a list of at most {MAX_OPS} operations")
+    requests = [parse_op(op, branch_step) for op in ops]
+    ends = [r for r in requests if isinstance(r, Complete | Fail | Record)]
+    if branch_step is not None or len(ends) != len(requests):
+        raise ValidationError("an answer's ops may only complete, fail or record steps")
+    if len({r.step_id for r in ends}) != len(ends):
+        raise ValidationError("an answer's ops must name distinct steps")
+    return AnswerOps(tuple(ops), tuple(ends))
 
 
 def parse_op(op: Any, branch_step: str | None = None) -> StepOp:

@@ -1,5 +1,5 @@
 """What an invocation answered, parsed and checked once at the edge (docs/protocol.md section
-1.2). Pure. (Was `core/outcomes`, which re-exports it.)"""
+1.2). Pure. (Was `core/outcomes`.)"""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.push import AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
-from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import RunError
 from ezgh_engine.core.run_errors import APP_DELETED
+from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import timers, waits
 from ezgh_engine.service.wire import invoke_request
 

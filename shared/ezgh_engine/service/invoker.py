@@ -23,6 +23,7 @@ from ezgh_engine.core.messages import Retry, Timer
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.errors import StaleInvocation, ValidationError
+from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import outcomes, pull, timers
 from ezgh_engine.service import steps as step_calls
@@ -263,7 +264,8 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, i
         if step.inline:  # started by a mark on the step before: its item is made now
             op["inline"] = {"name": step.name, "order": step.order, "startedAt": step.started_at}
         try:
-            differs = step_calls.apply_answer_ops(claims, None, [op])
+            fail = protocol_ops.parse_answer_ops([op])
+            differs = step_calls.apply_answer_ops(claims, None, fail)
         except (StaleInvocation, ValidationError) as exc:
             log.info("run %s: could not fail overrunning step %s: %s", run.id, step.id, exc)
             continue

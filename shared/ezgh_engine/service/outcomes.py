@@ -12,8 +12,9 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Run, RunError
-from ezgh_engine.core.outcomes import Outcome
 from ezgh_engine.errors import EngineError, StaleInvocation
+from ezgh_engine.protocol import ops as protocol_ops
+from ezgh_engine.protocol.outcomes import Outcome
 from ezgh_engine.service import steps, waits
 
 
@@ -84,6 +85,7 @@ def apply_answer(
     if ops is None or outcome.kind in ("aborted", "branch"):
         apply(run, seq, outcome, **ends)
         return
+    ops = protocol_ops.parse_answer_ops(ops, claims.step_id)  # once: both paths take it
     writes = steps.answer_writes(claims, outcome.deployment_id, ops)
     if writes and _commits_alone(run, outcome):
         steps.check_not_taken_over(claims)  # no end ahead for a run that moved on
@@ -107,7 +109,9 @@ def apply_answer(
     apply(run, seq, outcome, **ends)
 
 
-def _apply_ops_one_by_one(claims: tokens.InvocationClaims, outcome: Outcome, ops: Any) -> None:
+def _apply_ops_one_by_one(
+    claims: tokens.InvocationClaims, outcome: Outcome, ops: protocol_ops.AnswerOps
+) -> None:
     """Apply the answer's ops each with its own conditions, as step calls are; `OpsConflict`
     when a step was recorded with another outcome than its op says."""
     conflicts = steps.apply_answer_ops(claims, outcome.deployment_id, ops)

@@ -41,7 +41,6 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import messages as wire
-from ezgh_engine.core import outcomes as outcome_rules
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import App, Principal, Run
 from ezgh_engine.core.validation import WORKFLOW_NAME_RE
@@ -54,6 +53,7 @@ from ezgh_engine.errors import (
     Unauthorized,
     ValidationError,
 )
+from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import outcomes
 from ezgh_engine.service.wire import invoke_request
 

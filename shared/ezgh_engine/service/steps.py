@@ -6,8 +6,9 @@ over one executor, see `step_ops.plan`).
 A call's ops are written in one write when they can be (the fast path); when a step's
 condition refuses it (a resent call, a step another invocation recorded), the ops are applied
 one by one under the lease, each answering what is recorded. The same ops may ride an
-invocation's answer (protocol 1.3, `ops`): `answer_writes` gives their writes, for the
-outcome's transaction or ahead of its commit.
+invocation's answer (protocol 1.3, `ops`, parsed once by `protocol.ops.parse_answer_ops`):
+`answer_writes` gives their writes, for the outcome's transaction or ahead of its commit,
+and `apply_answer_ops` applies them one by one when a step refuses its write.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from ezgh_engine import clock
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.core.protocol_rules import end_differs
-from ezgh_engine.errors import ValidationError
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.service.step_ops import checks, executor
 from ezgh_engine.service.step_ops.plan import Action, Caller
@@ -35,16 +35,12 @@ def apply_ops(token: str, body: Any) -> dict[str, Any]:
 
 
 def answer_writes(
-    claims: tokens.InvocationClaims, deployment_id: str | None, ops: Any
+    claims: tokens.InvocationClaims, deployment_id: str | None, ops: protocol_ops.AnswerOps
 ) -> list[list[Action]]:
     """The writes of the ops an invocation's answer carries (the steps it ended since its
-    last step call), one list per op (a failure is its step and its event), each under the
-    step's own conditions. `ValidationError` when they are not a list of
-    complete/fail/record ops on distinct steps."""
-    if not isinstance(ops, list) or len(ops) > MAX_OPS:
-        raise ValidationError(f"ops must be a list of at most {MAX_OPS} operations")
-    requests = [protocol_ops.parse_op(op, claims.step_id) for op in ops]
-    return executor.end_writes(Caller(claims, deployment_id), requests)
+    last step call, parsed by `protocol.ops.parse_answer_ops`), one list per op (a failure
+    is its step and its event), each under the step's own conditions."""
+    return executor.end_writes(Caller(claims, deployment_id), ops.requests)
 
 
 def check_not_taken_over(claims: tokens.InvocationClaims) -> None:
@@ -56,13 +52,12 @@ def check_not_taken_over(claims: tokens.InvocationClaims) -> None:
 
 
 def apply_answer_ops(
-    claims: tokens.InvocationClaims, deployment_id: str | None, ops: list[Any]
+    claims: tokens.InvocationClaims, deployment_id: str | None, ops: protocol_ops.AnswerOps
 ) -> list[str]:
     """Apply an answer's ops one by one (after their writes in the outcome's transaction
     were refused); the IDs of the steps recorded with another outcome than the ops say.
     Raises `StaleInvocation` when the lease was lost."""
     caller = Caller(claims, deployment_id)
-    requests = [protocol_ops.parse_op(op, claims.step_id) for op in ops]
-    results = [executor.apply_one(caller, request) for request in requests]
-    pairs = zip(ops, results, strict=True)
+    results = [executor.apply_one(caller, request) for request in ops.requests]
+    pairs = zip(ops.wire, results, strict=True)
     return [op["stepId"] for op, result in pairs if end_differs(op, result)]

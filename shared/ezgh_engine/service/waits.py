@@ -23,8 +23,8 @@ from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.config import settings
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import Run, RunError, Step
-from ezgh_engine.core.outcomes import Wait
 from ezgh_engine.errors import Conflict, NotFound, ValidationError
+from ezgh_engine.protocol.outcomes import Wait
 from ezgh_engine.service import queues
 
 log = logging.getLogger(__name__)

@@ -142,16 +142,9 @@ def recorded_body(caller: Caller, step_id: str, step: Step | None) -> dict[str, 
     return wire.step_body(caller.claims.project_id, caller.run_id, step)
 
 
-def end_writes(caller: Caller, requests: list[ops.StepOp]) -> list[list[Action]]:
-    """The writes of an answer's step ends (protocol 1.3 `ops`), one list per op, each under
-    its step's own conditions. `ValidationError` unless they are complete/fail/record ops
-    on distinct steps of a main invocation."""
-    if caller.branch_step is not None or not all(
-        isinstance(r, ops.Complete | ops.Fail | ops.Record) for r in requests
-    ):
-        raise ValidationError("an answer's ops may only complete, fail or record steps")
-    if len({r.step_id for r in requests}) != len(requests):
-        raise ValidationError("an answer's ops must name distinct steps")
+def end_writes(caller: Caller, requests: tuple[ops.EndOp, ...]) -> list[list[Action]]:
+    """The writes of an answer's step ends (protocol 1.3 `ops`, checked by
+    `ops.parse_answer_ops`), one list per op, each under its step's own conditions."""
     writes = []
     for request in requests:
         fresh = Fresh.draw()
