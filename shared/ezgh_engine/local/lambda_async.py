@@ -38,7 +38,7 @@ from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
-from ezgh_engine.local.account import NAME_PREFIX
+from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
 from ezgh_engine.local.handlers import LambdaContext
 from ezgh_engine.local.pollers import Activity, Invoke, SqsPoller
 from ezgh_engine.topology import AsyncInvoke, Function, Topology
@@ -231,6 +231,9 @@ class AsyncInvokePoller(SqsPoller):
     def idle(self) -> bool:
         """No event waiting to run now (one waiting for its retry is a delayed message: the
         fault harness skips the clock to it, `emulator.sqs_next_due_ms`)."""
+        visible = _visible_in_moto(self.queue_url)
+        if visible is not None:
+            return visible == 0
         try:
             attributes = aws.client("sqs").get_queue_attributes(
                 QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
@@ -306,6 +309,21 @@ class AsyncInvokePoller(SqsPoller):
         aws.client("sqs").delete_message(
             QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"]
         )
+
+
+def _visible_in_moto(queue_url: str) -> int | None:
+    """The visible messages of a queue of this process's moto (`idle` is asked every few
+    milliseconds while the runtime or a test waits: no request for it), or None if moto's
+    internals are not at hand."""
+    try:
+        from moto.sqs.models import sqs_backends
+
+        queue = sqs_backends[ACCOUNT_ID][REGION].queues.get(queue_url.rsplit("/", 1)[-1])
+        if queue is None:
+            return None
+        return int(queue.approximate_number_of_messages)
+    except Exception:
+        return None
 
 
 def invocation_record(
