@@ -21,6 +21,10 @@ _SCHEDULER_EMULATION = {"ListSchedules", "GetSchedule", "DeleteSchedule", "GetQu
 def counted(call: AwsCall) -> bool:
     if call.origin == "esm:stream":
         return False
+    if call.service == "lambda" and call.operation == "Invoke":
+        # An asynchronous invoke (the stream's, or Scheduler firing a Lambda target) is
+        # billed as the invocation it makes, counted from the handler (prices.py).
+        return False
     return not (call.origin == "scheduler" and call.operation in _SCHEDULER_EMULATION)
 
 

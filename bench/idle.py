@@ -155,6 +155,10 @@ def template_lines(template: dict[str, Any]) -> list[Line]:
         ("AWS::S3::Bucket", "S3 buckets (storage only)"),
         ("AWS::ApiGatewayV2::Api", "HTTP APIs (requests only)"),
         ("AWS::Lambda::Url", "function URLs (Lambda bills the invocation)"),
+        (
+            "AWS::Lambda::EventInvokeConfig",
+            "asynchronous invoke settings (retries, on-failure queue: billed per invocation)",
+        ),
         ("AWS::Scheduler::ScheduleGroup", "schedule groups (fires only)"),
         ("AWS::IAM::Role", "IAM roles"),
     ]

@@ -39,6 +39,12 @@ DYNAMODB_STREAM_READS_BY_LAMBDA_USD = 0.0
 # GB-second, billed per millisecond at the function's configured memory (topology.py).
 LAMBDA_USD_PER_REQUEST = 0.20 / 1e6
 LAMBDA_USD_PER_GB_SECOND_ARM64 = 0.0000133334
+# An asynchronous invocation (`Invoke` with `InvocationType=Event`: the stream starting the
+# invoker, Scheduler's Lambda target) is a request like any, billed once: the invocation it
+# makes is counted where the handler runs (LAMBDA_USD_PER_REQUEST + its GB-s), so the
+# `Invoke` call itself adds nothing. Lambda's event queue, its retries' waiting and its
+# on-failure record (an SQS SendMessage, billed by SQS) carry no fee of their own.
+LAMBDA_USD_PER_ASYNC_INVOKE_CALL = 0.0
 
 # SQS standard queue: per request, each 64 KB chunk of a payload is one request. The
 # requests of Lambda's SQS event source mapping (ReceiveMessage, DeleteMessageBatch) are
@@ -55,6 +61,9 @@ HTTP_API_CHUNK_BYTES = 512 * 1024
 # ("you pay for invocations"), and `ActionAfterCompletion: DELETE` is done by the service.
 SCHEDULER_USD_PER_INVOCATION = 1.00 / 1e6
 SCHEDULER_USD_PER_API_CALL = 0.0
+# A schedule whose target is a Lambda function (issue 18: long timers target the invoker)
+# bills that one Scheduler invocation plus the Lambda invocation it starts (asynchronous,
+# above); a queue target bills the invocation plus SQS's send, receive and delete.
 
 # S3 Standard requests.
 S3_USD_PER_PUT = 0.005 / 1000  # PUT, COPY, POST, LIST

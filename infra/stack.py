@@ -124,6 +124,7 @@ class EzghStack(Stack):
             tables=self.tables.by_key,
         )
         self._grant_all()
+        self._async_invokes()
         self._suppress_stream_dlqs()
 
         dlqs = {k.capitalize(): q for k, q in self.queues.dlq_by_key.items()}
@@ -294,6 +295,49 @@ class EzghStack(Stack):
                 applies_to=[matching(w) for w in wildcards],
                 children=True,
             )
+
+    def _async_invokes(self) -> None:
+        """The functions invoked asynchronously (topology `AsyncInvoke`, issue 18): their
+        event queue's retries and on-failure queue, `lambda:InvokeFunction` for the functions
+        that invoke them (with the ARN in their environment) and for Scheduler's role (long
+        timers target the function)."""
+        for spec in self.topology.functions:
+            if spec.async_invoke is None:
+                continue
+            invoke = spec.async_invoke
+            function = self.functions.by_key[spec.key]
+            on_failure = self.queues.by_key[invoke.on_failure]
+            config_ = lambda_.CfnEventInvokeConfig(
+                self,
+                f"{spec.key.capitalize()}AsyncInvoke",
+                function_name=function.function_name,
+                qualifier="$LATEST",
+                maximum_retry_attempts=invoke.retry_attempts,
+                maximum_event_age_in_seconds=invoke.max_event_age_seconds,
+                destination_config=lambda_.CfnEventInvokeConfig.DestinationConfigProperty(
+                    on_failure=lambda_.CfnEventInvokeConfig.OnFailureProperty(
+                        destination=on_failure.queue_arn
+                    )
+                ),
+            )
+            # Lambda sends the on-failure record with the function's role: its grant to send
+            # to that queue (permissions.py `send_to`) must exist before the config.
+            if invoke.on_failure not in ACCESS[spec.key].send_to:
+                raise ValueError(
+                    f"{spec.key}: its on-failure queue {invoke.on_failure!r} must be in its "
+                    "send_to (Lambda sends the record with the function's role)"
+                )
+            role = function.role
+            assert role is not None
+            config_.node.add_dependency(role)
+            statement = iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[function.function_arn]
+            )
+            self.scheduler.role.add_to_policy(statement)
+            for key in invoke.invoked_by:
+                caller = self.functions.by_key[key]
+                caller.add_to_role_policy(statement)
+                caller.add_environment(invoke.env_var, function.function_arn)
 
     def _grant_event_source_mappings(self, role: iam.IRole, wildcards: list[str]) -> None:
         """Manage mappings of the `deliver` function only (IAM's `lambda:FunctionArn` key).

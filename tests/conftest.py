@@ -33,6 +33,7 @@ E2E_CALL_LOG = "EZGH_E2E_CALL_LOG"
 DDBLOCAL_MODULES = frozenset(
     {
         "tests/api/test_apps.py",
+        "tests/api/test_async_invocations.py",
         "tests/api/test_auth_keys.py",
         "tests/api/test_bad_input.py",
         "tests/api/test_branch_outcomes.py",

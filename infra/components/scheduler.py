@@ -10,10 +10,12 @@ from constructs import Construct
 
 
 class Scheduler(Construct):
-    """A schedule group and a role Scheduler assumes to send timer messages to `target`.
+    """A schedule group and a role Scheduler assumes to deliver timers.
 
-    The role may do exactly one thing: `sqs:SendMessage` to the target queue. Schedules target
-    the queue directly, so no Lambda sits between a timer firing and the invoker.
+    The role may send to the target queue (`sqs:SendMessage`: cron schedules, and timers
+    made where the invoker's ARN is not known) and, granted by the stack, invoke the invoker
+    function (`lambda:InvokeFunction`: long timers target it directly, issue 18). Either way
+    no other Lambda sits between a timer firing and the invoker.
     """
 
     def __init__(self, scope: Construct, id: str, *, target: sqs.IQueue) -> None:
@@ -29,7 +31,7 @@ class Scheduler(Construct):
         self.role = iam.Role(
             self,
             "Role",
-            description="EventBridge Scheduler: deliver EZGH timers to the invocations queue",
+            description="EventBridge Scheduler: deliver EZGH timers to the invoker or its queue",
             assumed_by=iam.ServicePrincipal(
                 "scheduler.amazonaws.com",
                 # Confused-deputy guard: only schedules in this account may use the role.

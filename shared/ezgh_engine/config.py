@@ -9,6 +9,7 @@ from functools import cached_property, lru_cache
 from ezgh_engine.topology import (
     FLOWS_FUNCTION,
     INVOCATIONS_QUEUE,
+    INVOKER_FUNCTION,
     REGISTRY_TABLE,
     RUNS_TABLE,
     STEPS_FUNCTION,
@@ -30,6 +31,9 @@ ENV_INVOCATIONS_QUEUE_ARN = "EZGH_INVOCATIONS_QUEUE_ARN"  # Scheduler targets it
 # stacks in one account never touch each other's queues), "ezgh" locally.
 ENV_STACK_PREFIX = "EZGH_STACK_PREFIX"
 DEFAULT_STACK_PREFIX = "ezgh"
+
+
+_INVOKER_ARN_ENV = INVOKER_FUNCTION.async_invoke.env_var if INVOKER_FUNCTION.async_invoke else ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class Settings:
     invoke_max_attempts: int = 8
     token_secret_env: str = ""
     token_secret_arn: str = ""
+    # The invoker function's ARN where this function may invoke it asynchronously (issue 18:
+    # starts without an SQS message, Scheduler targeting it); "" sends to the queue instead.
+    invoker_function_arn: str = ""
 
     @cached_property
     def token_secret(self) -> str:
@@ -110,6 +117,7 @@ def settings() -> Settings:
         invoke_max_attempts=int(os.environ.get(ENV_INVOKE_ATTEMPTS, "8")),
         token_secret_env=os.environ.get(ENV_TOKEN_SECRET, ""),
         token_secret_arn=os.environ.get(ENV_TOKEN_SECRET_ARN, ""),
+        invoker_function_arn=os.environ.get(_INVOKER_ARN_ENV, ""),
     )
 
 

@@ -41,6 +41,27 @@ class Queue:
 
 
 @dataclass(frozen=True)
+class AsyncInvoke:
+    """A function other functions invoke asynchronously (`lambda:InvokeFunction`,
+    `InvocationType=Event`), and Scheduler targets directly: Lambda's event queue for it.
+
+    A function error (the handler raised, its environment died, it ran past its timeout) is
+    retried `retry_attempts` times (Lambda waits 1 then 2 minutes); an event that still fails,
+    or that waited longer than `max_event_age_seconds` (throttled), goes to the queue
+    `on_failure` as an invocation record (its `requestPayload` is the event). infra sets this
+    as the function's EventInvokeConfig; the local runtime plays it (`local.lambda_async`).
+    """
+
+    on_failure: str  # a topology queue key
+    retry_attempts: int = 2  # Lambda's 0-2
+    max_event_age_seconds: int = 6 * 3600  # Lambda's 60 s to 6 hours
+    # Who may invoke it this way (their roles get `lambda:InvokeFunction` on it, and its ARN
+    # in `env_var`). Not the function itself: its own ARN in its environment is a cycle.
+    invoked_by: tuple[str, ...] = ()
+    env_var: str = "EZGH_INVOKER_FUNCTION_ARN"
+
+
+@dataclass(frozen=True)
 class Function:
     key: str
     handler: str  # dotted path "module:function", importable in the Lambda bundle and locally
@@ -57,6 +78,9 @@ class Function:
     # one request each at a time, made on demand): how many calls of it may run at once
     # under `ezgh dev` (Lambda's concurrency, scaled to one machine). More wait for one.
     local_concurrency: int = 4
+    # Invoked asynchronously too (the stream starts runs, Scheduler fires long timers): see
+    # `AsyncInvoke`. None: only its event sources and URL call it.
+    async_invoke: AsyncInvoke | None = None
 
 
 @dataclass(frozen=True)
@@ -202,12 +226,18 @@ STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout
 # this allows (as Lambda's SQS mapping scales the function up to its concurrency); more did
 # not help on a 2-core machine (docs/benchmarks.md, throughput), where the runtime process's
 # own CPU is the limit.
+#
+# The stream starts an invocation with an asynchronous invoke of this function (no SQS
+# message: 3 requests fewer per start), and Scheduler's long timers target it directly; what
+# needs a delay (short timers, backoffs, held messages, task watches) still goes through the
+# invocations queue, which is also where Lambda puts an event it gave up on (issue 18).
 INVOKER_FUNCTION = Function(
     "invoker",
     "functions.invoker.handler:handler",
     timeout_seconds=900,
     memory_mb=256,
     local_concurrency=8,
+    async_invoke=AsyncInvoke(on_failure="invocations", invoked_by=("stream",)),
 )
 
 # Delivers EZGH queue messages to subscriptions. Its event source mappings (one per

@@ -188,27 +188,33 @@ def test_duplicate_message_during_a_running_step_is_held_off(engine, client, app
 
     run = client.start_run(app_id, "gated", {})
     engine.wait_for(lambda: CALLS["gated"] == 1, 20)
+    # The live invocation came as an asynchronous invoke (issue 18): its event is in flight.
+    assert _in_flight(_async_queue(engine)) == 1
     sqs = aws_client("sqs")
     sqs.send_message(
         QueueUrl=settings().invocations_queue_url,
         MessageBody=json.dumps({"type": "invoke", "runId": run["id"], "seq": 1}),
     )
     # The duplicate finds the run leased: it is held back until the lease would end.
-    engine.wait_for(lambda: _in_flight() == 2, 10)  # the live invocation and the duplicate
+    engine.wait_for(lambda: _in_flight() == 1, 10)
     GATES.setdefault(run["id"], threading.Event()).set()
     done = wait_ended(engine, client, run["id"])
     assert done["status"] == "completed"
     assert CALLS["gated"] == 1
     # Still held, or already back and dropped (the run has ended): never a second run of it.
-    # The live invocation's message is deleted once its handler returns, which may be a
+    # The live invocation's event is deleted once its handler returns, which may be a
     # moment after the run reads completed (a loaded machine): wait for that, not a race.
-    engine.wait_for(lambda: _in_flight() <= 1, 20)
+    engine.wait_for(lambda: _in_flight(_async_queue(engine)) == 0, 20)
     assert CALLS["gated"] == 1
 
 
-def _in_flight() -> int:
+def _async_queue(engine) -> str:
+    return engine.async_invokes.queue_urls["invoker"]
+
+
+def _in_flight(queue_url: str | None = None) -> int:
     attrs = aws_client("sqs").get_queue_attributes(
-        QueueUrl=settings().invocations_queue_url,
+        QueueUrl=queue_url or settings().invocations_queue_url,
         AttributeNames=["ApproximateNumberOfMessagesNotVisible"],
     )["Attributes"]
     return int(attrs["ApproximateNumberOfMessagesNotVisible"])
@@ -262,18 +268,22 @@ def test_unknown_workflow_is_404(engine, client, app_id):
     assert getattr(info.value, "status", None) == 404
 
 
-def _invoke_messages_sent(records: list[dict]) -> int:
+def _invoke_messages_sent(records: list[dict], queue_url: str | None = None) -> int:
+    """Invoke messages sent to the invocations queue (or to `queue_url`: the invoker's
+    asynchronous event queue, where the local Lambda API puts what it accepts)."""
     return sum(
         1
         for r in records
         if r["operation"] == "SendMessage"
+        and r["params"]["QueueUrl"] == (queue_url or settings().invocations_queue_url)
         and json.loads(r["params"]["MessageBody"]).get("type") == "invoke"
     )
 
 
 def test_a_woken_sleep_invokes_at_once_with_one_invoke_message_per_run(engine, client, app_id):
     """The sleep's wake-up write takes the run's lease and the timer's handler invokes the
-    app itself: the only invoke message of the run is its start's (docs/benchmarks.md)."""
+    app itself: the only invoke message of the run is its start's (docs/benchmarks.md), and
+    that is an asynchronous invoke of the invoker, not an SQS message (issue 18)."""
     from ezgh_engine.adapters import aws
 
     seen: list[dict] = []
@@ -287,7 +297,8 @@ def test_a_woken_sleep_invokes_at_once_with_one_invoke_message_per_run(engine, c
         stop()
     assert done["status"] == "completed" and done["output"] == "a@x.io"
     assert CALLS["follow-up"] == 1
-    assert _invoke_messages_sent(seen) == 1
+    assert _invoke_messages_sent(seen) == 0
+    assert _invoke_messages_sent(seen, engine.async_invokes.queue_urls["invoker"]) == 1
 
 
 def test_a_woken_sleep_whose_app_is_down_is_invoked_again(engine, client, app_id):

@@ -225,7 +225,9 @@ def needs(call: dict[str, Any], region: str, account: str) -> list[Need]:
         if "UUID" in params:
             arn = f"arn:{PARTITION}:lambda:{region}:{account}:event-source-mapping:{params['UUID']}"
             return [Need(f"lambda:{operation}", arn, context)]
-        return [Need(f"lambda:{operation}", function_arn)]
+        # The Invoke API (synchronous or not) is authorized as lambda:InvokeFunction.
+        action = "InvokeFunction" if operation == "Invoke" else operation
+        return [Need(f"lambda:{action}", function_arn)]
     if service == "sts" and operation == "AssumeRole":
         return [Need("sts:AssumeRole", str(params.get("RoleArn", "*")))]
     if service == "secretsmanager":

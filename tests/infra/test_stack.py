@@ -366,12 +366,16 @@ def test_template_has_no_dependency_cycle(template: dict[str, Any]) -> None:
 # --- IAM ----------------------------------------------------------------------------------
 
 
-def test_scheduler_role_only_sends_to_the_invocations_queue(
+def test_scheduler_role_only_sends_to_the_invocations_queue_or_invokes_the_invoker(
     stack: EzghStack, template: dict[str, Any]
 ) -> None:
     role_lid = logical_id(stack, stack.scheduler.role)
     queue = getatt(logical_id(stack, stack.queues.by_key[INVOCATIONS_QUEUE.key]))
-    assert grants(template, role_lid) == {("sqs:SendMessage", json.dumps(queue, sort_keys=True))}
+    invoker = getatt(logical_id(stack, stack.functions.by_key["invoker"]))
+    assert grants(template, role_lid) == {
+        ("sqs:SendMessage", json.dumps(queue, sort_keys=True)),
+        ("lambda:InvokeFunction", json.dumps(invoker, sort_keys=True)),
+    }
     trust = props(template, role_lid)["AssumeRolePolicyDocument"]["Statement"]
     assert [s["Principal"] for s in trust] == [{"Service": "scheduler.amazonaws.com"}]
     group = resources(template, "AWS::Scheduler::ScheduleGroup")
@@ -675,3 +679,31 @@ def test_alarms_are_a_context_option() -> None:
     assert len(resources(default, "AWS::CloudWatch::Alarm")) > 0
     rest = {k for k, v in default["Resources"].items() if v["Type"] != "AWS::CloudWatch::Alarm"}
     assert set(without["Resources"]) == rest
+
+
+def test_the_invoker_is_invoked_asynchronously_with_retries_and_the_queue_on_failure(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    """Issue 18: the stream starts runs with an asynchronous invoke of the invoker. Lambda
+    retries a failed invocation twice within six hours, then puts the event in the
+    invocations queue; only the stream (and Scheduler) may invoke it."""
+    (config,) = resources(template, "AWS::Lambda::EventInvokeConfig").values()
+    invoker_lid = logical_id(stack, stack.functions.by_key["invoker"])
+    queue = getatt(logical_id(stack, stack.queues.by_key[INVOCATIONS_QUEUE.key]))
+    assert config["Properties"] == {
+        "FunctionName": {"Ref": invoker_lid},
+        "Qualifier": "$LATEST",
+        "MaximumRetryAttempts": 2,
+        "MaximumEventAgeInSeconds": 21600,
+        "DestinationConfig": {"OnFailure": {"Destination": queue}},
+    }
+    invoker = json.dumps(getatt(invoker_lid), sort_keys=True)
+    callers = {
+        key
+        for key, function in stack.functions.by_key.items()
+        if function.role is not None
+        and ("lambda:InvokeFunction", invoker) in grants(template, logical_id(stack, function.role))
+    }
+    assert callers == {"stream"}
+    stream = props(template, logical_id(stack, stack.functions.by_key["stream"]))
+    assert stream["Environment"]["Variables"]["EZGH_INVOKER_FUNCTION_ARN"] == getatt(invoker_lid)

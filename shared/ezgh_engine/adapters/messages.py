@@ -1,7 +1,14 @@
-"""Messages on the invocations queue, and timers that deliver them later.
+"""Messages to the invoker: at once, later through the invocations queue, or by a timer.
 
-Waits up to `sqs_max_delay_seconds` (15 minutes on AWS) are an SQS `DelaySeconds`; longer ones
-are a one-time EventBridge Scheduler `at(...)` schedule whose target is the queue itself. A
+A message for now (a run's start, a branch, a timer already due) is an asynchronous invoke of
+the invoker function (`start`: `InvocationType=Event`, the message as the event) where this
+function may make one (`settings().invoker_function_arn`), else an SQS message. Lambda's
+event queue retries a failed invocation twice and puts what it gives up on in the invocations
+queue (topology `AsyncInvoke`), so nothing is lost that the queue would have kept.
+
+What needs a delay stays on the queue: waits up to `sqs_max_delay_seconds` (15 minutes on
+AWS) are an SQS `DelaySeconds`; longer ones are a one-time EventBridge Scheduler `at(...)`
+schedule whose target is the invoker function (or, where its ARN is not known, the queue). A
 timer that arrives early is sent again with the time left (see `service.timers`). Bodies are
 `core.messages`' typed messages, dumped there.
 """
@@ -33,22 +40,43 @@ def send(message: wire.Message, delay_seconds: float = 0) -> None:
     )
 
 
+def start(message: wire.Message) -> None:
+    """Hand `message` to the invoker now: an asynchronous invoke of the invoker function (one
+    request, where SQS bills three: send, receive, delete), or the queue where this function
+    has no grant for it. Lambda answers 202 once the event is in its queue: durable from
+    here, retried on error, and in the invocations queue if it never succeeds."""
+    arn = settings().invoker_function_arn
+    if not arn:
+        send(message)
+        return
+    client("lambda").invoke(
+        FunctionName=arn, InvocationType="Event", Payload=wire.dumps(message).encode()
+    )
+
+
 def send_invocation(run_id: str, seq: int, delay_seconds: int = 0) -> None:
     """Ask the invoker to answer reason `seq` of the run (after `delay_seconds`, <= 900)."""
-    send(wire.Invoke(run_id, seq), delay_seconds)
+    message = wire.Invoke(run_id, seq)
+    if delay_seconds <= 0:
+        start(message)
+    else:
+        send(message, delay_seconds)
 
 
 def send_branch(run_id: str, step_id: str) -> None:
     """Ask the invoker to run one parallel step of the run in an invocation of its own."""
-    send(wire.Branch(run_id, step_id))
+    start(wire.Branch(run_id, step_id))
 
 
 def schedule_timer(run_id: str, step_id: str, wake_at: datetime) -> None:
     """Deliver a timer message for the step at `wake_at` (idempotent per run and step)."""
     timer = wire.Timer(run_id, step_id, clock.iso(wake_at))
     delay = (wake_at - clock.now()).total_seconds()
+    if delay <= 0:
+        start(timer)
+        return
     if delay <= settings().sqs_max_delay_seconds:
-        send(timer, max(delay, 0))
+        send(timer, delay)
         return
     # Named by the wake time too: a step may wait more than once (one timer per retry).
     _create_schedule(timer, wake_at - SCHEDULER_LEAD, run_id, f"{step_id}@{timer.wake_at}")
@@ -90,16 +118,30 @@ def _create_schedule(timer: wire.Timer, fire_at: datetime, run_id: str, step_id:
             ScheduleExpressionTimezone="UTC",
             FlexibleTimeWindow={"Mode": "OFF"},
             ActionAfterCompletion="DELETE",
-            Target={
-                "Arn": cfg.invocations_queue_arn,
-                "RoleArn": cfg.scheduler_role_arn,
-                "Input": wire.dumps(timer),
-            },
+            Target=scheduler_target(timer),
         )
     except ClientError as exc:
         # The same run and step always make the same name: a second request is a duplicate.
         if exc.response.get("Error", {}).get("Code") != "ConflictException":
             raise
+
+
+# Scheduler's most patient retry policy (its default; a Lambda target is an asynchronous
+# invoke, refused only when throttled): once accepted, the invoker's own retries apply.
+SCHEDULER_RETRY = {"MaximumEventAgeInSeconds": 86_400, "MaximumRetryAttempts": 185}
+
+
+def scheduler_target(message: wire.Message) -> dict[str, object]:
+    """A schedule's target for `message`: the invoker function (Scheduler invokes it
+    asynchronously with the message as its event: no SQS request), or the invocations queue
+    where this function does not know the invoker's ARN."""
+    cfg = settings()
+    return {
+        "Arn": cfg.invoker_function_arn or cfg.invocations_queue_arn,
+        "RoleArn": cfg.scheduler_role_arn,
+        "Input": wire.dumps(message),
+        "RetryPolicy": dict(SCHEDULER_RETRY),
+    }
 
 
 def resend_timer(timer: wire.Timer, wake_at: datetime) -> None:

@@ -25,6 +25,7 @@ from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.environments import Environments
 from ezgh_engine.local.handlers import Handler, resolve_all
 from ezgh_engine.local.http_bridge import ServedHttp, serve_api
+from ezgh_engine.local.lambda_async import AsyncInvokes
 from ezgh_engine.local.persistence import DevState, write_atomically
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
 from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
@@ -127,6 +128,8 @@ class LocalRuntime:
         # Queue subscriptions' pollers, made at run time through the API (issue 4).
         self.subscriptions = SubscriptionSources(self)
         self.scheduler: Scheduler | None = None
+        # Lambda's asynchronous invocations (issue 18): the invoker's starts and timers.
+        self.async_invokes = AsyncInvokes(topology)
         self.api_server: ServedHttp | None = None
         # The functions served at a function URL of their own (the steps function).
         self.url_servers: dict[str, ServedHttp] = {}
@@ -169,6 +172,7 @@ class LocalRuntime:
                 self.url_servers[function.key] = serve_api(
                     self._invoker_of(function.key), track=self.activity.track
                 )
+        self.async_invokes.serve()
         self._provision()
         self.subscriptions.install()  # before the environments copy the handlers' variables
         self._resolve()
@@ -218,6 +222,7 @@ class LocalRuntime:
         for url_server in self.url_servers.values():
             url_server.shutdown()
         self.url_servers = {}
+        self.async_invokes.shutdown()
         if self.environments is not None:
             self.environments.kill()
             self.environments = None
@@ -458,6 +463,7 @@ class LocalRuntime:
                 if spec.url_env_var
             },
         )
+        self.provisioned.env.update(self.async_invokes.provision(self.provisioned.queue_urls))
         self.emulator.apply_env(dict(self.provisioned.env))
 
     def _stream_arn(self, poller_name: str) -> str:
@@ -493,6 +499,7 @@ class LocalRuntime:
                         accepts=source.matches,
                     )
                 )
+        self.pollers.extend(self.async_invokes.pollers(self.invokers, self.activity))
         self.scheduler = Scheduler(group=SCHEDULER_GROUP, activity=self.activity)
         self.pollers.append(self.scheduler)
         for poller in self.pollers:

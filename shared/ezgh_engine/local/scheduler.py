@@ -1,5 +1,8 @@
 """EventBridge Scheduler emulation: fire due schedules from moto, which only stores them.
 
+A schedule's target is an SQS queue (its input sent as the message body) or a Lambda function
+(invoked asynchronously with its input as the event).
+
 Every half second (or when kicked) the scheduler lists the schedules in its group and fires
 those due by `ezgh_engine.clock.now()`, so a test with a `SkipClock` skips the wait.
 `at(...)` one-time schedules and `cron(...)` schedules (each occurrence once, in its time zone,
@@ -195,6 +198,14 @@ class Scheduler(Poller):
             target["Input"] = target["Input"].replace(_SCHEDULED_TIME, when)
         if arn.startswith("arn:aws:sqs:"):
             self._send_sqs(arn, target)
+        elif arn.startswith("arn:aws:lambda:"):
+            # Scheduler invokes a Lambda target asynchronously, with the input as its event
+            # (`local.lambda_async` answers it as Lambda would).
+            aws.client("lambda").invoke(
+                FunctionName=arn,
+                InvocationType="Event",
+                Payload=(target.get("Input") or json.dumps({})).encode(),
+            )
         else:
             log.warning(
                 "scheduler: %s targets %s, which the local scheduler cannot call", name, arn

@@ -1,4 +1,8 @@
-"""The invocations queue's consumer: one message, parsed once, to the handler of its class.
+"""The invoker's consumer: one message, parsed once, to the handler of its class.
+
+Messages come two ways (issue 18): in SQS records from the invocations queue (delayed
+messages, held ones, what Lambda's event queue gave up on), or as the event of an
+asynchronous invocation (the stream's starts, Scheduler's timers: `adapters.messages.start`).
 
 Which module answers which message (`core.messages` defines them):
 
@@ -12,10 +16,18 @@ A handler answers a `Retry` to leave its message in the queue for later: its vis
 to then and it is reported as a batch item failure. A handler that raises leaves its message in
 the queue until the visibility timeout (and the dead-letter queue after `max_receive_count`). A
 body that is none of ours is dropped with an error log (see `core.messages`).
+
+An asynchronous event has no message to hold: its `Retry` is the same message sent to the
+queue with the delay (as a timer's invocation that must come back is, `invoker`), and a
+handler that raises fails the invocation, which Lambda retries (twice, a minute then two
+apart) and then puts in the invocations queue as an invocation record, whose
+`requestPayload` is read here as the message. A duplicate event is answered as a duplicate
+message is: the lease or the handled reason refuses it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -54,14 +66,48 @@ HANDLERS: dict[type[Any], Callable[[Any], Retry | None]] = {
 }
 
 
+def _load(decoded: Any) -> wire.Message:
+    """The message of a decoded body or event: ours, or the `requestPayload` of the
+    invocation record Lambda's event queue sends to the on-failure queue."""
+    if isinstance(decoded, dict) and "requestPayload" in decoded and "requestContext" in decoded:
+        decoded = decoded["requestPayload"]
+    return wire.load(decoded)
+
+
+def _parse(body: str) -> wire.Message:
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        raise wire.MalformedMessage("the body is not JSON") from None
+    return _load(decoded)
+
+
 def handle_message(body: str) -> Retry | None:
     """Handle one queue message; a `Retry` means: leave it in the queue for later."""
     try:
-        message = wire.parse(body)
+        message = _parse(body)
     except wire.MalformedMessage as exc:
         log.error("dropping a message that is none of ours (%s): %r", exc, body[:200])
         return None
     return HANDLERS[type(message)](message)
+
+
+def handle_event(event: Any) -> None:
+    """Handle one asynchronous invocation's event (a message). Raises to fail the
+    invocation (Lambda retries it); a `Retry` goes to the queue, delayed."""
+    try:
+        message = _load(event)
+    except wire.MalformedMessage as exc:
+        log.error("dropping an event that is none of ours (%s): %r", exc, str(event)[:200])
+        return
+    try:
+        retry = HANDLERS[type(message)](message)
+    except Exception:
+        log.exception("invocation event failed; Lambda will invoke it again")
+        raise
+    if retry is not None:
+        log.info("%s held back %.0f s: to the queue", message.TYPE, retry.after_seconds)
+        queue.send(message, retry.after_seconds)
 
 
 def handle_record(record: dict[str, Any]) -> None:
@@ -83,5 +129,9 @@ def handle_batch(records: list[dict[str, Any]]) -> list[str]:
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """The invoker function's answer to Lambda: the partial batch response."""
-    return process(event, handle_record, context)
+    """The invoker function's answer to Lambda: the partial batch response for SQS records;
+    for an asynchronous invocation, nothing (Lambda ignores it)."""
+    if isinstance(event, dict) and "Records" in event:
+        return process(event, handle_record, context)
+    handle_event(event)
+    return {}
