@@ -377,8 +377,30 @@ def _quicker_attribute_values() -> None:
     JSONSerializer._serialize_type_structure = serialize_structure  # type: ignore[method-assign,assignment]
 
 
+def _remember_method_names() -> None:
+    """moto finds a request's action among its handler class's methods with
+    `inspect.getmembers` on every request (a tenth of a `GetItem`'s CPU); a class's
+    methods are its own from import on (the emulator's patches replace methods, never add
+    them), so each class's names are listed once."""
+    try:
+        from moto.core import responses
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto.core.responses.method_names_from_class") from exc
+    original: Callable[[object], list[str]] = responses.method_names_from_class
+    known: dict[object, list[str]] = {}
+
+    def method_names_from_class(clazz: object) -> list[str]:
+        names = known.get(clazz)
+        if names is None:
+            names = known[clazz] = original(clazz)
+        return list(names)  # a copy: the caller's to keep
+
+    responses.method_names_from_class = method_names_from_class
+
+
 def quicker_dispatch() -> None:
-    """Remember which moto backend serves which host instead of finding it per request.
+    """Remember which moto backend serves which host, and each handler class's method
+    names (`_remember_method_names`), instead of finding them per request.
 
     moto's server finds the backend of every request under one lock: a listing of moto's
     package directory (a `stat` per entry, each letting other threads take the GIL, with
@@ -406,6 +428,7 @@ def quicker_dispatch() -> None:
         return backend
 
     DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign,assignment]
+    _remember_method_names()
     _dispatch_quickened = True
 
 
