@@ -1,7 +1,9 @@
 """`ezgh dev`'s throughput: many concurrent runs of `bench` (N sequential run steps, no sleep)
 on one `LocalRuntime` as `ezgh dev` runs it (every handler in its execution environments,
 moto's server, the push app served on loopback), measured from the first start to the last
-end. Answers runs per second and steps per second.
+end. Answers runs per second and steps per second, and the CPU seconds spent meanwhile by
+the runtime's own process (moto, the push app, the bridges, the pollers) and by its
+execution environments: on a shared machine the rates follow the load, CPU per run less.
 
     python -m bench.throughput --runs 200 --steps 5
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +44,7 @@ def measure(runs: int, steps: int, *, timeout: float = 1800.0) -> dict[str, Any]
                 base_url=env["EZGH_API_URL"],
             )
             app_id = runtime.apps["bench"].record["id"]
+            cpu_before = time.process_time(), _environments_cpu(runtime)
             began = time.perf_counter()
             with ThreadPoolExecutor(8) as pool:
                 started = list(
@@ -52,6 +56,8 @@ def measure(runs: int, steps: int, *, timeout: float = 1800.0) -> dict[str, Any]
             start_seconds = time.perf_counter() - began
             statuses = _wait_all(client, started, began + timeout)
             seconds = time.perf_counter() - began
+            runtime_cpu = time.process_time() - cpu_before[0]
+            environments_cpu = _environments_cpu(runtime, since=cpu_before[1])
     completed = sum(1 for s in statuses.values() if s == "completed")
     return {
         "runs": runs,
@@ -61,7 +67,27 @@ def measure(runs: int, steps: int, *, timeout: float = 1800.0) -> dict[str, Any]
         "start_seconds": round(start_seconds, 2),
         "runs_per_second": round(completed / seconds, 2),
         "steps_per_second": round(completed * steps / seconds, 2),
+        "runtime_cpu_seconds": round(runtime_cpu, 2),
+        "environments_cpu_seconds": round(environments_cpu, 2),
     }
+
+
+def _environments_cpu(runtime: LocalRuntime, since: dict[int, float] | None = None) -> Any:
+    """Each execution environment's CPU seconds (pid -> seconds, from /proc); with `since`
+    (an earlier answer), the seconds spent after it, summed. Linux only: 0 elsewhere."""
+    spent: dict[int, float] = {}
+    pools = runtime.environments.pools.values() if runtime.environments is not None else ()
+    for pool in pools:
+        for pid in pool.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            spent[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    if since is None:
+        return spent
+    return sum(seconds - since.get(pid, 0.0) for pid, seconds in spent.items())
 
 
 def _wait_all(client: WorkflowsClient, run_ids: list[str], deadline: float) -> dict[str, str]:
@@ -90,7 +116,9 @@ def report(figures: dict[str, Any]) -> str:
     return (
         f"ezgh dev throughput: {figures['runs']} concurrent runs of {figures['steps_per_run']} "
         f"steps: {figures['completed']} completed in {figures['seconds']} s = "
-        f"{figures['runs_per_second']} runs/s, {figures['steps_per_second']} steps/s"
+        f"{figures['runs_per_second']} runs/s, {figures['steps_per_second']} steps/s; CPU "
+        f"{figures['runtime_cpu_seconds']} s in the runtime's process, "
+        f"{figures['environments_cpu_seconds']} s in its environments"
     )
 
 

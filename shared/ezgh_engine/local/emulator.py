@@ -188,6 +188,8 @@ def lighten_dynamodb() -> None:
        and sorts the matches again: a page of 100 runs with 10,000 runs stored took 5 to 10 s.
        `_quicker_queries` drops the first sort (the matches are sorted anyway, on a total
        order) and sorts the matches on plain key values.
+    4. The items answered skip moto's serializer when it would not change them
+       (`_quicker_attribute_values`).
     """
     global _dynamodb_lightened
     if _dynamodb_lightened:
@@ -259,6 +261,7 @@ def lighten_dynamodb() -> None:
 
     ddb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign,assignment]
     _quicker_queries(Table)
+    _quicker_attribute_values()
     _dynamodb_lightened = True
 
 
@@ -308,7 +311,164 @@ def _quicker_queries(table_class: Any) -> None:
     table_class.sorted_items = sorted_items
 
 
+# The `AttributeValue` members moto's serializer copies as they are (strings, booleans and
+# the containers of those); `B` and `BS` are base64-encoded by it, so they take its path.
+_PLAIN_STRINGS = frozenset({"S", "N"})
+_PLAIN_STRING_SETS = frozenset({"SS", "NS"})
+_PLAIN_BOOLEANS = frozenset({"BOOL", "NULL"})
+
+
+def plain_attribute_value(value: Any) -> bool:
+    """Is `value` a wire-format `AttributeValue` that moto's JSON serializer would answer
+    unchanged: one member, a string (`S`, `N`), a list of strings (`SS`, `NS`), a boolean
+    (`BOOL`, `NULL`), or a map (`M`) or list (`L`) of such values? (No blob, no None.)"""
+    if type(value) is not dict or len(value) != 1:
+        return False
+    ((kind, inner),) = value.items()
+    if kind in _PLAIN_STRINGS:
+        return type(inner) is str
+    if kind in _PLAIN_BOOLEANS:
+        return type(inner) is bool
+    if kind in _PLAIN_STRING_SETS:
+        return type(inner) is list and all(type(v) is str for v in inner)
+    if kind == "M":
+        return type(inner) is dict and all(
+            type(k) is str and plain_attribute_value(v) for k, v in inner.items()
+        )
+    if kind == "L":
+        return type(inner) is list and all(plain_attribute_value(v) for v in inner)
+    return False
+
+
+_moto_serialize_structure: Callable[..., Any] | None = None  # moto's own, for the tests
+
+
+def _quicker_attribute_values() -> None:
+    """Answer DynamoDB's (and its streams') items without walking them through moto's
+    serializer, attribute by attribute.
+
+    moto's JSON serializer visits each `AttributeValue` as a structure of ten members and
+    looks every member up under several aliases: it took a quarter of the emulator's CPU
+    under `bench.throughput`, most of it on stream records and updated items. The items
+    moto answers are already in wire format (`dynamo_to_dict`), and for the plain ones
+    (`plain_attribute_value`) the serializer's answer is the value itself, so those are
+    copied as they are; anything else (a blob, an unexpected type) takes moto's path.
+    `tests/local/test_moto_serializer.py` compares both on every shape of value.
+    """
+    try:
+        from moto.core.serialize import JSONSerializer
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto.core.serialize.JSONSerializer") from exc
+    global _moto_serialize_structure
+    original: Callable[..., Any] = JSONSerializer._serialize_type_structure
+    _moto_serialize_structure = original
+
+    def serialize_structure(
+        serializer: Any, serialized: Any, value: Any, shape: Any, key: str
+    ) -> None:
+        if key and shape.name == "AttributeValue" and plain_attribute_value(value):
+            serialized[serializer.get_serialized_name(shape, key)] = value
+            return
+        moto_serialize = _moto_serialize_structure  # a test may put a spy there
+        (original if moto_serialize is None else moto_serialize)(
+            serializer, serialized, value, shape, key
+        )
+
+    JSONSerializer._serialize_type_structure = serialize_structure  # type: ignore[method-assign,assignment]
+
+
+def _remember_method_names() -> None:
+    """moto finds a request's action among its handler class's methods with
+    `inspect.getmembers` on every request (a tenth of a `GetItem`'s CPU); a class's
+    methods are its own from import on (the emulator's patches replace methods, never add
+    them), so each class's names are listed once."""
+    try:
+        from moto.core import responses
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto.core.responses.method_names_from_class") from exc
+    original: Callable[[object], list[str]] = responses.method_names_from_class
+    known: dict[object, list[str]] = {}
+
+    def method_names_from_class(clazz: object) -> list[str]:
+        names = known.get(clazz)
+        if names is None:
+            names = known[clazz] = original(clazz)
+        return list(names)  # a copy: the caller's to keep
+
+    responses.method_names_from_class = method_names_from_class
+
+
+def quicker_dispatch() -> None:
+    """Remember which moto backend serves which host, and each handler class's method
+    names (`_remember_method_names`), instead of finding them per request.
+
+    moto's server finds the backend of every request under one lock: a listing of moto's
+    package directory (a `stat` per entry, each letting other threads take the GIL, with
+    the lock held) and a regex per known service. The answer depends on the host alone,
+    and hosts are few (one per service and region), so it is kept.
+    """
+    global _dispatch_quickened
+    if _dispatch_quickened:
+        return
+    try:
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto's DomainDispatcherApplication") from exc
+    original: Callable[..., Any] = DomainDispatcherApplication.get_backend_for_host
+    known: dict[str, Any] = {}
+
+    def get_backend_for_host(dispatcher: Any, host: str | None) -> Any:
+        if host is None:
+            return None
+        if host in known:
+            return known[host]
+        backend = original(dispatcher, host)
+        if backend is not None and len(known) < 1024:  # hosts come from requests: bounded
+            known[host] = backend
+        return backend
+
+    DomainDispatcherApplication.get_backend_for_host = get_backend_for_host  # type: ignore[method-assign,assignment]
+    _remember_method_names()
+    _dispatch_quickened = True
+
+
+def lighten_sqs() -> None:
+    """Check a received message's retention without all of its queue's attributes.
+
+    moto's `ReceiveMessage` checks each message it hands out against the queue's retention
+    period through `get_queue_attributes`, which builds every attribute of the queue three
+    times, each count walking every message: quadratic in the queue's length, on the
+    invocations queue's eight concurrent receives. The period alone answers the same.
+    """
+    global _sqs_lightened
+    if _sqs_lightened:
+        return
+    try:
+        from moto.sqs import models as sqs_models
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto.sqs.models") from exc
+    backend_class = sqs_models.SQSBackend
+    original: Callable[..., Any] = backend_class.is_message_valid_based_on_retention_period
+
+    def is_message_valid_based_on_retention_period(
+        backend: Any, queue_name: str, message: Any
+    ) -> bool:
+        period = getattr(backend.get_queue(queue_name), "message_retention_period", None)
+        if type(period) is not int:  # not what moto keeps: let moto answer (or refuse)
+            return bool(original(backend, queue_name, message))
+        return bool(period + message.sent_timestamp / 1000 > sqs_models.unix_time())
+
+    setattr(  # noqa: B010 - a method of moto's, replaced
+        backend_class,
+        "is_message_valid_based_on_retention_period",
+        is_message_valid_based_on_retention_period,
+    )
+    _sqs_lightened = True
+
+
 _dynamodb_lightened = False
+_dispatch_quickened = False
+_sqs_lightened = False
 _running: set[int] = set()  # emulators started and not stopped in this process
 
 
@@ -379,6 +539,8 @@ class Emulator:
         stream_wakeup.install()
         serialize_dynamodb()
         lighten_dynamodb()
+        quicker_dispatch()
+        lighten_sqs()
         if self.journaling is not None:
             began = clock.monotonic()
             records = self.journaling.journal.open()
