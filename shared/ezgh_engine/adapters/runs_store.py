@@ -240,6 +240,19 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
     return items.run_from(run_values, tuple(steps))
 
 
+def _updated_if(**request: Any) -> bool:
+    """One conditional UpdateItem of the runs table: False (nothing written) when its
+    condition refused it."""
+    try:
+        _ddb().update_item(TableName=_table(), **request)
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True
+
+
 def release_lease(run_id: str, *, epoch: int, lease_until_ms: int) -> bool:
     """End the invocation lease a dead process held: the one at `epoch`, live until
     `lease_until_ms`, exactly as read. False (nothing written) when the run no longer holds
@@ -249,31 +262,19 @@ def release_lease(run_id: str, *, epoch: int, lease_until_ms: int) -> bool:
     The write bumps the epoch as a takeover does, so whatever the dead invocation still
     had in flight (a late write of its invoker, a step call with its token) is refused;
     `leaseUntil` 0 is what the stream reacts to by sending the run's owed invocation."""
-    try:
-        _ddb().update_item(
-            TableName=_table(),
-            Key=items.run_key(run_id),
-            UpdateExpression=(
-                "SET epoch = epoch + :one, leaseUntil = :free, version = version + :one"
-            ),
-            ConditionExpression=(
-                f"{items.LIVE_CONDITION} AND epoch = :epoch AND leaseUntil = :seen"
-            ),
-            ExpressionAttributeNames=items.LIVE_NAMES,
-            ExpressionAttributeValues={
-                **items.LIVE_VALUES,
-                ":one": {"N": "1"},
-                ":free": {"N": "0"},
-                ":epoch": {"N": str(epoch)},
-                ":seen": {"N": str(lease_until_ms)},
-            },
-        )
-    except ClientError as exc:
-        if ddb.is_condition_failure(exc):
-            return False
-        ddb.raise_transient(exc)
-        raise
-    return True
+    return _updated_if(
+        Key=items.run_key(run_id),
+        UpdateExpression="SET epoch = epoch + :one, leaseUntil = :free, version = version + :one",
+        ConditionExpression=f"{items.LIVE_CONDITION} AND epoch = :epoch AND leaseUntil = :seen",
+        ExpressionAttributeNames=items.LIVE_NAMES,
+        ExpressionAttributeValues={
+            **items.LIVE_VALUES,
+            ":one": {"N": "1"},
+            ":free": {"N": "0"},
+            ":epoch": {"N": str(epoch)},
+            ":seen": {"N": str(lease_until_ms)},
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -329,31 +330,23 @@ def release_branch_lease(lease: BranchLease) -> bool:
     """End a branch lease a dead process held, as `release_lease` does a run's: only if
     the step still holds exactly that lease and is `waiting` or `running`; the branch epoch
     moves on, so the dead branch invocation's token and writes are refused."""
-    try:
-        _ddb().update_item(
-            TableName=_table(),
-            Key=items.step_key(lease.run_id, lease.step_id),
-            UpdateExpression="SET branchEpoch = branchEpoch + :one, branchLeaseUntil = :free",
-            ConditionExpression=(
-                "branch = :true AND #status IN (:waiting, :running) "
-                "AND branchEpoch = :epoch AND branchLeaseUntil = :seen"
-            ),
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={
-                **_BRANCH_LIVE,
-                ":true": {"BOOL": True},
-                ":one": {"N": "1"},
-                ":free": {"N": "0"},
-                ":epoch": {"N": str(lease.epoch)},
-                ":seen": {"N": str(lease.until_ms)},
-            },
-        )
-    except ClientError as exc:
-        if ddb.is_condition_failure(exc):
-            return False
-        ddb.raise_transient(exc)
-        raise
-    return True
+    return _updated_if(
+        Key=items.step_key(lease.run_id, lease.step_id),
+        UpdateExpression="SET branchEpoch = branchEpoch + :one, branchLeaseUntil = :free",
+        ConditionExpression=(
+            "branch = :true AND #status IN (:waiting, :running) "
+            "AND branchEpoch = :epoch AND branchLeaseUntil = :seen"
+        ),
+        ExpressionAttributeNames={"#status": "status"},
+        ExpressionAttributeValues={
+            **_BRANCH_LIVE,
+            ":true": {"BOOL": True},
+            ":one": {"N": "1"},
+            ":free": {"N": "0"},
+            ":epoch": {"N": str(lease.epoch)},
+            ":seen": {"N": str(lease.until_ms)},
+        },
+    )
 
 
 def _query_all(**query: Any) -> list[dict[str, Any]]:
