@@ -29,7 +29,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from . import protocol, values
+from . import clock, protocol, values
 from .context import Context
 from .errors import (
     AbortInvocation,
@@ -65,6 +65,12 @@ logger = logging.getLogger("ezgh_workflows")
 # cancelling it: a bound for misbehaving code, never part of finding a round.
 DRAIN_SECONDS = 5.0
 
+# Past this fraction of the engine's wait (`answerWithinSeconds`), measured from when the SDK
+# got the request, the answer may reach an engine that stopped reading it: the held step ends
+# are then sent by a step call first. Half, not all, because the engine's wait began before
+# ours did (the request's transit, the app's cold start), and an extra call costs little.
+LATE_ANSWER_FRACTION = 0.5
+
 
 class Invocation:
     """One invocation of one workflow. Create it, then ``await execute()`` on a fresh loop."""
@@ -78,6 +84,7 @@ class Invocation:
     ) -> None:
         self._workflow = workflow
         self._request = request
+        self._began = clock.monotonic()
         self._calls = StepCalls(transport, hold=request.holds_step_ends)
         self._deployment_id = deployment_id
         self._recorded = {step.id: step for step in request.steps}
@@ -182,6 +189,8 @@ class Invocation:
         self._main = self._start_workflow()
         try:
             answer = await self._drive()
+            if self._answer_may_go_unread():
+                await self._calls.flush()
         except AbortInvocation as exc:
             await self._stop_workflow(exc)
             return protocol.aborted(exc.reason, self._deployment_id)
@@ -193,6 +202,14 @@ class Invocation:
             self._workflow_loop.close()
             await self._calls.aclose()
         return protocol.with_ops(answer, self._calls.take_held())
+
+    def _answer_may_go_unread(self) -> bool:
+        """The engine may have stopped waiting for the answer (protocol section 11): a step
+        end it carried would be lost, and the step run again, although the engine kept the
+        lease so that a step started late in the invocation could record its end."""
+        within = self._request.answer_within_seconds
+        elapsed = clock.monotonic() - self._began
+        return within is not None and elapsed >= within * LATE_ANSWER_FRACTION
 
     async def _drive(self) -> dict[str, Any]:
         while True:

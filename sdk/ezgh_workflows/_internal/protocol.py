@@ -72,6 +72,9 @@ class InvokeRequest:
     branch_step_id: str | None = None
     # The protocol version the engine speaks (the request's `protocol`).
     protocol: str = "1.2"
+    # How long the engine waits for this request's answer (`answerWithinSeconds`; None when
+    # it did not say, as for a pull worker's task, which has no such limit).
+    answer_within_seconds: float | None = None
 
     @property
     def holds_step_ends(self) -> bool:
@@ -140,7 +143,15 @@ def parse_invoke(body: Any) -> InvokeRequest:
         api=ApiInfo(url=_field(api, "url", str, "api"), token=_field(api, "token", str, "api")),
         branch_step_id=_branch(body),
         protocol=str(body.get("protocol") or "1.2"),
+        answer_within_seconds=_opt_positive(body, "answerWithinSeconds"),
     )
+
+
+def _opt_positive(body: dict[str, Any], key: str) -> float | None:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
 
 
 def _branch(body: dict[str, Any]) -> str | None:

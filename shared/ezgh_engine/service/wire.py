@@ -71,4 +71,7 @@ def invoke_request(
             "token": tokens.mint(cfg.token_secret, claims),
         },
         **({"branch": {"stepId": branch_step}} if branch_step else {}),
+        # How long the invoker waits for the answer (docs/protocol.md section 11); a pull
+        # worker's task has no such limit (heartbeats extend its lease).
+        **({} if pull else {"answerWithinSeconds": cfg.invoke_timeout_seconds}),
     }

@@ -1,0 +1,71 @@
+"""An invocation that outlives half the engine's wait sends its held step ends by a step call
+before it answers (protocol section 11, `answerWithinSeconds`).
+
+Before: the end of a workflow's last step rode the answer. When the engine had stopped
+waiting (a step started late in the invocation keeps the lease so that its body may record
+its end), nobody read that answer: the end was lost, and the next invocation ran the step a
+second time (the controlled fault campaign's "long step s4 ran 2 times").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ezgh_workflows import Context, workflow
+from ezgh_workflows._internal import clock
+from sdk_fakes import FakeEngine, make_app, post
+
+
+@pytest.fixture
+def seconds(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The SDK's monotonic clock, moved by the step bodies below instead of sleeping."""
+    now = [1000.0]
+    monkeypatch.setattr(clock, "monotonic", lambda: now[0])
+    return now
+
+
+def _two_steps(seconds: list[float], last_step_takes: float) -> Any:
+    @workflow("late")
+    async def late(ctx: Context) -> str:
+        await ctx.step.run("first", lambda: "one")
+
+        def last() -> str:
+            seconds[0] += last_step_takes
+            return "two"
+
+        return await ctx.step.run("last", last)
+
+    return late
+
+
+def _invoke(engine: FakeEngine, wf: Any, within: float | None) -> dict[str, Any]:
+    body = engine.invoke_body("late")
+    if within is not None:
+        body["answerWithinSeconds"] = within
+    answer = post(make_app(engine, wf), body)
+    assert answer.status_code == 200, answer.text
+    outcome: dict[str, Any] = answer.json()
+    return outcome
+
+
+def test_a_late_answer_records_the_held_end_by_a_step_call_first(
+    engine: FakeEngine, seconds: list[float]
+) -> None:
+    outcome = _invoke(engine, _two_steps(seconds, last_step_takes=4.0), within=6)
+    assert outcome["outcome"] == "completed" and outcome["output"] == "two"
+    assert "ops" not in outcome  # nothing left to ride an answer nobody may read
+    [end] = engine.calls[-1]  # a call of its own, after the step's body
+    assert (end["op"], end["stepId"], end["output"]) == ("complete", "last#1", "two")
+    assert engine.steps["last#1"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("within", [6.0, None])
+def test_an_answer_in_good_time_still_carries_the_held_end(
+    engine: FakeEngine, seconds: list[float], within: float | None
+) -> None:
+    """Within half the wait, or when the engine did not say (a pull worker's task), the
+    last step's end rides the answer: one call fewer."""
+    outcome = _invoke(engine, _two_steps(seconds, last_step_takes=1.0), within=within)
+    assert [op["stepId"] for op in outcome["ops"]] == ["last#1"]
+    assert all(op["op"] != "complete" or op["stepId"] != "last#1" for c in engine.calls for op in c)
