@@ -37,6 +37,7 @@ Off by default: pollers carry `faults = None` and the runtime registers no hook.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
@@ -120,6 +121,9 @@ class FaultPlan:
         self._stream_later: list[tuple[datetime, str, list[dict[str, Any]]]] = []
         self._timer_due: dict[Any, datetime] = {}
         self._killed: set[str] = set()  # invocation tokens whose app "died"
+        # (run ID, step ID) -> how many of the step's ends an app death lost: each lets the
+        # step run once more (at least once), which a check of "ran once" must allow.
+        self.lost_ends: Counter[tuple[str, str]] = Counter()
         self._stop_throttle: Callable[[], None] | None = None
         self._failing_answers: set[str] = set()  # claim tokens whose answer never stores
         # True in a function's execution environment: `idem_crash` ends the process there.
@@ -335,9 +339,21 @@ class FaultPlan:
         with self._lock:
             return token in self._killed
 
-    def _kill(self, token: str) -> None:
+    def _kill(self, token: str, losing_end_of: str | None = None) -> None:
         with self._lock:
             self._killed.add(token)
+            if losing_end_of is not None:
+                self.lost_ends[(_run_of(token), losing_end_of)] += 1
+
+
+def _run_of(token: str) -> str:
+    """The run an invocation token is for (its claims, unverified: the plan only labels)."""
+    payload = token.partition(".")[0]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except ValueError:
+        return ""
+    return str(claims.get("r", "")) if isinstance(claims, dict) else ""
 
 
 class FunctionDied(BaseException):
@@ -375,7 +391,7 @@ class _KillableTransport:
         for op in ops:
             ends = op.get("op") in ("complete", "fail")
             if ends and self._plan.decide("kill", f"{self._token}|{op.get('stepId')}"):
-                self._plan._kill(self._token)
+                self._plan._kill(self._token, losing_end_of=str(op.get("stepId")))
                 raise _AppDied(f"the app died before recording {op.get('stepId')}")
         result: list[dict[str, Any]] = await self._inner.send(ops)
         return result
