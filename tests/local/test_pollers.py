@@ -280,3 +280,28 @@ def test_stream_gives_up_after_bounded_retries(
     poller.start()
     wait_until(lambda: len(calls) == 3 and poller.idle)
     assert calls == [1, 1, 1]
+
+
+def test_a_stopped_pollers_wake_up_never_reaches_a_handler(
+    resources: Provisioned, running: list[Poller]
+) -> None:
+    """`stop` ends the long poll with a wake-up message of the poller's own. Left in the
+    queue (`ezgh dev`'s state dir keeps it when the process ends before its poll returned),
+    it reached the next process's handler, which logged "dropping a message that is none
+    of ours" on every restart; a poller now deletes every wake-up it receives, unseen."""
+    url, arn = make_queue("wakes", visibility=1)
+    dead = SqsPoller(
+        name="t1", queue_url=url, queue_arn=arn, invoke=lambda e: None, activity=Activity()
+    )
+    dead.interrupt()  # as its stop would, the process then gone
+    assert queue_counts(url) == (1, 0, 0)
+    events: list[dict[str, Any]] = []
+    poller = SqsPoller(
+        name="t2", queue_url=url, queue_arn=arn, invoke=events.append, activity=Activity()
+    )
+    running.append(poller)
+    poller.start()
+    wait_until(lambda: queue_counts(url) == (0, 0, 0))
+    aws.client("sqs").send_message(QueueUrl=url, MessageBody="real")
+    wait_until(lambda: events)
+    assert [r["body"] for e in events for r in e["Records"]] == ["real"]

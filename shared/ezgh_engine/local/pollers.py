@@ -130,6 +130,10 @@ class Poller:
         raise NotImplementedError
 
 
+# The message attribute of the local pollers' own wake-up messages (`SqsPoller.interrupt`).
+WAKE_ATTRIBUTE = "ezghLocalWake"
+
+
 class SqsPoller(Poller):
     """Long-polls a queue and calls `invoke` with Lambda SQS events, a few batches at once."""
 
@@ -167,7 +171,11 @@ class SqsPoller(Poller):
         Sent after `pause()`, so whoever receives the message drops it; the reset wipes it.
         """
         if not self.parked.is_set():
-            aws.client("sqs").send_message(QueueUrl=self.queue_url, MessageBody="{}")
+            aws.client("sqs").send_message(
+                QueueUrl=self.queue_url,
+                MessageBody="{}",
+                MessageAttributes={WAKE_ATTRIBUTE: {"DataType": "String", "StringValue": "1"}},
+            )
 
     def _loop(self) -> None:
         sqs = aws.client("sqs")
@@ -190,7 +198,7 @@ class SqsPoller(Poller):
                 self._stop.wait(0.5)
                 sqs = aws.client("sqs")  # the endpoint may have been reset
                 continue
-            messages = answer.get("Messages", [])
+            messages = self._without_wakes(answer.get("Messages", []))
             # Received across a reset: those messages belong to a state that is gone.
             stale = generation != self.generation or not self._running.is_set()
             if not messages or stale or self._stop.is_set():
@@ -203,6 +211,16 @@ class SqsPoller(Poller):
             except RuntimeError:  # stopping: the pool is shut; the messages come back later
                 tracker.__exit__(None, None, None)
                 self._slots.release()
+
+    def _without_wakes(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Delete the wake-ups `interrupt` sent (they are the poller's own, never a
+        handler's: one kept in the state dir across a stop would reach the handler after
+        the restart as a message that is none of ours); the others."""
+        wakes = [m for m in messages if WAKE_ATTRIBUTE in m.get("MessageAttributes", {})]
+        if wakes:
+            with contextlib.suppress(Exception):  # a wake left over is deleted next time
+                self._delete(wakes)
+        return [m for m in messages if m not in wakes]
 
     def _run_batch(self, messages: list[dict[str, Any]], tracker: Any) -> None:
         with incarnation.marked(self.life):
