@@ -14,7 +14,8 @@ from ezgh_engine import clock
 from ezgh_engine.adapters import ddb, messages
 from ezgh_engine.core.leases import wants_invocation as wants_invocation  # the one predicate
 from ezgh_engine.core.models import ENDED_STATUSES, LIVE_STATUSES
-from ezgh_engine.service import notifications
+from ezgh_engine.service import notifications, retention, waits
+from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,6 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
     _year_limit_timer(old, new)
     ended = new.get("status") in ENDED_STATUSES
     if ended and (not old or old.get("status") not in ENDED_STATUSES):
-        from ezgh_engine.service import waits
-
         waits.on_run_ended(new)
 
 
@@ -68,8 +67,6 @@ def _year_limit_timer(old: dict[str, Any] | None, new: dict[str, Any]) -> None:
     """Every live run holds a timer for its one-year limit: armed when it is written live
     (at its start, and again by a RetryRun), deleted when it ends, so the Scheduler holds one
     schedule per live run. A name per run and time: a repeated record changes nothing."""
-    from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
-
     if not new.get("createdAt"):
         return
     run_id, limit = str(new["id"]), year_limit(str(new["createdAt"]))
@@ -88,8 +85,6 @@ def handle_record(record: dict[str, Any]) -> None:
     if record.get("eventName") == "REMOVE":
         removed = _image(record, "OldImage")
         if removed and removed.get("type") == "run":  # its TTL (or DeleteRun): the rest goes
-            from ezgh_engine.service import retention
-
             retention.on_run_removed(removed)
         return
     new, old = _image(record, "NewImage"), _image(record, "OldImage")
