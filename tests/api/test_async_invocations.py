@@ -301,6 +301,45 @@ def test_a_long_timer_targets_the_invoker_and_its_fire_wakes_and_invokes_the_run
     assert done is not None and done.status == "completed"
 
 
+class Crash(Exception):
+    """The handler's process died before its request left."""
+
+
+def test_a_wake_up_that_dies_between_its_two_writes_is_finished_by_the_timer_again(
+    lambda_api: lambda_async.AsyncInvokes, app_calls: list[int], skip_clock: clock.SkipClock
+) -> None:
+    """A sleep's wake-up is two single writes (the step completed, then the run's ask and
+    lease, marked with the wake-up): a timer handler dying between them leaves the sleep
+    completed and nothing asked; the timer delivered again (Lambda's retry) asks, once, and
+    the run is invoked once. Delivered a third time, it finds the ask marked: nothing."""
+    run = stored_run()
+    wake = clock.iso(clock.now())
+    _sleeping(run.id, wake)
+    timer = messages.wire.Timer(run.id, "nap#1", wake)
+    event = json.loads(messages.wire.dumps(timer))
+
+    def crash_at_the_runs_write(service: str, operation: str, params: dict[str, Any]) -> None:
+        if operation == "UpdateItem" and params.get("Key") == items.run_key(run.id):
+            raise Crash()
+
+    stop = aws.intercept(crash_at_the_runs_write)
+    try:
+        with pytest.raises(Crash):
+            invocation_queue.lambda_handler(event, None)
+    finally:
+        stop()
+    asleep = runs_store.get_run(run.id)
+    assert asleep is not None and asleep.invoke_seq == asleep.handled_seq  # nothing asked yet
+    assert app_calls == []
+    invocation_queue.lambda_handler(event, None)  # Lambda retries the failed event
+    assert app_calls == [1]
+    invocation_queue.lambda_handler(event, None)
+    assert app_calls == [1]
+    done = runs_store.get_run(run.id)
+    assert done is not None and done.status == "completed"
+    assert done.woke == inv.wake_mark("nap#1", wake)
+
+
 def test_a_cron_schedule_targets_the_invoker_and_fires_it_with_its_planned_time(
     lambda_api: lambda_async.AsyncInvokes,
 ) -> None:
