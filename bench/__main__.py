@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             results = [engine.run(size, LONG_SLEEP) for _ in range(max(1, args.runs))]
             figures = report.size_figures(results)
             figures["levers"] = report.levers(figures)
+            figures["memory"] = report.memory_figures(figures)
             out["sizes"][str(size)] = figures
             if size == retention_size:  # its state is still there: purge the last run
                 purge = engine.retention(results[-1].run_id)
@@ -255,6 +256,7 @@ def _rest(w: Any, out: dict[str, Any]) -> None:
             f"  - {lever['lever']}: -{lever['requests_per_step_saved']:.1f} req/step, "
             f"-{_money(lever['usd_per_million_steps_saved'])}/M steps\n"
         )
+    _memory(w, ref)
     w(
         "\nAnchors, per million billed units: "
         + "; ".join(
@@ -264,6 +266,35 @@ def _rest(w: Any, out: dict[str, Any]) -> None:
         + "\n"
     )
     w(f"\n(bench took {out['seconds']:.0f} s)\n")
+
+
+def _memory(w: Any, ref: dict[str, Any]) -> None:
+    """Each function's GB-s at other memory sizes, its CPU part stretched to the size's vCPU
+    share (report.memory_figures); * marks the configured size."""
+    mem = ref.get("memory") or {}
+    if not mem:
+        return
+    sizes = report.MEMORY_CHOICES
+    w(
+        f"\nLambda GB-s by memory, {ref['steps']}-step run, CPU part stretched to the size's "
+        f"vCPU share (1 vCPU at {report.VCPU_MB} MB; * configured): $/M steps (ms per "
+        "invocation)\n"
+    )
+    w("| function | invocations | local s (CPU s) | " + " | ".join(f"{mb} MB" for mb in sizes))
+    w(" |\n|" + "---|" * (len(sizes) + 3) + "\n")
+    for fn, m in mem.items():
+        cells = []
+        for mb in sizes:
+            at = m["at_mb"][str(mb)]
+            mark = "*" if mb == m["configured_mb"] else ""
+            cells.append(
+                f"{mark}{_money(at['usd_per_million_steps'])} ({at['ms_per_invocation']:.0f})"
+            )
+        w(
+            f"| {fn} | {m['invocations']} | {m['seconds']:.3f} ({m['cpu_seconds']:.3f}) | "
+            + " | ".join(cells)
+            + " |\n"
+        )
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ class Bill:
     ddb_bytes_read: int = 0
     ddb_bytes_written: int = 0
     lambda_seconds: dict[str, float] = field(default_factory=dict)
+    lambda_cpu_seconds: dict[str, float] = field(default_factory=dict)  # of lambda_seconds
     lambda_invocations: Counter[str] = field(default_factory=Counter)
     app_requests: int = 0
     app_bytes_sent: int = 0
@@ -85,6 +86,7 @@ class Bill:
             "dynamodb_bytes_written": self.ddb_bytes_written,
             "lambda_invocations": dict(self.lambda_invocations),
             "lambda_seconds": {k: round(v, 4) for k, v in self.lambda_seconds.items()},
+            "lambda_cpu_seconds": {k: round(v, 4) for k, v in self.lambda_cpu_seconds.items()},
             "lambda_gb_s_usd": {k: round(v, 12) for k, v in self.lambda_gb_usd.items()},
             "app_requests": self.app_requests,
             "app_bytes_sent": self.app_bytes_sent,
@@ -156,6 +158,8 @@ def bill(
         if inv.aws_calls == 0:
             b.lambda_without_requests[inv.function] += 1
         b.lambda_seconds[inv.function] = b.lambda_seconds.get(inv.function, 0.0) + inv.seconds
+        cpu = min(inv.cpu_seconds, inv.seconds)
+        b.lambda_cpu_seconds[inv.function] = b.lambda_cpu_seconds.get(inv.function, 0.0) + cpu
         billed = math.ceil(inv.seconds * 1000) / 1000
         gb_s = billed * memory.get(inv.function, 512) / 1024
         gb_usd = gb_s * p.LAMBDA_USD_PER_GB_SECOND_ARM64

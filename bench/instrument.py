@@ -240,6 +240,9 @@ class Invocation:
     path: str = ""
     request_bytes: int = 0
     aws_calls: int = 0  # AWS requests this invocation made itself
+    # CPU time of the handler's thread (`time.thread_time`): the part of `seconds` a Lambda
+    # environment with less than one vCPU would stretch (moto's own work is in other threads).
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -328,6 +331,7 @@ class Recorder:
     def wrap_handler(self, key: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def timed(event: dict[str, Any], context: Any) -> Any:
             started = time.perf_counter()
+            cpu_started = time.thread_time()
             path = str(event.get("rawPath") or "") if isinstance(event, dict) else ""
             body = event.get("body") if isinstance(event, dict) else None
             previous_calls = getattr(_where, "calls", 0)
@@ -339,9 +343,12 @@ class Recorder:
                     made, _where.calls = _where.calls, previous_calls
                     if self.active:
                         seconds = time.perf_counter() - started
+                        cpu = time.thread_time() - cpu_started
                         with self._lock:
                             self.invocations.append(
-                                Invocation(key, seconds, self.phase, path, len(body or ""), made)
+                                Invocation(
+                                    key, seconds, self.phase, path, len(body or ""), made, cpu
+                                )
                             )
 
         return timed

@@ -300,7 +300,8 @@ class EzghStack(Stack):
         """The functions invoked asynchronously (topology `AsyncInvoke`, issue 18): their
         event queue's retries and on-failure queue, `lambda:InvokeFunction` for the functions
         that invoke them (with the ARN in their environment) and for Scheduler's role (long
-        timers target the function)."""
+        timers and cron fires target the function); the ARN alone for the functions that make
+        those schedules (`targeted_by`)."""
         for spec in self.topology.functions:
             if spec.async_invoke is None:
                 continue
@@ -338,6 +339,11 @@ class EzghStack(Stack):
                 caller = self.functions.by_key[key]
                 caller.add_to_role_policy(statement)
                 caller.add_environment(invoke.env_var, function.function_arn)
+            for key in invoke.targeted_by:  # schedules' target: the ARN, no grant
+                if key not in invoke.invoked_by:
+                    self.functions.by_key[key].add_environment(
+                        invoke.env_var, function.function_arn
+                    )
 
     def _grant_event_source_mappings(self, role: iam.IRole, wildcards: list[str]) -> None:
         """Manage mappings of the `deliver` function only (IAM's `lambda:FunctionArn` key).

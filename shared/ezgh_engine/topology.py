@@ -59,6 +59,9 @@ class AsyncInvoke:
     # in `env_var`). Not the function itself: its own ARN in its environment is a cycle.
     invoked_by: tuple[str, ...] = ()
     env_var: str = "EZGH_INVOKER_FUNCTION_ARN"
+    # Who makes Scheduler schedules that target it (their roles get only its ARN in `env_var`:
+    # Scheduler's role invokes it, not theirs).
+    targeted_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,8 +231,8 @@ STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout
 # own CPU is the limit.
 #
 # The stream starts an invocation with an asynchronous invoke of this function (no SQS
-# message: 3 requests fewer per start), and Scheduler's long timers target it directly; what
-# needs a delay (short timers, backoffs, held messages, task watches) still goes through the
+# message: 3 requests fewer per start), and Scheduler's long timers and cron fires target it
+# directly; what needs a delay (short timers, backoffs, held messages, task watches) still goes through the
 # invocations queue, which is also where Lambda puts an event it gave up on (issue 18).
 INVOKER_FUNCTION = Function(
     "invoker",
@@ -237,7 +240,10 @@ INVOKER_FUNCTION = Function(
     timeout_seconds=900,
     memory_mb=256,
     local_concurrency=8,
-    async_invoke=AsyncInvoke(on_failure="invocations", invoked_by=("stream",)),
+    # The api makes the cron schedules, which fire the invoker directly (issue 18).
+    async_invoke=AsyncInvoke(
+        on_failure="invocations", invoked_by=("stream",), targeted_by=("api",)
+    ),
 )
 
 # Delivers EZGH queue messages to subscriptions. Its event source mappings (one per

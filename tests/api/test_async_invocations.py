@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from ezgh_engine import clock, config
-from ezgh_engine.adapters import aws, ddb, messages, runs_store
+from ezgh_engine.adapters import aws, ddb, messages, runs_store, schedules_store
 from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
@@ -299,6 +299,67 @@ def test_a_long_timer_targets_the_invoker_and_its_fire_wakes_and_invokes_the_run
     assert app_calls == [1]
     done = runs_store.get_run(run.id)
     assert done is not None and done.status == "completed"
+
+
+class Crash(Exception):
+    """The handler's process died before its request left."""
+
+
+def test_a_wake_up_that_dies_between_its_two_writes_is_finished_by_the_timer_again(
+    lambda_api: lambda_async.AsyncInvokes, app_calls: list[int], skip_clock: clock.SkipClock
+) -> None:
+    """A sleep's wake-up is two single writes (the step completed, then the run's ask and
+    lease, marked with the wake-up): a timer handler dying between them leaves the sleep
+    completed and nothing asked; the timer delivered again (Lambda's retry) asks, once, and
+    the run is invoked once. Delivered a third time, it finds the ask marked: nothing."""
+    run = stored_run()
+    wake = clock.iso(clock.now())
+    _sleeping(run.id, wake)
+    timer = messages.wire.Timer(run.id, "nap#1", wake)
+    event = json.loads(messages.wire.dumps(timer))
+
+    def crash_at_the_runs_write(service: str, operation: str, params: dict[str, Any]) -> None:
+        if operation == "UpdateItem" and params.get("Key") == items.run_key(run.id):
+            raise Crash()
+
+    stop = aws.intercept(crash_at_the_runs_write)
+    try:
+        with pytest.raises(Crash):
+            invocation_queue.lambda_handler(event, None)
+    finally:
+        stop()
+    asleep = runs_store.get_run(run.id)
+    assert asleep is not None and asleep.invoke_seq == asleep.handled_seq  # nothing asked yet
+    assert app_calls == []
+    invocation_queue.lambda_handler(event, None)  # Lambda retries the failed event
+    assert app_calls == [1]
+    invocation_queue.lambda_handler(event, None)
+    assert app_calls == [1]
+    done = runs_store.get_run(run.id)
+    assert done is not None and done.status == "completed"
+    assert done.woke == inv.wake_mark("nap#1", wake)
+
+
+def test_a_cron_schedule_targets_the_invoker_and_fires_it_with_its_planned_time(
+    lambda_api: lambda_async.AsyncInvokes,
+) -> None:
+    """A cron fire is an asynchronous invoke of the invoker (no SQS send, receive, delete),
+    its input's `<aws.scheduler.scheduled-time>` filled in as Scheduler does."""
+    at = clock.iso(clock.now())
+    cron = schedules_store.Schedule(
+        "s-1", "wfs_x", "o", "p", "a", "nightly", "0 3 * * *", "UTC", None, "active", at, at
+    )
+    schedules_store.put_timer(cron, create=True)
+    name = schedules_store.schedule_name("s-1")
+    schedule = aws.client("scheduler").get_schedule(GroupName=GROUP, Name=name)
+    assert schedule["Target"]["Arn"] == lambda_async.function_arn(INVOKER_FUNCTION)
+    planned = datetime(2030, 1, 2, 3, 0, tzinfo=UTC)
+    Scheduler(group=GROUP, activity=Activity())._fire(schedule, planned)
+    assert _counts(config.settings().invocations_queue_url)["ApproximateNumberOfMessages"] == 0
+    (event,) = _events(lambda_api)
+    assert messages.wire.parse(json.dumps(event)) == messages.wire.Cron(
+        "s-1", "2030-01-02T03:00:00Z"
+    )
 
 
 def test_without_the_invokers_arn_a_start_and_a_timer_go_to_the_queue(

@@ -355,3 +355,20 @@ def test_a_year_limit_past_due_is_sent_now(aws_env: None) -> None:
     assert [(a.kind, a.step_id, a.wake_at) for a in found] == [("timer", DEADLINE_STEP, limit)]
     sent = [(m["type"], m["stepId"], m["wakeAt"]) for m in _invocation_messages()]
     assert sent == [("timer", DEADLINE_STEP, limit)]
+
+
+def test_a_sleep_woken_without_its_run_write_is_timed_again(aws_env: None) -> None:
+    """The sleep completed by the first of its wake-up's two writes, the run item's ask
+    never written and the timer lost too: its timer is sent again (the last woken sleep's
+    mark is not the run's). A run whose last wake-up asked, and sleeps woken before the
+    two writes (no mark), are left alone."""
+    past = clock.iso(clock.now() - timedelta(hours=1))
+    mark = invocations_store.wake_mark("nap", past)
+    lost, asked, before = _run(), _run(), _run()
+    for run in (lost, asked, before):  # no year-limit schedules: only timers are looked at
+        _put({**items.run_values(run), "wk": mark if run is asked else None})
+    for run in (lost, asked):
+        _step(run, "nap", "sleep", "completed", wakeAt=past, endedAt=past, wk=mark)
+    _step(before, "nap", "sleep", "completed", wakeAt=past, endedAt=past)
+    found = [a for a in repair(PROJECT, older_than_seconds=60) if a.kind == "timer"]
+    assert [(a.run_id, a.step_id, a.wake_at) for a in found] == [(lost.id, "nap", past)]

@@ -335,7 +335,8 @@ def _wake(run: Run, step: str = "s#1") -> None:
 
     marks = steps_store.event_marks(ids.time_ordered_id(), 1, None)
     at = clock.iso(clock.now())
-    assert inv.wake_sleep(run.id, step, ended_at=at, marks=marks) == "woke"
+    wake_at = steps_store.get_step(run.id, step).wake_at or ""
+    assert inv.wake_sleep(run.id, step, wake_at=wake_at, ended_at=at, marks=marks) == "woke"
 
 
 def _assert_completed_once(run: Run) -> None:

@@ -42,6 +42,11 @@ def test_bench_writes_figures_for_one_step(tmp_path: Path, capsys: pytest.Captur
     by_service = size["requests_per_step_by_service"]
     assert by_service["dynamodb"] > 0 and by_service["http-api"] > 0
     assert by_service["scheduler-fire"] > 0  # the 1h sleep went through the Scheduler
+    memory = size["memory"]["steps"]  # GB-s by memory, CPU part stretched
+    assert memory["cpu_seconds"] <= memory["seconds"]
+    assert (
+        memory["at_mb"]["128"]["ms_per_invocation"] >= memory["at_mb"]["1024"]["ms_per_invocation"]
+    )
     retention = figures["retention"]  # the purge of the run once its item expires
     assert retention["requests_per_run"] > 0 and "BatchWriteItem" in retention["operations"]
     assert "$/M steps" in capsys.readouterr().out

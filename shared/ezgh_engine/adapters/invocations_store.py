@@ -7,6 +7,7 @@ change nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -283,53 +284,85 @@ def put_sleep_step(
     return waits_store.step_put(run.id, step_id, values)
 
 
+# The run item's mark of its last sleep wake-up (`wake_mark`): which sleep and wake time.
+WAKE_ATTR = "wk"
+
+
+def wake_mark(step_id: str, wake_at: str) -> str:
+    """What a sleep's wake-up writes on its run item (`WAKE_ATTR`): short, so the run item,
+    written several times a run, stays in as few write units as before."""
+    return hashlib.sha256(f"{step_id}@{wake_at}".encode()).hexdigest()[:12]
+
+
 def wake_sleep(
     run_id: str,
     step_id: str,
     *,
+    wake_at: str,
     ended_at: str,
     marks: dict[str, Any],
     lease: tuple[int, int, int] | None = None,
 ) -> str | None:
     """Complete a sleeping step and ask for an invocation, once: None when already woken or
-    the run is no longer live. With `lease` (`now_ms`, `lease_ms`) the same write also takes
-    the run's lease when it is free and still at epoch `epoch` (`lease` is `now_ms`,
-    `lease_ms`, `epoch`; the lease taken is `epoch` + 1, which the caller must hold to:
-    "leased": the caller invokes at once, and the outbox,
-    which skips leased runs, sends nothing); else, or when another invocation holds the run,
-    it only asks ("woke": the outbox sends the invocation). With `lease`, answers whether
-    the epoch it read is still the run's: a lease write that knew no epoch would leave its
-    handler to adopt whatever epoch it read later, perhaps a newer invocation's."""
-    # The step is its own `step.completed` event (`marks`, see steps_store.event_marks).
+    the run is no longer live. Two single writes (issue 18: a transaction bills each item
+    twice), the step first, so whatever invocation the second one asks for replays the sleep
+    completed; the second (`ask_after_wake`) marks the run item with this wake-up, so a
+    timer delivered again after a crash between the two knows whether to ask still
+    (`service.timers.fire_timer`). With `lease` (`now_ms`, `lease_ms`, `epoch`) the second
+    write also takes the run's lease when it is free and still at epoch `epoch` (the lease
+    taken is `epoch` + 1, which the caller must hold to: "leased": the caller invokes at
+    once, and the outbox, which skips leased runs, sends nothing); else, or when another
+    invocation holds the run, it only asks ("woke": the outbox sends the invocation)."""
+    # The step is its own `step.completed` event (`marks`, see steps_store.event_marks); it
+    # carries the mark too, so `service.repair` can tell an ask that never came.
+    mark = wake_mark(step_id, wake_at)
     step = waits_store.step_update(
         run_id,
         step_id,
-        sets={"status": "completed", "endedAt": ended_at, "output": "null", **marks},
+        sets={
+            "status": "completed",
+            "endedAt": ended_at,
+            "output": "null",
+            WAKE_ATTR: mark,
+            **marks,
+        },
         when="#status = :sleeping",
         when_values={":sleeping": "sleeping"},
     )
+    try:
+        _ddb().update_item(**step["Update"])
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return None  # woken already (that timer's handler asks for the invocation)
+        ddb.raise_transient(exc)
+        raise
+    return ask_after_wake(run_id, mark, lease)
+
+
+def ask_after_wake(run_id: str, mark: str, lease: tuple[int, int, int] | None) -> str | None:
+    """The run item's half of a sleep's wake-up (`wake_sleep`): `invokeSeq` + 1 and the
+    wake-up's `mark`, once per mark, if the run is live; with `lease`, the free lease too
+    (falling back to asking only when another invocation holds it). "leased", "woke", or
+    None when the run ended or this wake-up asked already."""
     run = (
         Update()
-        .set_raw("invokeSeq = invokeSeq + :one, version = version + :one", one=1)
+        .set_raw(f"invokeSeq = invokeSeq + :one, version = version + :one, {WAKE_ATTR} = :wk")
+        .bind(one=1, wk=mark)
         .where(_LIVE_CONDITION)
         .bind(typed=True, **{k.removeprefix(":"): v for k, v in _LIVE.items()})
+        .where(f"attribute_not_exists({WAKE_ATTR}) OR {WAKE_ATTR} <> :wk")
     )
     if lease is not None:  # the same write takes the free lease, from the epoch it read
         now_ms, lease_ms, epoch = lease
         run.set("epoch", epoch + 1).set("leaseUntil", now_ms + lease_ms)
         run.where("leaseUntil < :now AND epoch = :seenEpoch", now=now_ms, seenEpoch=epoch)
     try:
-        _ddb().transact_write_items(
-            TransactItems=[step, UpdateAction(run, TableName=_table(), Key=items.run_key(run_id))]
-        )
+        _ddb().update_item(**run.request(TableName=_table(), Key=items.run_key(run_id)))
     except ClientError as exc:
-        codes = ddb.cancellation_codes(exc)
-        if codes and codes[0] == "ConditionalCheckFailed":
-            return None  # woken already
-        if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
-            if lease is None:
-                return None  # the run ended
-            return wake_sleep(run_id, step_id, ended_at=ended_at, marks=marks)  # it's leased
-        ddb.raise_transient(exc)
-        raise
+        if not ddb.is_condition_failure(exc):
+            ddb.raise_transient(exc)
+            raise
+        if lease is None:
+            return None  # the run ended, or this wake-up asked already
+        return ask_after_wake(run_id, mark, None)  # leased or moved on: ask only
     return "leased" if lease is not None else "woke"

@@ -129,6 +129,7 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         app_name=values.get("appName"),
         steps=steps,
         last_outcome=values.get(OUTCOME_ATTR),
+        woke=values.get("wk"),  # invocations_store.WAKE_ATTR
     )
 
 
@@ -151,6 +152,7 @@ def step_from(values: dict[str, Any]) -> Step:
         branch=bool(values.get("branch")),
         callback_salt=values.get("cbSalt"),
         child_run_id=values.get("childRunId"),
+        woke=values.get("wk"),  # invocations_store.WAKE_ATTR
     )
 
 

@@ -6,8 +6,13 @@ Items (docs/architecture.md, "registry"):
 - `SCHEDSLUG#<slug>` / `SCHEDSLUG`: `scheduleId` (get by `wfs_` slug).
 
 Each schedule has one EventBridge Scheduler schedule `c-<id>` in the engine's schedule group:
-`cron(...)` with `ScheduleExpressionTimezone`, targeting the invocations queue with the input
-`{"type": "cron", "scheduleId", "scheduledTime": "<aws.scheduler.scheduled-time>"}`.
+`cron(...)` with `ScheduleExpressionTimezone`, targeting the invoker function (Scheduler
+invokes it asynchronously with the input as its event: no SQS request; issue 18), or the
+invocations queue where this function does not know the invoker's ARN, with the input
+`{"type": "cron", "scheduleId", "scheduledTime": "<aws.scheduler.scheduled-time>"}`, which
+Scheduler fills in for any target ("Adding context attributes", Scheduler user guide).
+Schedules made before still target the queue until they are next written; the invoker
+answers both.
 """
 
 from __future__ import annotations
@@ -201,11 +206,13 @@ def _definition(s: Schedule) -> dict[str, Any]:
         "StartDate": clock.now().replace(microsecond=0),
         "Description": f"ezgh schedule {s.slug}: {s.workflow}",
         "Target": {
-            "Arn": cfg.invocations_queue_arn,
+            "Arn": cfg.invoker_function_arn or cfg.invocations_queue_arn,
             "RoleArn": cfg.scheduler_role_arn,
             "Input": wire.dumps(wire.Cron(s.id, SCHEDULED_TIME)),
-            # A fire that cannot be delivered is retried by Scheduler; the run ID is derived
-            # from the planned time, so a retried fire starts nothing twice.
+            # A fire that cannot be delivered is retried by Scheduler (a Lambda target is
+            # refused only when throttled), a fire the invoker fails on by Lambda's event
+            # queue (then the invocations queue); the run ID is derived from the planned
+            # time, so a retried fire starts nothing twice.
             "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 10},
         },
     }

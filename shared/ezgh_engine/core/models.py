@@ -147,6 +147,9 @@ class Step:
     child_run_id: str | None = None
     # Started inline (protocol 1.3): a `next` mark on the previous step's item, no item yet.
     inline: bool = False
+    # A sleep woken by two single writes: its wake-up's mark, which the run item gets next
+    # (`invocations_store.wake_sleep`; None on sleeps woken before, in one transaction).
+    woke: str | None = field(default=None, compare=False, hash=False)
 
     def to_api(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -211,6 +214,8 @@ class Run:
     # The last committed outcome's event, carried by the run item (`run_items.outcome_mark`)
     # until the next outcome writes it out as an event item (`invocations_store.write_ahead`).
     last_outcome: Any = field(default=None, compare=False, hash=False)
+    # The mark of the run's last sleep wake-up (`invocations_store.wake_mark`), or None.
+    woke: str | None = field(default=None, compare=False, hash=False)
 
     @property
     def ended(self) -> bool:

@@ -10,6 +10,8 @@ invocation lease (quiet for `older_than_seconds`):
 - a parallel step (`branch`) `waiting` or `running` with no live branch lease (its
   `branchLeaseUntil` quiet for `older_than_seconds` too): send its branch message again (the
   stream sends one only as the step becomes `waiting`, so nothing else would);
+- a sleep woken whose ask never reached the run item (the timer's handler died between its
+  two writes, and the timer was lost too): send its timer message again;
 - a step sleeping, retrying or waiting past its wake time, the run's own time limit past
   its `deadlineAt`, and its one-year limit (`timers.year_limit`, which every live run holds a
   `$deadline` timer for) past due: send its timer message now;
@@ -103,6 +105,8 @@ def plan(
     if run.invoke_seq > run.handled_seq:
         why = f"invokeSeq {run.invoke_seq} > handledSeq {run.handled_seq}, no live lease"
         out.append(RepairAction(run.id, run.project_id, "invocation", why, seq=run.invoke_seq))
+    else:
+        out.extend(_wake_not_asked(run))
     out.extend(_branches_owed(run, quiet_since_ms, branch_lease_until))
     timed: list[tuple[str, str, str | None]] = [
         (s.id, s.status, s.wake_at) for s in run.steps if s.status in TIMED_STEP_STATUSES
@@ -124,6 +128,21 @@ def plan(
             why = f"{status} until {wake_at} and its timer schedule is missing"
             out.append(RepairAction(run.id, run.project_id, "schedule", why, 0, step_id, wake_at))
     return out
+
+
+def _wake_not_asked(run: Run) -> list[RepairAction]:
+    """The last sleep woken (by two writes) whose ask, the run item's second write, never
+    came: its mark is not the run's and nothing is owed (a later sleep's wake-up is the only
+    other writer of the mark, and this is the last). Its timer again asks
+    (`timers.fire_timer`)."""
+    woken = [s for s in run.steps if s.kind == "sleep" and s.status == "completed" and s.woke]
+    if not woken:
+        return []
+    last = max(woken, key=lambda s: (s.ended_at or "", s.order))
+    if last.woke == run.woke or not last.wake_at:
+        return []
+    why = f"sleep woken at {last.ended_at}, its run write missing"
+    return [RepairAction(run.id, run.project_id, "timer", why, 0, last.id, last.wake_at)]
 
 
 def _branches_owed(

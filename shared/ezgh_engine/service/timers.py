@@ -16,7 +16,7 @@ from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.messages import Timer
-from ezgh_engine.core.models import RunError
+from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.service import waits
 
 DEADLINE_STEP = "$deadline"
@@ -65,21 +65,35 @@ def fire_timer(message: Timer, lease_ms: int | None = None) -> Owed | None:
     step = steps_store.get_step(run.id, message.step_id)
     if step is None or step.wake_at != message.wake_at:
         return None
+    lease = (clock.now_ms(), lease_ms, run.epoch) if lease_ms is not None else None
     if step.kind == "sleep" and step.status == "completed":
+        mark = store.wake_mark(step.id, message.wake_at)
+        if run.woke != mark:
+            # Its wake-up's run write is missing: the handler died between its two writes
+            # (or a later sleep's wake-up wrote over the mark: then this asks once more, an
+            # invocation that finds nothing new). Ask now, as the wake-up would have.
+            return _owed(run, store.ask_after_wake(run.id, mark, lease))
         owed = run.invoke_seq > run.handled_seq
         return Owed(run.id, leased=False, seq=run.invoke_seq) if owed else None
     at = clock.iso(clock.now())
     if step.status == "sleeping":
         marks = steps_store.event_marks(ids.time_ordered_id(), run.attempt, None)
-        lease = (clock.now_ms(), lease_ms, run.epoch) if lease_ms is not None else None
-        woke = store.wake_sleep(run.id, step.id, ended_at=at, marks=marks, lease=lease)
-        return Owed(run.id, leased=True, epoch=run.epoch + 1) if woke == "leased" else None
+        woke = store.wake_sleep(
+            run.id, step.id, wake_at=message.wake_at, ended_at=at, marks=marks, lease=lease
+        )
+        return _owed(run, woke)
     if step.status == "retrying":
         _retry_due(run.id, step.id, step.branch, message.wake_at)
     elif step.status == "waiting":  # a callback or message wait timed out: it gives null
         actions = waits.end_wait_actions(run.id, run.attempt, step.id, output=None)
         ws.transact(actions + waits.cancel_step_actions(run, run.id, step))
     return None
+
+
+def _owed(run: Run, woke: str | None) -> Owed | None:
+    """A wake-up's answer: invoke at once when it took the lease (the outbox sends nothing
+    for a leased run); else the outbox, or the invocation holding the run, sees to it."""
+    return Owed(run.id, leased=True, epoch=run.epoch + 1) if woke == "leased" else None
 
 
 def _retry_due(run_id: str, step_id: str, branch: bool, wake_at: str) -> None:
