@@ -95,6 +95,7 @@ class Plant:
         assert app is not None
         registry_store.save_app(replace(app, signing_key=KEY))
         self.engine: Engine | None = None
+        self.synced: tuple[str, ...] = ()  # the workflows the app was last synced with
         self._next_seq = self._shard_start()
 
     @staticmethod
@@ -199,7 +200,6 @@ class Engine:
         self.app: PushApp | None = None
         self.runs: dict[str, str] = {}  # workflow -> its run's ID
         self.run_id: str | None = None  # the run last started or invoked
-        self._synced: tuple[str, ...] = ()
         self._outbox: list[_Due] = []
         self._order = itertools.count()
         self.tokens: dict[str, str] = {}  # run ID -> the token of its latest invocation
@@ -253,10 +253,10 @@ class Engine:
     def _sync(self) -> None:
         assert self.app is not None, "make_app(engine, ...) first"
         names = tuple(sorted(w.name for w in self.app.workflows))
-        if names != self._synced:
+        if names != self.plant.synced:
             synced = self.plant.project.call("POST", f"/apps/{self.plant.app_id}/sync")
             assert synced.status == 200, synced.body
-            self._synced = names
+            self.plant.synced = names
 
     # runs --------------------------------------------------------------------------------------
     def start(self, workflow: str, input: Any = None) -> str:
@@ -279,6 +279,10 @@ class Engine:
         found = runs_store.get_run(run_id or self._current())
         assert found is not None
         return found
+
+    def ended(self, run_id: str) -> bool:
+        found = runs_store.get_run(run_id, with_steps=False)
+        return found is not None and found.ended
 
     def _current(self) -> str:
         assert self.run_id is not None, "no run yet"
@@ -516,7 +520,7 @@ def invoke(
     again: the app gets the request the engine would build for it (a full replay)."""
     engine.serve(app)
     run_id = engine.run_of(workflow, input)
-    if branch is None and engine.run(run_id).ended:
+    if branch is None and engine.ended(run_id):
         answer = post(app, engine.replay_body(run_id))
         assert answer.status_code == 200, answer.text
         return dict(answer.json())
@@ -535,7 +539,7 @@ def run_to_end(
     engine.serve(app)
     run_id = engine.run_of(workflow, input)
     seen = len(engine.deliveries)
-    engine.pump(lambda: engine.run(run_id).ended, limit=limit * 10)
+    engine.pump(lambda: engine.ended(run_id), limit=limit * 10)
     engine.settle()
     mains = [
         d for d in engine.deliveries[seen:] if _run_of(d) == run_id and "branch" not in d.request
