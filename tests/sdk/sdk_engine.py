@@ -27,6 +27,7 @@ import heapq
 import itertools
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ from tests.api.conftest import ENV, LambdaContext, Project, _create_table, call,
 
 KEY = "test-signing-key"
 APP_URL = "http://127.0.0.1:9/"  # never connected to: `_AppTransport` answers in process
+ENGINE_URL = "http://127.0.0.1:8"  # the API's and the steps URL: `StepsTransport` answers
 # Timers further away than this are not the test's (a run's one-year limit).
 HORIZON = timedelta(days=40)
 ACCOUNT = "123456789012"  # moto's
@@ -72,6 +74,15 @@ class _Due:
 
     def __lt__(self, other: _Due) -> bool:
         return (self.due_ms, self.order) < (other.due_ms, other.order)
+
+
+@dataclass
+class _Side:
+    """A handler `Engine.meanwhile` started: its request is `built`, delivered on `release`."""
+
+    thread: threading.Thread
+    built: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
 
 
 class Plant:
@@ -151,6 +162,7 @@ def plant() -> Iterator[Plant]:
         for name, value in ENV.items():
             patch.setenv(name, value)
         patch.setenv(config.ENV_ALLOW_LOOPBACK, "1")  # the app's URL is a loopback one
+        patch.setenv(config.ENV_API_URL, ENGINE_URL)
         for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
             patch.delenv(name, raising=False)
         patch.delenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", raising=False)
@@ -203,6 +215,10 @@ class Engine:
         self._outbox: list[_Due] = []
         self._order = itertools.count()
         self.tokens: dict[str, str] = {}  # run ID -> the token of its latest invocation
+        self.app_asgi: Any = None  # an ASGI app other than a PushApp to deliver to
+        self.before_delivery: Callable[[dict[str, Any]], None] | None = None
+        self._sides: dict[threading.Thread, _Side] = {}  # `meanwhile`'s handlers
+        self._owed: dict[threading.Thread, list[_Side]] = {}  # by the handler they wait for
 
     # the app -----------------------------------------------------------------------------------
     def serve(self, app: PushApp) -> PushApp:
@@ -212,7 +228,7 @@ class Engine:
 
     def transport(self, api: ApiInfo, deployment_id: str | None) -> StepTransport:
         """The SDK's own HTTP step transport, its requests answered by the steps handler."""
-        client = httpx.AsyncClient(transport=_StepsTransport(self, deployment_id))
+        client = httpx.AsyncClient(transport=StepsTransport(self, deployment_id))
         return HttpStepTransport(api, deployment_id, backoff=(), client=client)
 
     def step_call(self, body: dict[str, Any], token: str) -> httpx.Response:
@@ -237,10 +253,17 @@ class Engine:
         body = json.loads(request.content)
         if body.get("type") == "invoke":
             self.tokens[body["run"]["id"]] = body["api"]["token"]
-        if self.capture or self.app is None:
+        if self.capture or (self.app is None and self.app_asgi is None):
             self.deliveries.append(Delivery(body, 503, None))
             return httpx.Response(503)
-        answer = asyncio.run(_post(self.app, request.content, dict(request.headers), "/"))
+        if self.before_delivery is not None:
+            self.before_delivery(body)
+        side = self._sides.get(threading.current_thread())
+        if side is not None and not side.release.is_set():  # built now, delivered after
+            side.built.set()
+            assert side.release.wait(60), "the invocation going on did not end"
+        target = self.app_asgi or self.app
+        answer = asyncio.run(_post(target, request.content, dict(request.headers), "/"))
         try:
             decoded = answer.json()
         except ValueError:
@@ -390,9 +413,33 @@ class Engine:
             if due is None:
                 raise AssertionError(f"nothing more is owed to the runs; deliveries: {self.log()}")
             retry = invocation_queue.handle_message(due.body)
+            self._handled()
             if retry is not None:
                 self.outbox_add(due.body, retry.after_seconds)
         raise AssertionError("the engine kept working: no end in sight")
+
+    def meanwhile(self) -> None:
+        """While the invocation going on waits (in a step call), another invoker hands over
+        the messages due now: an invocation they make is built now, from the steps as they
+        are, and delivered once the one going on has ended. (On AWS two handlers run side
+        by side; here the interleaving is one, chosen by the test: deterministic.)"""
+        side = _Side(threading.Thread(target=self._settle_side, name="meanwhile"))
+        self._sides[side.thread] = side
+        self._owed.setdefault(threading.current_thread(), []).append(side)
+        side.thread.start()
+        assert side.built.wait(60), "the other handler built no request"
+
+    def _settle_side(self) -> None:
+        try:
+            self.settle()
+        finally:
+            self._sides[threading.current_thread()].built.set()
+
+    def _handled(self) -> None:
+        """The message this thread handled is done: deliver what `meanwhile` built."""
+        for side in self._owed.pop(threading.current_thread(), []):
+            side.release.set()
+            side.thread.join(60)
 
     def settle(self) -> None:
         """Hand over every message due now (not skipping the clock)."""
@@ -400,6 +447,7 @@ class Engine:
         while self._outbox and self._outbox[0].due_ms <= clock.now_ms():
             due = heapq.heappop(self._outbox)
             retry = invocation_queue.handle_message(due.body)
+            self._handled()
             if retry is not None:
                 self.outbox_add(due.body, retry.after_seconds)
             self.plant.drain_stream()
@@ -447,7 +495,7 @@ class Engine:
         return invoke_request(run, ids.time_ordered_id(), 600_000, clock.now_ms())
 
 
-class _StepsTransport(httpx.AsyncBaseTransport):
+class StepsTransport(httpx.AsyncBaseTransport):
     """The network between the SDK and the steps Lambda."""
 
     def __init__(self, engine: Engine, deployment_id: str | None) -> None:
