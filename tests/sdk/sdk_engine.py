@@ -15,7 +15,13 @@ the invoker. What the harness stands in for is AWS's delivery only:
   each due at its delay on the engine's skip clock, and handed to `invocation_queue` when due.
 
 `invoke` pumps until the app has answered the next invocation of the run (skipping the clock
-to the next due message when nothing else is left: a sleep's or a retry's timer).
+to the next due message when nothing else is left: a sleep's or a retry's timer). A state a
+test needs is reached the engine's way, never written as the test would like it: an
+invocation that made some step calls and died (`crashed_invocation`), a newer invocation
+taking the run over (`take_over`), the invoker failing steps that overran the invoke timeout
+(`overrun`), another handler at work meanwhile (`meanwhile`), CancelRun, RetryRun, a
+callback's POST. `invoke_body` takes a request off the wire for a test to deliver itself;
+`replay_body` is the request the invoker builds for a run as stored (an ended run's replay).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws, messages, push, registry_store, runs_store
 from ezgh_engine.core import messages as wire
 from ezgh_engine.local import emulator
+from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_engine.service import invocation_queue, invoker, stream
 from ezgh_engine.service.wire import step_body
 from ezgh_engine.topology import TOPOLOGY
@@ -70,7 +77,6 @@ class _Due:
     due_ms: int
     order: int
     body: str
-    run_id: str = field(compare=False)
 
     def __lt__(self, other: _Due) -> bool:
         return (self.due_ms, self.order) < (other.due_ms, other.order)
@@ -214,7 +220,6 @@ class Engine:
         self.run_id: str | None = None  # the run last started or invoked
         self._outbox: list[_Due] = []
         self._order = itertools.count()
-        self.tokens: dict[str, str] = {}  # run ID -> the token of its latest invocation
         self.app_asgi: Any = None  # an ASGI app other than a PushApp to deliver to
         self.before_delivery: Callable[[dict[str, Any]], None] | None = None
         self._sides: dict[threading.Thread, _Side] = {}  # `meanwhile`'s handlers
@@ -251,8 +256,6 @@ class Engine:
 
     def deliver(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
-        if body.get("type") == "invoke":
-            self.tokens[body["run"]["id"]] = body["api"]["token"]
         if self.capture or (self.app is None and self.app_asgi is None):
             self.deliveries.append(Delivery(body, 503, None))
             return httpx.Response(503)
@@ -388,8 +391,7 @@ class Engine:
     # the outbox and the pump -------------------------------------------------------------------
     def outbox_add(self, body: str, delay_seconds: float) -> None:
         due = clock.now_ms() + max(0, math.ceil(delay_seconds)) * 1000
-        run_id = str(json.loads(body).get("runId", ""))
-        heapq.heappush(self._outbox, _Due(due, next(self._order), body, run_id))
+        heapq.heappush(self._outbox, _Due(due, next(self._order), body))
 
     def _next(self) -> _Due | None:
         """The next message due now, or (skipping the clock to it) the next one within the
@@ -575,7 +577,7 @@ def invoke(
     delivery = engine.next_delivery(run_id, branch)
     assert delivery.status == 200, delivery.answer
     outcome: dict[str, Any] = delivery.answer
-    assert outcome["protocol"] == "1.4"
+    assert outcome["protocol"] == PROTOCOL_VERSION  # the SDK speaks the engine's version
     return outcome
 
 

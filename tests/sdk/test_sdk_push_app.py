@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_workflows import Context, PushApp, workflow
 from sdk_engine import KEY, Engine, make_app, post, signed_headers
 
@@ -19,7 +20,7 @@ async def hello(ctx: Context) -> str:
     return await ctx.step.run("greet", lambda: f"hello {ctx.input['name']}")
 
 
-SYNC = {"protocol": "1.3", "type": "sync"}
+SYNC = {"protocol": PROTOCOL_VERSION, "type": "sync"}  # the engine's
 
 
 def test_sync_lists_workflows(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
