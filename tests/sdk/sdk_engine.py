@@ -224,6 +224,7 @@ class Engine:
         self.before_delivery: Callable[[dict[str, Any]], None] | None = None
         self._sides: dict[threading.Thread, _Side] = {}  # `meanwhile`'s handlers
         self._owed: dict[threading.Thread, list[_Side]] = {}  # by the handler they wait for
+        self._handling: list[threading.Thread] = []  # handlers delivering, innermost last
 
     # the app -----------------------------------------------------------------------------------
     def serve(self, app: PushApp) -> PushApp:
@@ -266,7 +267,11 @@ class Engine:
             side.built.set()
             assert side.release.wait(60), "the invocation going on did not end"
         target = self.app_asgi or self.app
-        answer = asyncio.run(_post(target, request.content, dict(request.headers), "/"))
+        self._handling.append(threading.current_thread())
+        try:
+            answer = asyncio.run(_post(target, request.content, dict(request.headers), "/"))
+        finally:
+            self._handling.pop()
         try:
             decoded = answer.json()
         except ValueError:
@@ -427,7 +432,9 @@ class Engine:
         by side; here the interleaving is one, chosen by the test: deterministic.)"""
         side = _Side(threading.Thread(target=self._settle_side, name="meanwhile"))
         self._sides[side.thread] = side
-        self._owed.setdefault(threading.current_thread(), []).append(side)
+        # Owed to the handler whose invocation goes on (a step call runs in its own thread).
+        owner = self._handling[-1] if self._handling else threading.current_thread()
+        self._owed.setdefault(owner, []).append(side)
         side.thread.start()
         assert side.built.wait(60), "the other handler built no request"
 
@@ -506,7 +513,10 @@ class StepsTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         assert request.url.path == STEPS_PATH, request.url
         body = json.loads(await request.aread())
-        return self.engine.step_call(body, request.headers["authorization"])
+        # In a thread, as a network call would be: the SDK's loop goes on meanwhile.
+        return await asyncio.to_thread(
+            self.engine.step_call, body, request.headers["authorization"]
+        )
 
 
 @contextlib.contextmanager
@@ -544,7 +554,7 @@ def signed_headers(
     return {"content-type": "application/json", **headers}
 
 
-async def _post(app: PushApp, body: bytes, headers: dict[str, str], path: str) -> httpx.Response:
+async def _post(app: Any, body: bytes, headers: dict[str, str], path: str) -> httpx.Response:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
         return await client.post(path, content=body, headers=headers)
