@@ -103,8 +103,14 @@ class ReplayingApp:
 
     signing_key: str | None = None
 
-    def __init__(self, exchange: dict[str, Any], canon: Canon) -> None:
+    def __init__(
+        self,
+        exchange: dict[str, Any],
+        canon: Canon,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.canon = canon
+        self.transport = transport  # to the engine's steps URL (None: the network)
         self.left = list(exchange["invocations"])
         self.problems: list[str] = []
         self._lock = asyncio.Lock()
@@ -152,7 +158,7 @@ class ReplayingApp:
             self.left.remove(recorded)
             url = body["api"]["url"].rstrip("/") + STEPS_PATH
             headers = {"Authorization": f"Bearer {body['api']['token']}"}
-            async with httpx.AsyncClient(timeout=30) as client:
+            async with httpx.AsyncClient(timeout=30, transport=self.transport) as client:
                 for call in recorded["calls"]:
                     ops = self.canon.to_real(call["ops"])
                     reply = await client.post(

@@ -2,9 +2,10 @@
 runtime against an app that replays the recorded step calls and answers, gets the recorded
 invoke requests and the recorded answers to its step calls, and ends as recorded.
 
-`golden-gather` is left to the SDK side: when its two branches end close together the engine
-may invoke the main run once or twice in between (both correct), so its requests are not
-one fixed sequence.
+`golden-gather` is not replayed on the local runtime: when its two branches end close
+together the engine may invoke the main run once or twice in between (both correct), so
+its requests are not one fixed sequence there. `test_engine_side_in_process` replays it on
+the engine in process, in the interleaving recorded.
 """
 
 from __future__ import annotations

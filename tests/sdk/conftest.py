@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from sdk_fakes import FakeEngine
+from sdk_engine import Engine, Plant, engine_of, plant
+
+
+@pytest.fixture(scope="module")
+def engine_plant() -> Iterator[Plant]:
+    """The real engine on in-process moto, once per module (each test has its own runs)."""
+    with plant() as made:
+        yield made
 
 
 @pytest.fixture
-def engine() -> FakeEngine:
-    return FakeEngine()
+def engine(engine_plant: Plant) -> Iterator[Engine]:
+    with engine_of(engine_plant) as made:
+        yield made
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_workflows import Context, PushApp, workflow
-from sdk_fakes import KEY, FakeEngine, make_app, post, signed_headers
+from sdk_engine import KEY, Engine, make_app, post, signed_headers
 
 
 @workflow("hello")
@@ -19,10 +20,10 @@ async def hello(ctx: Context) -> str:
     return await ctx.step.run("greet", lambda: f"hello {ctx.input['name']}")
 
 
-SYNC = {"protocol": "1.3", "type": "sync"}
+SYNC = {"protocol": PROTOCOL_VERSION, "type": "sync"}  # the engine's
 
 
-def test_sync_lists_workflows(engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sync_lists_workflows(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EZGH_DEPLOYMENT_ID", "dep-7")
     answer = post(make_app(engine, hello), SYNC)
     assert answer.status_code == 200
@@ -35,7 +36,7 @@ def test_sync_lists_workflows(engine: FakeEngine, monkeypatch: pytest.MonkeyPatc
 
 
 def test_deployment_id_goes_with_outcomes_and_step_calls(
-    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("EZGH_DEPLOYMENT_ID", "dep-9")
     answer = post(make_app(engine, hello), engine.invoke_body("hello", {"name": "ada"}))
@@ -66,7 +67,7 @@ def _now() -> int:
     ids=["bad", "missing", "no-signature", "stale", "future", "not-int"],
 )
 def test_unverified_requests_get_401(
-    engine: FakeEngine, make_headers: Callable[[], dict[str, str]]
+    engine: Engine, make_headers: Callable[[], dict[str, str]]
 ) -> None:
     answer = post(make_app(engine, hello), SYNC, headers=make_headers())
     assert answer.status_code == 401
@@ -74,19 +75,19 @@ def test_unverified_requests_get_401(
     assert "Traceback" not in answer.text
 
 
-def test_rotated_signatures_and_tolerance(engine: FakeEngine) -> None:
+def test_rotated_signatures_and_tolerance(engine: Engine) -> None:
     body = _body(SYNC)
     headers = signed_headers(body, timestamp=_now() - 290)
     headers["x-ezgh-signature"] = "v1=00, " + headers["x-ezgh-signature"]
     assert post(make_app(engine, hello), SYNC, headers=headers).status_code == 200
 
 
-def test_tampered_body_is_refused(engine: FakeEngine) -> None:
+def test_tampered_body_is_refused(engine: Engine) -> None:
     headers = signed_headers(_body({**SYNC, "x": 1}))
     assert post(make_app(engine, hello), SYNC, headers=headers).status_code == 401
 
 
-def test_no_signing_key_is_401(engine: FakeEngine) -> None:
+def test_no_signing_key_is_401(engine: Engine) -> None:
     app = PushApp([hello], transport_factory=engine.transport)
     answer = post(app, SYNC)
     assert answer.status_code == 401
@@ -95,13 +96,19 @@ def test_no_signing_key_is_401(engine: FakeEngine) -> None:
     assert post(app, SYNC).status_code == 200
 
 
-def test_signing_key_from_environment(engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_signing_key_from_environment(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EZGH_SIGNING_KEY", KEY)
     assert post(PushApp([hello]), SYNC).status_code == 200
 
 
-def test_unknown_workflow_fails_the_run(engine: FakeEngine) -> None:
-    answer = post(make_app(engine, hello), engine.invoke_body("nope"))
+def test_unknown_workflow_fails_the_run(engine: Engine) -> None:
+    @workflow("nope")
+    def nope(ctx: Context) -> None:
+        return None
+
+    make_app(engine, hello, nope)  # the deployment that had it, when the run started
+    body = engine.invoke_body("nope")
+    answer = post(make_app(engine, hello), body)  # the next deployment has it no more
     assert answer.status_code == 200
     assert answer.json()["outcome"] == "failed"
     assert answer.json()["error"]["code"] == "workflows.unknown_workflow"
@@ -110,18 +117,20 @@ def test_unknown_workflow_fails_the_run(engine: FakeEngine) -> None:
 @pytest.mark.parametrize(
     "payload", [{"type": "other"}, {"type": "invoke", "run": {}}, [1, 2], {"type": "invoke"}]
 )
-def test_malformed_requests_get_400(engine: FakeEngine, payload: Any) -> None:
+def test_malformed_requests_get_400(engine: Engine, payload: Any) -> None:
     answer = post(make_app(engine, hello), payload)
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "validation_error"
 
 
-def test_sdk_failure_is_500_without_a_trace(engine: FakeEngine) -> None:
+def test_sdk_failure_is_500_without_a_trace(engine: Engine) -> None:
     def broken(api: Any, deployment_id: Any) -> Any:
         raise RuntimeError("secret detail")
 
+    make_app(engine, hello)
+    body = engine.invoke_body("hello", {"name": "x"})
     app = PushApp([hello], signing_key=KEY, transport_factory=broken)
-    answer = post(app, engine.invoke_body("hello", {"name": "x"}))
+    answer = post(app, body)
     assert answer.status_code == 500
     assert answer.json()["error"]["code"] == "internal_error"
     assert "secret detail" not in answer.text and "Traceback" not in answer.text
@@ -140,7 +149,7 @@ def _asgi(app: PushApp, scope: dict[str, Any], messages: list[dict[str, Any]]) -
     return sent
 
 
-def test_get_describes_and_other_methods_are_405(engine: FakeEngine) -> None:
+def test_get_describes_and_other_methods_are_405(engine: Engine) -> None:
     app = make_app(engine, hello)
     sent = _asgi(
         app,
@@ -157,7 +166,7 @@ def test_get_describes_and_other_methods_are_405(engine: FakeEngine) -> None:
     assert sent[0]["status"] == 405
 
 
-def test_lifespan(engine: FakeEngine) -> None:
+def test_lifespan(engine: Engine) -> None:
     sent = _asgi(
         make_app(engine, hello),
         {"type": "lifespan"},
@@ -166,12 +175,13 @@ def test_lifespan(engine: FakeEngine) -> None:
     assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
 
 
-def test_asgi_loop_stays_free_during_an_invocation(engine: FakeEngine) -> None:
+def test_asgi_loop_stays_free_during_an_invocation(engine: Engine) -> None:
     @workflow("slow")
     def slow(ctx: Context) -> str:
         return ctx.step.run("wait", lambda: time.sleep(0.3) or "done")
 
     app = make_app(engine, slow)
+    body = _body(engine.invoke_body("slow"))
     ticks: list[float] = []
 
     async def main() -> Any:
@@ -182,7 +192,6 @@ def test_asgi_loop_stays_free_during_an_invocation(engine: FakeEngine) -> None:
                 ticks.append(time.monotonic())
                 await asyncio.sleep(0.02)
 
-        body = _body(engine.invoke_body("slow"))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://a") as client:
             answer, _ = await asyncio.gather(
@@ -207,7 +216,7 @@ def _v2_event(payload: Any, *, b64: bool) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("b64", [True, False])
-def test_lambda_handler_with_a_v2_event(engine: FakeEngine, b64: bool) -> None:
+def test_lambda_handler_with_a_v2_event(engine: Engine, b64: bool) -> None:
     app = make_app(engine, hello)
     result = app.lambda_handler(
         _v2_event(engine.invoke_body("hello", {"name": "bo"}), b64=b64), None
@@ -217,7 +226,7 @@ def test_lambda_handler_with_a_v2_event(engine: FakeEngine, b64: bool) -> None:
     assert json.loads(result["body"])["output"] == "hello bo"
 
 
-def test_lambda_handler_with_a_v1_event(engine: FakeEngine) -> None:
+def test_lambda_handler_with_a_v1_event(engine: Engine) -> None:
     raw = _body(SYNC)
     headers = {k.title(): v for k, v in signed_headers(raw).items()}
     event = {
@@ -231,7 +240,7 @@ def test_lambda_handler_with_a_v1_event(engine: FakeEngine) -> None:
     assert json.loads(result["body"])["workflows"] == [{"name": "hello"}]
 
 
-def test_lambda_handler_refuses_bad_events(engine: FakeEngine) -> None:
+def test_lambda_handler_refuses_bad_events(engine: Engine) -> None:
     app = make_app(engine, hello)
     assert app.lambda_handler({"nothing": True}, None)["statusCode"] == 400
     event = _v2_event(SYNC, b64=True)
@@ -250,7 +259,7 @@ def test_app_refuses_bad_workflow_lists() -> None:
 
 
 def test_unexpected_sdk_errors_are_500_json(
-    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app(engine, hello)
 

@@ -5,21 +5,24 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from typing import Any
+from unittest.mock import ANY
 
 from ezgh_workflows import Context, StepError, workflow
-from sdk_fakes import FakeEngine, invoke, make_app, post, run_to_end
+from sdk_engine import Engine, invoke, make_app, post, run_to_end
 
 
 class CardDeclinedError(Exception):
     pass
 
 
-def test_repeated_names_get_counted_ids(engine: FakeEngine) -> None:
+def test_repeated_names_get_counted_ids(engine: Engine) -> None:
     @workflow("loop")
     async def loop(ctx: Context) -> list[int]:
         return [await ctx.step.run("send", lambda i=i: i) for i in range(3)]
 
     outcome = invoke(make_app(engine, loop), engine, "loop")
+    inline = outcome["ops"][0]["inline"]  # made by the engine: the recorded step's own
+    assert engine.steps["send#3"]["startedAt"] == inline["startedAt"]
     assert outcome == {
         "protocol": "1.4",
         "deploymentId": None,
@@ -31,11 +34,7 @@ def test_repeated_names_get_counted_ids(engine: FakeEngine) -> None:
                 "stepId": "send#3",
                 "output": 2,
                 # send#3 started right after send#2's end: inline, as the engine answers it
-                "inline": {
-                    "name": "send",
-                    "order": "00000000-0000-4000-8000-000000000003",
-                    "startedAt": "2026-01-01T00:00:00.000Z",
-                },
+                "inline": {"name": "send", "order": inline["order"], "startedAt": ANY},
             }
         ],
     }
@@ -43,7 +42,7 @@ def test_repeated_names_get_counted_ids(engine: FakeEngine) -> None:
     assert [op["output"] for op in engine.ops("complete")] == [0, 1, 2]
 
 
-def test_ops_follow_the_protocol(engine: FakeEngine) -> None:
+def test_ops_follow_the_protocol(engine: Engine) -> None:
     @workflow("one")
     async def one(ctx: Context) -> str:
         return await ctx.step.run("load", lambda: "x")
@@ -55,7 +54,7 @@ def test_ops_follow_the_protocol(engine: FakeEngine) -> None:
     ]
 
 
-def test_a_step_end_rides_the_next_start_one_call_per_step(engine: FakeEngine) -> None:
+def test_a_step_end_rides_the_next_start_one_call_per_step(engine: Engine) -> None:
     @workflow("three")
     async def three(ctx: Context) -> list[str]:
         a = await ctx.step.run("a", lambda: "A")
@@ -77,15 +76,16 @@ def test_a_step_end_rides_the_next_start_one_call_per_step(engine: FakeEngine) -
     assert outcome["ops"] == [{"op": "complete", "stepId": "c#1", "output": "ABC"}]
 
 
-def test_an_engine_speaking_1_2_gets_every_end_at_once(engine: FakeEngine) -> None:
-    engine.protocol = "1.2"
-
+def test_an_engine_speaking_1_2_gets_every_end_at_once(engine: Engine) -> None:
     @workflow("two")
     async def two(ctx: Context) -> str:
         a = await ctx.step.run("a", lambda: "A")
         return await ctx.step.run("b", lambda: a + "B")
 
-    answer = post(make_app(engine, two), engine.invoke_body("two"))
+    app = make_app(engine, two)
+    body = engine.invoke_body("two")
+    body["protocol"] = "1.2"  # the engine's request as an engine before 1.3 sent it
+    answer = post(app, body)
     assert "ops" not in answer.json()
     shapes = [[(op["op"], op["stepId"]) for op in call] for call in engine.calls]
     assert shapes == [
@@ -96,7 +96,9 @@ def test_an_engine_speaking_1_2_gets_every_end_at_once(engine: FakeEngine) -> No
     ]
 
 
-def test_a_held_end_recorded_otherwise_aborts_the_invocation(engine: FakeEngine) -> None:
+def test_a_held_end_recorded_otherwise_aborts_the_invocation(engine: Engine) -> None:
+    """While the SDK held step a's end, the engine failed the step: its invocation had run
+    past the invoke timeout (`invoker.fail_overrunning_steps`, under the same lease)."""
     ran: list[str] = []
 
     @workflow("raced")
@@ -104,21 +106,19 @@ def test_a_held_end_recorded_otherwise_aborts_the_invocation(engine: FakeEngine)
         a = await ctx.step.run("a", lambda: "mine")
         return await ctx.step.run("b", lambda: ran.append(a) or a)
 
-    real_apply = engine.apply
+    def engine_failed_it_first(ops: list[dict[str, Any]]) -> None:
+        if any(op["op"] == "complete" and op["stepId"] == "a#1" for op in ops):
+            engine.overrun()
 
-    def other_invocation_won(op: dict[str, Any]) -> dict[str, Any]:
-        if op["op"] == "complete" and op["stepId"] == "a#1":  # recorded first, elsewhere
-            engine.steps["a#1"].update(status="completed", output="theirs")
-        return real_apply(op)
-
-    engine.apply = other_invocation_won  # type: ignore[method-assign]
-    answer = post(make_app(engine, raced), engine.invoke_body("raced"))
-    assert answer.json()["outcome"] == "aborted"
-    assert "another outcome" in answer.json()["reason"]
+    engine.before_call = engine_failed_it_first
+    outcome = invoke(make_app(engine, raced), engine, "raced")
+    assert outcome["outcome"] == "aborted"
+    assert "another outcome" in outcome["reason"]
+    assert engine.steps["a#1"]["error"]["code"] == "workflows.step_timed_out"
     assert ran == []  # step b never ran on a value the run does not hold
 
 
-def test_replay_returns_recorded_values_without_running(engine: FakeEngine) -> None:
+def test_replay_returns_recorded_values_without_running(engine: Engine) -> None:
     runs: list[str] = []
 
     @workflow("replay")
@@ -135,34 +135,29 @@ def test_replay_returns_recorded_values_without_running(engine: FakeEngine) -> N
     assert len(engine.ops("start")) == 2
 
 
-def test_running_step_runs_again_with_next_attempt(engine: FakeEngine) -> None:
+def test_running_step_runs_again_with_next_attempt(engine: Engine) -> None:
     from ezgh_workflows import step_context
-
-    engine.steps["charge#1"] = {
-        "id": "charge#1",
-        "name": "charge",
-        "kind": "run",
-        "status": "running",
-        "attempt": 1,
-    }
 
     @workflow("crash")
     async def crash(ctx: Context) -> Any:
         return await ctx.step.run("charge", lambda: step_context().attempt)
 
-    outcome = invoke(make_app(engine, crash), engine, "crash")
+    app = make_app(engine, crash)
+    start = {"op": "start", "stepId": "charge#1", "name": "charge", "kind": "run", "attempt": 1}
+    engine.crashed_invocation("crash", [start])
+    assert engine.steps["charge#1"]["status"] == "running"
+    outcome = invoke(app, engine, "crash")
     assert outcome["output"] == 2
 
 
-def test_kind_mismatch_is_nondeterminism(engine: FakeEngine) -> None:
-    engine.steps["x#1"] = {
-        "id": "x#1",
-        "name": "x",
-        "kind": "sleep",
-        "status": "completed",
-        "attempt": 1,
-        "output": None,
-    }
+def test_kind_mismatch_is_nondeterminism(engine: Engine) -> None:
+    """The code deployed mid-run calls a step by the name a recorded sleep has."""
+
+    @workflow("changed")
+    async def before(ctx: Context) -> Any:
+        await ctx.step.sleep("x", 1)
+
+    assert invoke(make_app(engine, before), engine, "changed")["outcome"] == "suspended"
 
     @workflow("changed")
     async def changed(ctx: Context) -> Any:
@@ -171,7 +166,8 @@ def test_kind_mismatch_is_nondeterminism(engine: FakeEngine) -> None:
         except Exception:  # cannot swallow a rule violation
             return "swallowed"
 
-    outcome = invoke(make_app(engine, changed), engine, "changed")
+    outcome = invoke(make_app(engine, changed), engine, "changed")  # after the sleep
+    assert engine.steps["x#1"]["status"] == "completed"
     assert outcome["outcome"] == "failed"
     error = outcome["error"]
     assert error["code"] == "workflows.nondeterminism"
@@ -180,7 +176,7 @@ def test_kind_mismatch_is_nondeterminism(engine: FakeEngine) -> None:
     assert "'run'" in error["message"]
 
 
-def test_step_error_is_the_same_on_first_run_and_replay(engine: FakeEngine) -> None:
+def test_step_error_is_the_same_on_first_run_and_replay(engine: Engine) -> None:
     seen: list[tuple[str, str, str, str]] = []
 
     def decline() -> None:
@@ -210,7 +206,7 @@ def test_step_error_is_the_same_on_first_run_and_replay(engine: FakeEngine) -> N
     }
 
 
-def test_workflow_exception_is_a_user_error(engine: FakeEngine) -> None:
+def test_workflow_exception_is_a_user_error(engine: Engine) -> None:
     @workflow("boom")
     def boom(ctx: Context) -> None:
         raise KeyError("missing")
@@ -219,7 +215,7 @@ def test_workflow_exception_is_a_user_error(engine: FakeEngine) -> None:
     assert outcome["error"] == {"code": "user", "name": "KeyError", "message": "'missing'"}
 
 
-def test_step_in_step_fails_the_run(engine: FakeEngine) -> None:
+def test_step_in_step_fails_the_run(engine: Engine) -> None:
     @workflow("nested")
     async def nested(ctx: Context) -> Any:
         async def outer() -> Any:
@@ -235,7 +231,7 @@ def test_step_in_step_fails_the_run(engine: FakeEngine) -> None:
     assert outcome["error"]["code"] == "workflows.step_in_step"
 
 
-def test_step_in_step_from_a_sync_function(engine: FakeEngine) -> None:
+def test_step_in_step_from_a_sync_function(engine: Engine) -> None:
     @workflow("nested-sync")
     def nested(ctx: Context) -> Any:
         return ctx.step.run("outer", lambda: ctx.step.run("inner", lambda: 1))
@@ -244,7 +240,7 @@ def test_step_in_step_from_a_sync_function(engine: FakeEngine) -> None:
     assert outcome["error"]["code"] == "workflows.step_in_step"
 
 
-def test_step_context_gives_attempt_and_stable_key(engine: FakeEngine) -> None:
+def test_step_context_gives_attempt_and_stable_key(engine: Engine) -> None:
     from ezgh_workflows import step_context
 
     @workflow("ctx")
@@ -258,12 +254,12 @@ def test_step_context_gives_attempt_and_stable_key(engine: FakeEngine) -> None:
     import hashlib
 
     first, second, attempt = outcome["output"]
-    assert first == hashlib.sha256(b"run-1:a#1").hexdigest()
-    assert second == hashlib.sha256(b"run-1:a#2").hexdigest()
+    assert first == hashlib.sha256(f"{engine.run_id}:a#1".encode()).hexdigest()
+    assert second == hashlib.sha256(f"{engine.run_id}:a#2".encode()).hexdigest()
     assert attempt == 1
 
 
-def test_now_and_uuid_are_recorded_and_replayed(engine: FakeEngine) -> None:
+def test_now_and_uuid_are_recorded_and_replayed(engine: Engine) -> None:
     seen: list[Any] = []
 
     @workflow("values")
@@ -285,25 +281,19 @@ def test_now_and_uuid_are_recorded_and_replayed(engine: FakeEngine) -> None:
     assert outcome["output"] == [now1.isoformat(), id1]
 
 
-def test_recorded_value_wins_over_a_fresh_one(engine: FakeEngine) -> None:
-    engine.steps["id#1"] = {
-        "id": "id#1",
-        "name": "id",
-        "kind": "value",
-        "status": "completed",
-        "attempt": 1,
-        "output": "recorded-uuid",
-    }
-
+def test_recorded_value_wins_over_a_fresh_one(engine: Engine) -> None:
     @workflow("uuid")
     async def uuid_wf(ctx: Context) -> str:
         return await ctx.step.uuid("id")
 
-    assert invoke(make_app(engine, uuid_wf), engine, "uuid")["output"] == "recorded-uuid"
+    app = make_app(engine, uuid_wf)
+    record = {"op": "record", "stepId": "id#1", "name": "id", "kind": "value"}
+    engine.crashed_invocation("uuid", [{**record, "output": "recorded-uuid"}])
+    assert invoke(app, engine, "uuid")["output"] == "recorded-uuid"
     assert engine.calls == []
 
 
-def test_sync_def_workflow_blocks_on_steps(engine: FakeEngine) -> None:
+def test_sync_def_workflow_blocks_on_steps(engine: Engine) -> None:
     @workflow("plain")
     def plain(ctx: Context) -> Any:
         a = ctx.step.run("a", lambda: ctx.input["x"] * 2)
@@ -317,7 +307,7 @@ def test_sync_def_workflow_blocks_on_steps(engine: FakeEngine) -> None:
     assert invocations == 2
 
 
-def test_async_step_functions_and_awaitables(engine: FakeEngine) -> None:
+def test_async_step_functions_and_awaitables(engine: Engine) -> None:
     async def fetch() -> int:
         await asyncio.sleep(0)
         return 7
@@ -331,7 +321,7 @@ def test_async_step_functions_and_awaitables(engine: FakeEngine) -> None:
     assert invoke(make_app(engine, wf), engine, "async-fns")["output"] == 14
 
 
-def test_gather_with_distinct_names_runs_both(engine: FakeEngine) -> None:
+def test_gather_with_distinct_names_runs_both(engine: Engine) -> None:
     @workflow("pair")
     async def pair(ctx: Context) -> Any:
         return await asyncio.gather(ctx.step.run("a", lambda: 1), ctx.step.run("b", lambda: 2))
@@ -341,7 +331,7 @@ def test_gather_with_distinct_names_runs_both(engine: FakeEngine) -> None:
     assert [op["stepId"] for op in engine.ops("start")] == ["a#1", "b#1"]
 
 
-def test_full_replay_sends_no_ops_and_gives_the_same_output(engine: FakeEngine) -> None:
+def test_full_replay_sends_no_ops_and_gives_the_same_output(engine: Engine) -> None:
     @workflow("full")
     async def full(ctx: Context) -> Any:
         a = await ctx.step.run("a", lambda: {"t": (1, 2)})
@@ -355,22 +345,25 @@ def test_full_replay_sends_no_ops_and_gives_the_same_output(engine: FakeEngine) 
     again = invoke(app, engine, "full")
     assert again == first
     assert len(engine.calls) == calls
-    assert first["output"][0] == {"t": [1, 2]} and first["output"][2:] == [1, "run-1"]
+    assert first["output"][0] == {"t": [1, 2]} and first["output"][2:] == [1, engine.run_id]
 
 
-def test_workflow_sees_the_run_attempt(engine: FakeEngine) -> None:
+def test_workflow_sees_the_run_attempt(engine: Engine) -> None:
     @workflow("attempt")
     def attempt(ctx: Context) -> Any:
+        if ctx.attempt < 3:
+            raise RuntimeError(f"attempt {ctx.attempt}")
         return ctx.attempt
 
-    body = engine.invoke_body("attempt", attempt=3)
-    from sdk_fakes import post
-
-    assert post(make_app(engine, attempt), body).json()["output"] == 3
+    app = make_app(engine, attempt)
+    for _ in range(2):
+        assert run_to_end(app, engine, "attempt")[0]["outcome"] == "failed"
+        engine.retry()  # RetryRun: the next attempt of the same run
+    assert run_to_end(app, engine, "attempt")[0]["output"] == 3
 
 
 def test_in_a_round_of_several_steps_each_end_is_sent_when_its_step_ends(
-    engine: FakeEngine,
+    engine: Engine,
 ) -> None:
     """A race orders its steps by when their ends were recorded: an end held until the next
     call would be recorded late, and replay could pick another winner."""
@@ -390,23 +383,19 @@ def test_in_a_round_of_several_steps_each_end_is_sent_when_its_step_ends(
     ]
 
 
-def test_name_mismatch_under_an_explicit_id_is_nondeterminism(engine: FakeEngine) -> None:
+def test_name_mismatch_under_an_explicit_id_is_nondeterminism(engine: Engine) -> None:
     # Recorded as "charge-card" with id="pay"; the code now calls the step "refund" with the
     # same id: replaying the charge's result as the refund's would be a silent wrong value.
-    engine.steps["pay"] = {
-        "id": "pay",
-        "name": "charge-card",
-        "kind": "run",
-        "status": "completed",
-        "attempt": 1,
-        "output": "charged",
-    }
-
     @workflow("renamed")
     async def renamed(ctx: Context) -> Any:
         return await ctx.step.run("refund", lambda: "refunded", id="pay")
 
-    outcome = invoke(make_app(engine, renamed), engine, "renamed")
+    app = make_app(engine, renamed)
+    start = {"op": "start", "stepId": "pay", "name": "charge-card", "kind": "run", "attempt": 1}
+    engine.crashed_invocation(
+        "renamed", [start], [{"op": "complete", "stepId": "pay", "output": "charged"}]
+    )
+    outcome = invoke(app, engine, "renamed")
     assert outcome["outcome"] == "failed"
     error = outcome["error"]
     assert error["code"] == "workflows.nondeterminism"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from ezgh_workflows import Context, workflow
-from sdk_fakes import FakeEngine, invoke, make_app, run_to_end
+from sdk_engine import Engine, invoke, make_app, run_to_end
 
 NAMES = {tokenize.NAME, tokenize.OP}
 SDK = Path(__file__).resolve().parents[2] / "sdk" / "ezgh_workflows" / "_internal"
@@ -31,7 +31,7 @@ async def _yield(times: int) -> None:
 
 @pytest.mark.parametrize("yields", [0, 1, 5, 50])
 def test_steps_awaited_together_are_one_round_however_often_the_code_yields(
-    engine: FakeEngine, yields: int
+    engine: Engine, yields: int
 ) -> None:
     """A gather of a step and a plain coroutine that yields before its own step: both steps
     are one round (two parallel branches), whatever the number of yields."""
@@ -56,7 +56,7 @@ def test_steps_awaited_together_are_one_round_however_often_the_code_yields(
     assert outcome["output"] == ["A", "B"]
 
 
-def test_nested_plain_coroutines_mixed_with_steps_are_one_round(engine: FakeEngine) -> None:
+def test_nested_plain_coroutines_mixed_with_steps_are_one_round(engine: Engine) -> None:
     """Steps reached through layers of plain coroutines, each yielding, and a task the
     workflow created: all issued before the workflow blocks, so one round."""
 
@@ -82,7 +82,7 @@ def test_nested_plain_coroutines_mixed_with_steps_are_one_round(engine: FakeEngi
     assert outcome["output"] == ["A", "B", "C"]
 
 
-def test_no_workflow_code_runs_while_a_step_body_yields(engine: FakeEngine) -> None:
+def test_no_workflow_code_runs_while_a_step_body_yields(engine: Engine) -> None:
     """A step body that yields to the loop many times: the workflow's other code (a task it
     started) does not move meanwhile; the round was known before the body ran."""
     progress: list[int] = []
@@ -111,30 +111,30 @@ def test_no_workflow_code_runs_while_a_step_body_yields(engine: FakeEngine) -> N
     assert seen[0][0] is True, f"workflow code ran during the step body: {seen}"
 
 
-def test_a_slow_step_thread_does_not_change_the_round(engine: FakeEngine) -> None:
+def test_a_slow_step_thread_does_not_change_the_round(engine: Engine) -> None:
     """A synchronous step body in a thread, slow or fast: the workflow code that was
     still to run before the workflow blocked joins the round either way."""
     outcomes = []
     for delay in (0.0, 0.2):
-        engine = FakeEngine()
+        name = f"slow-body-{int(delay * 10)}"  # a run each
 
         async def then_b(ctx: Context) -> Any:
             await _yield(10)
             return await ctx.step.run("b", lambda: "B")
 
-        @workflow("slow-body")
+        @workflow(name)
         async def wf(ctx: Context, delay: float = delay) -> Any:
             task = asyncio.ensure_future(then_b(ctx))
             a = await ctx.step.run("a", lambda: time.sleep(delay) or "A")
             return [a, await task]
 
         app = make_app(engine, wf)
-        first = invoke(app, engine, "slow-body")
+        first = invoke(app, engine, name)
         outcomes.append([(w["stepId"], w.get("parallel")) for w in first.get("waits", [])])
     assert outcomes[0] == outcomes[1] == [("a#1", True), ("b#1", True)]
 
 
-def test_a_slow_plain_def_workflow_thread_is_waited_for_not_polled(engine: FakeEngine) -> None:
+def test_a_slow_plain_def_workflow_thread_is_waited_for_not_polled(engine: Engine) -> None:
     """A plain ``def`` workflow whose thread is slow between steps (after a race, its loser
     still pending): the driver waits until the thread blocks in its next step call."""
 
@@ -155,7 +155,7 @@ def test_a_slow_plain_def_workflow_thread_is_waited_for_not_polled(engine: FakeE
     assert again["output"] == [1, 2]
 
 
-def test_a_plain_def_workflow_thread_ending_slowly_in_finally(engine: FakeEngine) -> None:
+def test_a_plain_def_workflow_thread_ending_slowly_in_finally(engine: Engine) -> None:
     """Suspending waits for the thread's ``finally`` however slow it is (within the drain)."""
     ended = threading.Event()
 
@@ -171,7 +171,7 @@ def test_a_plain_def_workflow_thread_ending_slowly_in_finally(engine: FakeEngine
     assert ended.is_set()
 
 
-def test_workflow_code_may_still_use_timers_and_threads(engine: FakeEngine) -> None:
+def test_workflow_code_may_still_use_timers_and_threads(engine: Engine) -> None:
     """``asyncio.sleep`` and ``asyncio.to_thread`` in workflow code (not steps) still work:
     the round waits for them, as before."""
 

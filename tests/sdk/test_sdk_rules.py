@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 from ezgh_workflows import Context, StepError, workflow
-from sdk_fakes import FakeEngine, invoke, make_app, run_to_end
+from sdk_engine import Engine, invoke, make_app, run_to_end
 
 
-def _run_steps(engine: FakeEngine, body: Any, name: str = "wf") -> dict[str, Any]:
+def _run_steps(engine: Engine, body: Any, name: str = "wf") -> dict[str, Any]:
     return invoke(make_app(engine, workflow(name)(body)), engine, name)
 
 
-def test_explicit_ids_are_used_as_is(engine: FakeEngine) -> None:
+def test_explicit_ids_are_used_as_is(engine: Engine) -> None:
     async def wf(ctx: Context) -> Any:
         return [await ctx.step.run("send", lambda u=u: u, id=f"send-{u}") for u in ("a", "b")]
 
@@ -26,7 +26,7 @@ def test_explicit_ids_are_used_as_is(engine: FakeEngine) -> None:
     assert [op["stepId"] for op in engine.ops("start")] == ["send-a", "send-b"]
 
 
-def test_explicit_ids_do_not_shift_the_counter(engine: FakeEngine) -> None:
+def test_explicit_ids_do_not_shift_the_counter(engine: Engine) -> None:
     async def wf(ctx: Context) -> Any:
         await ctx.step.run("send", lambda: 1, id="send:x.1")
         await ctx.step.run("send", lambda: 2)
@@ -36,7 +36,7 @@ def test_explicit_ids_do_not_shift_the_counter(engine: FakeEngine) -> None:
 
 
 @pytest.mark.parametrize("bad", ["has#hash", "", "x" * 129, "sp ace", "é"])
-def test_invalid_explicit_id_raises_value_error(engine: FakeEngine, bad: str) -> None:
+def test_invalid_explicit_id_raises_value_error(engine: Engine, bad: str) -> None:
     async def wf(ctx: Context) -> Any:
         await ctx.step.run("s", lambda: 1, id=bad)
 
@@ -46,7 +46,7 @@ def test_invalid_explicit_id_raises_value_error(engine: FakeEngine, bad: str) ->
     assert engine.calls == []
 
 
-def test_reused_explicit_id_is_a_duplicate(engine: FakeEngine) -> None:
+def test_reused_explicit_id_is_a_duplicate(engine: Engine) -> None:
     async def wf(ctx: Context) -> Any:
         await ctx.step.run("a", lambda: 1, id="same")
         await ctx.step.run("b", lambda: 2, id="same")
@@ -56,7 +56,7 @@ def test_reused_explicit_id_is_a_duplicate(engine: FakeEngine) -> None:
     assert outcome["error"]["name"] == "DuplicateStepNameError"
 
 
-def test_same_name_pending_together_is_a_duplicate(engine: FakeEngine) -> None:
+def test_same_name_pending_together_is_a_duplicate(engine: Engine) -> None:
     calls: list[int] = []
 
     async def wf(ctx: Context) -> Any:
@@ -69,7 +69,7 @@ def test_same_name_pending_together_is_a_duplicate(engine: FakeEngine) -> None:
     assert calls == []
 
 
-def test_same_name_with_explicit_ids_may_be_pending_together(engine: FakeEngine) -> None:
+def test_same_name_with_explicit_ids_may_be_pending_together(engine: Engine) -> None:
     async def wf(ctx: Context) -> Any:
         return await asyncio.gather(
             ctx.step.run("a", lambda: 1, id="a-1"), ctx.step.run("a", lambda: 2, id="a-2")
@@ -80,14 +80,14 @@ def test_same_name_with_explicit_ids_may_be_pending_together(engine: FakeEngine)
 
 
 @pytest.mark.parametrize("name", ["", "x" * 257, "nul\x00", 5])
-def test_invalid_step_names(engine: FakeEngine, name: Any) -> None:
+def test_invalid_step_names(engine: Engine, name: Any) -> None:
     async def wf(ctx: Context) -> Any:
         await ctx.step.run(name, lambda: 1)
 
     assert _run_steps(engine, wf)["error"]["name"] == "ValueError"
 
 
-def test_step_name_limit_counts_utf8_bytes(engine: FakeEngine) -> None:
+def test_step_name_limit_counts_utf8_bytes(engine: Engine) -> None:
     async def wf(ctx: Context) -> Any:
         await ctx.step.run("é" * 128, lambda: 1)  # 256 bytes: fine
         await ctx.step.run("é" * 129, lambda: 1)  # 258 bytes: too long
@@ -110,7 +110,7 @@ AWARE = datetime(2026, 10, 13, 18, 0, tzinfo=UTC)
         ({"when": AWARE}, {"when": "2026-10-13T18:00:00+00:00"}),
     ],
 )
-def test_results_pass_through_json(engine: FakeEngine, value: Any, seen: Any) -> None:
+def test_results_pass_through_json(engine: Engine, value: Any, seen: Any) -> None:
     received: list[Any] = []
 
     async def wf(ctx: Context) -> None:
@@ -135,7 +135,7 @@ def test_results_pass_through_json(engine: FakeEngine, value: Any, seen: Any) ->
         [1, {"x": {2, 3}}],
     ],
 )
-def test_invalid_results_fail_the_step(engine: FakeEngine, value: Any) -> None:
+def test_invalid_results_fail_the_step(engine: Engine, value: Any) -> None:
     errors: list[StepError] = []
 
     async def wf(ctx: Context) -> None:
@@ -151,7 +151,7 @@ def test_invalid_results_fail_the_step(engine: FakeEngine, value: Any) -> None:
     assert engine.steps["v#1"]["attempt"] == 1  # not retried
 
 
-def test_large_result_fails_with_output_too_large(engine: FakeEngine) -> None:
+def test_large_result_fails_with_output_too_large(engine: Engine) -> None:
     async def wf(ctx: Context) -> Any:
         fits = await ctx.step.run("fits", lambda: "x" * (1_048_576 - 2))
         await ctx.step.run("big", lambda: "x" * 1_048_576)
@@ -162,21 +162,21 @@ def test_large_result_fails_with_output_too_large(engine: FakeEngine) -> None:
     assert engine.ops("fail")[0]["stepId"] == "big#1"
 
 
-def test_invalid_run_output_fails_the_run(engine: FakeEngine) -> None:
+def test_invalid_run_output_fails_the_run(engine: Engine) -> None:
     async def wf(ctx: Context) -> Any:
         return {"when": datetime(2026, 1, 1)}
 
     assert _run_steps(engine, wf)["error"]["code"] == "workflows.invalid_value"
 
 
-def test_too_large_run_output_fails_the_run(engine: FakeEngine) -> None:
+def test_too_large_run_output_fails_the_run(engine: Engine) -> None:
     def wf(ctx: Context) -> Any:
         return "y" * 2_000_000
 
     assert _run_steps(engine, wf)["error"]["code"] == "workflows.output_too_large"
 
 
-def test_sleep_suspends_with_waits(engine: FakeEngine) -> None:
+def test_sleep_suspends_with_waits(engine: Engine) -> None:
     cleanup: list[str] = []
 
     async def wf(ctx: Context) -> None:
@@ -195,12 +195,14 @@ def test_sleep_suspends_with_waits(engine: FakeEngine) -> None:
         "waits": [{"stepId": "cooldown#1", "name": "cooldown", "kind": "sleep", "seconds": 259200}],
     }
     assert cleanup == ["finally"]
-    # still sleeping on the next invocation: suspend again, listing it
+    # The engine invokes the run again when the sleep has ended (the fake invoked it while
+    # it still slept): the replay goes past the sleep, and the cleanup runs once more.
     again = _run_steps(engine, wf)
-    assert again["waits"][0]["stepId"] == "cooldown#1"
+    assert engine.steps["cooldown#1"]["status"] == "completed"
+    assert again["outcome"] == "completed" and cleanup == ["finally", "finally"]
 
 
-def test_sleep_until_and_parallel_sleeps(engine: FakeEngine) -> None:
+def test_sleep_until_and_parallel_sleeps(engine: Engine) -> None:
     when = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
     async def wf(ctx: Context) -> None:
@@ -219,14 +221,14 @@ def test_sleep_until_and_parallel_sleeps(engine: FakeEngine) -> None:
 
 
 @pytest.mark.parametrize("duration", ["1y", "3 d", "", "-1s", -5, "1m1h", True, None])
-def test_bad_sleep_durations(engine: FakeEngine, duration: Any) -> None:
+def test_bad_sleep_durations(engine: Engine, duration: Any) -> None:
     async def wf(ctx: Context) -> None:
         await ctx.step.sleep("s", duration)
 
     assert _run_steps(engine, wf)["error"]["name"] == "ValueError"
 
 
-def test_naive_sleep_until_is_refused(engine: FakeEngine) -> None:
+def test_naive_sleep_until_is_refused(engine: Engine) -> None:
     def wf(ctx: Context) -> None:
         ctx.step.sleep_until("s", datetime(2030, 1, 1))
 
@@ -246,7 +248,7 @@ def _wait_for_no_sdk_threads() -> list[str]:
     return _sdk_threads()
 
 
-def test_sync_workflow_suspends_and_its_thread_ends(engine: FakeEngine) -> None:
+def test_sync_workflow_suspends_and_its_thread_ends(engine: Engine) -> None:
     finished: list[str] = []
 
     def wf(ctx: Context) -> None:
@@ -263,7 +265,7 @@ def test_sync_workflow_suspends_and_its_thread_ends(engine: FakeEngine) -> None:
     assert _wait_for_no_sdk_threads() == []
 
 
-def test_steps_after_suspension_raise_again(engine: FakeEngine) -> None:
+def test_steps_after_suspension_raise_again(engine: Engine) -> None:
     later: list[str] = []
 
     async def wf(ctx: Context) -> None:
@@ -279,7 +281,7 @@ def test_steps_after_suspension_raise_again(engine: FakeEngine) -> None:
     assert later == ["SuspendInvocation"]
 
 
-def test_conflict_aborts_the_invocation(engine: FakeEngine) -> None:
+def test_conflict_aborts_the_invocation(engine: Engine) -> None:
     engine.conflict = True
 
     async def wf(ctx: Context) -> Any:
@@ -291,7 +293,7 @@ def test_conflict_aborts_the_invocation(engine: FakeEngine) -> None:
 
 
 def test_no_task_warnings(
-    engine: FakeEngine, recwarn: pytest.WarningsRecorder, caplog: pytest.LogCaptureFixture
+    engine: Engine, recwarn: pytest.WarningsRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def wf(ctx: Context) -> None:
         await asyncio.gather(ctx.step.sleep("a", 1), ctx.step.sleep("b", 1))

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_workflows import Context, PushApp, workflow
 from ezgh_workflows._internal.signing import signed_headers
 
@@ -37,7 +38,7 @@ def test_push_app_under_uvicorn() -> None:
         deadline = time.monotonic() + 10
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.02)
-        body = json.dumps({"protocol": "1.3", "type": "sync"}).encode()
+        body = json.dumps({"protocol": PROTOCOL_VERSION, "type": "sync"}).encode()
         ts = str(int(time.time()))
         headers = {"content-type": "application/json", **signed_headers("k-123", ts, body)}
         answer = httpx.post(f"http://127.0.0.1:{port}/", content=body, headers=headers)

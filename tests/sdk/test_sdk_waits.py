@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from ezgh_engine.service import waits as waits_service
 from ezgh_workflows import (
     Context,
     NonRetryableError,
@@ -15,15 +16,10 @@ from ezgh_workflows import (
     step_context,
     workflow,
 )
-from sdk_fakes import FakeEngine, invoke, make_app, run_to_end
+from sdk_engine import Engine, branches, invoke, make_app, run_to_end
 
 
-@pytest.fixture()
-def engine() -> FakeEngine:
-    return FakeEngine()
-
-
-def test_retries_suspend_and_count_attempts(engine: FakeEngine) -> None:
+def test_retries_suspend_and_count_attempts(engine: Engine) -> None:
     seen: list[tuple[int, str]] = []
 
     @workflow("wf")
@@ -45,7 +41,7 @@ def test_retries_suspend_and_count_attempts(engine: FakeEngine) -> None:
     assert [op["attempt"] for op in fails] == [1, 2] and all(op["retryable"] for op in fails)
 
 
-def test_default_retries_is_three(engine: FakeEngine) -> None:
+def test_default_retries_is_three(engine: Engine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         await ctx.step.run("boom", lambda: 1 / 0)
@@ -56,7 +52,7 @@ def test_default_retries_is_three(engine: FakeEngine) -> None:
 
 
 @pytest.mark.parametrize("fn", [lambda: _raise(NonRetryableError("no")), lambda: {1, 2}])
-def test_never_retried(engine: FakeEngine, fn: Any) -> None:
+def test_never_retried(engine: Engine, fn: Any) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         await ctx.step.run("s", fn, retries=5)
@@ -70,7 +66,7 @@ def _raise(exc: Exception) -> None:
     raise exc
 
 
-def test_cancelling_raises_once_and_cleanup_runs(engine: FakeEngine) -> None:
+def test_cancelling_raises_once_and_cleanup_runs(engine: Engine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         try:
@@ -81,14 +77,14 @@ def test_cancelling_raises_once_and_cleanup_runs(engine: FakeEngine) -> None:
 
     app = make_app(engine, wf)
     assert invoke(app, engine, "wf")["outcome"] == "suspended"
-    engine.status = "cancelling"
+    engine.cancel()  # CancelRun: the run is invoked again, cancelling
     outcome = invoke(app, engine, "wf")
     assert outcome["outcome"] == "cancelled"
     assert engine.steps["nap#1"]["status"] == "cancelled"
     assert engine.steps["cleanup#1"]["status"] == "completed"
 
 
-def test_callback_url_and_wait(engine: FakeEngine) -> None:
+def test_callback_url_and_wait(engine: Engine) -> None:
     @workflow("wf")
     def wf(ctx: Context) -> Any:
         cb = ctx.step.create_callback("approve", timeout_seconds=60)
@@ -99,13 +95,13 @@ def test_callback_url_and_wait(engine: FakeEngine) -> None:
     outcome = invoke(app, engine, "wf")
     assert outcome["outcome"] == "suspended"
     assert outcome["waits"] == [{"stepId": "approve#1", "name": "approve", "kind": "callback"}]
-    assert engine.steps["send#1"]["output"].endswith("tok-approve#1")
-    engine.steps["approve#1"].update(status="completed", output={"yes": 1})
+    assert engine.steps["send#1"]["output"] == engine.steps["approve#1"]["url"]
+    engine.complete_callback("approve#1", {"yes": 1})
     assert invoke(app, engine, "wf")["output"] == {"yes": 1}
     assert len(engine.ops("callback")) == 1
 
 
-def test_gather_suspends_into_branches_then_race(engine: FakeEngine) -> None:
+def test_gather_suspends_into_branches_then_race(engine: Engine) -> None:
     ran: list[str] = []
 
     @workflow("wf")
@@ -123,13 +119,13 @@ def test_gather_suspends_into_branches_then_race(engine: FakeEngine) -> None:
     outcome = invoke(app, engine, "wf")
     assert [w.get("parallel") for w in outcome["waits"]] == [True, True]
     assert ran == []
-    for step_id in engine.branches():
+    for step_id in branches(engine):
         assert invoke(app, engine, "wf", branch=step_id)["outcome"] == "branch"
     assert sorted(ran) == ["a", "b"]
     assert invoke(app, engine, "wf")["output"] == ["A", "B", 1]
 
 
-def test_failing_branch_is_catchable(engine: FakeEngine) -> None:
+def test_failing_branch_is_catchable(engine: Engine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         try:
@@ -143,7 +139,7 @@ def test_failing_branch_is_catchable(engine: FakeEngine) -> None:
     assert outcome["output"] == "ZeroDivisionError"
 
 
-def test_invoke_names_another_app_of_the_project(engine: FakeEngine) -> None:
+def test_invoke_names_another_app_of_the_project(engine: Engine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         return await ctx.step.invoke("charge", workflow="charge", input=[1], app="billing")
@@ -169,14 +165,20 @@ def test_invoke_names_another_app_of_the_project(engine: FakeEngine) -> None:
     assert "invalid app" in outcome["output"]
 
 
-def test_invoke_and_message_waits(engine: FakeEngine) -> None:
+def test_invoke_and_message_waits(engine: Engine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         child = await ctx.step.invoke("child", workflow="kid", input={"n": 1})
         msg = await ctx.step.wait_for_message("paid", queue_id="q", key="k:1", timeout_seconds=5)
         return [child, msg]
 
-    app = make_app(engine, wf)
+    @workflow("kid")
+    async def kid(ctx: Context) -> Any:
+        return "kid-out" if ctx.input == {"n": 1} else ctx.input
+
+    queue = engine.api("POST", "/queues", body={"name": "q"})
+    assert queue.status == 201, queue.body
+    app = make_app(engine, wf, kid)
     assert invoke(app, engine, "wf")["waits"] == [
         {
             "stepId": "child#1",
@@ -186,8 +188,8 @@ def test_invoke_and_message_waits(engine: FakeEngine) -> None:
             "input": {"n": 1},
         }
     ]
-    engine.steps["child#1"].update(status="completed", output="kid-out")
-    waits = invoke(app, engine, "wf")["waits"]
+    waits = invoke(app, engine, "wf")["waits"]  # once the child run (the engine's) ended
+    assert engine.steps["child#1"]["status"] == "completed"
     assert waits == [
         {
             "stepId": "paid#1",
@@ -198,11 +200,14 @@ def test_invoke_and_message_waits(engine: FakeEngine) -> None:
             "timeoutSeconds": 5,
         }
     ]
-    engine.steps["paid#1"].update(status="completed", output=None)
-    assert invoke(app, engine, "wf")["output"] == ["kid-out", None]
+    # What a `resume` subscription's delivery of a message with that key does:
+    message = {"messageId": "m-1", "body": "paid", "attributes": {"order": "k:1"}}
+    waits_service.resume_message_waiters(engine.project_id, queue.body["id"], "k:1", message)
+    # The step's output is the message (the fake answered None).
+    assert invoke(app, engine, "wf")["output"] == ["kid-out", message]
 
 
-def test_bad_wait_arguments_raise_value_error(engine: FakeEngine) -> None:
+def test_bad_wait_arguments_raise_value_error(engine: Engine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         await ctx.step.wait_for_message("m", queue_id="q", key="bad key", timeout_seconds=5)
@@ -210,7 +215,7 @@ def test_bad_wait_arguments_raise_value_error(engine: FakeEngine) -> None:
     assert invoke(make_app(engine, wf), engine, "wf")["error"]["name"] == "ValueError"
 
 
-def test_sleep_over_a_year_fails_the_step(engine: FakeEngine) -> None:
+def test_sleep_over_a_year_fails_the_step(engine: Engine) -> None:
     @workflow("wf")
     async def wf(ctx: Context) -> Any:
         try:

@@ -21,10 +21,20 @@ from ezgh_engine.api.routes_schedules import router as schedules_router
 TITLE = "EZGH Workflows (self-hosted)"
 VERSION = "1.0.0"
 
+
+def _parse_body(raw: str) -> Any:
+    """`errors.parse_json_body` with the limit of the request's path (a step call's is
+    larger: `errors.MAX_STEP_CALL_BYTES`)."""
+    step_call = resolver.current_event.path == errors.STEP_CALLS_PATH
+    return errors.parse_json_body(
+        raw, errors.MAX_STEP_CALL_BYTES if step_call else errors.MAX_BODY_BYTES
+    )
+
+
 resolver = APIGatewayHttpResolver(
     enable_validation=True,
     # Size (413) and JSON (400) checks run here, before any route or validation sees a body.
-    json_body_deserializer=errors.parse_json_body,
+    json_body_deserializer=_parse_body,
 )
 errors.install(resolver)
 

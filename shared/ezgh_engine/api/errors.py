@@ -31,6 +31,11 @@ from ezgh_engine.errors import EngineError, PayloadTooLarge, TransientError, Val
 logger = Logger(service="ezgh-api")
 
 MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the contract's limit on bodies and JSON values
+# A step call's ops carry values of up to 1 MiB each (held to it by `protocol.ops`), so its
+# body is one such value and its envelope over the limit on bodies: a step's end of 1 MiB
+# rides the call that starts the next step (issue 19: refused 413, it failed the invocation).
+STEP_CALLS_PATH = "/v1/invocations/steps"
+MAX_STEP_CALL_BYTES = 2 * MAX_BODY_BYTES
 
 # A body may wrap its JSON values a few levels deep (an outcome's `ops[i].output`); each value
 # is then held to `validation.MAX_DEPTH` itself.
@@ -93,7 +98,7 @@ def is_throttle(exc: ClientError) -> bool:
     )
 
 
-def parse_json_body(raw: str) -> Any:
+def parse_json_body(raw: str, max_bytes: int = MAX_BODY_BYTES) -> Any:
     """Decode a request body: size first (413), then JSON (400), which must be an object.
 
     Installed as the resolver's JSON deserializer, so it runs before any validation and
@@ -103,8 +108,10 @@ def parse_json_body(raw: str) -> Any:
 
     if raw == UNDECODABLE_BODY:
         raise ValidationError("request body is not UTF-8 text")
-    if len(raw.encode()) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
+    if len(raw.encode()) > max_bytes:
+        raise PayloadTooLarge(
+            f"request body is larger than {max_bytes} bytes ({max_bytes // MAX_BODY_BYTES} MiB)"
+        )
     value = validation.parse_json(raw, "request body", extra_levels=ENVELOPE_LEVELS)
     if not isinstance(value, dict):
         raise ValidationError("request body must be a JSON object")
