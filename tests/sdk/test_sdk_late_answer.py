@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ezgh_workflows import Context, workflow
 from ezgh_workflows._internal import clock
-from sdk_fakes import FakeEngine, make_app, post
+from sdk_engine import Engine, make_app, post
 
 
 @pytest.fixture
@@ -39,33 +39,38 @@ def _two_steps(seconds: list[float], last_step_takes: float) -> Any:
     return late
 
 
-def _invoke(engine: FakeEngine, wf: Any, within: float | None) -> dict[str, Any]:
+def _invoke(engine: Engine, wf: Any, within: float | None) -> dict[str, Any]:
+    """The app's answer to the run's first invocation, the engine's request with its
+    `answerWithinSeconds` set to `within` (absent with None)."""
+    app = make_app(engine, wf)
     body = engine.invoke_body("late")
+    body.pop("answerWithinSeconds", None)
     if within is not None:
         body["answerWithinSeconds"] = within
-    answer = post(make_app(engine, wf), body)
+    answer = post(app, body)
     assert answer.status_code == 200, answer.text
     outcome: dict[str, Any] = answer.json()
     return outcome
 
 
 def test_a_late_answer_records_the_held_end_by_a_step_call_first(
-    engine: FakeEngine, seconds: list[float]
+    engine: Engine, seconds: list[float]
 ) -> None:
     outcome = _invoke(engine, _two_steps(seconds, last_step_takes=4.0), within=6)
     assert outcome["outcome"] == "completed" and outcome["output"] == "two"
     assert "ops" not in outcome  # nothing left to ride an answer nobody may read
     [end] = engine.calls[-1]  # a call of its own, after the step's body
     assert (end["op"], end["stepId"], end["output"]) == ("complete", "last#1", "two")
-    assert engine.steps["last#1"]["status"] == "completed"
+    assert engine.steps["last#1"]["status"] == "completed"  # recorded by the engine
 
 
 @pytest.mark.parametrize("within", [6.0, None])
 def test_an_answer_in_good_time_still_carries_the_held_end(
-    engine: FakeEngine, seconds: list[float], within: float | None
+    engine: Engine, seconds: list[float], within: float | None
 ) -> None:
     """Within half the wait, or when the engine did not say (a pull worker's task), the
     last step's end rides the answer: one call fewer."""
     outcome = _invoke(engine, _two_steps(seconds, last_step_takes=1.0), within=within)
     assert [op["stepId"] for op in outcome["ops"]] == ["last#1"]
     assert all(op["op"] != "complete" or op["stepId"] != "last#1" for c in engine.calls for op in c)
+    assert engine.steps["last#1"]["status"] == "running"  # its end is the answer's
