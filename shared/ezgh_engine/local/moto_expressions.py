@@ -15,6 +15,10 @@ node it visited. Here:
   before processing it; for a tree straight from `make` (moto never mutates that tree: it
   validates copies) the copy is the same pickle loaded again. Any other value takes
   `copy.deepcopy`.
+- **A condition lexed once per text.** `ConditionExpressionParser` splits the condition's
+  text into tokens (a pure function of the text: a list of patterns built and tried per
+  token) before it resolves names and values; the tokens of a text are kept, and each
+  parse gets new ones, equal to what moto's lexer makes.
 - **Each processor's map made once.** `DepthFirstTraverser._processing_map()` answers the
   same node types and bound methods for one processor throughout (every one in moto
   returns a literal of its own methods), so it is made once per processor instead of
@@ -32,6 +36,7 @@ import copy
 import pickle
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,6 +58,7 @@ def install() -> None:
     from ezgh_engine.local.emulator import MotoInternalsMissing
 
     try:
+        from moto.dynamodb.comparisons import ConditionExpressionParser
         from moto.dynamodb.parsing import validators
         from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
             DepthFirstTraverser,
@@ -69,9 +75,11 @@ def install() -> None:
         (DepthFirstTraverser, "nodes_to_be_processed"),
         (DepthFirstTraverser, "process"),
         (DepthFirstTraverser, "traverse_node_recursively"),
+        (ConditionExpressionParser, "_lex_condition_expression"),
     ):
         _originals.append((owner, name, owner.__dict__[name]))
     _parse_once(UpdateExpressionParser)
+    _lex_once(ConditionExpressionParser)
     validators.deepcopy = _copier(Node)
     _map_once(DepthFirstTraverser, Node)
     _installed = True
@@ -111,6 +119,32 @@ def _parse_once(parser_class: Any) -> None:
         return tree
 
     parser_class.make = classmethod(make)
+
+
+_lexed: dict[str, tuple[Any, ...]] = {}  # condition text -> its tokens
+lexes = 0  # moto's own lexings since the start (tests)
+
+
+def _lex_once(parser_class: Any) -> None:
+    original: Callable[[Any], Any] = parser_class._lex_condition_expression
+
+    def lex(parser: Any) -> Any:
+        text = parser.condition_expression
+        tokens = _lexed.get(text) if type(text) is str else None
+        if tokens is None:
+            global lexes
+            made = original(parser)  # raises for a text moto cannot lex: not kept
+            lexes += 1
+            tokens = tuple(made)
+            if type(text) is str and all(t.children == [] for t in tokens):
+                with _lock:
+                    if len(_lexed) < _MAX_KEPT:
+                        _lexed[text] = tokens
+            return made
+        # What moto's lexer makes: each token new, with a list of children of its own.
+        return deque(t._replace(children=[]) for t in tokens)
+
+    parser_class._lex_condition_expression = lex
 
 
 def _copier(node_class: type) -> Callable[..., Any]:
