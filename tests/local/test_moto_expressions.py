@@ -90,8 +90,8 @@ CONDITIONS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
 ]
 
 
-@pytest.fixture
-def ddb() -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def _moto() -> Iterator[Any]:
     moto_expressions.install()
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
@@ -102,6 +102,12 @@ def ddb() -> Iterator[Any]:
             BillingMode="PAY_PER_REQUEST",
         )
         yield client
+
+
+@pytest.fixture
+def ddb(_moto: Any) -> Any:
+    _reset(_moto)  # one table for the module (moto's start is the cost), empty per test
+    return _moto
 
 
 def _answers(ddb: Any) -> list[Any]:
