@@ -496,8 +496,7 @@ def prune_stream_iterators(keep: int = 200) -> None:
 
 
 class Emulator:
-    """moto's server on 127.0.0.1 (`moto_http.MotoServer`: keep-alive) and the environment
-    that points boto3 at it."""
+    """moto's `ThreadedMotoServer` on 127.0.0.1 and the environment that points boto3 at it."""
 
     def __init__(self, port: int = 0, state_dir: Path | None = None) -> None:
         """`state_dir`: keep moto's state there (a journal, `local.persistence`) and restore
@@ -513,7 +512,7 @@ class Emulator:
 
     def start(self) -> str:
         """Start the server on a free loopback port, point the process at it; return its URL."""
-        from ezgh_engine.local.moto_http import MotoServer
+        from moto.server import ThreadedMotoServer
 
         journal: Journal | None = None
         if self.state_dir is not None:
@@ -528,7 +527,7 @@ class Emulator:
             werkzeug.setLevel(logging.WARNING)
         server: Any
         if journal is None:
-            server = MotoServer("127.0.0.1", self._port)
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
         else:
             server, self.journaling = serve_journaled("127.0.0.1", self._port, journal)
         server.start()
