@@ -26,6 +26,7 @@ from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import moto_expressions
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
+from ezgh_engine.local.moto_internals import MotoInternalsMissing
 from ezgh_engine.local.persistence import (
     JOURNAL_NAME,
     Journal,
@@ -155,17 +156,6 @@ def serialize_dynamodb() -> None:
 
         handler_class.call_action = call_action  # type: ignore[method-assign]
     _dynamodb_serialized = True
-
-
-class MotoInternalsMissing(RuntimeError):
-    """A moto internal the emulator patches is gone (a moto outside the pinned range):
-    failing beats running without the serialization lock or the stream wakeups."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(
-            f"ezgh dev patches {what}, which this moto lacks; install the moto version range "
-            "pinned in pyproject.toml"
-        )
 
 
 def _untracked_new(cls: type, *args: Any, **kwargs: Any) -> Any:

@@ -40,6 +40,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ezgh_engine.local.moto_internals import MotoInternalsMissing
+
 _MAX_KEPT = 1024  # expression texts come from requests: bounded
 _lock = threading.Lock()
 _parsed: dict[str, bytes] = {}  # expression text -> its tree, pickled
@@ -55,8 +57,6 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from ezgh_engine.local.emulator import MotoInternalsMissing
-
     try:
         from moto.dynamodb.comparisons import ConditionExpressionParser
         from moto.dynamodb.parsing import validators
