@@ -228,6 +228,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
+# Under `--dist loadgroup`, on xdist's controller: the workers each group's tests ran on.
+_GROUP_WORKERS: dict[str, set[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # the worker, in the controller's copy of a report
+    if node is not None and report.when == "setup":
+        _GROUP_WORKERS.setdefault(xdist_group(report.nodeid), set()).add(node.gateway.id)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a passing `--dist loadgroup` session whose groups did not each run whole on one
+    worker: the grouping is what keeps each runtime, synth and browser made once (it was
+    silently lost once, with pytest 9.2's node IDs: see `xdist_group`)."""
+    if session.config.getoption("dist", None) != "loadgroup" or exitstatus != 0:
+        return
+    split = {group: sorted(w) for group, w in _GROUP_WORKERS.items() if len(w) > 1}
+    if split:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            for group, workers in sorted(split.items()):
+                reporter.write_line(f"xdist group {group} ran on {', '.join(workers)}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def ran_all_of_e2e(session: pytest.Session) -> bool:
     """Whether this session collected the e2e suite unfiltered (its recording is complete)."""
     option = session.config.option
