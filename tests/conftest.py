@@ -132,9 +132,9 @@ BACKEND_IDS = frozenset({"moto", "ddblocal"})  # tests/ddblocal.py BACKENDS' par
 GROUP_SECONDS = {
     "tests/e2e[moto]": 150,
     "tests/api/test_fuzz_openapi.py": 100,
-    "tests/api/test_authorization_matrix.py": 90,
     "tests/faults/test_nothing_is_lost.py": 85,
     "tests/console": 70,
+    "tests/api/test_authorization_matrix.py": 60,
     "tests/e2e[ddblocal]": 55,
     "tests/faults/test_controls_under_faults.py": 55,
     "tests/sdk/test_typing.py": 40,
