@@ -117,8 +117,14 @@ def pytest_configure(config: pytest.Config) -> None:
 #   subprocess ones) are groups of their module;
 # - tests/console: one group (one Chromium and one runtime);
 # - tests/faults: a group per module (a runtime each: the campaign's modules are long).
+# The groups are ours, not xdist's `xdist_group` marks: xdist 3.8 names a marked test's group
+# by appending it to `item._nodeid`, which pytest 9.2 no longer reads, so the marks grouped
+# nothing (every test went to either worker, and each worker made every runtime, synth and
+# browser, the e2e ones once per switch of backend). `pytest_xdist_make_scheduler` below
+# groups by node ID instead.
 WHOLE_PACKAGES = ("tests/console/",)
 PER_BACKEND_PACKAGES = ("tests/e2e/",)
+BACKEND_IDS = frozenset({"moto", "ddblocal"})  # tests/ddblocal.py BACKENDS' param IDs
 
 # Rough seconds per group on an idle 2-core machine (measured; only the order depends on
 # them): the longest go first so that the two workers end together. Others count
@@ -126,9 +132,9 @@ PER_BACKEND_PACKAGES = ("tests/e2e/",)
 GROUP_SECONDS = {
     "tests/e2e[moto]": 150,
     "tests/api/test_fuzz_openapi.py": 100,
-    "tests/api/test_authorization_matrix.py": 90,
     "tests/faults/test_nothing_is_lost.py": 85,
     "tests/console": 70,
+    "tests/api/test_authorization_matrix.py": 60,
     "tests/e2e[ddblocal]": 55,
     "tests/faults/test_controls_under_faults.py": 55,
     "tests/sdk/test_typing.py": 40,
@@ -141,22 +147,42 @@ GROUP_SECONDS = {
 DEFAULT_TEST_SECONDS = 0.1
 
 
-def _xdist_group(item: pytest.Item) -> str:
-    module = item.nodeid.split("::", 1)[0]
+def xdist_group(nodeid: str) -> str:
+    """The worker group of the test `nodeid` (see `WHOLE_PACKAGES`). From the node ID alone:
+    xdist's controller, which schedules, has the IDs but not the items. A tests/e2e test's
+    runtime backend is its first parameter ID (the package-scoped fixture's parameters come
+    before the test's own); `_check_groups` holds that against the items' parameters."""
+    module, _, name = nodeid.partition("::")
     for package in WHOLE_PACKAGES:
         if module.startswith(package):
             return package.rstrip("/")
     for package in PER_BACKEND_PACKAGES:
-        callspec = getattr(item, "callspec", None)
-        if module.startswith(package) and callspec is not None and "runtime" in callspec.params:
-            return f"{package.rstrip('/')}[{callspec.params['runtime']}]"
+        if module.startswith(package) and "[" in name:
+            first = name[name.index("[") + 1 :].replace("]", "-").split("-", 1)[0]
+            if first in BACKEND_IDS:
+                return f"{package.rstrip('/')}[{first}]"
     return module
 
 
-def _longest_groups_first(items: list[pytest.Item], groups: dict[pytest.Item, str]) -> None:
+def _check_groups(items: list[pytest.Item]) -> None:
+    """Fail the collection if a tests/e2e test's group (read from its node ID) is not the
+    backend its `runtime` fixture runs on: a grouping that split a runtime's tests across
+    workers would make that runtime on both."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("runtime") if callspec is not None else None
+        if not isinstance(backend, str) or not item.nodeid.startswith(PER_BACKEND_PACKAGES):
+            continue
+        group = xdist_group(item.nodeid)
+        if not group.endswith(f"[{backend}]"):
+            raise pytest.UsageError(f"{item.nodeid}: grouped as {group}, runs on {backend}")
+
+
+def _longest_groups_first(items: list[pytest.Item]) -> None:
     """Order the groups by their `GROUP_SECONDS`, longest first, keeping each group's items
     together and in pytest's order (which keeps a parametrized fixture's uses together).
     Every worker sorts the same collection the same way, as xdist requires."""
+    groups = {item: xdist_group(item.nodeid) for item in items}
     first: dict[str, int] = {}
     count: dict[str, int] = {}
     for index, item in enumerate(items):
@@ -169,10 +195,9 @@ def _longest_groups_first(items: list[pytest.Item], groups: dict[pytest.Item, st
     items.sort(key=lambda item: (-seconds(groups[item]), first[groups[item]]))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the `xdist_group` marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep the DynamoDB Local variants of `DDBLOCAL_MODULES` only (unless EZGH_DDBLOCAL=all),
-    then group the items for pytest-xdist and order the groups (see `WHOLE_PACKAGES`)."""
+    then order the items by worker group (see `WHOLE_PACKAGES`)."""
     if os.environ.get("EZGH_DDBLOCAL") != "all":
         kept: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
@@ -183,10 +208,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
-    groups = {item: _xdist_group(item) for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item]))
-    _longest_groups_first(items, groups)
+    _check_groups(items)
+    _longest_groups_first(items)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadgroup`: xdist's scope scheduling with `xdist_group` as the scope.
+    It hands a worker the next group (in collection order: longest first) when it has two
+    tests left, so the workers end close together."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+# Under `--dist loadgroup`, on xdist's controller: the workers each group's tests ran on.
+_GROUP_WORKERS: dict[str, set[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # the worker, in the controller's copy of a report
+    if node is not None and report.when == "setup":
+        _GROUP_WORKERS.setdefault(xdist_group(report.nodeid), set()).add(node.gateway.id)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a passing `--dist loadgroup` session whose groups did not each run whole on one
+    worker: the grouping is what keeps each runtime, synth and browser made once (it was
+    silently lost once, with pytest 9.2's node IDs: see `xdist_group`)."""
+    if session.config.getoption("dist", None) != "loadgroup" or exitstatus != 0:
+        return
+    split = {group: sorted(w) for group, w in _GROUP_WORKERS.items() if len(w) > 1}
+    if split:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            for group, workers in sorted(split.items()):
+                reporter.write_line(f"xdist group {group} ran on {', '.join(workers)}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def ran_all_of_e2e(session: pytest.Session) -> bool:

@@ -420,16 +420,26 @@ def snapshot() -> Any:
         found = _all_items(name)
         # default=repr: binary attributes (sealed keys, a commit's compressed graph) by bytes
         tables[name] = sorted(json.dumps(item, sort_keys=True, default=repr) for item in found)
-    sqs = boto3.client("sqs", region_name="us-east-1")
-    depths = {}
-    for url in sqs.list_queues().get("QueueUrls", []):
-        attrs = sqs.get_queue_attributes(
-            QueueUrl=url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        depths[url] = attrs
     mappings = json.dumps(event_sources.LOCAL, sort_keys=True, default=str)
-    return tables, depths, mappings
+    return tables, _queue_depths(), mappings
+
+
+def _queue_depths() -> dict[str, tuple[int, int]]:
+    """Every queue's visible and in-flight message counts, by queue name, read from moto's
+    in-process backend (SQS is moto's on either DynamoDB backend): a `ListQueues` and a
+    `GetQueueAttributes` per queue for each refused call, serialized by moto, were most of a
+    snapshot's time. These are the properties moto answers `GetQueueAttributes` from."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sqs.models import sqs_backends
+
+    queues = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].queues
+    return {
+        name: (
+            queue.approximate_number_of_messages,
+            queue.approximate_number_of_messages_not_visible,
+        )
+        for name, queue in queues.items()
+    }
 
 
 def _grant(world: World, action: str, resource: str | None) -> tuple[str, str | None]:

@@ -81,15 +81,15 @@ def status_of(run_id: str) -> str:
 def test_a_scoped_key_searches_only_the_runs_it_may_read(project: Project) -> None:
     alpha = pull_app(project, "alpha", ["a", "b"])
     beta = pull_app(project, "beta", ["other"])
-    secret_a = start(project, alpha, "a", {"card": "4111"})
-    secret_b = start(project, alpha, "b", {"card": "5500"})
+    secret_a = start(project, alpha, "a", {"card": "SECRET-CARD-A"})
+    secret_b = start(project, alpha, "b", {"card": "SECRET-CARD-B"})
     mine = start(project, beta, "other", {"mine": True})
     reader = key(project, (READ, "beta/other"))
 
     everything = project.call("GET", "/runs", key=reader)
     assert everything.status == 200, everything.body
     assert [r["id"] for r in everything.body["runs"]] == [mine]
-    assert "4111" not in everything.raw and "5500" not in everything.raw
+    assert "SECRET-CARD" not in everything.raw  # (not digits: a random ID may hold any)
     other_app = project.call("GET", "/runs", key=reader, query={"appId": alpha["id"]})
     assert other_app.status == 200 and other_app.body["runs"] == []
     other_wf = project.call("GET", "/runs", key=reader, query={"workflow": "a"})
@@ -130,14 +130,14 @@ def test_runs_of_a_deleted_app_keep_their_resource(project: Project) -> None:
     run's own `<app name>/<workflow>` still can."""
     alpha = pull_app(project, "alpha", ["a"])
     beta = pull_app(project, "beta", ["other"])
-    run_id = start(project, alpha, "a", {"card": "4111"})
+    run_id = start(project, alpha, "a", {"card": "SECRET-CARD-A"})
     start(project, beta, "other")
     stranger = key(project, ("*", "beta/other"))
     owner = key(project, (READ, "alpha/a"), ("workflows.runs.cancel", "alpha/a"))
     assert project.call("DELETE", f"/apps/{alpha['id']}").status == 204
 
     read = project.call("GET", f"/runs/{run_id}", key=stranger)
-    assert read.status == 403 and "4111" not in read.raw
+    assert read.status == 403 and "SECRET-CARD" not in read.raw
     for sub in ("/events", "/payloads/input"):
         assert project.call("GET", f"/runs/{run_id}{sub}", key=stranger).status == 403
     assert project.call("POST", f"/runs/{run_id}/cancel", key=stranger).status == 403
@@ -148,7 +148,9 @@ def test_runs_of_a_deleted_app_keep_their_resource(project: Project) -> None:
     listed = project.call("GET", "/runs", key=stranger).body["runs"]
     assert run_id not in [r["id"] for r in listed]
 
-    assert project.call("GET", f"/runs/{run_id}", key=owner).body["input"] == {"card": "4111"}
+    assert project.call("GET", f"/runs/{run_id}", key=owner).body["input"] == {
+        "card": "SECRET-CARD-A"
+    }
     assert project.call("DELETE", f"/runs/{run_id}", key=owner).status == 204
     assert project.call("GET", f"/runs/{run_id}").status == 404
 
@@ -160,7 +162,7 @@ def test_a_run_whose_resource_is_unknown_needs_an_unscoped_grant(project: Projec
     from ezgh_engine.adapters import waits_store as ws
 
     alpha = pull_app(project, "alpha", ["a"])
-    run_id = start(project, alpha, "a", {"card": "4111"})
+    run_id = start(project, alpha, "a", {"card": "SECRET-CARD-A"})
     legacy = runs_store.get_run(run_id, with_steps=False)
     assert legacy is not None
     assert ws.transact(
