@@ -260,11 +260,10 @@ def _goal(w: Any, g: dict[str, Any]) -> None:
         + (f" ({_money(at)}/M steps)" if at is not None else "")
         + "\n"
     )
-    a = g["all_in"]
-    lo, hi = a["floor_from_steps"]
     w(
-        f"  a run = fixed cost + floor x steps (floor: one more step, {lo} to {hi} steps; "
-        f"fixed: the {a['fixed_from_steps']}-step run less its steps at the floor)\n"
+        "  a run = fixed cost + floor x steps, the least-squares line through the runs of "
+        + ", ".join(str(n) for n in g["all_in"]["fit_steps"])
+        + " steps\n"
     )
     for key, label in (
         ("all_in", "all-in"),

@@ -132,19 +132,21 @@ GOAL_STEPS = 10
 
 def _line_fit(points: list[tuple[int, float]], at: int) -> dict[str, Any]:
     """A run's cost as `fixed + floor x steps`, from (steps, $ per million runs) points: the
-    floor is the slope between the two largest sizes (a run's fixed cost cancels out), the
-    fixed cost what is left of the run of `at` steps (or of the smallest size) once its
-    steps are paid at the floor."""
-    points = sorted(points)
-    (small, c_small), (large, c_large) = points[-2:]
-    floor = (c_large - c_small) / (large - small)
-    ref, c_ref = next(((n, c) for n, c in points if n == at), points[0])
-    fixed = c_ref - floor * ref
+    least-squares line through the runs of `at` steps and more (all of them if fewer than two
+    are that long), so that one run's noise (Lambda's GB-s) weighs less. The floor is its
+    slope (what one more step costs: a run's fixed cost cancels out), the fixed cost its
+    value at zero steps."""
+    used = sorted(p for p in points if p[0] >= at)
+    if len(used) < 2:
+        used = sorted(points)
+    mean_n = sum(n for n, _ in used) / len(used)
+    mean_c = sum(c for _, c in used) / len(used)
+    spread = sum((n - mean_n) ** 2 for n, _ in used)
+    floor = sum((n - mean_n) * (c - mean_c) for n, c in used) / spread
     return {
         "floor_usd_per_million_steps": floor,
-        "fixed_usd_per_million_runs": fixed,
-        "floor_from_steps": [small, large],
-        "fixed_from_steps": ref,
+        "fixed_usd_per_million_runs": mean_c - floor * mean_n,
+        "fit_steps": [n for n, _ in used],
     }
 
 

@@ -42,7 +42,7 @@ def test_a_ten_step_run_over_the_goal_even_without_gb_s() -> None:
     a = g["all_in"]
     assert a["floor_usd_per_million_steps"] == pytest.approx(1.2)
     assert a["fixed_usd_per_million_runs"] == pytest.approx(12.0)
-    assert a["floor_from_steps"] == [10, 100] and a["fixed_from_steps"] == 10
+    assert a["fit_steps"] == [10, 100]  # the runs of the goal's 10 steps and more
     assert a["steps_to_goal"] == 40
     b = g["without_lambda_gb_s"]  # 10 + 0.9 n: the load-independent part
     assert b["floor_usd_per_million_steps"] == pytest.approx(0.9)
@@ -60,10 +60,24 @@ def test_a_cheap_run_meets_the_goal_and_one_size_gives_no_line() -> None:
     assert goal_check({"10": _sizes(2.0, 1.0, 0.0, 0.0)["10"]}) is None
 
 
-def test_without_the_goal_size_the_fixed_cost_comes_from_the_smallest_run() -> None:
+def test_the_line_is_fitted_through_every_run_of_ten_steps_and_more() -> None:
     sizes = _sizes(fixed=12.0, floor=1.2, gb_fixed=0.0, gb_floor=0.0)
-    del sizes["10"]
+    sizes["30"] = {"steps": 30, "usd_per_million_runs": 12.0 + 36.0 + 3.0}  # 3 over the line
+    sizes["50"] = {"steps": 50, "usd_per_million_runs": 12.0 + 60.0 - 3.0}  # 3 under it
+    for f in sizes.values():
+        f["usd_per_million_steps"] = f["usd_per_million_runs"] / f["steps"]
+    a = goal_check(sizes)["all_in"]  # type: ignore[index]
+    assert a["fit_steps"] == [10, 30, 50, 100]
+    # The slope moves by (3 x (30 - 47.5) - 3 x (50 - 47.5)) / 4475 (the spread of the steps).
+    assert a["floor_usd_per_million_steps"] == pytest.approx(1.2 - 60 / 4475)
+    assert a["fixed_usd_per_million_runs"] == pytest.approx(12.0 + 47.5 * 60 / 4475)
+
+
+def test_without_a_second_long_run_the_line_takes_the_shorter_ones() -> None:
+    sizes = _sizes(fixed=12.0, floor=1.2, gb_fixed=0.0, gb_floor=0.0)
+    del sizes["100"]
     g = goal_check(sizes)
-    assert g is not None and g["goal_met"] is None
-    assert g["all_in"]["fixed_from_steps"] == 1
+    assert g is not None and g["goal_met"] is False
+    assert g["all_in"]["fit_steps"] == [1, 10]
     assert g["all_in"]["fixed_usd_per_million_runs"] == pytest.approx(12.0)
+    assert g["all_in"]["floor_usd_per_million_steps"] == pytest.approx(1.2)
