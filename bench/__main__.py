@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the run with a sleep of <= 15 minutes (SQS delay)",
     )
+    parser.add_argument(
+        "--no-goal-run",
+        action="store_true",
+        help="skip the run of the step count the goal check computes (when not in --sizes)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="idle pull workers to price")
     parser.add_argument("--subscriptions", type=int, default=1, help="subscriptions to price")
     parser.add_argument("--idle-only", action="store_true", help="only the idle month")
@@ -92,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             if size == args.latency_steps:
                 for result in results:
                     latency_gaps.extend(report.step_gaps(result))
+        out["goal"] = report.goal_check(out["sizes"])
+        if out["goal"] and not args.no_goal_run:
+            _confirm_goal(engine, out["goal"], out["sizes"], args.runs)
         if not latency_gaps and args.latency_steps:
             latency_gaps = report.step_gaps(engine.run(args.latency_steps, None))
         if not args.no_short_sleep:
@@ -126,6 +134,28 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n" + throughput.report(out["throughput"]) + "\n")
     _write(args.json, out)
     return 0
+
+
+# A computed step count past this is not worth a confirmation run (nor a goal in reach).
+GOAL_RUN_MAX_STEPS = 1000
+
+
+def _confirm_goal(
+    engine: Engine, goal: dict[str, Any], sizes: dict[str, dict[str, Any]], runs: int
+) -> None:
+    """Measure the run of the step count where the all-in line reaches the goal (the
+    estimate, checked), unless that size was measured already."""
+    steps = goal["all_in"]["steps_to_goal"]
+    if steps is None or steps > GOAL_RUN_MAX_STEPS:
+        return
+    figures = sizes.get(str(steps)) or report.size_figures(
+        [engine.run(steps, LONG_SLEEP) for _ in range(max(1, runs))]
+    )
+    goal["confirmation"] = {
+        "steps": steps,
+        "usd_per_million_steps": figures["usd_per_million_steps"],
+        "met": figures["usd_per_million_steps"] <= goal["goal_usd_per_million_steps"],
+    }
 
 
 def _write(path: Path | None, out: dict[str, Any]) -> None:
@@ -178,6 +208,8 @@ def print_report(out: dict[str, Any]) -> None:
             f"{m['requests_per_step']:.2f} requests, {_money(m['usd_per_million_steps'])}"
             f"/M steps\n"
         )
+    if out.get("goal"):
+        _goal(w, out["goal"])
     w("\n$ per million steps by line:\n")
     lines = report.USD_LINES
     w("| steps | " + " | ".join(lines) + " |\n|" + "---|" * (len(lines) + 1) + "\n")
@@ -215,6 +247,54 @@ def print_report(out: dict[str, Any]) -> None:
     else:
         _latency(w, lat)
     _rest(w, out)
+
+
+def _goal(w: Any, g: dict[str, Any]) -> None:
+    """The goal check (`report.goal_check`): met or not at its step count, and from how many
+    steps a run meets it, all-in and without the load-dependent Lambda GB-s."""
+    goal, n = g["goal_usd_per_million_steps"], g["goal_steps"]
+    at = g["goal_steps_usd_per_million_steps"]
+    verdict = "not measured" if at is None else ("MET" if g["goal_met"] else "NOT MET")
+    w(
+        f"\nGoal: <= {_money(goal)}/M steps for a {n}-step run with one sleep: {verdict}"
+        + (f" ({_money(at)}/M steps)" if at is not None else "")
+        + "\n"
+    )
+    w(
+        "  a run = fixed cost + floor x steps, the least-squares line through the runs of "
+        + ", ".join(str(n) for n in g["all_in"]["fit_steps"])
+        + " steps\n"
+    )
+    for key, label in (
+        ("all_in", "all-in"),
+        ("without_lambda_gb_s", "without Lambda GB-s (load-independent)"),
+    ):
+        f = g[key]
+        reach = f["steps_to_goal"]
+        w(
+            f"  {label}: floor {_money(f['floor_usd_per_million_steps'])}/M steps, fixed "
+            f"{_money(f['fixed_usd_per_million_runs'])}/M runs -> "
+            + (f"the goal from {reach} steps a run" if reach else "the goal at no step count")
+        )
+        if key != "all_in" and str(n) in f["usd_per_million_steps"]:
+            cost = f["usd_per_million_steps"][str(n)]
+            over = "over" if cost > goal else "within"
+            w(f"; at {n} steps {_money(cost)}/M steps ({over} the goal with no GB-s at all)")
+        w("\n")
+    over, met = g["measured_over_goal"], g["measured_at_goal"]
+    parts = []
+    if over:
+        parts.append(f"{over[0]} steps {_money(over[1])} (over)")
+    if met:
+        parts.append(f"{met[0]} steps {_money(met[1])} (met)")
+    c = g.get("confirmation")
+    if c:
+        parts.append(
+            f"the computed {c['steps']} steps, run: {_money(c['usd_per_million_steps'])} "
+            f"({'met' if c['met'] else 'over'})"
+        )
+    if parts:
+        w("  measured: " + "; ".join(parts) + "\n")
 
 
 def _latency(w: Any, lat: dict[str, Any]) -> None:

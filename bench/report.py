@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from bench import prices as p
@@ -39,6 +40,9 @@ def size_figures(results: list[RunResult]) -> dict[str, Any]:
         "dynamodb_rru_per_step": _mean([b.rru for b in bills]) / steps,
         "usd_per_million_steps": usd_run / steps * 1e6,
         "usd_per_million_runs": usd_run * 1e6,
+        # The one line that moves with the machine's load (locally measured durations).
+        "usd_per_million_runs_lambda_gb_s": _mean([sum(b.lambda_gb_usd.values()) for b in bills])
+        * 1e6,
         "usd_per_million_steps_by_line": {k: v / steps * 1e6 for k, v in usd_lines.items()},
         "seconds_per_run": _mean([r.seconds for r in results]),
         "detail": bills[0].as_dict(),
@@ -119,6 +123,85 @@ def marginal(sizes: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         )
         / extra,
     }
+
+
+# Issue 18's goal: a 10-step run with one sleep at most $1.50 per million steps, all-in.
+GOAL_USD_PER_MILLION_STEPS = 1.50
+GOAL_STEPS = 10
+
+
+def _line_fit(points: list[tuple[int, float]], at: int) -> dict[str, Any]:
+    """A run's cost as `fixed + floor x steps`, from (steps, $ per million runs) points: the
+    least-squares line through the runs of `at` steps and more (all of them if fewer than two
+    are that long), so that one run's noise (Lambda's GB-s) weighs less. The floor is its
+    slope (what one more step costs: a run's fixed cost cancels out), the fixed cost its
+    value at zero steps."""
+    used = sorted(p for p in points if p[0] >= at)
+    if len(used) < 2:
+        used = sorted(points)
+    mean_n = sum(n for n, _ in used) / len(used)
+    mean_c = sum(c for _, c in used) / len(used)
+    spread = sum((n - mean_n) ** 2 for n, _ in used)
+    floor = sum((n - mean_n) * (c - mean_c) for n, c in used) / spread
+    return {
+        "floor_usd_per_million_steps": floor,
+        "fixed_usd_per_million_runs": mean_c - floor * mean_n,
+        "fit_steps": [n for n, _ in used],
+    }
+
+
+def steps_to_reach(fixed: float, floor: float, goal: float) -> int | None:
+    """The fewest steps a run needs for `fixed / n + floor <= goal` ($ per million steps);
+    None if no step count reaches it (the floor alone is at or over the goal)."""
+    if floor >= goal:
+        return None
+
+    def meets(n: int) -> bool:
+        return fixed / n + floor <= goal + 1e-12  # a float quotient may land a hair over
+
+    n = max(1, math.ceil(fixed / (goal - floor)))
+    while n > 1 and meets(n - 1):
+        n -= 1
+    while not meets(n):
+        n += 1
+    return n
+
+
+def goal_check(
+    sizes: dict[str, dict[str, Any]],
+    goal: float = GOAL_USD_PER_MILLION_STEPS,
+    goal_steps: int = GOAL_STEPS,
+) -> dict[str, Any] | None:
+    """Where a run with one sleep reaches `goal` $ per million steps, from the measured
+    sizes (two at least): the floor per step, the fixed cost per run and the step count
+    they give, all-in and without Lambda's GB-s (the load-independent part: requests, read
+    and write units, fees, which no machine makes cheaper); the measured sizes on either
+    side of the goal; and whether the `goal_steps` run meets it. None with one size."""
+    if len(sizes) < 2:
+        return None
+    figures = sorted(sizes.values(), key=lambda f: f["steps"])
+    out: dict[str, Any] = {"goal_usd_per_million_steps": goal, "goal_steps": goal_steps}
+    for key, cost in (
+        ("all_in", lambda f: f["usd_per_million_runs"]),
+        (
+            "without_lambda_gb_s",
+            lambda f: f["usd_per_million_runs"] - f.get("usd_per_million_runs_lambda_gb_s", 0.0),
+        ),
+    ):
+        points = [(f["steps"], cost(f)) for f in figures]
+        fit = _line_fit(points, goal_steps)
+        fit["steps_to_goal"] = steps_to_reach(
+            fit["fixed_usd_per_million_runs"], fit["floor_usd_per_million_steps"], goal
+        )
+        fit["usd_per_million_steps"] = {str(n): c / n for n, c in points}
+        out[key] = fit
+    per_step = [(f["steps"], f["usd_per_million_steps"]) for f in figures]
+    out["measured_over_goal"] = max((p for p in per_step if p[1] > goal), default=None)
+    out["measured_at_goal"] = min((p for p in per_step if p[1] <= goal), default=None)
+    at_goal = sizes.get(str(goal_steps))
+    out["goal_steps_usd_per_million_steps"] = at_goal["usd_per_million_steps"] if at_goal else None
+    out["goal_met"] = at_goal["usd_per_million_steps"] <= goal if at_goal else None
+    return out
 
 
 def levers(figures: dict[str, Any]) -> list[dict[str, Any]]:
