@@ -347,6 +347,24 @@ def _run_steps(program: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def _partition(run_id: str) -> str:
+    """Every item of the run's partition (run item, steps, events), compact: what a loss
+    report needs to tell which write or message went missing."""
+    kwargs: dict[str, Any] = {
+        "TableName": settings().runs_table,
+        "KeyConditionExpression": "pk = :pk",
+        "ExpressionAttributeValues": {":pk": items.run_key(run_id)["pk"]},
+        "ConsistentRead": True,
+    }
+    found: list[dict[str, Any]] = []
+    while True:
+        answer = aws.client("dynamodb").query(**kwargs)
+        found.extend(ddb.from_item(i) for i in answer.get("Items", []))
+        if "LastEvaluatedKey" not in answer:
+            return json.dumps(found, default=str, separators=(",", ":"))
+        kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+
 def check(
     figures: Figures, programs: list[list[dict[str, Any]]], top: list[str], label: str
 ) -> None:
@@ -402,7 +420,8 @@ def check(
             problems.append(
                 f"{label}: {where}: run {run_id} is {run.status} (invokeSeq {run.invoke_seq}, "
                 f"handledSeq {run.handled_seq}, lease {run.lease_until_ms}, error {run.error}); "
-                f"pending steps {pending}; stuck: {why}; callback POSTs answered {answers}"
+                f"pending steps {pending}; stuck: {why}; callback POSTs answered {answers}; "
+                f"engine now {clock.iso(clock.now())}; its items: {_partition(run_id)}"
             )
             return
         if run.output != dsl.expected(program):
