@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from ezgh_workflows import Context, workflow
 from ezgh_workflows._internal import clock
-from sdk_engine import Engine, make_app, post
+from sdk_engine import Engine, invoke, make_app, post
 
 
 @pytest.fixture
@@ -74,3 +75,40 @@ def test_an_answer_in_good_time_still_carries_the_held_end(
     assert [op["stepId"] for op in outcome["ops"]] == ["last#1"]
     assert all(op["op"] != "complete" or op["stepId"] != "last#1" for c in engine.calls for op in c)
     assert engine.steps["last#1"]["status"] == "running"  # its end is the answer's
+
+
+def test_a_late_flush_that_fails_leaves_the_held_end_to_the_answer(
+    engine: Engine, seconds: list[float]
+) -> None:
+    """The late flush's step call cannot reach the engine (the steps API is a route of its
+    own; the invoker may still be reading this answer on its connection): the held end is
+    not dropped with the failed call but rides the answer, and the engine records it from
+    there. The step's body ran once; before, the invocation failed (500), its end was lost
+    and the next invocation ran the step again."""
+    bodies: list[str] = []
+
+    @workflow("late_flush")
+    async def late_flush(ctx: Context) -> str:
+        await ctx.step.run("first", lambda: "one")
+
+        def last() -> str:
+            bodies.append("last")
+            seconds[0] += 10_000  # far past half of any engine's wait (the SDK's clock only)
+            return "two"
+
+        return await ctx.step.run("last", last)
+
+    def unreachable_flush(ops: list[dict[str, Any]]) -> None:
+        if [op.get("stepId") for op in ops] == ["last#1"]:
+            raise httpx.ConnectError("the steps API is unreachable")
+
+    app = make_app(engine, late_flush)
+    engine.before_call = unreachable_flush
+    outcome = invoke(app, engine, "late_flush")
+    assert outcome["outcome"] == "completed" and outcome["output"] == "two"
+    assert [op["stepId"] for op in outcome["ops"]] == ["last#1"]
+    engine.before_call = None
+    engine.pump(lambda: engine.ended(engine.runs["late_flush"]))
+    assert engine.status == "completed"
+    assert engine.steps["last#1"]["status"] == "completed"
+    assert bodies == ["last"]

@@ -190,7 +190,7 @@ class Invocation:
         try:
             answer = await self._drive()
             if self._answer_may_go_unread():
-                await self._calls.flush()
+                await self._calls.flush_before_answer()
         except AbortInvocation as exc:
             await self._stop_workflow(exc)
             return protocol.aborted(exc.reason, self._deployment_id)

@@ -14,9 +14,10 @@ invocation aborts and the engine replays the run with the recorded one.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from .errors import AbortInvocation
+from .errors import AbortInvocation, TransportError
 from .protocol import Op
 from .protocol_rules import end_differs
 from .transport import StepTransport
@@ -24,6 +25,8 @@ from .transport import StepTransport
 # At most this many ends are held before they are sent on their own (the engine takes up to
 # 25 ops a call, and an answer carries at most 25).
 MAX_HELD = 20
+
+logger = logging.getLogger("ezgh_workflows")
 
 
 class StepCalls:
@@ -62,6 +65,18 @@ class StepCalls:
         """Send the held ends now."""
         if self._held:
             await self.send([])
+
+    async def flush_before_answer(self) -> None:
+        """Send the held ends now, as the answer may go unread; a call that cannot be
+        delivered keeps them for the answer instead. The steps API is another route than
+        the answer's connection, on which the engine may still be waiting: dropping them
+        with the failed call would lose ends the answer could still record."""
+        held = list(self._held)
+        try:
+            await self.flush()
+        except TransportError as exc:
+            logger.warning("sending the held step ends failed (%s); the answer carries them", exc)
+            self._held = [*held, *self._held]
 
     def take_held(self) -> list[Op]:
         """The held ends, for the invocation's answer; none are held afterwards."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from . import protocol
+from . import clock, protocol
 from .api import ApiClient, ApiError, segment
 from .deployment import detect_deployment_id
 from .driver import Invocation
@@ -212,10 +212,13 @@ class Worker:
         return task if self._claim(task) else None
 
     def _claim(self, task: dict[str, Any]) -> bool:
-        """A first heartbeat: 200 while the task's invocation holds a live lease."""
+        """A first heartbeat: 200 while the task's invocation holds a live lease and no other
+        receipt of the task claimed it (SQS may deliver a task twice). The claim's name is
+        this receipt's: sent again after a lost answer, it still holds."""
+        body = {"taskId": task["taskId"], "claim": clock.new_uuid()}
         for delay in (0.2, 1.0, None):
             try:
-                status = self._post(task, HEARTBEAT_PATH, {"taskId": task["taskId"]})
+                status = self._post(task, HEARTBEAT_PATH, body)
             except httpx.HTTPError as exc:
                 status = 0
                 logger.warning("worker %s: claiming a task failed: %s", self.worker_id, exc)

@@ -16,7 +16,7 @@ import logging
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import registry_store, runs_store
 from ezgh_engine.adapters import waits_store as ws
-from ezgh_engine.adapters.push import AppUnreachable, invoke_app
+from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.messages import Retry
@@ -24,6 +24,7 @@ from ezgh_engine.core.models import RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import timers, waits
+from ezgh_engine.service.invoker import step_timed_out_error
 from ezgh_engine.service.wire import invoke_request
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     )
     try:
         outcome = outcome_rules.parse(invoke_app(app, request), clock.now())
+    except AppTimedOut as exc:
+        return _timed_out(run_id, step_id, epoch, failures + 1, attempt_before, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
     _record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
@@ -124,10 +127,48 @@ def _not_leased(run_id: str, step_id: str, now_ms: int) -> Retry | None:
     return None  # ended, or its run did: nothing to do
 
 
-def _delivery_failed(
-    run_id: str, step_id: str, epoch: int, failures: int, exc: Exception
+def _timed_out(
+    run_id: str,
+    step_id: str,
+    epoch: int,
+    failures: int,
+    attempt_before: int,
+    now_ms: int,
+    exc: AppTimedOut,
 ) -> Retry | None:
-    """Back off (the run's backoff), or fail the step once the delivery budget is spent."""
+    """The app took the branch invocation and did not answer within the invoke timeout, as
+    `invoker.fail_overrunning_steps` handles a main invocation's (docs/protocol.md section
+    11). A step this invocation started that has run half the limit or more fails now, once,
+    without a retry (its body may still be running: another attempt would run beside it, and
+    overrun the same way); a younger one keeps the step's lease until it had the whole
+    limit from its own start, so its body may record its end. One it never started is a
+    delivery failure as before."""
+    step = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+    started_at = step.get("startedAt")
+    ran_here = (
+        step.get("status") == "running"
+        and int(step.get("branchEpoch", -1)) == epoch
+        and int(step.get("attempt", 0)) != attempt_before
+    )
+    if not ran_here or not isinstance(started_at, str):
+        return _delivery_failed(run_id, step_id, epoch, failures, exc)
+    limit_ms = int(settings().invoke_timeout_seconds * 1000)
+    started_ms = int(clock.parse_iso(started_at).timestamp() * 1000)
+    if clock.now_ms() - started_ms >= limit_ms // 2:
+        error = step_timed_out_error(str(step.get("name") or step_id))
+        log.warning("run %s: branch step %s overran the invoke timeout; failed", run_id, step_id)
+        _end_step(run_id, step_id, epoch, "failed", RunError(**error))
+        return None
+    lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
+    until_ms = max(now_ms + lease_ms, started_ms + limit_ms)
+    return _delivery_failed(run_id, step_id, epoch, failures, exc, until_ms=until_ms)
+
+
+def _delivery_failed(
+    run_id: str, step_id: str, epoch: int, failures: int, exc: Exception, until_ms: int = 0
+) -> Retry | None:
+    """Back off (the run's backoff; at least until `until_ms`), or fail the step once the
+    delivery budget is spent."""
     if failures >= settings().invoke_max_attempts:
         error = RunError(
             "workflows.app_unreachable",
@@ -136,7 +177,7 @@ def _delivery_failed(
         )
         _end_step(run_id, step_id, epoch, "failed", error)
         return None
-    delay = leases.backoff_seconds(failures)
+    delay = max(leases.backoff_seconds(failures), (until_ms - clock.now_ms()) / 1000)
     _release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
     return Retry(after_seconds=delay)
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ezgh_engine import clock
+from ezgh_engine import clock, ids
 from ezgh_engine.adapters import ddb, messages, registry_store, runs_store, task_queues
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
@@ -130,9 +130,20 @@ def verify_task_id(task_id: Any) -> TaskClaims:
 # --- the lease -------------------------------------------------------------------------------
 
 
-def set_lease(run_id: str, epoch: int, until_ms: int, seq: int | None = None) -> None:
+# The run item's mark of the claim on its current task (`set_lease`'s `claim`): which
+# task (`<epoch>/<seq>/`) and who claimed it. Short: the run item is written often.
+CLAIM_ATTR = "tc"
+CLAIM_MAX = 128
+
+
+def set_lease(
+    run_id: str, epoch: int, until_ms: int, seq: int | None = None, claim: str | None = None
+) -> None:
     """Set the lease's end for the invocation holding `epoch` (answering reason `seq`, when
-    given: not yet answered); StaleInvocation otherwise."""
+    given: not yet answered); StaleInvocation otherwise. With `claim` (a worker's, or a
+    poll's, own name for its receipt of the task) the same write claims the task: refused
+    when another claim holds that task, so a task SQS delivered twice runs once; the same
+    claim again (a retry whose answer was lost) holds."""
     condition = (
         "epoch = :epoch AND #status IN (:running, :cancelling) "
         "AND handledSeq < invokeSeq AND leaseUntil >= :now"
@@ -144,14 +155,24 @@ def set_lease(run_id: str, epoch: int, until_ms: int, seq: int | None = None) ->
         ":running": {"S": "running"},
         ":cancelling": {"S": "cancelling"},
     }
+    update = "SET leaseUntil = :until"
     if seq is not None:
         condition += " AND handledSeq < :seq"
         values[":seq"] = {"N": str(seq)}
+    if claim is not None:
+        task = f"{epoch}/{seq if seq is not None else ''}/"
+        update += f", {CLAIM_ATTR} = :claim"
+        condition += (
+            f" AND (attribute_not_exists({CLAIM_ATTR}) OR NOT begins_with({CLAIM_ATTR}, :task)"
+            f" OR {CLAIM_ATTR} = :claim)"
+        )
+        values[":task"] = {"S": task}
+        values[":claim"] = {"S": task + claim}
     try:
         client("dynamodb").update_item(
             TableName=settings().runs_table,
             Key=items.run_key(run_id),
-            UpdateExpression="SET leaseUntil = :until",
+            UpdateExpression=update,
             # A lease that ran out stays ended: its worker's token works no more.
             ConditionExpression=condition,
             ExpressionAttributeNames={"#status": "status"},
@@ -336,7 +357,10 @@ def _live_task(body: str) -> dict[str, Any] | None:
         # The lease runs from the worker's receipt, not from the dispatch: a task that
         # waited in the queue still gives its worker a whole lease before its first
         # heartbeat (an ended lease is not revived: its token works no more).
-        set_lease(claims.run_id, claims.epoch, clock.now_ms() + pull_lease_seconds() * 1000)
+        # Claimed too: a copy of this task SQS delivered again is not handed out twice.
+        until_ms = clock.now_ms() + pull_lease_seconds() * 1000
+        claim = f"poll/{ids.time_ordered_id()}"
+        set_lease(claims.run_id, claims.epoch, until_ms, seq=claims.seq, claim=claim)
     except StaleInvocation:
         return None
     return task
@@ -359,9 +383,14 @@ def heartbeat(token: str, body: Any) -> dict[str, Any]:
     (what `poll` does for the tasks it hands out): 200 while the task's invocation still holds
     a live lease on an unanswered reason, 409 for a superseded, answered or expired task."""
     claims, task = _claims(token, body)
+    claim = body.get("claim")
+    if claim is not None and not (
+        isinstance(claim, str) and 0 < len(claim) <= CLAIM_MAX and claim.isascii()
+    ):
+        raise ValidationError(f"claim: a string of 1 to {CLAIM_MAX} ASCII characters")
     lease_s = pull_lease_seconds()
     until = clock.now_ms() + lease_s * 1000
-    set_lease(claims.run_id, claims.epoch, until, seq=task.seq)
+    set_lease(claims.run_id, claims.epoch, until, seq=task.seq, claim=claim)
     from datetime import UTC, datetime
 
     return {

@@ -17,6 +17,7 @@ from ezgh_engine.adapters import messages, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.messages import Timer
 from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.errors import TransientError
 from ezgh_engine.service import waits
 
 DEADLINE_STEP = "$deadline"
@@ -57,10 +58,7 @@ def fire_timer(message: Timer, lease_ms: int | None = None) -> Owed | None:
     if run is None or run.ended:
         return None
     if message.step_id == DEADLINE_STEP:
-        if run.deadline_at == message.wake_at:
-            time_out(run.id)
-        elif year_limit(run.created_at) == message.wake_at:
-            time_out(run.id, YEAR_LIMIT_ERROR)
+        _fire_deadline(run, message.wake_at)
         return None
     step = steps_store.get_step(run.id, message.step_id)
     if step is None or step.wake_at != message.wake_at:
@@ -88,6 +86,33 @@ def fire_timer(message: Timer, lease_ms: int | None = None) -> Owed | None:
         actions = waits.end_wait_actions(run.id, run.attempt, step.id, output=None)
         ws.transact(actions + waits.cancel_step_actions(run, run.id, step))
     return None
+
+
+# How many times a due time limit is written again when the run item changed under it.
+DEADLINE_TRIES = 3
+
+
+def _fire_deadline(run: Run, wake_at: str) -> None:
+    """End the run if `wake_at` is still its time limit (or its one-year limit). `end_now`
+    writes conditional on the version it read: a refusal because the run item changed
+    meanwhile (an answer, a wake-up) is read again and tried again, not dropped with the
+    timer, which nothing would send again (a run suspended on a wait without a timeout of
+    its own would run on past its limit). Raises TransientError to have the timer back if
+    the run keeps changing."""
+    for _ in range(DEADLINE_TRIES):
+        if run.deadline_at == wake_at:
+            error = TIMED_OUT_ERROR
+        elif year_limit(run.created_at) == wake_at:
+            error = YEAR_LIMIT_ERROR
+        else:
+            return  # not its limit (any more): a RetryRun gave it a new one
+        if time_out(run.id, error):
+            return
+        current = runs_store.get_run(run.id, with_steps=False)
+        if current is None or current.ended:
+            return
+        run = current
+    raise TransientError(f"run {run.id} kept changing while its time limit was due")
 
 
 def _owed(run: Run, woke: str | None) -> Owed | None:
