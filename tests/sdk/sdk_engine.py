@@ -137,6 +137,7 @@ class _StreamReader:
         self._arn = str(table["LatestStreamArn"])
         self._iterators: dict[str, str] = {}
         self._done: set[str] = set()
+        self._discover()
 
     def _discover(self) -> None:
         """Start reading the shards not seen before, from their oldest record."""
@@ -165,8 +166,9 @@ class _StreamReader:
         return dict(self._streams.get_records(ShardIterator=self._iterators[shard_id]))
 
     def read(self) -> list[dict[str, Any]]:
-        """The records written since the last read."""
-        self._discover()
+        """The records written since the last read. A shard's children appear once it has
+        closed, so the shards are listed again only when one was read to its end (not at
+        every read: a drain follows every handler)."""
         records: list[dict[str, Any]] = []
         for shard_id in list(self._iterators):
             while True:
@@ -174,10 +176,11 @@ class _StreamReader:
                 got = answer.get("Records", [])
                 records.extend(events.stream_record(r, self._arn) for r in got)
                 following = answer.get("NextShardIterator")
-                if not following:  # closed and read to its end
+                if not following:  # closed and read to its end: its children follow it
                     del self._iterators[shard_id]
                     self._done.add(shard_id)
-                    break
+                    self._discover()
+                    return records + self.read()
                 self._iterators[shard_id] = str(following)
                 if not got:
                     break
