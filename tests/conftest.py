@@ -29,9 +29,10 @@ E2E_CALL_LOG = "EZGH_E2E_CALL_LOG"
 # printing) exercise the same store calls on moto and would only double the suite's time.
 # tests/e2e/test_queues.py stays on moto: its notification and dead-letter tests waited on
 # SQS timings that DynamoDB Local's slower stream polling made miss (they now pass there, but
-# cost ~40 s; tests/api/test_queues.py covers the queue store on both). Of tests/sdk (the SDK against the engine in process),
-# test_sdk_replay.py: what the steps handler records and a replay reads back; its waits are
-# tests/e2e/test_waits.py's, and its rounds, rules and push app are the SDK's own logic.
+# cost ~40 s; tests/api/test_queues.py covers the queue store on both). Of tests/sdk (the SDK
+# against the engine in process), test_sdk_replay.py: what the steps handler records and a
+# replay reads back; its waits are tests/e2e/test_waits.py's, and its rounds, rules and push
+# app are the SDK's own logic.
 # `EZGH_DDBLOCAL=all` runs every module on both backends.
 DDBLOCAL_MODULES = frozenset(
     {

@@ -11,9 +11,10 @@ the invoker. What the harness stands in for is AWS's delivery only:
 
 - the network: `push.network_transport` hands the engine's request to the `PushApp` through
   ASGI, and the SDK's step calls reach the steps handler through an httpx transport;
-- Lambda's event source mappings: the runs table's stream (`_MotoStream`, `_StreamReader`) is read and given to
-  `service.stream`; the messages the engine sends (SQS, Scheduler) are kept in an outbox,
-  each due at its delay on the engine's skip clock, and handed to `invocation_queue` when due.
+- Lambda's event source mappings: the runs table's stream (`_MotoStream`, `_StreamReader`)
+  is read and given to `service.stream`; the messages the engine sends (SQS, Scheduler) are
+  kept in an outbox, each due at its delay on the engine's skip clock, and handed to
+  `invocation_queue` when due.
 
 `invoke` pumps until the app has answered the next invocation of the run (skipping the clock
 to the next due message when nothing else is left: a sleep's or a retry's timer). A state a
