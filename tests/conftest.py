@@ -27,9 +27,13 @@ E2E_CALL_LOG = "EZGH_E2E_CALL_LOG"
 # DynamoDB stores and refuses (conditional writes, transactions, expressions, streams, TTL
 # items, keys and cursors). The rest (authorization matrix, fuzzing, signatures, the CLI's
 # printing) exercise the same store calls on moto and would only double the suite's time.
-# tests/e2e/test_queues.py stays on moto: its notification and dead-letter tests wait on SQS
-# timings that DynamoDB Local's slower stream polling made miss (tests/api/test_queues.py
-# covers the queue store on both). `EZGH_DDBLOCAL=all` runs every module on both backends.
+# tests/e2e/test_queues.py stays on moto: its notification and dead-letter tests waited on
+# SQS timings that DynamoDB Local's slower stream polling made miss (they now pass there, but
+# cost ~40 s; tests/api/test_queues.py covers the queue store on both). Of tests/sdk (the SDK
+# against the engine in process), test_sdk_replay.py: what the steps handler records and a
+# replay reads back; its waits are tests/e2e/test_waits.py's, and its rounds, rules and push
+# app are the SDK's own logic.
+# `EZGH_DDBLOCAL=all` runs every module on both backends.
 DDBLOCAL_MODULES = frozenset(
     {
         "tests/api/test_apps.py",
@@ -59,6 +63,7 @@ DDBLOCAL_MODULES = frozenset(
         "tests/e2e/test_pull.py",
         "tests/e2e/test_schedules.py",
         "tests/e2e/test_waits.py",
+        "tests/sdk/test_sdk_replay.py",
     }
 )
 

@@ -5,11 +5,15 @@ from collections.abc import Iterator
 import pytest
 from sdk_engine import Engine, Plant, engine_of, plant
 
+from tests.ddblocal import BACKENDS
 
-@pytest.fixture(scope="module")
-def engine_plant() -> Iterator[Plant]:
-    """The real engine on in-process moto, once per module (each test has its own runs)."""
-    with plant() as made:
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def engine_plant(request: pytest.FixtureRequest) -> Iterator[Plant]:
+    """The real engine on in-process moto, once per module and backend (each test has its
+    own runs); under the `ddblocal` param its tables are in AWS's DynamoDB Local."""
+    server = request.getfixturevalue("dynamodb_local") if request.param == "ddblocal" else None
+    with plant(server) as made:
         yield made
 
 

@@ -1,7 +1,8 @@
 """The real engine for SDK tests, in process on moto (it replaced a fake that re-implemented
-the step ops, issue 19).
+the step ops, issue 19), its tables on moto or on AWS's DynamoDB Local (the `BACKENDS` of
+tests/ddblocal.py, as tests/api's `aws_env`: the rest stays on moto).
 
-`Plant` is one module's engine: moto's tables, queue and bucket, a project and one push app
+`Plant` is one module's engine: the tables, moto's queue and bucket, a project and one push app
 registered through the API handler. `Engine` is one test's view of it. Nothing here decides
 what an op means: every step call the SDK makes goes through the SDK's own HTTP transport
 to the steps Lambda's handler (`functions.steps.handler`), every invoke request is built and
@@ -10,9 +11,10 @@ the invoker. What the harness stands in for is AWS's delivery only:
 
 - the network: `push.network_transport` hands the engine's request to the `PushApp` through
   ASGI, and the SDK's step calls reach the steps handler through an httpx transport;
-- Lambda's event source mappings: the runs table's stream (moto's) is read and given to
-  `service.stream`; the messages the engine sends (SQS, Scheduler) are kept in an outbox,
-  each due at its delay on the engine's skip clock, and handed to `invocation_queue` when due.
+- Lambda's event source mappings: the runs table's stream (`_MotoStream`, `_StreamReader`)
+  is read and given to `service.stream`; the messages the engine sends (SQS, Scheduler) are
+  kept in an outbox, each due at its delay on the engine's skip clock, and handed to
+  `invocation_queue` when due.
 
 `invoke` pumps until the app has answered the next invocation of the run (skipping the clock
 to the next due message when nothing else is left: a sleep's or a retry's timer). A state a
@@ -43,10 +45,11 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws, messages, push, registry_store, runs_store
 from ezgh_engine.core import messages as wire
-from ezgh_engine.local import emulator
+from ezgh_engine.local import emulator, events
 from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_engine.service import invocation_queue, invoker, stream
 from ezgh_engine.service.wire import step_body
@@ -57,7 +60,16 @@ from ezgh_workflows._internal.protocol import ApiInfo
 from ezgh_workflows._internal.transport import STEPS_PATH, HttpStepTransport, StepTransport
 from moto import mock_aws
 
-from tests.api.conftest import ENV, LambdaContext, Project, _create_table, call, make_event
+from tests.api.conftest import (
+    DYNAMODB_ENDPOINT_ENV,
+    ENV,
+    LambdaContext,
+    Project,
+    _create_table,
+    call,
+    make_event,
+)
+from tests.ddblocal import DynamoDBLocal
 
 KEY = "test-signing-key"
 APP_URL = "http://127.0.0.1:9/"  # never connected to: `_AppTransport` answers in process
@@ -91,11 +103,97 @@ class _Side:
     release: threading.Event = field(default_factory=threading.Event)
 
 
-class Plant:
-    """moto with the topology's resources, a project and its push app `sdk` (whose signing
-    key is the tests' `KEY`), the stream read from its latest record on."""
+class _MotoStream:
+    """The runs table's stream on moto, from its latest record on. moto's in-process mock
+    does not route DynamoDB Streams requests, so its backend is read as its `GetRecords`
+    reads it (fetched anew each time: a refused transaction restores a copy of the table)."""
 
     def __init__(self) -> None:
+        shard = self._shard()
+        self._next_seq = int(shard.starting_sequence_number) + len(shard.items)
+
+    @staticmethod
+    def _shard() -> Any:
+        from moto.dynamodb.models import dynamodb_backends
+
+        backend = dynamodb_backends[ACCOUNT]["us-east-1"]
+        return backend.get_table(ENV["EZGH_RUNS_TABLE"]).stream_shard
+
+    def read(self) -> list[dict[str, Any]]:
+        """The records written since the last read (a copy: the handler may change them)."""
+        records = self._shard().get(self._next_seq, 1000)
+        if records:
+            self._next_seq = max(int(r["dynamodb"]["SequenceNumber"]) for r in records) + 1
+        return copy.deepcopy(records)
+
+
+class _StreamReader:
+    """The runs table's stream on DynamoDB Local, through the DynamoDB Streams API (as an
+    event source mapping reads it): every shard from its start, a shard's children after it,
+    the records shaped as Lambda's event carries them."""
+
+    def __init__(self) -> None:
+        ddb, self._streams = aws.client("dynamodb"), aws.client("dynamodbstreams")
+        table = ddb.describe_table(TableName=ENV["EZGH_RUNS_TABLE"])["Table"]
+        self._arn = str(table["LatestStreamArn"])
+        self._iterators: dict[str, str] = {}
+        self._done: set[str] = set()
+        self._discover()
+
+    def _discover(self) -> None:
+        """Start reading the shards not seen before, from their oldest record."""
+        shards = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"]
+        for shard in shards.get("Shards", []):
+            shard_id = shard["ShardId"]
+            if shard_id not in self._iterators and shard_id not in self._done:
+                self._iterators[shard_id] = self._oldest(shard_id)
+
+    def _oldest(self, shard_id: str) -> str:
+        return str(
+            self._streams.get_shard_iterator(
+                StreamArn=self._arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        )
+
+    def _get(self, shard_id: str) -> dict[str, Any]:
+        """GetRecords; past the shard's trim point (DynamoDB Local trims the sequence numbers
+        a cancelled transaction used) from its oldest record, as pollers.StreamPoller does."""
+        try:
+            return dict(self._streams.get_records(ShardIterator=self._iterators[shard_id]))
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "TrimmedDataAccessException":
+                raise
+        self._iterators[shard_id] = self._oldest(shard_id)
+        return dict(self._streams.get_records(ShardIterator=self._iterators[shard_id]))
+
+    def read(self) -> list[dict[str, Any]]:
+        """The records written since the last read. A shard's children appear once it has
+        closed, so the shards are listed again only when one was read to its end (not at
+        every read: a drain follows every handler)."""
+        records: list[dict[str, Any]] = []
+        for shard_id in list(self._iterators):
+            while True:
+                answer = self._get(shard_id)
+                got = answer.get("Records", [])
+                records.extend(events.stream_record(r, self._arn) for r in got)
+                following = answer.get("NextShardIterator")
+                if not following:  # closed and read to its end: its children follow it
+                    del self._iterators[shard_id]
+                    self._done.add(shard_id)
+                    self._discover()
+                    return records + self.read()
+                self._iterators[shard_id] = str(following)
+                if not got:
+                    break
+        return records
+
+
+class Plant:
+    """The topology's resources (the tables on `backend`), a project and its push app `sdk`
+    (whose signing key is the tests' `KEY`), the stream read from its latest record on."""
+
+    def __init__(self, backend: str = "moto") -> None:
+        self.backend = backend
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         for table in TOPOLOGY.tables:
             _create_table(ddb, ENV[table.env_var], table.stream)
@@ -113,30 +211,17 @@ class Plant:
         registry_store.save_app(replace(app, signing_key=KEY))
         self.engine: Engine | None = None
         self.synced: tuple[str, ...] = ()  # the workflows the app was last synced with
-        self._next_seq = self._shard_start()
-
-    @staticmethod
-    def _shard() -> Any:
-        """The runs table's stream shard. moto's in-process mock does not route DynamoDB
-        Streams requests, so its backend is read as its `GetRecords` reads it (fetched anew
-        each time: a refused transaction restores a copy of the table)."""
-        from moto.dynamodb.models import dynamodb_backends
-
-        backend = dynamodb_backends[ACCOUNT]["us-east-1"]
-        return backend.get_table(ENV["EZGH_RUNS_TABLE"]).stream_shard
-
-    def _shard_start(self) -> int:
-        shard = self._shard()
-        return int(shard.starting_sequence_number) + len(shard.items)
+        # The records so far are the setup's (read and dropped: no run is concerned).
+        self._stream = _MotoStream() if backend == "moto" else _StreamReader()
+        self._stream.read()
 
     def drain_stream(self) -> None:
         """Give the stream's new records to `service.stream`, in order (Lambda's mapping)."""
         while True:
-            records = self._shard().get(self._next_seq, 1000)
+            records = self._stream.read()
             if not records:
                 return
-            self._next_seq = max(int(r["dynamodb"]["SequenceNumber"]) for r in records) + 1
-            assert stream.handle_batch(copy.deepcopy(records)) == [], "a stream record failed"
+            assert stream.handle_batch(records) == [], "a stream record failed"
 
     # what AWS would deliver ------------------------------------------------------------------
     def send(self, message: wire.Message, delay_seconds: float = 0) -> None:
@@ -162,30 +247,36 @@ class _AppTransport(httpx.BaseTransport):
 
 
 @contextlib.contextmanager
-def plant() -> Iterator[Plant]:
-    """The engine on in-process moto for one module (see `Plant`)."""
+def plant(server: DynamoDBLocal | None = None) -> Iterator[Plant]:
+    """The engine on in-process moto for one module (see `Plant`), its tables in `server`
+    (DynamoDB Local; emptied at the end) when one is given."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in ENV.items():
             patch.setenv(name, value)
         patch.setenv(config.ENV_ALLOW_LOOPBACK, "1")  # the app's URL is a loopback one
         patch.setenv(config.ENV_API_URL, ENGINE_URL)
-        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
-            patch.delenv(name, raising=False)
-        patch.delenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", raising=False)
+        patch.delenv("AWS_ENDPOINT_URL", raising=False)
+        for name in DYNAMODB_ENDPOINT_ENV:
+            if server is None:
+                patch.delenv(name, raising=False)
+            else:
+                patch.setenv(name, server.url)
         # `ezgh dev`'s moto, linear in what it holds: a transaction would otherwise deep-copy
         # every item the module's tests wrote (process-wide, as any local runtime leaves it).
         emulator.lighten_dynamodb()
         with mock_aws():
             config.reset_settings()
             aws.reset_clients()
-            made = Plant()
-            patch.setattr(push, "network_transport", lambda: _AppTransport(made))
-            patch.setattr(messages, "send", made.send)
-            patch.setattr(messages, "_create_schedule", made.schedule)
-            patch.setattr(messages, "drop_timer", lambda *args: None)
             try:
+                made = Plant("moto" if server is None else "ddblocal")
+                patch.setattr(push, "network_transport", lambda: _AppTransport(made))
+                patch.setattr(messages, "send", made.send)
+                patch.setattr(messages, "_create_schedule", made.schedule)
+                patch.setattr(messages, "drop_timer", lambda *args: None)
                 yield made
             finally:
+                if server is not None:
+                    server.wipe()
                 config.reset_settings()
                 aws.reset_clients()
 
