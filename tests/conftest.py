@@ -102,6 +102,29 @@ def _share_botocore_models() -> None:
 _share_botocore_models()
 
 
+def _moto_as_the_runtime_leaves_it() -> None:
+    """Patch in-process moto as every local runtime does (`local.emulator`): a lock around
+    each DynamoDB request, no instance tracking, no whole-table copy per transaction or sort
+    per query, plain items unserialized, each handler's method names listed once, SQS's
+    retention check without all queue attributes.
+
+    A runtime's `Emulator.start()` installs these process-wide for good, so before this the
+    tests/api modules ran on patched moto on a worker that had started a runtime before them
+    and on moto's own elsewhere (tests/api/test_fuzz_openapi.py, the first group of a
+    worker: its CPU was most of it moto's serializer and `inspect.getmembers`). Now every
+    test sees one moto whatever ran before it on its worker; tests/local checks each patch
+    against moto's own answers."""
+    from ezgh_engine.local import emulator
+
+    emulator.serialize_dynamodb()
+    emulator.lighten_dynamodb()
+    emulator.quicker_dispatch()
+    emulator.lighten_sqs()
+
+
+_moto_as_the_runtime_leaves_it()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(E2E_CALL_LOG):
         os.environ[E2E_CALL_LOG] = tempfile.mkdtemp(prefix="ezgh-e2e-calls-")
