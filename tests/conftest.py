@@ -125,6 +125,37 @@ def _moto_as_the_runtime_leaves_it() -> None:
 _moto_as_the_runtime_leaves_it()
 
 
+def _share_default_tls_context() -> None:
+    """One default TLS context per process for the httpx clients and transports the tests
+    and the in-process engine make (an SDK client per test, the local runtime's app client
+    per reset, tests/api's loopback transport per push): each made its own, loading the CA
+    bundle, about 0.1 s of CPU (half of a local runtime's `reset()`). Only the default
+    (`verify=True`, no client certificate) is shared, keyed by the variables httpx reads;
+    the engine's own transports already share theirs (`adapters.push._tls_context`)."""
+    from httpx._transports import default
+
+    if getattr(default.create_ssl_context, "_ezgh_shared", False):
+        return
+    create = default.create_ssl_context
+    made: dict[tuple[bool, str | None, str | None], Any] = {}
+    lock = threading.Lock()
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is not True or cert is not None:
+            return create(verify=verify, cert=cert, trust_env=trust_env)
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        with lock:
+            if key not in made:
+                made[key] = create(verify=verify, cert=cert, trust_env=trust_env)
+            return made[key]
+
+    create_ssl_context._ezgh_shared = True  # type: ignore[attr-defined]
+    default.create_ssl_context = create_ssl_context
+
+
+_share_default_tls_context()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(E2E_CALL_LOG):
         os.environ[E2E_CALL_LOG] = tempfile.mkdtemp(prefix="ezgh-e2e-calls-")
