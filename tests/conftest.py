@@ -191,12 +191,12 @@ GROUP_SECONDS = {
     "tests/api/test_authorization_matrix.py": 60,
     "tests/e2e[ddblocal]": 55,
     "tests/faults/test_controls_under_faults.py": 55,
-    "tests/sdk/test_typing.py": 40,
     "tests/bench/test_bench_idle.py": 40,
     "tests/faults/test_control.py": 35,
     "tests/local/test_runtime.py": 35,
     "tests/local/test_environments.py": 25,
     "tests/e2e/test_dev_restart.py": 18,
+    "tests/sdk/test_typing.py": 12,
 }
 DEFAULT_TEST_SECONDS = 0.1
 
