@@ -107,6 +107,60 @@ def _share_botocore_models() -> None:
 _share_botocore_models()
 
 
+def _moto_as_the_runtime_leaves_it() -> None:
+    """Patch in-process moto as every local runtime does (`local.emulator`): a lock around
+    each DynamoDB request, no instance tracking, no whole-table copy per transaction or sort
+    per query, plain items unserialized, each handler's method names listed once, SQS's
+    retention check without all queue attributes.
+
+    A runtime's `Emulator.start()` installs these process-wide for good, so before this the
+    tests/api modules ran on patched moto on a worker that had started a runtime before them
+    and on moto's own elsewhere (tests/api/test_fuzz_openapi.py, the first group of a
+    worker: its CPU was most of it moto's serializer and `inspect.getmembers`). Now every
+    test sees one moto whatever ran before it on its worker; tests/local checks each patch
+    against moto's own answers."""
+    from ezgh_engine.local import emulator
+
+    emulator.serialize_dynamodb()
+    emulator.lighten_dynamodb()
+    emulator.quicker_dispatch()
+    emulator.lighten_sqs()
+
+
+_moto_as_the_runtime_leaves_it()
+
+
+def _share_default_tls_context() -> None:
+    """One default TLS context per process for the httpx clients and transports the tests
+    and the in-process engine make (an SDK client per test, the local runtime's app client
+    per reset, tests/api's loopback transport per push): each made its own, loading the CA
+    bundle, about 0.1 s of CPU (half of a local runtime's `reset()`). Only the default
+    (`verify=True`, no client certificate) is shared, keyed by the variables httpx reads;
+    the engine's own transports already share theirs (`adapters.push._tls_context`)."""
+    from httpx._transports import default
+
+    if getattr(default.create_ssl_context, "_ezgh_shared", False):
+        return
+    create = default.create_ssl_context
+    made: dict[tuple[bool, str | None, str | None], Any] = {}
+    lock = threading.Lock()
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is not True or cert is not None:
+            return create(verify=verify, cert=cert, trust_env=trust_env)
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        with lock:
+            if key not in made:
+                made[key] = create(verify=verify, cert=cert, trust_env=trust_env)
+            return made[key]
+
+    create_ssl_context._ezgh_shared = True  # type: ignore[attr-defined]
+    default.create_ssl_context = create_ssl_context
+
+
+_share_default_tls_context()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(E2E_CALL_LOG):
         os.environ[E2E_CALL_LOG] = tempfile.mkdtemp(prefix="ezgh-e2e-calls-")
@@ -142,12 +196,12 @@ GROUP_SECONDS = {
     "tests/api/test_authorization_matrix.py": 60,
     "tests/e2e[ddblocal]": 55,
     "tests/faults/test_controls_under_faults.py": 55,
-    "tests/sdk/test_typing.py": 40,
     "tests/bench/test_bench_idle.py": 40,
     "tests/faults/test_control.py": 35,
     "tests/local/test_runtime.py": 35,
     "tests/local/test_environments.py": 25,
     "tests/e2e/test_dev_restart.py": 18,
+    "tests/sdk/test_typing.py": 12,
 }
 DEFAULT_TEST_SECONDS = 0.1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from ezgh_engine.cli import verify
@@ -23,7 +24,9 @@ def _settings(engine: LocalRuntime) -> dict[str, str]:
 
 def test_the_canary_passes_every_check_and_cleans_up(engine: LocalRuntime) -> None:
     seen: list[verify.Check] = []
+    began = time.monotonic()
     report = verify.Canary(_settings(engine), timeout=60, echo=seen.append).run()
+    took = time.monotonic() - began
 
     assert report.passed, [c.to_json() for c in report.checks]
     names = [c.name for c in report.checks]
@@ -35,6 +38,8 @@ def test_the_canary_passes_every_check_and_cleans_up(engine: LocalRuntime) -> No
     assert all(c.seconds >= 0 for c in report.checks)
     sleep = next(c for c in report.checks if c.name.startswith("sleep:"))
     assert sleep.seconds >= verify.SLEEP_SECONDS - 0.5
+    # Its cleanup is quick: the worker's stop waited out a 20 s long poll once.
+    assert took - sum(c.seconds for c in report.checks) < 12, (took, report.checks)
     # What it made is gone again: no canary app, queue or subscription is left behind.
     canary = verify.Canary(_settings(engine))
     assert not [a for a in canary.workflows.list_apps()["apps"] if a["name"] == verify.CANARY_APP]

@@ -70,15 +70,21 @@ app = PushApp([onboarding, order, loop])
 """
 
 
-def _mypy(tmp_path: Path, source: str) -> tuple[str, int]:
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One incremental cache for the module's runs: the standard library's and the SDK's
+    types are checked once, not per test (each example is a new file, checked anew)."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def _mypy(tmp_path: Path, source: str, cache: Path) -> tuple[str, int]:
     path = tmp_path / "example.py"
     path.write_text(textwrap.dedent(source))
     out, err, code = mypy_api.run(
         [
             str(path),
-            "--no-incremental",
             "--cache-dir",
-            str(tmp_path / ".mypy_cache"),
+            str(cache),
             "--python-version",
             "3.11",
             "--check-untyped-defs",
@@ -94,12 +100,14 @@ def sdk_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MYPYPATH", str(SDK))
 
 
-def test_the_docs_examples_type_check(tmp_path: Path, sdk_on_path: None) -> None:
-    out, code = _mypy(tmp_path, DOCS_EXAMPLES)
+def test_the_docs_examples_type_check(tmp_path: Path, sdk_on_path: None, mypy_cache: Path) -> None:
+    out, code = _mypy(tmp_path, DOCS_EXAMPLES, mypy_cache)
     assert code == 0, out
 
 
-def test_a_misspelt_step_call_is_an_error(tmp_path: Path, sdk_on_path: None) -> None:
+def test_a_misspelt_step_call_is_an_error(
+    tmp_path: Path, sdk_on_path: None, mypy_cache: Path
+) -> None:
     source = """
     from ezgh_workflows import Context, workflow
 
@@ -107,12 +115,14 @@ def test_a_misspelt_step_call_is_an_error(tmp_path: Path, sdk_on_path: None) -> 
     async def w(ctx: Context) -> None:
         await ctx.step.runn("a", lambda: 1)
     """
-    out, code = _mypy(tmp_path, source)
+    out, code = _mypy(tmp_path, source, mypy_cache)
     assert code == 1
     assert 'has no attribute "runn"' in out
 
 
-def test_step_run_answers_what_its_function_returns(tmp_path: Path, sdk_on_path: None) -> None:
+def test_step_run_answers_what_its_function_returns(
+    tmp_path: Path, sdk_on_path: None, mypy_cache: Path
+) -> None:
     source = """
     from ezgh_workflows import BlockingSteps, Context, workflow
 
@@ -130,7 +140,7 @@ def test_step_run_answers_what_its_function_returns(tmp_path: Path, sdk_on_path:
         reveal_type(ctx.step.run("a", lambda: 3))
         reveal_type(ctx.step.run("b", fetch))
     """
-    out, _ = _mypy(tmp_path, source)
+    out, _ = _mypy(tmp_path, source, mypy_cache)
     revealed = [
         line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed" in line
     ]

@@ -43,6 +43,7 @@ CANARY_WORKFLOW = "ezgh-canary"
 CHILD_WORKFLOW = "ezgh-canary-child"
 CORRELATION_ATTRIBUTE = "canaryKey"
 SLEEP_SECONDS = 2
+WORKER_POLL_SECONDS = 1  # the canary worker's long poll (see `Canary._worker`)
 # The order of the canary's steps, each a check of its own: (step name, what it proves).
 STEP_CHECKS = (
     ("step", "a run step recorded (steps function)"),
@@ -241,7 +242,15 @@ class Canary:
     def _worker(self, app: dict[str, Any]) -> Iterator[None]:
         from ezgh_workflows import Worker
 
-        worker = Worker(app["id"], canary_workflows(self.queues), concurrency=2, **self.credentials)
+        # Short polls: `stop()` does not interrupt a receive in progress, so at the default 20 s
+        # the canary waited out its idle worker's last poll (about 20 s) after every check.
+        worker = Worker(
+            app["id"],
+            canary_workflows(self.queues),
+            concurrency=2,
+            poll_wait_seconds=WORKER_POLL_SECONDS,
+            **self.credentials,
+        )
         thread = threading.Thread(target=worker.run, name="ezgh-canary-worker", daemon=True)
         thread.start()
         try:
