@@ -8,7 +8,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.expressions import Update, UpdateAction
@@ -18,6 +18,15 @@ from ezgh_engine.core.models import Run
 from ezgh_engine.errors import Conflict
 
 RESET_STATUSES = ("failed", "cancelled", "sleeping", "waiting", "retrying")
+RETRYABLE_STATUSES = ("failed", "timedOut")
+# RetryRun right after a run's end can meet that end's cleanup, which cancels the run's
+# pending steps one write each after the end's own write (`waits.cancel_leftovers`): a step
+# read `sleeping` is `cancelled` when RetryRun's write lands. It reads again and tries again.
+RETRY_TRIES = 3
+
+
+class RunChanged(Conflict):
+    """The run (or one of the steps a retry resets) changed between its read and the write."""
 
 
 def _expires() -> int:
@@ -67,7 +76,22 @@ def request_cancel(run: Run, *, at: str) -> None:
 
 def retry(run: Run, *, at: str) -> None:
     """A failed or timed-out run runs again with attempt + 1, keeping its completed steps;
-    its failed steps are forgotten so they run again."""
+    its failed steps are forgotten so they run again. A run that changed under the write
+    (the end's cleanup still cancelling its steps) is read and tried again while it stays
+    failed or timed out; `RunChanged` once it did not (another retry won) or kept changing."""
+    for tries_left in range(RETRY_TRIES - 1, -1, -1):
+        try:
+            _retry_once(run, at=at)
+            return
+        except RunChanged:
+            fresh = runs_store.get_run(run.id)
+            if not tries_left or fresh is None or fresh.status not in RETRYABLE_STATUSES:
+                raise
+            run = fresh
+
+
+def _retry_once(run: Run, *, at: str) -> None:
+    """RetryRun's one conditional write, on the run and steps as `run` holds them."""
     again = (
         Update()
         .set("status", "running")
@@ -81,7 +105,7 @@ def retry(run: Run, *, at: str) -> None:
         .set("leaseUntil", 0)
         .remove("endedAt", "error", "ttl", "notifyEnd")
         .where("version = :v AND #status IN (:failed, :timedOut)", v=run.version)
-        .bind(failed="failed", timedOut="timedOut")
+        .bind(failed=RETRYABLE_STATUSES[0], timedOut=RETRYABLE_STATUSES[1])
     )
     if run.deadline_at:  # a new attempt gets the run's time limit afresh
         limit = clock.parse_iso(run.deadline_at) - clock.parse_iso(run.created_at)
@@ -110,6 +134,6 @@ def retry(run: Run, *, at: str) -> None:
         client("dynamodb").transact_write_items(TransactItems=actions)
     except ClientError as exc:
         if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
-            raise Conflict(f"run {run.id} changed meanwhile; read it and try again") from None
+            raise RunChanged(f"run {run.id} changed meanwhile; read it and try again") from None
         ddb.raise_transient(exc)
         raise

@@ -347,9 +347,11 @@ def _cancelled_item(run: Run, step: Step, at: str) -> dict[str, Any]:
 
 def cancel_leftovers(run_id: str) -> None:
     """After a run ended: pending steps become `cancelled`, message waits leave the index,
-    children are cancelled. Best effort: each is its own conditional write."""
+    children are cancelled. Best effort: each is its own conditional write. Nothing when
+    the run is live again: a RetryRun came between the end and this cleanup, and the steps
+    pending now are the new attempt's."""
     run = runs_store.get_run(run_id)
-    if run is None:
+    if run is None or not run.ended:
         return
     at = clock.iso(clock.now())
     for step in run.steps:
