@@ -177,11 +177,11 @@ def install() -> None:
                 _note(run_id, f"stream handed {seq[-5:]}{' (replay)' if replay else ''}")
         process(poller, records, replay)
 
-    SQSBackend.send_message = send_message  # type: ignore[method-assign]
-    SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
-    SQSBackend.change_message_visibility = change_message_visibility  # type: ignore[method-assign]
-    Queue.delete_message = delete_message  # type: ignore[method-assign]
-    Queue.add_message = queue_add_message  # type: ignore[method-assign]
-    StreamShard.add = stream_add  # type: ignore[method-assign]
-    StreamPoller._process = stream_process  # type: ignore[method-assign]
+    SQSBackend.send_message = send_message  # type: ignore[method-assign,assignment]
+    SQSBackend.receive_message = receive_message  # type: ignore[method-assign,assignment]
+    SQSBackend.change_message_visibility = change_message_visibility  # type: ignore[method-assign,assignment]
+    Queue.delete_message = delete_message  # type: ignore[method-assign,assignment]
+    Queue.add_message = queue_add_message  # type: ignore[method-assign,assignment]
+    StreamShard.add = stream_add  # type: ignore[method-assign,assignment]
+    StreamPoller._process = stream_process  # type: ignore[method-assign,assignment]
     _installed = True
