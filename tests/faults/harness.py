@@ -33,7 +33,7 @@ from ezgh_workflows._internal.api import ApiError
 
 from tests.clients import workflows_client
 from tests.faults import app as fault_app
-from tests.faults import dsl
+from tests.faults import dsl, history
 
 ENDED = ("completed", "failed", "cancelled", "timedOut")
 _AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
@@ -258,6 +258,8 @@ def run_batch(
 ) -> Figures:
     engine.set_faults(None)
     engine.reset()  # a new project, key and app record per batch
+    history.install()
+    history.clear()
     fault_app.reset()
     fault_app.use_plan(plan)
     client = workflows_client(engine)
@@ -327,6 +329,8 @@ def run_batch(
     engine.set_faults(None)
     figures.faults.update({k: v for k, v in plan.report().items() if v})
     check(figures, programs, top, label)
+    if os.environ.get("EZGH_FAULTS_HISTORY"):
+        history.dump_all(os.environ["EZGH_FAULTS_HISTORY"], label)
     return figures
 
 
@@ -421,7 +425,8 @@ def check(
                 f"{label}: {where}: run {run_id} is {run.status} (invokeSeq {run.invoke_seq}, "
                 f"handledSeq {run.handled_seq}, lease {run.lease_until_ms}, error {run.error}); "
                 f"pending steps {pending}; stuck: {why}; callback POSTs answered {answers}; "
-                f"engine now {clock.iso(clock.now())}; its items: {_partition(run_id)}"
+                f"engine now {clock.iso(clock.now())}; its items: {_partition(run_id)}; "
+                f"its history:\n{history.of(run_id)}"
             )
             return
         if run.output != dsl.expected(program):
@@ -485,5 +490,6 @@ def check(
                 f"is {run.status}: invokeSeq {run.invoke_seq}, handledSeq {run.handled_seq}, "
                 f"lease {run.lease_until_ms}, steps {[(s.id, s.status, s.wake_at) for s in run.steps]}; "
                 f"stuck: {stuck.get(run.id)}; callback POSTs answered "
-                f"{ {n: a for (r, n), a in CALLBACK_ANSWERS.items() if r == run.id} }"
+                f"{ {n: a for (r, n), a in CALLBACK_ANSWERS.items() if r == run.id} }; "
+                f"its history:\n{history.of(run.id)}"
             )
