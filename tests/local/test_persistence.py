@@ -146,6 +146,32 @@ def test_a_replay_keeps_s3_objects_and_schedules(tmp_path: Path) -> None:
         second.stop()
 
 
+def test_a_replay_keeps_s3_keys_with_escapes_in_them(tmp_path: Path) -> None:
+    """A large step output's key has its step ID quoted in it (`steps/blob%231/...`): the
+    journal must replay the key moto stored, not a key unquoted once more (`blob#1`), or
+    the run's step result is gone after a restart."""
+    keys = ["run/steps/blob%231/v/output", "run/steps/caf\u00e9 +x/output"]
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        s3 = aws.client("s3")
+        s3.create_bucket(Bucket="bucket-k")
+        for key in keys:
+            s3.put_object(Bucket="bucket-k", Key=key, Body=key.encode())
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        s3 = aws.client("s3")
+        listed = [o["Key"] for o in s3.list_objects_v2(Bucket="bucket-k").get("Contents", [])]
+        assert sorted(listed) == sorted(keys)
+        for key in keys:
+            assert s3.get_object(Bucket="bucket-k", Key=key)["Body"].read() == key.encode()
+    finally:
+        second.stop()
+
+
 # --- compaction (the journal folded into a snapshot) and dead-letter moves ---------------------
 
 

@@ -462,6 +462,15 @@ class JournalingApp:
             )
 
 
+def _quoted_path(path_info: str) -> str:
+    """`PATH_INFO` as a request path: the replay's `EnvironBuilder` unquotes its path, so a
+    path journaled unquoted would be unquoted twice (an S3 key with `%23` in it, a large step
+    output's, would come back with `#`). PATH_INFO is WSGI's latin-1 view of the bytes."""
+    from urllib.parse import quote
+
+    return quote(path_info.encode("latin-1"), safe="/")
+
+
 def _request_record(
     environ: dict[str, Any], body: bytes, service: str, action: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -475,7 +484,7 @@ def _request_record(
         "s": service,
         "a": action,
         "m": environ.get("REQUEST_METHOD", "POST"),
-        "p": environ.get("PATH_INFO", "/"),
+        "p": _quoted_path(environ.get("PATH_INFO", "/")),
         "q": environ.get("QUERY_STRING", ""),
         "h": headers,
         "b": base64.b64encode(body).decode(),
