@@ -7,9 +7,10 @@ import errno
 import logging
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ezgh_engine import clock
 
@@ -70,9 +71,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"ezgh dev: could not start: {error}", flush=True)
         return 1
     try:
-        return _serve(args, state_dir)
+        code = _serve(args, state_dir)
     finally:
         lock.release()
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without waiting for step bodies of the served apps still running.
+
+    The interpreter would wait for them (`asyncio.to_thread` runs a step's function on an
+    executor thread it joins at exit), so a Ctrl-C waited for the longest step, forever for
+    a stuck one. The engine has stopped, so their ends could not be recorded any more: such
+    a step runs again at the next start, as after a crash. What the engine keeps is on disk
+    already (every journaled request was fsync'd before it was answered).
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _start_error(error: Exception, port: int) -> str:
@@ -137,4 +154,5 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     finally:
         print("ezgh dev: stopping", flush=True)
         runtime.stop()
+        print("ezgh dev: stopped", flush=True)
     return 0
