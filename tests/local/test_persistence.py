@@ -45,6 +45,46 @@ def test_a_corrupt_record_ends_the_journal_there(tmp_path: Path) -> None:
     assert [r["n"] for r in read_records(tmp_path / "journal.log")[0]] == [0]
 
 
+def test_damage_before_the_last_record_refuses_to_start_and_keeps_the_journal(
+    tmp_path: Path,
+) -> None:
+    """Only the last record can be torn (each is fsync'd before the next is written): a bad
+    record with whole records after it is damage, and cutting the journal there would drop
+    them for good. The open refuses, the file untouched; a zero-filled tail (a crash that
+    extended the file but not its data) is still a torn tail."""
+    path = tmp_path / "journal.log"
+    journal = Journal(path, sync=False)
+    journal.open()
+    for n in range(3):
+        journal.append({"t": "x", "n": n})
+    journal.close()
+    data = bytearray(path.read_bytes())
+    data[_HEADER_SIZE + 3] ^= 0xFF  # inside the first record: its CRC no longer matches
+    path.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match=r"damaged at byte 0 of \d+ \(not a torn tail\)"):
+        Journal(path, sync=False).open()
+    assert path.read_bytes() == bytes(data)
+    data[_HEADER_SIZE + 3] ^= 0xFF
+    path.write_bytes(bytes(data) + bytes(64))
+    assert [r["n"] for r in Journal(path, sync=False).open()] == [0, 1, 2]
+
+
+def test_a_record_of_an_unknown_kind_refuses_the_replay(tmp_path: Path) -> None:
+    """A journal written by another version of ezgh (a kind of record this one does not
+    know) would replay as a part of its state: refuse, naming it."""
+    journal = Journal(tmp_path / "journal.log", sync=False)
+    journal.open()
+    journal.append({"t": "from-the-future", "n": 0})
+    journal.close()
+    emulator = Emulator(state_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="unknown kind 'from-the-future'"):
+        emulator.start()
+    emulator.stop()
+
+
+_HEADER_SIZE = struct.calcsize("<II")
+
+
 def _table() -> None:
     aws.client("dynamodb").create_table(
         TableName="t",

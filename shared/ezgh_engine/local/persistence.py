@@ -92,6 +92,7 @@ class Journal:
         snapshot = read_snapshot(self.snapshot_path)
         self.generation = int(snapshot[0]["n"]) if snapshot else 0
         records, good = read_records(self.path)
+        _refuse_damage(self.path, good)
         base = int(records[0].get("n", 0)) if records and records[0].get("t") == "base" else 0
         if records and base != self.generation:
             log.warning(
@@ -205,6 +206,28 @@ def read_snapshot(path: Path) -> list[dict[str, Any]]:
     if not whole:
         raise RuntimeError(f"{path} is damaged (not a whole snapshot); move it away to start")
     return records
+
+
+def _refuse_damage(path: Path, good: int) -> None:
+    """Raise unless what follows the whole records (from `good` on) can be a crash's torn
+    last record: an incomplete header, or a bad record with nothing but zeros after where
+    its header says it ends (a crash that extended the file but not its data). Each record
+    is fsync'd before the next is written, so a bad one with data after it is damage, and
+    cutting the journal there (as a torn tail is cut) would lose every record after it."""
+    if not path.exists():
+        return
+    with open(path, "rb") as file:
+        file.seek(good)
+        rest = file.read()
+    if len(rest) < _HEADER.size:
+        return
+    length, _ = _HEADER.unpack_from(rest)
+    if not rest[_HEADER.size + length :].strip(b"\0"):
+        return
+    raise RuntimeError(
+        f"journal {path} is damaged at byte {good} of {good + len(rest)} (not a torn tail): "
+        "the records after it would be lost; move the state dir away (or start with --reset)"
+    )
 
 
 def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -941,6 +964,12 @@ def replay(app: Callable[..., Any], records: Iterable[dict[str, Any]]) -> Restor
                     _add(queue, _rebuild_message(record["message"]))
             elif kind == "stream":
                 _replay_stream(record)
+            elif kind != "base":
+                # Another version's journal: a part of its state would be left out.
+                raise RuntimeError(
+                    f"journal record of an unknown kind {kind!r}: the state dir was written "
+                    "by another version of ezgh; start that one, or start empty with --reset"
+                )
     return restored
 
 
