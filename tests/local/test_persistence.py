@@ -580,3 +580,20 @@ def test_provisioning_a_restored_state_keeps_the_timers_schedules(tmp_path: Path
         assert [s["Name"] for s in listed] == ["year-limit"]
     finally:
         second.stop()
+
+
+def test_a_damaged_state_json_refuses_instead_of_starting_another_project(tmp_path: Path) -> None:
+    """state.json holds the admin key's plaintext (the registry keeps only its hash) and the
+    served apps' signing keys, and is written atomically: a file there that does not parse
+    is damage. Read as empty, the start made a new organization, project and key, hid every
+    kept run behind them and overwrote the old key for good. A missing one (a first start
+    that died before writing it) still starts."""
+    state = persistence.DevState(tmp_path)
+    assert state.load() == {}
+    state.save(apiKey="k", orgId="o")
+    assert persistence.DevState(tmp_path).load() == {"apiKey": "k", "orgId": "o"}
+    for damaged in ('{"apiKey": "k", "org', "[]", ""):
+        (tmp_path / persistence.STATE_NAME).write_text(damaged)
+        with pytest.raises(RuntimeError, match=r"state.json is damaged"):
+            persistence.DevState(tmp_path).load()
+        assert (tmp_path / persistence.STATE_NAME).read_text() == damaged

@@ -1107,11 +1107,23 @@ class DevState:
         self.values: dict[str, Any] = {}
 
     def load(self) -> dict[str, Any]:
+        """The saved values ({} when there is no file: a first start that died before
+        writing it). A file that is not a JSON object is damage (it is written atomically):
+        raise, rather than start another project and overwrite the only copy of its key."""
         try:
-            loaded = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            loaded = {}
-        self.values = loaded if isinstance(loaded, dict) else {}
+            text = self.path.read_text()
+        except FileNotFoundError:
+            text = "{}"
+        try:
+            loaded = json.loads(text)
+        except ValueError:
+            loaded = None
+        if not isinstance(loaded, dict):
+            raise RuntimeError(
+                f"{self.path} is damaged (not a JSON object): it holds the admin key and the "
+                "apps' signing keys; put it back, or start empty with --reset"
+            )
+        self.values = loaded
         return self.values
 
     def save(self, **changes: Any) -> None:
