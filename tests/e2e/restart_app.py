@@ -16,9 +16,11 @@ from ezgh_workflows import Context, PushApp, workflow
 
 @workflow("nap")
 async def nap(ctx: Context) -> Any:
-    await ctx.step.run("before", lambda: "awake")
+    # Over the 64 KiB kept inline: stored as a payload (S3), which each later invocation
+    # reads, so the restarts must keep it (and its key, `steps/before%231/...`).
+    before = await ctx.step.run("before", lambda: "awake" * 14_000)
     await ctx.step.sleep("nap", ctx.input.get("for", "3d"))
-    return await ctx.step.run("after", lambda: "rested")
+    return await ctx.step.run("after", lambda: "rested" if len(before) == 70_000 else "lost")
 
 
 @workflow("callback")

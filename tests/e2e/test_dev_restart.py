@@ -185,7 +185,7 @@ def _inside_invocations(dev: Dev, gate: Path) -> list[tuple[str, Path]]:
     waits for `gate`, which does not exist yet; its `once` step has completed."""
     held = []
     for workflow in HOLDS:
-        log = gate.with_name(f"{workflow}.log")
+        log = gate.with_name(f"{gate.name}-{workflow}.log")  # one per stop
         run_id = dev.start_run(workflow, {"log": str(log), "gate": str(gate)})
         held.append((run_id, log))
     for run_id, log in held:
@@ -238,18 +238,57 @@ def _poll_health_then_use_dev_env(dev: Dev, seen: list[tuple[int, int]], stop: A
             return
 
 
+def _refused(state_dir: Path, port: int, *extra: str) -> str:
+    """Run another `ezgh dev` that must refuse to start; its output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "EZGH_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "shared"), str(REPO / "sdk"), str(REPO)])
+    command = [sys.executable, "-m", "ezgh_engine.cli", "dev", "--port", str(port)]
+    command += ["--state-dir", str(state_dir), "--app", APP, *extra]
+    try:
+        done = subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired as running:  # it started: stop it (the test fails)
+        raise AssertionError(f"ezgh dev {extra} started: {running.stdout!r}") from None
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert "ezgh dev: could not start:" in done.stdout, (done.stdout, done.stderr)
+    return done.stdout
+
+
+def _second_dev_refused(dev: Dev, tmp_path: Path) -> None:
+    """A second `ezgh dev` on a state dir in use would replay it and append to its journal
+    beside the first (or, with `--reset`, delete it under the first): it is refused at once,
+    naming the process that holds it, and the first goes on with its state whole. A port in
+    use is refused before the state dir is touched, naming the port."""
+    assert dev.process is not None
+    journal = dev.state_dir / "aws" / "journal.log"
+    dev_env, journaled = (dev.state_dir / "dev.env").read_text(), journal.read_bytes()
+    for extra in ((), ("--reset",)):
+        out = _refused(dev.state_dir, _free_port(), *extra)
+        assert f"{dev.state_dir} is in use by ezgh dev (pid {dev.process.pid}" in out, out
+    assert (dev.state_dir / "dev.env").read_text() == dev_env
+    assert journal.read_bytes().startswith(journaled)  # the first may have appended since
+    other = tmp_path / "other"
+    out = _refused(other, dev.port)
+    assert f"port {dev.port} is in use" in out, out
+    assert not (other / "aws").exists() and not (other / "dev.env").exists()
+
+
 def test_restarts_mid_run_lose_nothing_and_reset_starts_empty(dev: Dev, tmp_path: Path) -> None:
-    """One state dir through a SIGTERM, a `kill -9` and a `--reset` (each start of `ezgh dev`
-    costs seconds, so the three share them): after each restart the same key works, the app
-    and its signing key are kept, and the sleeping and waiting runs of before complete; then
-    `--reset` starts empty, and health answers 200 only once the new dev.env's key works."""
+    """One state dir through a second `ezgh dev` refused, a Ctrl-C, a `kill -9` and a
+    `--reset` (each start of `ezgh dev` costs seconds, so they share them): after each
+    restart the same key works, the app and its signing key are kept, and the sleeping and
+    waiting runs of before complete; then `--reset` starts empty, and health answers 200
+    only once the new dev.env's key works."""
     first = dev.start()
+    _second_dev_refused(dev, tmp_path)  # two on one state dir: refused, nothing changed
     app_id = dev.app_id()
-    for how, sig in (("sigterm", signal.SIGTERM), ("kill-9", signal.SIGKILL)):
+    for how, sig in (("ctrl-c", signal.SIGINT), ("kill-9", signal.SIGKILL)):
         runs = _mid_run(dev, tmp_path, how)
-        # The kill -9 lands inside invocations: step bodies are running (issue 15).
+        # Both land inside invocations: step bodies are running (issue 15), and blocked until
+        # the gate opens after the stop: Ctrl-C must not wait for them (it would forever).
         gate = tmp_path / f"gate-{how}"
-        held = _inside_invocations(dev, gate) if sig == signal.SIGKILL else []
+        held = _inside_invocations(dev, gate)
         dev.stop(sig)
         gate.touch()  # each blocked step's next attempt finds its gate open
         again = dev.start()

@@ -45,6 +45,46 @@ def test_a_corrupt_record_ends_the_journal_there(tmp_path: Path) -> None:
     assert [r["n"] for r in read_records(tmp_path / "journal.log")[0]] == [0]
 
 
+def test_damage_before_the_last_record_refuses_to_start_and_keeps_the_journal(
+    tmp_path: Path,
+) -> None:
+    """Only the last record can be torn (each is fsync'd before the next is written): a bad
+    record with whole records after it is damage, and cutting the journal there would drop
+    them for good. The open refuses, the file untouched; a zero-filled tail (a crash that
+    extended the file but not its data) is still a torn tail."""
+    path = tmp_path / "journal.log"
+    journal = Journal(path, sync=False)
+    journal.open()
+    for n in range(3):
+        journal.append({"t": "x", "n": n})
+    journal.close()
+    data = bytearray(path.read_bytes())
+    data[_HEADER_SIZE + 3] ^= 0xFF  # inside the first record: its CRC no longer matches
+    path.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match=r"damaged at byte 0 of \d+ \(not a torn tail\)"):
+        Journal(path, sync=False).open()
+    assert path.read_bytes() == bytes(data)
+    data[_HEADER_SIZE + 3] ^= 0xFF
+    path.write_bytes(bytes(data) + bytes(64))
+    assert [r["n"] for r in Journal(path, sync=False).open()] == [0, 1, 2]
+
+
+def test_a_record_of_an_unknown_kind_refuses_the_replay(tmp_path: Path) -> None:
+    """A journal written by another version of ezgh (a kind of record this one does not
+    know) would replay as a part of its state: refuse, naming it."""
+    journal = Journal(tmp_path / "journal.log", sync=False)
+    journal.open()
+    journal.append({"t": "from-the-future", "n": 0})
+    journal.close()
+    emulator = Emulator(state_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="unknown kind 'from-the-future'"):
+        emulator.start()
+    emulator.stop()
+
+
+_HEADER_SIZE = struct.calcsize("<II")
+
+
 def _table() -> None:
     aws.client("dynamodb").create_table(
         TableName="t",
@@ -142,6 +182,32 @@ def test_a_replay_keeps_s3_objects_and_schedules(tmp_path: Path) -> None:
         assert sorted(keys) == ["big", "small"]
         schedule = aws.client("scheduler").get_schedule(Name="s", GroupName="g")
         assert schedule["ScheduleExpression"] == "at(2030-01-01T00:00:00)"
+    finally:
+        second.stop()
+
+
+def test_a_replay_keeps_s3_keys_with_escapes_in_them(tmp_path: Path) -> None:
+    """A large step output's key has its step ID quoted in it (`steps/blob%231/...`): the
+    journal must replay the key moto stored, not a key unquoted once more (`blob#1`), or
+    the run's step result is gone after a restart."""
+    keys = ["run/steps/blob%231/v/output", "run/steps/caf\u00e9 +x/output"]
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        s3 = aws.client("s3")
+        s3.create_bucket(Bucket="bucket-k")
+        for key in keys:
+            s3.put_object(Bucket="bucket-k", Key=key, Body=key.encode())
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        s3 = aws.client("s3")
+        listed = [o["Key"] for o in s3.list_objects_v2(Bucket="bucket-k").get("Contents", [])]
+        assert sorted(listed) == sorted(keys)
+        for key in keys:
+            assert s3.get_object(Bucket="bucket-k", Key=key)["Body"].read() == key.encode()
     finally:
         second.stop()
 
@@ -514,3 +580,20 @@ def test_provisioning_a_restored_state_keeps_the_timers_schedules(tmp_path: Path
         assert [s["Name"] for s in listed] == ["year-limit"]
     finally:
         second.stop()
+
+
+def test_a_damaged_state_json_refuses_instead_of_starting_another_project(tmp_path: Path) -> None:
+    """state.json holds the admin key's plaintext (the registry keeps only its hash) and the
+    served apps' signing keys, and is written atomically: a file there that does not parse
+    is damage. Read as empty, the start made a new organization, project and key, hid every
+    kept run behind them and overwrote the old key for good. A missing one (a first start
+    that died before writing it) still starts."""
+    state = persistence.DevState(tmp_path)
+    assert state.load() == {}
+    state.save(apiKey="k", orgId="o")
+    assert persistence.DevState(tmp_path).load() == {"apiKey": "k", "orgId": "o"}
+    for damaged in ('{"apiKey": "k", "org', "[]", ""):
+        (tmp_path / persistence.STATE_NAME).write_text(damaged)
+        with pytest.raises(RuntimeError, match=r"state.json is damaged"):
+            persistence.DevState(tmp_path).load()
+        assert (tmp_path / persistence.STATE_NAME).read_text() == damaged

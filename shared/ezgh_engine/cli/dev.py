@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ezgh_engine import clock
 
@@ -57,7 +60,46 @@ def reset_state(state_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the runtime, print its environment, and wait for a signal to stop it."""
+    """Lock the state dir (one `ezgh dev` per state dir), start the runtime, print its
+    environment, and wait for a signal to stop it."""
+    from ezgh_engine.local.state_lock import StateDirInUse, lock_state_dir
+
+    state_dir = Path(args.state_dir)
+    try:  # before anything reads or resets the state dir
+        lock = lock_state_dir(state_dir, f"ezgh dev (pid {os.getpid()}, port {args.port})")
+    except StateDirInUse as error:
+        print(f"ezgh dev: could not start: {error}", flush=True)
+        return 1
+    try:
+        code = _serve(args, state_dir)
+    finally:
+        lock.release()
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without waiting for step bodies of the served apps still running.
+
+    The interpreter would wait for them (`asyncio.to_thread` runs a step's function on an
+    executor thread it joins at exit), so a Ctrl-C waited for the longest step, forever for
+    a stuck one. The engine has stopped, so their ends could not be recorded any more: such
+    a step runs again at the next start, as after a crash. What the engine keeps is on disk
+    already (every journaled request was fsync'd before it was answered).
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _start_error(error: Exception, port: int) -> str:
+    """What a failed start says: a port in use by name, anything else as it is."""
+    if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
+        return f"port {port} is in use (another ezgh dev?): choose another with --port"
+    return str(error)
+
+
+def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     from ezgh_engine.api.routes_console import sign_in_link
     from ezgh_engine.local.runtime import LocalRuntime
 
@@ -79,11 +121,11 @@ def run(args: argparse.Namespace) -> int:
 
     began = clock.monotonic()
     if args.reset:
-        reset_state(Path(args.state_dir))
+        reset_state(state_dir)
     engine_clock = clock.SharedOffsetClock(args.clock_file) if args.clock_file else None
     runtime = LocalRuntime(
         port=args.port,
-        state_dir=args.state_dir,
+        state_dir=state_dir,
         apps=args.app,
         clock=engine_clock,
         echo=lambda s: print(s, flush=True),
@@ -93,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         runtime.start()
         runtime.host_flows()
     except Exception as error:
-        print(f"ezgh dev: could not start: {error}", flush=True)
+        print(f"ezgh dev: could not start: {_start_error(error, args.port)}", flush=True)
         return 1
     try:
         for name, value in runtime.env.items():
@@ -112,4 +154,5 @@ def run(args: argparse.Namespace) -> int:
     finally:
         print("ezgh dev: stopping", flush=True)
         runtime.stop()
+        print("ezgh dev: stopped", flush=True)
     return 0

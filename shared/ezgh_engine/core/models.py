@@ -7,7 +7,7 @@ them as JSON text (or an S3 reference when large).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ezgh_engine.core.protocol_rules import RUN_ENDED_STATUSES, RUN_LIVE_STATUSES
@@ -123,6 +123,12 @@ class RunError:
             name=str(data.get("name") or "Error"),
             message=str(data.get("message") or ""),
         )
+
+
+# A step's error when its run's cancel, or its run's end, ended it before it did.
+CANCELLED_ERROR = RunError("workflows.cancelled", "RunCancelledError", "the run was cancelled")
+# Statuses of a step not ended yet (an ended run has none: `Run._step_view`).
+STEP_PENDING_STATUSES = frozenset({"running", "retrying", "sleeping", "waiting"})
 
 
 @dataclass(frozen=True)
@@ -247,5 +253,16 @@ class Run:
             if value is not None:
                 body[key] = value
         if with_steps:
-            body["steps"] = [s.to_api() for s in self.steps]
+            body["steps"] = [self._step_view(s).to_api() for s in self.steps]
         return body
+
+    def _step_view(self, step: Step) -> Step:
+        """A step as the run's readers see it. A run that ends leaves no step pending: its
+        end is written first, and each pending step is cancelled by a write of its own after
+        it (`waits.cancel_leftovers`, at the run's end time); between the two, show what
+        that write makes of it, so no reader sees an ended run with a step still running."""
+        if not self.ended or step.status not in STEP_PENDING_STATUSES:
+            return step
+        return replace(
+            step, status="cancelled", ended_at=self.ended_at, error=CANCELLED_ERROR, wake_at=None
+        )

@@ -92,6 +92,7 @@ class Journal:
         snapshot = read_snapshot(self.snapshot_path)
         self.generation = int(snapshot[0]["n"]) if snapshot else 0
         records, good = read_records(self.path)
+        _refuse_damage(self.path, good)
         base = int(records[0].get("n", 0)) if records and records[0].get("t") == "base" else 0
         if records and base != self.generation:
             log.warning(
@@ -205,6 +206,28 @@ def read_snapshot(path: Path) -> list[dict[str, Any]]:
     if not whole:
         raise RuntimeError(f"{path} is damaged (not a whole snapshot); move it away to start")
     return records
+
+
+def _refuse_damage(path: Path, good: int) -> None:
+    """Raise unless what follows the whole records (from `good` on) can be a crash's torn
+    last record: an incomplete header, or a bad record with nothing but zeros after where
+    its header says it ends (a crash that extended the file but not its data). Each record
+    is fsync'd before the next is written, so a bad one with data after it is damage, and
+    cutting the journal there (as a torn tail is cut) would lose every record after it."""
+    if not path.exists():
+        return
+    with open(path, "rb") as file:
+        file.seek(good)
+        rest = file.read()
+    if len(rest) < _HEADER.size:
+        return
+    length, _ = _HEADER.unpack_from(rest)
+    if not rest[_HEADER.size + length :].strip(b"\0"):
+        return
+    raise RuntimeError(
+        f"journal {path} is damaged at byte {good} of {good + len(rest)} (not a torn tail): "
+        "the records after it would be lost; move the state dir away (or start with --reset)"
+    )
 
 
 def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -462,6 +485,15 @@ class JournalingApp:
             )
 
 
+def _quoted_path(path_info: str) -> str:
+    """`PATH_INFO` as a request path: the replay's `EnvironBuilder` unquotes its path, so a
+    path journaled unquoted would be unquoted twice (an S3 key with `%23` in it, a large step
+    output's, would come back with `#`). PATH_INFO is WSGI's latin-1 view of the bytes."""
+    from urllib.parse import quote
+
+    return quote(path_info.encode("latin-1"), safe="/")
+
+
 def _request_record(
     environ: dict[str, Any], body: bytes, service: str, action: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -475,7 +507,7 @@ def _request_record(
         "s": service,
         "a": action,
         "m": environ.get("REQUEST_METHOD", "POST"),
-        "p": environ.get("PATH_INFO", "/"),
+        "p": _quoted_path(environ.get("PATH_INFO", "/")),
         "q": environ.get("QUERY_STRING", ""),
         "h": headers,
         "b": base64.b64encode(body).decode(),
@@ -932,6 +964,12 @@ def replay(app: Callable[..., Any], records: Iterable[dict[str, Any]]) -> Restor
                     _add(queue, _rebuild_message(record["message"]))
             elif kind == "stream":
                 _replay_stream(record)
+            elif kind != "base":
+                # Another version's journal: a part of its state would be left out.
+                raise RuntimeError(
+                    f"journal record of an unknown kind {kind!r}: the state dir was written "
+                    "by another version of ezgh; start that one, or start empty with --reset"
+                )
     return restored
 
 
@@ -1069,11 +1107,23 @@ class DevState:
         self.values: dict[str, Any] = {}
 
     def load(self) -> dict[str, Any]:
+        """The saved values ({} when there is no file: a first start that died before
+        writing it). A file that is not a JSON object is damage (it is written atomically):
+        raise, rather than start another project and overwrite the only copy of its key."""
         try:
-            loaded = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            loaded = {}
-        self.values = loaded if isinstance(loaded, dict) else {}
+            text = self.path.read_text()
+        except FileNotFoundError:
+            text = "{}"
+        try:
+            loaded = json.loads(text)
+        except ValueError:
+            loaded = None
+        if not isinstance(loaded, dict):
+            raise RuntimeError(
+                f"{self.path} is damaged (not a JSON object): it holds the admin key and the "
+                "apps' signing keys; put it back, or start empty with --reset"
+            )
+        self.values = loaded
         return self.values
 
     def save(self, **changes: Any) -> None:

@@ -158,15 +158,16 @@ class LocalRuntime:
         if self.clock is not None:
             self._previous_clock = clock_module.get_clock()
             clock_module.set_clock(self.clock)
+        # Bound first (a port in use fails the start before the state is read), served once
+        # the handlers' environment is in place: the URL is in it.
+        self.api_server = serve_api(self._invoke_api, port=self.port, track=self.activity.track)
+        self.api_url = self.api_server.url
         self.emulator.start()
         restored = not self.emulator.restored.empty
         if self.persist:
             saved = self.dev_state.load() if restored else {}
             self._token_secret = str(saved.get("tokenSecret") or self._token_secret)
             self.dev_state.save(tokenSecret=self._token_secret)
-        # Bound now, served once the handlers' environment is in place: the URL is in it.
-        self.api_server = serve_api(self._invoke_api, port=self.port, track=self.activity.track)
-        self.api_url = self.api_server.url
         for function in self.topology.functions:
             if function.url_env_var:
                 self.url_servers[function.key] = serve_api(

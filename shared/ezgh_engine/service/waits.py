@@ -22,14 +22,12 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.config import settings
 from ezgh_engine.core import validation
-from ezgh_engine.core.models import Run, RunError, Step
+from ezgh_engine.core.models import CANCELLED_ERROR, Run, RunError, Step
 from ezgh_engine.errors import Conflict, NotFound, ValidationError
 from ezgh_engine.protocol.outcomes import Wait
 from ezgh_engine.service import queues
 
 log = logging.getLogger(__name__)
-
-CANCELLED_ERROR = RunError("workflows.cancelled", "RunCancelledError", "the run was cancelled")
 
 
 def _expires() -> int:
@@ -353,7 +351,7 @@ def cancel_leftovers(run_id: str) -> None:
     run = runs_store.get_run(run_id)
     if run is None or not run.ended:
         return
-    at = clock.iso(clock.now())
+    at = run.ended_at or clock.iso(clock.now())  # as the run's view showed it since the end
     for step in run.steps:
         if step.status not in ("sleeping", "waiting", "retrying", "running"):
             continue
