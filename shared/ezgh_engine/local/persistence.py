@@ -1063,28 +1063,14 @@ def _remove_messages(params: dict[str, Any], message_ids: set[str]) -> None:
 
 
 def serve_journaled(ip_address: str, port: int, journal: Journal) -> tuple[Any, JournalingApp]:
-    """A `ThreadedMotoServer` whose app journals (not started)."""
-    from moto.server import ThreadedMotoServer
+    """moto's server whose app journals (not started)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    from moto.moto_server.werkzeug_app import (  # isort: skip
-        DomainDispatcherApplication,
-        MotoRequestHandler,
-        create_backend_app,
-    )
-    from werkzeug.serving import make_server
+    from ezgh_engine.local.moto_server import MotoServer
 
     journaling = JournalingApp(DomainDispatcherApplication(create_backend_app), journal)
     _install_dead_letter_hook()
-
-    class _Server(ThreadedMotoServer):
-        def _server_entry(self) -> None:
-            self._server = make_server(
-                self._ip_address, self._port, journaling, True, request_handler=MotoRequestHandler
-            )
-            self._server_ready_event.set()
-            self._server.serve_forever()
-
-    return _Server(ip_address=ip_address, port=port, verbose=False), journaling
+    return MotoServer(ip_address, port, journaling), journaling
 
 
 # --- the runtime's own state -----------------------------------------------------------------
