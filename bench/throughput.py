@@ -63,6 +63,7 @@ def measure(
             driver.start()
             try:
                 ours.recv()  # imported and connected: ready to start
+                journal_before = _journal(runtime)
                 cpu_before = time.process_time(), _environments_cpu(runtime)
                 began = time.perf_counter()
                 ours.send("go")
@@ -70,6 +71,7 @@ def measure(
                 seconds = time.perf_counter() - began
                 runtime_cpu = time.process_time() - cpu_before[0]
                 environments_cpu = _environments_cpu(runtime, since=cpu_before[1])
+                journal = [a - b for a, b in zip(_journal(runtime), journal_before, strict=True)]
             finally:
                 driver.join(timeout=60)
                 if driver.is_alive():
@@ -88,6 +90,8 @@ def measure(
         "runtime_cpu_seconds": round(runtime_cpu, 2),
         "environments_cpu_seconds": round(environments_cpu, 2),
         "client_cpu_seconds": round(client["cpu_seconds"], 2),
+        "journal_records": journal[0],
+        "journal_syncs": journal[1],
         "runtime_cpu_ms_per_run": round(1000 * runtime_cpu / max(completed, 1)),
         "environments_cpu_ms_per_run": round(1000 * environments_cpu / max(completed, 1)),
         "load": [round(x, 2) for x in os.getloadavg()],
@@ -122,6 +126,14 @@ def _drive(
             "cpu_seconds": time.process_time() - cpu,
         }
     )
+
+
+def _journal(runtime: LocalRuntime) -> tuple[int, int]:
+    """The journal's records written and `fdatasync`s made so far ((0, 0) without one)."""
+    journaling = runtime.emulator.journaling
+    if journaling is None:
+        return 0, 0
+    return journaling.journal.records_written, journaling.journal.commits.syncs
 
 
 def _environments_cpu(runtime: LocalRuntime, since: dict[int, float] | None = None) -> Any:
@@ -175,7 +187,8 @@ def report(figures: dict[str, Any]) -> str:
         f"runtime's process ({figures['runtime_cpu_ms_per_run']} ms per run), "
         f"{figures['environments_cpu_seconds']} s in its environments "
         f"({figures['environments_cpu_ms_per_run']} ms per run), {figures['client_cpu_seconds']} s "
-        f"in the bench's client; load at the end "
+        f"in the bench's client; journal {figures['journal_records']} records, "
+        f"{figures['journal_syncs']} fdatasyncs; load at the end "
         f"{figures['load'][0]}"
     )
 
