@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     out["latency"] = report.latency_figures(latency_gaps, dbos_gaps, why)
     out["latency"]["steps"] = args.latency_steps
     if args.throughput:
-        out["throughput"] = throughput.measure(args.throughput, 5)
+        out["throughput"] = throughput.measure(args.throughput, 5)  # journaled, as `ezgh dev`
     out["seconds"] = time.perf_counter() - began
     print_report(out)
     if "throughput" in out:

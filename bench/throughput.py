@@ -1,11 +1,16 @@
 """`ezgh dev`'s throughput: many concurrent runs of `bench` (N sequential run steps, no sleep)
 on one `LocalRuntime` as `ezgh dev` runs it (every handler in its execution environments,
-moto's server, the push app served on loopback), measured from the first start to the last
-end. Answers runs per second and steps per second, and the CPU seconds spent meanwhile by
-the runtime's own process (moto, the push app, the bridges, the pollers) and by its
-execution environments: on a shared machine the rates follow the load, CPU per run less.
+moto's server behind the write-ahead journal in a state directory on disk, the push app
+served on loopback), measured from the first start to the last end. Answers runs per second and steps per second, and the CPU seconds spent meanwhile by
+the runtime's own process (moto, the push app, the bridges, the pollers), by its execution
+environments and by the bench's client (a process of its own, as a user's client is): on a
+shared machine the rates follow the load, CPU per run less.
 
-    python -m bench.throughput --runs 200 --steps 5
+    python -m bench.throughput --runs 500 --steps 5
+    python -m bench.throughput --runs 500 --no-persist   # without the journal (tests' mode)
+
+The state directory is a temporary one next to the working directory (on the disk `ezgh
+dev`'s `.ezgh` would be on, so each journaled request pays the `fdatasync` it pays there).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import tempfile
 import time
@@ -27,41 +33,55 @@ from bench import workflows
 ENDED = {"completed", "failed", "cancelled", "timedOut"}
 
 
-def measure(runs: int, steps: int, *, timeout: float = 1800.0) -> dict[str, Any]:
-    """Start `runs` runs of `steps` steps at once; wait for all to end; the figures."""
+DEFAULT_RUNS = 500
+
+
+def measure(
+    runs: int, steps: int, *, persist: bool = True, timeout: float = 1800.0
+) -> dict[str, Any]:
+    """Start `runs` runs of `steps` steps at once; wait for all to end; the figures.
+    `persist` (default, as `ezgh dev`): the journal on, in a state directory on disk."""
     for noisy in ("ezgh", "aws_lambda_powertools", "botocore", "werkzeug"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    with tempfile.TemporaryDirectory(prefix="ezgh-throughput-") as state:
+    with tempfile.TemporaryDirectory(prefix=".ezgh-throughput-", dir=os.getcwd()) as state:
         runtime = LocalRuntime(
-            port=0, state_dir=state, apps=[("bench", workflows.app)], echo=lambda line: None
+            port=0,
+            state_dir=state,
+            apps=[("bench", workflows.app)],
+            echo=lambda line: None,
+            persist=persist,
         )
         with runtime:
-            env = runtime.env
-            client = WorkflowsClient(
-                api_key=env["EZGH_API_KEY"],
-                organization_id=env["EZGH_ORG_ID"],
-                project_id=env["EZGH_PROJECT_ID"],
-                base_url=env["EZGH_API_URL"],
-            )
             app_id = runtime.apps["bench"].record["id"]
-            cpu_before = time.process_time(), _environments_cpu(runtime)
-            began = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                started = list(
-                    pool.map(
-                        lambda _: client.start_run(app_id, "bench", {"n": steps})["id"],
-                        range(runs),
-                    )
-                )
-            start_seconds = time.perf_counter() - began
-            statuses = _wait_all(client, started, began + timeout)
-            seconds = time.perf_counter() - began
-            runtime_cpu = time.process_time() - cpu_before[0]
-            environments_cpu = _environments_cpu(runtime, since=cpu_before[1])
+            # The client (starts, then waiting) runs in a process of its own, as `ezgh dev`'s
+            # users' do: its CPU is not the runtime's, nor does it take the runtime's GIL.
+            spawn = multiprocessing.get_context("spawn")
+            ours, theirs = spawn.Pipe()
+            driver = spawn.Process(
+                target=_drive, args=(theirs, runtime.env, app_id, runs, steps, timeout)
+            )
+            driver.start()
+            try:
+                ours.recv()  # imported and connected: ready to start
+                journal_before = _journal(runtime)
+                cpu_before = time.process_time(), _environments_cpu(runtime)
+                began = time.perf_counter()
+                ours.send("go")
+                client = ours.recv()
+                seconds = time.perf_counter() - began
+                runtime_cpu = time.process_time() - cpu_before[0]
+                environments_cpu = _environments_cpu(runtime, since=cpu_before[1])
+                journal = [a - b for a, b in zip(_journal(runtime), journal_before, strict=True)]
+            finally:
+                driver.join(timeout=60)
+                if driver.is_alive():
+                    driver.kill()
+    statuses, start_seconds = client["statuses"], client["start_seconds"]
     completed = sum(1 for s in statuses.values() if s == "completed")
     return {
         "runs": runs,
         "steps_per_run": steps,
+        "persist": persist,
         "completed": completed,
         "seconds": round(seconds, 2),
         "start_seconds": round(start_seconds, 2),
@@ -69,7 +89,51 @@ def measure(runs: int, steps: int, *, timeout: float = 1800.0) -> dict[str, Any]
         "steps_per_second": round(completed * steps / seconds, 2),
         "runtime_cpu_seconds": round(runtime_cpu, 2),
         "environments_cpu_seconds": round(environments_cpu, 2),
+        "client_cpu_seconds": round(client["cpu_seconds"], 2),
+        "journal_records": journal[0],
+        "journal_syncs": journal[1],
+        "runtime_cpu_ms_per_run": round(1000 * runtime_cpu / max(completed, 1)),
+        "environments_cpu_ms_per_run": round(1000 * environments_cpu / max(completed, 1)),
+        "load": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _drive(
+    conn: Any, env: dict[str, str], app_id: str, runs: int, steps: int, timeout: float
+) -> None:
+    """The bench's client, in a process of its own: at "go", start the runs (8 at a time)
+    and wait for all to end; send back each run's status, the start phase's seconds and
+    this process's CPU seconds since "go"."""
+    client = WorkflowsClient(
+        api_key=env["EZGH_API_KEY"],
+        organization_id=env["EZGH_ORG_ID"],
+        project_id=env["EZGH_PROJECT_ID"],
+        base_url=env["EZGH_API_URL"],
+    )
+    conn.send("ready")
+    conn.recv()
+    cpu, began = time.process_time(), time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        started = list(
+            pool.map(lambda _: client.start_run(app_id, "bench", {"n": steps})["id"], range(runs))
+        )
+    start_seconds = time.perf_counter() - began
+    statuses = _wait_all(client, started, began + timeout)
+    conn.send(
+        {
+            "statuses": statuses,
+            "start_seconds": start_seconds,
+            "cpu_seconds": time.process_time() - cpu,
+        }
+    )
+
+
+def _journal(runtime: LocalRuntime) -> tuple[int, int]:
+    """The journal's records written and `fdatasync`s made so far ((0, 0) without one)."""
+    journaling = runtime.emulator.journaling
+    if journaling is None:
+        return 0, 0
+    return journaling.journal.records_written, journaling.journal.commits.syncs
 
 
 def _environments_cpu(runtime: LocalRuntime, since: dict[int, float] | None = None) -> Any:
@@ -113,22 +177,35 @@ def _wait_all(client: WorkflowsClient, run_ids: list[str], deadline: float) -> d
 
 
 def report(figures: dict[str, Any]) -> str:
+    """The figures in one line."""
+    journal = "journaled" if figures.get("persist", True) else "not journaled"
     return (
-        f"ezgh dev throughput: {figures['runs']} concurrent runs of {figures['steps_per_run']} "
-        f"steps: {figures['completed']} completed in {figures['seconds']} s = "
-        f"{figures['runs_per_second']} runs/s, {figures['steps_per_second']} steps/s; CPU "
-        f"{figures['runtime_cpu_seconds']} s in the runtime's process, "
-        f"{figures['environments_cpu_seconds']} s in its environments"
+        f"ezgh dev throughput ({journal}): {figures['runs']} concurrent runs of "
+        f"{figures['steps_per_run']} steps: {figures['completed']} completed in "
+        f"{figures['seconds']} s = {figures['runs_per_second']} runs/s, "
+        f"{figures['steps_per_second']} steps/s; CPU {figures['runtime_cpu_seconds']} s in the "
+        f"runtime's process ({figures['runtime_cpu_ms_per_run']} ms per run), "
+        f"{figures['environments_cpu_seconds']} s in its environments "
+        f"({figures['environments_cpu_ms_per_run']} ms per run), {figures['client_cpu_seconds']} s "
+        f"in the bench's client; journal {figures['journal_records']} records, "
+        f"{figures['journal_syncs']} fdatasyncs; load at the end "
+        f"{figures['load'][0]}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
-    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument(
+        "--no-persist",
+        dest="persist",
+        action="store_false",
+        help="without the write-ahead journal (as the tests run; `ezgh dev` journals)",
+    )
     parser.add_argument("--json", help="write the figures as JSON here")
     args = parser.parse_args(argv)
-    figures = measure(args.runs, args.steps)
+    figures = measure(args.runs, args.steps, persist=args.persist)
     print(report(figures))
     if args.json:
         with open(args.json, "w") as out:

@@ -121,3 +121,31 @@ def test_scheduler_thread_fires_without_being_asked(target: tuple[str, str]) -> 
         assert _bodies(url) == [{"n": 1}]
     finally:
         scheduler.stop()
+
+
+def test_a_scan_asks_aws_nothing_until_a_schedule_is_due(
+    target: tuple[str, str], skip_clock: clock.SkipClock
+) -> None:
+    """Every live run holds a far schedule (its one-year limit): a scan reads the list in
+    moto's store and fetches a one-time schedule only once it comes due, so hundreds of
+    them cost no request per scan."""
+    url, arn = target
+    now = clock.now()
+    for n in range(3):
+        _create(f"far-{n}", _at(now + timedelta(days=366)), arn, {"far": n})
+    _create("soon", _at(now + timedelta(hours=1)), arn, {"soon": 1})
+    requests: list[str] = []
+    stop = aws.observe(lambda record: requests.append(str(record["operation"])))
+    try:
+        scheduler = Scheduler(group=GROUP, activity=Activity())
+        assert scheduler.scan() == 0
+        assert scheduler.scan() == 0
+        assert requests == []
+        skip_clock.advance(timedelta(hours=1, seconds=1))
+        assert scheduler.scan() == 1
+    finally:
+        stop()
+    # The due one, fetched once, then fired (its queue's URL looked up once) and deleted.
+    assert requests == ["GetSchedule", "GetQueueUrl", "SendMessage", "DeleteSchedule"]
+    assert _bodies(url) == [{"soon": 1}]
+    assert sorted(_names()) == ["far-0", "far-1", "far-2"]

@@ -27,6 +27,7 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.local import moto_expressions
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
 from ezgh_engine.local.moto_internals import MotoInternalsMissing
+from ezgh_engine.local.moto_server import MotoServer
 from ezgh_engine.local.persistence import (
     JOURNAL_NAME,
     Journal,
@@ -486,7 +487,8 @@ def prune_stream_iterators(keep: int = 200) -> None:
 
 
 class Emulator:
-    """moto's `ThreadedMotoServer` on 127.0.0.1 and the environment that points boto3 at it."""
+    """moto's server on 127.0.0.1 (`local.moto_server`) and the environment that points
+    boto3 at it."""
 
     def __init__(self, port: int = 0, state_dir: Path | None = None) -> None:
         """`state_dir`: keep moto's state there (a journal, `local.persistence`) and restore
@@ -502,8 +504,6 @@ class Emulator:
 
     def start(self) -> str:
         """Start the server on a free loopback port, point the process at it; return its URL."""
-        from moto.server import ThreadedMotoServer
-
         journal: Journal | None = None
         if self.state_dir is not None:
             if os.environ.get(ENV_DYNAMODB_URL):
@@ -517,7 +517,7 @@ class Emulator:
             werkzeug.setLevel(logging.WARNING)
         server: Any
         if journal is None:
-            server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
+            server = MotoServer("127.0.0.1", self._port)
         else:
             server, self.journaling = serve_journaled("127.0.0.1", self._port, journal)
         server.start()

@@ -44,6 +44,7 @@ from typing import Any
 
 from ezgh_engine import clock
 from ezgh_engine.local.account import ACCOUNT_ID, REGION
+from ezgh_engine.local.group_commit import GroupCommit
 
 log = logging.getLogger("ezgh.local.persistence")
 
@@ -82,6 +83,8 @@ class Journal:
         self.records_written = 0
         self.generation = 0  # the snapshot's (0: none)
         self.size = 0  # the journal's bytes
+        # Concurrent requests share their fdatasyncs (`append(..., wait=False)`).
+        self.commits = GroupCommit(self._fdatasync)
 
     def open(self) -> list[dict[str, Any]]:
         """The records to replay (the snapshot's, then the journal's), after cutting a torn
@@ -120,17 +123,40 @@ class Journal:
         body = [r for r in snapshot[1:-1]] + [r for r in records if r.get("t") != "base"]
         return body
 
-    def append(self, record: dict[str, Any], *, sync: bool | None = None) -> None:
-        """Append one record; with `sync` (default: the journal's), fsync before returning."""
+    def append(
+        self, record: dict[str, Any], *, sync: bool | None = None, wait: bool = True
+    ) -> int | None:
+        """Append one record (handed to the OS before this returns). With `sync` (default:
+        the journal's) it is made durable: before returning, or with `wait=False` by the
+        caller, who passes the position answered to `wait_durable` (outside its own lock, so
+        that concurrent requests share one `fdatasync`: group commit). Answers that position
+        when the record still has to be waited for, else None."""
         if self._file is None:
             raise RuntimeError("the journal is not open")
         frame = _frame(record)
         self._file.write(frame)
         self._file.flush()
-        if self.sync if sync is None else sync:
-            os.fdatasync(self._file.fileno())
         self.records_written += 1
         self.size += len(frame)
+        position = self.commits.written(len(frame))
+        if not (self.sync if sync is None else sync):
+            return None
+        if not wait:
+            return position
+        self.commits.wait_durable(position)
+        return None
+
+    def wait_durable(self, position: int | None) -> None:
+        """Return once the record `append(..., wait=False)` answered `position` for is
+        durable (at once for None)."""
+        if position is not None:
+            self.commits.wait_durable(position)
+
+    def _fdatasync(self) -> None:
+        file = self._file
+        if file is None:  # closed meanwhile (the emulator stopped): nothing more to keep
+            return
+        os.fdatasync(file.fileno())
 
     def compact(self, state: Iterable[dict[str, Any]]) -> None:
         """Make `state` (records rebuilding the whole state) the next snapshot and empty the
@@ -156,6 +182,7 @@ class Journal:
         self._file.seek(0)
         self.size = 0
         self.append({"t": "base", "n": generation}, sync=True)
+        self.commits.all_durable()  # what the old journal held is in the fsync'd snapshot
 
     def clear(self) -> None:
         """Forget everything (`ezgh dev --reset`, a runtime `reset()`)."""
@@ -169,6 +196,7 @@ class Journal:
             os.fsync(self._file.fileno())
         elif self.path.exists():
             self.path.unlink()
+        self.commits.all_durable()  # nothing written before is to be kept
 
     def close(self) -> None:
         if self._file is not None:
@@ -416,7 +444,8 @@ class JournalingApp:
         body = _read_body(environ)
         if service == "sqs" and action == "ReceiveMessage":
             return self._receive(environ, start_response, _json(body))
-        with self.lock:
+        position: int | None = None
+        with self.lock:  # the journal's order is the order moto applied the requests
             extra: dict[str, Any] = {}
             params = _json(body) if service == "sqs" else {}
             if service == "sqs" and action in ("DeleteMessage", "DeleteMessageBatch"):
@@ -425,8 +454,12 @@ class JournalingApp:
             if _ok(status):
                 if service == "sqs" and action in ("SendMessage", "SendMessageBatch"):
                     extra["sent"] = _sqs_sent(params, _json(answer), action)
-                self.journal.append(_request_record(environ, body, service, action, extra))
+                record = _request_record(environ, body, service, action, extra)
+                position = self.journal.append(record, wait=False)
                 self._maybe_compact()
+        # Durable before the answer leaves; synced outside the lock, so the requests written
+        # meanwhile share this fdatasync (group commit) instead of queueing for their own.
+        self.journal.wait_durable(position)
         start_response(status, headers)
         return [answer]
 
@@ -1068,28 +1101,14 @@ def _remove_messages(params: dict[str, Any], message_ids: set[str]) -> None:
 
 
 def serve_journaled(ip_address: str, port: int, journal: Journal) -> tuple[Any, JournalingApp]:
-    """A `ThreadedMotoServer` whose app journals (not started)."""
-    from moto.server import ThreadedMotoServer
+    """moto's server whose app journals (not started)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    from moto.moto_server.werkzeug_app import (  # isort: skip
-        DomainDispatcherApplication,
-        MotoRequestHandler,
-        create_backend_app,
-    )
-    from werkzeug.serving import make_server
+    from ezgh_engine.local.moto_server import MotoServer
 
     journaling = JournalingApp(DomainDispatcherApplication(create_backend_app), journal)
     _install_dead_letter_hook()
-
-    class _Server(ThreadedMotoServer):
-        def _server_entry(self) -> None:
-            self._server = make_server(
-                self._ip_address, self._port, journaling, True, request_handler=MotoRequestHandler
-            )
-            self._server_ready_event.set()
-            self._server.serve_forever()
-
-    return _Server(ip_address=ip_address, port=port, verbose=False), journaling
+    return MotoServer(ip_address, port, journaling), journaling
 
 
 # --- the runtime's own state -----------------------------------------------------------------

@@ -4,7 +4,11 @@ A schedule's target is an SQS queue (its input sent as the message body) or a La
 (invoked asynchronously with its input as the event).
 
 Every half second (or when kicked) the scheduler lists the schedules in its group and fires
-those due by `ezgh_engine.clock.now()`, so a test with a `SkipClock` skips the wait.
+those due by `ezgh_engine.clock.now()`, so a test with a `SkipClock` skips the wait. The list
+is read from moto's store in this process (`_moto_summaries`), not through `ListSchedules`:
+under `ezgh dev` every live run holds a schedule (its one-year limit), and listing hundreds
+of them through HTTP twice a second was a tenth of the runtime's CPU. A one-time schedule is
+fetched (`GetSchedule`, once per version) only when it comes due.
 `at(...)` one-time schedules and `cron(...)` schedules (each occurrence once, in its time zone,
 with `<aws.scheduler.scheduled-time>` in the input replaced as Scheduler does) are handled; an
 expression kind is handled by a function in `_DUE`.
@@ -24,6 +28,8 @@ from zoneinfo import ZoneInfo
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws
 from ezgh_engine.core import cron
+from ezgh_engine.local.account import ACCOUNT_ID, REGION
+from ezgh_engine.local.moto_internals import MotoInternalsMissing
 from ezgh_engine.local.pollers import Activity, Poller
 
 log = logging.getLogger("ezgh.local.scheduler")
@@ -31,14 +37,19 @@ log = logging.getLogger("ezgh.local.scheduler")
 _AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
 
 
+def _at_time(schedule: dict[str, Any]) -> datetime | None:
+    """An `at(...)` schedule's time (UTC), from its local time in its time zone."""
+    match = _AT.match(str(schedule.get("ScheduleExpression", "")).strip())
+    if not match:
+        return None
+    zone = ZoneInfo(schedule.get("ScheduleExpressionTimezone") or "UTC")
+    return datetime.fromisoformat(match.group(1)).replace(tzinfo=zone).astimezone(UTC)
+
+
 def _due_at(schedule: dict[str, Any], now: datetime) -> bool:
     """An `at(...)` schedule is due once its local time, in its time zone, has passed."""
-    match = _AT.match(schedule["ScheduleExpression"].strip())
-    if not match:
-        return False
-    zone = ZoneInfo(schedule.get("ScheduleExpressionTimezone") or "UTC")
-    when = datetime.fromisoformat(match.group(1)).replace(tzinfo=zone)
-    return when.astimezone(UTC) <= now
+    when = _at_time(schedule)
+    return when is not None and when <= now
 
 
 def _cron_occurrence(schedule: dict[str, Any], now: datetime) -> datetime | None:
@@ -83,6 +94,8 @@ class Scheduler(Poller):
         self._scan_lock = threading.Lock()  # the thread and `wait_idle()` both scan
         # name -> (LastModificationDate, schedule) so unchanged schedules are fetched once.
         self._cache: dict[str, tuple[Any, dict[str, Any]]] = {}
+        # (name, LastModificationDate) -> an `at()` schedule's time, parsed once.
+        self._at_times: dict[tuple[str, Any], datetime | None] = {}
         self._fired: set[tuple[str, Any]] = set()  # fire once even if the delete fails
         # (name, LastModificationDate) of a recurring schedule -> engine time first seen.
         self._seen: dict[tuple[str, Any], datetime] = {}
@@ -93,6 +106,7 @@ class Scheduler(Poller):
         super().pause()
         with self._scan_lock:
             self._cache.clear()
+            self._at_times.clear()
             self._fired.clear()
             self._seen.clear()
             self._queue_urls.clear()
@@ -117,6 +131,8 @@ class Scheduler(Poller):
         with self._scan_lock:
             try:
                 summaries = self._list()
+            except MotoInternalsMissing:
+                raise  # never a scheduler that silently fires nothing
             except Exception as error:
                 log.debug("scheduler: list failed: %s", error)
                 return 0
@@ -127,6 +143,8 @@ class Scheduler(Poller):
                 name = summary["Name"]
                 names.add(name)
                 if summary.get("State", "ENABLED") != "ENABLED":
+                    continue
+                if self._not_yet(summary, now):
                     continue
                 schedule = self._get(summary)
                 if schedule is None:
@@ -157,24 +175,24 @@ class Scheduler(Poller):
                 fired += 1
             for name in set(self._cache) - names:  # forget deleted schedules
                 self._cache.pop(name, None)
+            self._at_times = {k: t for k, t in self._at_times.items() if k[0] in names}
             self._fired = {key for key in self._fired if key[0] in names}
             self._seen = {key: t for key, t in self._seen.items() if key[0] in names}
             self.fired_count += fired
             return fired
 
     def _list(self) -> list[dict[str, Any]]:
-        scheduler = aws.client("scheduler")
-        summaries: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            params: dict[str, Any] = {"GroupName": self.group, "MaxResults": 100}
-            if token:
-                params["NextToken"] = token
-            answer = scheduler.list_schedules(**params)
-            summaries.extend(answer.get("Schedules", []))
-            token = answer.get("NextToken")
-            if not token:
-                return summaries
+        return _moto_summaries(self.group)
+
+    def _not_yet(self, summary: dict[str, Any], now: datetime) -> bool:
+        """A one-time (`at()`) schedule whose time has not come: nothing to fetch yet."""
+        if _kind(str(summary.get("ScheduleExpression", ""))) != "at":
+            return False
+        key = (summary["Name"], summary.get("LastModificationDate"))
+        if key not in self._at_times:
+            self._at_times[key] = _at_time(summary)
+        when = self._at_times[key]
+        return when is not None and when > now
 
     def _get(self, summary: dict[str, Any]) -> dict[str, Any] | None:
         name, modified = summary["Name"], summary.get("LastModificationDate")
@@ -235,3 +253,35 @@ class Scheduler(Poller):
         if group_id:
             params["MessageGroupId"] = group_id
         sqs.send_message(**params)
+
+
+def _moto_summaries(group: str) -> list[dict[str, Any]]:
+    """The schedules of `group` in moto's store (this process's: the emulator's server
+    runs here), each as `ListSchedules` names it (`Name`, `State`, `LastModificationDate`,
+    moto's own value), with its expression and time zone: enough to know which are due
+    without a request per scan, nor one per schedule until it is."""
+    try:
+        from moto.scheduler.models import scheduler_backends
+    except ImportError as exc:  # moto's internals moved: see the pin in pyproject.toml
+        raise MotoInternalsMissing("moto.scheduler.models.scheduler_backends") from exc
+    found = scheduler_backends[ACCOUNT_ID][REGION].schedule_groups.get(group)
+    if found is None:
+        return []
+    for _ in range(10):  # the server's threads may add or delete one meanwhile: read again
+        try:
+            schedules = list(found.schedules.values())
+            break
+        except RuntimeError:
+            continue
+    else:
+        schedules = []
+    return [
+        {
+            "Name": schedule.name,
+            "State": schedule.state,
+            "LastModificationDate": schedule.last_modified_date,
+            "ScheduleExpression": schedule.schedule_expression,
+            "ScheduleExpressionTimezone": schedule.schedule_expression_timezone,
+        }
+        for schedule in schedules
+    ]
