@@ -95,7 +95,7 @@ class Journal:
         snapshot = read_snapshot(self.snapshot_path)
         self.generation = int(snapshot[0]["n"]) if snapshot else 0
         records, good = read_records(self.path)
-        _refuse_damage(self.path, good)
+        _set_aside_damage(self.path, good)
         base = int(records[0].get("n", 0)) if records and records[0].get("t") == "base" else 0
         if records and base != self.generation:
             log.warning(
@@ -236,12 +236,18 @@ def read_snapshot(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _refuse_damage(path: Path, good: int) -> None:
-    """Raise unless what follows the whole records (from `good` on) can be a crash's torn
-    last record: an incomplete header, or a bad record with nothing but zeros after where
-    its header says it ends (a crash that extended the file but not its data). Each record
-    is fsync'd before the next is written, so a bad one with data after it is damage, and
-    cutting the journal there (as a torn tail is cut) would lose every record after it."""
+def _set_aside_damage(path: Path, good: int) -> None:
+    """Copy what follows the whole records (from `good` on) to `<journal>.damaged-<good>`
+    unless it can only be a torn last record (an incomplete header, or a bad record with
+    nothing but zeros after where its header says it ends); the caller then cuts the
+    journal at `good`, as it cuts a torn tail.
+
+    A `kill -9` can tear only the record being written: the OS keeps every byte written
+    before it. A crash of the machine can leave more: records are fsync'd in groups (group
+    commit), so what was written since the last sync may come back with a hole and whole
+    records after it, none of which was answered. Damage to the disk looks the same, so
+    nothing is thrown away: the bytes are kept beside the journal and a warning names them,
+    and the state starts from what was synced."""
     if not path.exists():
         return
     with open(path, "rb") as file:
@@ -252,9 +258,22 @@ def _refuse_damage(path: Path, good: int) -> None:
     length, _ = _HEADER.unpack_from(rest)
     if not rest[_HEADER.size + length :].strip(b"\0"):
         return
-    raise RuntimeError(
-        f"journal {path} is damaged at byte {good} of {good + len(rest)} (not a torn tail): "
-        "the records after it would be lost; move the state dir away (or start with --reset)"
+    aside = path.with_name(f"{path.name}.damaged-{good}")
+    with open(aside, "wb") as file:
+        file.write(rest)
+        file.flush()
+        os.fsync(file.fileno())
+    _fsync_directory(path.parent)
+    log.warning(
+        "journal %s is damaged at byte %d of %d, with records after it (a crash of the "
+        "machine before they were synced, or a damaged disk): starting from the %d byte(s) "
+        "before it; the %d byte(s) from there on are kept in %s",
+        path,
+        good,
+        good + len(rest),
+        good,
+        len(rest),
+        aside,
     )
 
 
