@@ -52,6 +52,7 @@ class Figures:
     lost: int = 0  # a run missing, not ended, or ended with another output than fault-free
     duplicated: int = 0  # a second run for a key or child step, a recorded step run again
     stuck: int = 0  # running with nothing pending (find_stuck_runs)
+    dead_lettered: int = 0  # messages in a dead-letter queue: owed, and delivered never again
     unfinished: int = 0  # still moving when the batch ran out of time or rounds: not judged
     out_of_time: bool = False  # the batch ran out of its time or round budget
     busy_when_judged: bool = False  # out of time and not quiet even after the last settle
@@ -70,6 +71,7 @@ class Figures:
             "lost",
             "duplicated",
             "stuck",
+            "dead_lettered",
             "unfinished",
             "step_executions",
             "re_executions",
@@ -179,6 +181,36 @@ def _quiet_now(engine: LocalRuntime, plan: FaultPlan) -> bool:
         if _visible_messages(engine):
             return False
     return engine.activity.snapshot() == (0, started) and not fault_app.served.in_flight
+
+
+def dead_letters(engine: LocalRuntime) -> list[str]:
+    """The messages in the engine's dead-letter queues, one line each (queue, receive count,
+    body). Each is something owed that no handler will see again: `next_due` cannot see it
+    (a dead-lettered message is visible, with no due time) and `settle` does not wait for it
+    (nothing consumes a dead-letter queue), so without this a run left waiting for it is
+    reported lost with no word of where its message went."""
+    sqs = aws.client("sqs")
+    found = []
+    for key, url in sorted(engine.provisioned.dlq_urls.items()):
+        attrs = sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        count = int(attrs.get("ApproximateNumberOfMessages", 0))
+        if not count:
+            continue
+        shown = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=0,
+            AttributeNames=["ApproximateReceiveCount"],
+        ).get("Messages", [])
+        found += [  # (this receive counted too)
+            f"{key}-dlq: received {int(m['Attributes']['ApproximateReceiveCount']) - 1} "
+            f"time(s): {m['Body'][:300]}"
+            for m in shown
+        ]
+        found += [f"{key}-dlq: {count - len(shown)} more"] if count > len(shown) else []
+    return found
 
 
 def busy(engine: LocalRuntime, plan: FaultPlan) -> str:
@@ -328,6 +360,9 @@ def run_batch(
         figures.notes.append(f"{label}: still busy when judged: {busy(engine, plan)}")
     engine.set_faults(None)
     figures.faults.update({k: v for k, v in plan.report().items() if v})
+    dead = dead_letters(engine)
+    figures.dead_lettered += len(dead)
+    figures.problems += [f"{label}: a message in a dead-letter queue: {line}" for line in dead]
     check(figures, programs, top, label)
     if os.environ.get("EZGH_FAULTS_HISTORY"):
         history.dump_all(os.environ["EZGH_FAULTS_HISTORY"], label)

@@ -4,9 +4,10 @@ every step body runs exactly as often as the program says (so the checker can te
 from __future__ import annotations
 
 import pytest
+from ezgh_engine.adapters import aws
 from ezgh_engine.local.faults import FaultPlan
 
-from tests.faults.harness import run_batch
+from tests.faults.harness import dead_letters, run_batch
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
 
@@ -56,3 +57,14 @@ def test_a_restart_mid_run_loses_nothing(runtime):
     assert figures.restarts == 1
     assert not figures.problems, "\n".join(figures.problems)
     assert figures.completed == 6
+
+
+def test_a_dead_lettered_message_is_named(engine):
+    """A message the queue gave up on is visible in its dead-letter queue, where nothing
+    consumes it and `next_due` sees no due time: the harness judged the engine quiet and
+    the run waiting for it lost, without saying where its message went. It now lists each
+    one as a problem of the batch (`dead_lettered`)."""
+    body = '{"type":"invoke","runId":"r-1","seq":5}'
+    sqs = aws.client("sqs")
+    sqs.send_message(QueueUrl=engine.provisioned.dlq_urls["invocations"], MessageBody=body)
+    assert dead_letters(engine) == [f"invocations-dlq: received 0 time(s): {body}"]
