@@ -153,6 +153,21 @@ def next_due(plan: FaultPlan) -> datetime | None:
     return min(times) if times else None
 
 
+def next_due_if_still(engine: LocalRuntime, plan: FaultPlan) -> tuple[bool, datetime | None]:
+    """`next_due`, and whether the engine stood still while it was read (always, when
+    something is due). `settle` saw the engine quiet, but reading what is due takes a Scan
+    and the Scheduler's schedules, on a loaded machine a second or more: meanwhile a
+    delayed message may come due and be handled, and what it causes may not be sent yet
+    (between a timer's delete and the invocation its write asks for, nothing is in any
+    queue). Read then, "nothing due" is not "nothing will ever move": the harness judged
+    such a run lost (seed 8, b1 r2, its retry's Invoke(5) sent and held after the
+    harness had stopped driving). Not still: settle and look again."""
+    seen = engine.activity.snapshot()
+    due = next_due(plan)
+    still = due is not None or (engine.activity.snapshot() == seen and _quiet_now(engine, plan))
+    return still, due
+
+
 # --- driving ----------------------------------------------------------------------------
 
 
@@ -341,7 +356,9 @@ def run_batch(
             runs = all_runs()
             if runs and all(r.status in ENDED for r in runs) and not plan.pending_due():
                 break
-            due = next_due(plan)
+            still, due = next_due_if_still(engine, plan)
+        if due is None and not still:
+            continue  # it moved while we looked: settle and look again
         if due is None:
             break  # nothing will ever move: judged below
         step = max(due - clock.now(), timedelta()) + timedelta(seconds=1)
