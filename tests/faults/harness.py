@@ -164,8 +164,20 @@ def next_due_if_still(engine: LocalRuntime, plan: FaultPlan) -> tuple[bool, date
     harness had stopped driving). Not still: settle and look again."""
     seen = engine.activity.snapshot()
     due = next_due(plan)
-    still = due is not None or (engine.activity.snapshot() == seen and _quiet_now(engine, plan))
-    return still, due
+    return due is not None or _stood_still(engine, plan, seen), due
+
+
+def _stood_still(engine: LocalRuntime, plan: FaultPlan, seen: tuple[int, int]) -> bool:
+    """Nothing began or ended since `seen` and nothing waits to be handed on (a visible
+    message, an unread stream record, an app request). A due schedule needs no check:
+    `next_due` counts it. No side effect (`_quiet_now` fires due schedules), so it may run
+    while faults are paused without firing a schedule past its faults."""
+    if engine.activity.snapshot() != seen or fault_app.served.in_flight:
+        return False
+    if any(not p.idle for p in engine.pollers):
+        return False
+    with plan.paused():
+        return not _visible_messages(engine)
 
 
 # --- driving ----------------------------------------------------------------------------
