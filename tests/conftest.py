@@ -111,7 +111,8 @@ def _moto_as_the_runtime_leaves_it() -> None:
     """Patch in-process moto as every local runtime does (`local.emulator`): a lock around
     each DynamoDB request, no instance tracking, no whole-table copy per transaction or sort
     per query, plain items unserialized, each handler's method names listed once, SQS's
-    retention check without all queue attributes.
+    retention check without all queue attributes, each queue's messages changed under its
+    lock.
 
     A runtime's `Emulator.start()` installs these process-wide for good, so before this the
     tests/api modules ran on patched moto on a worker that had started a runtime before them
@@ -125,6 +126,7 @@ def _moto_as_the_runtime_leaves_it() -> None:
     emulator.lighten_dynamodb()
     emulator.quicker_dispatch()
     emulator.lighten_sqs()
+    emulator.serialize_sqs_queues()
 
 
 _moto_as_the_runtime_leaves_it()

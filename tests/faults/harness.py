@@ -52,6 +52,7 @@ class Figures:
     lost: int = 0  # a run missing, not ended, or ended with another output than fault-free
     duplicated: int = 0  # a second run for a key or child step, a recorded step run again
     stuck: int = 0  # running with nothing pending (find_stuck_runs)
+    dead_lettered: int = 0  # messages in a dead-letter queue: owed, and delivered never again
     unfinished: int = 0  # still moving when the batch ran out of time or rounds: not judged
     out_of_time: bool = False  # the batch ran out of its time or round budget
     busy_when_judged: bool = False  # out of time and not quiet even after the last settle
@@ -70,6 +71,7 @@ class Figures:
             "lost",
             "duplicated",
             "stuck",
+            "dead_lettered",
             "unfinished",
             "step_executions",
             "re_executions",
@@ -151,6 +153,33 @@ def next_due(plan: FaultPlan) -> datetime | None:
     return min(times) if times else None
 
 
+def next_due_if_still(engine: LocalRuntime, plan: FaultPlan) -> tuple[bool, datetime | None]:
+    """`next_due`, and whether the engine stood still while it was read (always, when
+    something is due). `settle` saw the engine quiet, but reading what is due takes a Scan
+    and the Scheduler's schedules, on a loaded machine a second or more: meanwhile a
+    delayed message may come due and be handled, and what it causes may not be sent yet
+    (between a timer's delete and the invocation its write asks for, nothing is in any
+    queue). Read then, "nothing due" is not "nothing will ever move": the harness judged
+    such a run lost (seed 8, b1 r2, its retry's Invoke(5) sent and held after the
+    harness had stopped driving). Not still: settle and look again."""
+    seen = engine.activity.snapshot()
+    due = next_due(plan)
+    return due is not None or _stood_still(engine, plan, seen), due
+
+
+def _stood_still(engine: LocalRuntime, plan: FaultPlan, seen: tuple[int, int]) -> bool:
+    """Nothing began or ended since `seen` and nothing waits to be handed on (a visible
+    message, an unread stream record, an app request). A due schedule needs no check:
+    `next_due` counts it. No side effect (`_quiet_now` fires due schedules), so it may run
+    while faults are paused without firing a schedule past its faults."""
+    if engine.activity.snapshot() != seen or fault_app.served.in_flight:
+        return False
+    if any(not p.idle for p in engine.pollers):
+        return False
+    with plan.paused():
+        return not _visible_messages(engine)
+
+
 # --- driving ----------------------------------------------------------------------------
 
 
@@ -179,6 +208,36 @@ def _quiet_now(engine: LocalRuntime, plan: FaultPlan) -> bool:
         if _visible_messages(engine):
             return False
     return engine.activity.snapshot() == (0, started) and not fault_app.served.in_flight
+
+
+def dead_letters(engine: LocalRuntime) -> list[str]:
+    """The messages in the engine's dead-letter queues, one line each (queue, receive count,
+    body). Each is something owed that no handler will see again: `next_due` cannot see it
+    (a dead-lettered message is visible, with no due time) and `settle` does not wait for it
+    (nothing consumes a dead-letter queue), so without this a run left waiting for it is
+    reported lost with no word of where its message went."""
+    sqs = aws.client("sqs")
+    found = []
+    for key, url in sorted(engine.provisioned.dlq_urls.items()):
+        attrs = sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        count = int(attrs.get("ApproximateNumberOfMessages", 0))
+        if not count:
+            continue
+        shown = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=0,
+            AttributeNames=["ApproximateReceiveCount"],
+        ).get("Messages", [])
+        found += [  # (this receive counted too)
+            f"{key}-dlq: received {int(m['Attributes']['ApproximateReceiveCount']) - 1} "
+            f"time(s): {m['Body'][:300]}"
+            for m in shown
+        ]
+        found += [f"{key}-dlq: {count - len(shown)} more"] if count > len(shown) else []
+    return found
 
 
 def busy(engine: LocalRuntime, plan: FaultPlan) -> str:
@@ -309,7 +368,9 @@ def run_batch(
             runs = all_runs()
             if runs and all(r.status in ENDED for r in runs) and not plan.pending_due():
                 break
-            due = next_due(plan)
+            still, due = next_due_if_still(engine, plan)
+        if due is None and not still:
+            continue  # it moved while we looked: settle and look again
         if due is None:
             break  # nothing will ever move: judged below
         step = max(due - clock.now(), timedelta()) + timedelta(seconds=1)
@@ -328,6 +389,9 @@ def run_batch(
         figures.notes.append(f"{label}: still busy when judged: {busy(engine, plan)}")
     engine.set_faults(None)
     figures.faults.update({k: v for k, v in plan.report().items() if v})
+    dead = dead_letters(engine)
+    figures.dead_lettered += len(dead)
+    figures.problems += [f"{label}: a message in a dead-letter queue: {line}" for line in dead]
     check(figures, programs, top, label)
     if os.environ.get("EZGH_FAULTS_HISTORY"):
         history.dump_all(os.environ["EZGH_FAULTS_HISTORY"], label)

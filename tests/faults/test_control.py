@@ -3,10 +3,15 @@ every step body runs exactly as often as the program says (so the checker can te
 
 from __future__ import annotations
 
-import pytest
-from ezgh_engine.local.faults import FaultPlan
+from types import SimpleNamespace
 
-from tests.faults.harness import run_batch
+import pytest
+from ezgh_engine.adapters import aws
+from ezgh_engine.local.faults import FaultPlan
+from ezgh_engine.local.pollers import Activity
+
+from tests.faults import harness
+from tests.faults.harness import dead_letters, run_batch
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
 
@@ -56,3 +61,34 @@ def test_a_restart_mid_run_loses_nothing(runtime):
     assert figures.restarts == 1
     assert not figures.problems, "\n".join(figures.problems)
     assert figures.completed == 6
+
+
+def test_a_dead_lettered_message_is_named(engine):
+    """A message the queue gave up on is visible in its dead-letter queue, where nothing
+    consumes it and `next_due` sees no due time: the harness judged the engine quiet and
+    the run waiting for it lost, without saying where its message went. It now lists each
+    one as a problem of the batch (`dead_lettered`)."""
+    body = '{"type":"invoke","runId":"r-1","seq":5}'
+    sqs = aws.client("sqs")
+    sqs.send_message(QueueUrl=engine.provisioned.dlq_urls["invocations"], MessageBody=body)
+    assert dead_letters(engine) == [f"invocations-dlq: received 0 time(s): {body}"]
+
+
+def test_what_moves_while_the_harness_looks_is_not_judged_still(monkeypatch):
+    """`settle` saw the engine quiet; reading what is due came after, and took long enough
+    for a delayed message (a retry's timer) to come due and be handled meanwhile, its
+    consequence (the owed invocation) not yet sent: "nothing due" then, and the harness
+    stopped driving and judged the run lost while its invocation was on its way (seed 8,
+    b1 r2). A look during which the engine moved says so, and the harness looks again."""
+    activity = Activity()
+    engine = SimpleNamespace(activity=activity, scheduler=None, pollers=[])
+
+    def timer_handled_meanwhile(plan: FaultPlan) -> None:
+        with activity.track():  # the timer's handler ran; its invocation not sent yet
+            pass
+
+    monkeypatch.setattr(harness, "_visible_messages", lambda engine: 0)
+    monkeypatch.setattr(harness, "next_due", timer_handled_meanwhile)
+    assert harness.next_due_if_still(engine, FaultPlan(seed=3)) == (False, None)
+    monkeypatch.setattr(harness, "next_due", lambda plan: None)
+    assert harness.next_due_if_still(engine, FaultPlan(seed=3)) == (True, None)

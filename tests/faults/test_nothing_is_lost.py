@@ -63,6 +63,7 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
         "lost": total.lost,
         "duplicated": total.duplicated,
         "stuck": total.stuck,
+        "dead_lettered": total.dead_lettered,
         "unfinished_out_of_time": total.unfinished,
         "restarts": total.restarts,
         "step_executions": total.step_executions,
@@ -77,6 +78,6 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
     if target:
         Path(target).write_text(json.dumps({**report, "problems": total.problems}, indent=2))
     assert not total.problems, "\n".join(total.problems)
-    assert total.lost == total.duplicated == total.stuck == 0
+    assert total.lost == total.duplicated == total.stuck == total.dead_lettered == 0
     assert sum(total.faults.values()) > 0
     assert total.completed > 0  # a campaign where nothing ended proves nothing

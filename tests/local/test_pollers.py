@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws
+from ezgh_engine.local import incarnation
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
 from ezgh_engine.local.resources import Provisioned
 
@@ -183,6 +184,54 @@ def test_sqs_concurrent_batches(resources: Provisioned, running: list[Poller]) -
     assert activity.snapshot()[0] == 3
     release.set()
     wait_until(lambda: activity.snapshot()[0] == 0 and queue_counts(url) == (0, 0, 0))
+
+
+def test_a_stream_reader_whose_engine_died_keeps_its_checkpoint(
+    resources: Provisioned, running: list[Poller]
+) -> None:
+    """`restart_engine` ends the engine's life, kills its environments, then stops its
+    stream reader and hands the reader's checkpoint to the new one. A batch the old reader
+    was handing on then failed at every retry (the dead engine's environments are gone);
+    once the retries ran out before the stop came, the old reader gave the batch up and
+    moved its checkpoint past it, and the new reader never read those records: a run's
+    owed invocation or a step's timer was never sent. A reader whose life ended now
+    neither retries nor moves its checkpoint."""
+    calls: list[int] = []
+
+    def invoke(event: dict[str, Any]) -> None:
+        calls.append(len(event["Records"]))
+        if len(calls) == 1:
+            incarnation.bump()  # the engine restarts while this batch is handed on
+        raise RuntimeError("the environment died")
+
+    aws.client("dynamodb").put_item(TableName=resources.tables["runs"], Item=_runs_key("RUN#x"))
+    poller = StreamPoller(
+        name="s",
+        stream_arn=resources.stream_arns["runs"],
+        invoke=invoke,
+        activity=Activity(),
+        backoff_seconds=0.01,
+        max_attempts=3,
+    )
+    read_after_death = threading.Event()
+    get_records = poller._get_records
+
+    def watched(streams: Any, shard_id: str, iterator: str) -> dict[str, Any]:
+        if incarnation.dead():
+            read_after_death.set()  # done with the batch: on to its next read (it dies there)
+        return get_records(streams, shard_id, iterator)
+
+    poller._get_records = watched  # type: ignore[method-assign]
+    running.append(poller)
+    poller.start()
+    assert read_after_death.wait(10)
+    poller.stop()
+    checkpoint = poller.checkpoint()
+    unread = aws.client("dynamodbstreams").get_records(
+        ShardIterator=next(iter(checkpoint.values()))
+    )["Records"]
+    assert calls == [1]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in unread] == ["RUN#x"]
 
 
 def _runs_key(pk: str) -> dict[str, Any]:

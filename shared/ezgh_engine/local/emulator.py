@@ -13,6 +13,7 @@ Scheduler stay on moto. moto's DynamoDB patches below then have nothing to patch
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import threading
@@ -461,6 +462,46 @@ def lighten_sqs() -> None:
     _sqs_lightened = True
 
 
+def serialize_sqs_queues() -> None:
+    """Make each queue's message list change under its own lock, as moto's sends already do.
+
+    moto's server answers requests from many threads. A send appends to a queue's message
+    list under the queue's lock (`Queue._messages_lock`), but a delete rebuilt the list
+    without the lock (it walked the list, kept every other message and then stored the new
+    list), and a receive moving a message to the dead-letter queue removed it without the
+    lock too. So two deletes of one queue that overlapped lost whatever was sent between
+    the end of one's walk and the other's store: the later store put back a list made
+    before the send, while SQS had answered the send with its MessageId. (A removal during
+    a walk also made the walk skip the message after it.) The engine's event and
+    invocation messages were then gone without a trace: no receive, no DLQ, nothing due.
+    `DeleteMessage`(`Batch`) and `ReceiveMessage` now hold the queue's lock while they
+    change its list (a long poll's wait still lets it go, as moto's own wait does)."""
+    global _sqs_serialized
+    if _sqs_serialized:
+        return
+    try:
+        from moto.sqs.models import Queue, SQSBackend
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto.sqs.models") from exc
+    if "self._messages_lock = " not in inspect.getsource(Queue.__init__):
+        raise MotoInternalsMissing("moto's Queue._messages_lock")
+    delete: Callable[..., Any] = Queue.delete_message
+    receive: Callable[..., Any] = SQSBackend.receive_message
+
+    def delete_message(queue: Any, receipt_handle: str) -> None:
+        with queue._messages_lock:
+            delete(queue, receipt_handle)
+
+    def receive_message(backend: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        with backend.get_queue(queue_name)._messages_lock:
+            return receive(backend, queue_name, *args, **kwargs)
+
+    Queue.delete_message = delete_message  # type: ignore[method-assign,assignment]
+    SQSBackend.receive_message = receive_message  # type: ignore[method-assign,assignment]
+    _sqs_serialized = True
+
+
+_sqs_serialized = False
 _dynamodb_lightened = False
 _dispatch_quickened = False
 _sqs_lightened = False
@@ -535,6 +576,7 @@ class Emulator:
         lighten_dynamodb()
         quicker_dispatch()
         lighten_sqs()
+        serialize_sqs_queues()
         if self.journaling is not None:
             began = clock.monotonic()
             records = self.journaling.journal.open()

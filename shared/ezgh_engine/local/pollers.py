@@ -378,7 +378,7 @@ class StreamPoller(Poller):
                 if records and generation == self.generation:
                     got_any = True
                     self._process(records)
-                if self._stop.is_set():
+                if self._retired():
                     break  # the checkpoint stays before what was not handled
                 if next_iterator:
                     self._resume_at[shard_id] = next_iterator
@@ -394,6 +394,14 @@ class StreamPoller(Poller):
                     self.idle_wait_seconds,
                     lambda: self._stop.is_set() or not self._running.is_set(),
                 )
+
+    def _retired(self) -> bool:
+        """Stopping, or its engine's life ended (`restart_engine`): it must neither retry
+        nor move its checkpoint. Its handlers' calls fail at once then (the dead engine's
+        environments are gone), so retrying would soon give up on the batch and move the
+        checkpoint past records its successor, resuming from that checkpoint, then never
+        reads: an owed invocation or a timer never sent."""
+        return self._stop.is_set() or self.life != incarnation.current()
 
     def _get_records(self, streams: Any, shard_id: str, iterator: str) -> dict[str, Any]:
         """GetRecords; when the iterator points before the oldest record the shard still
@@ -422,7 +430,7 @@ class StreamPoller(Poller):
             shaped = [events.stream_record(r, self.stream_arn) for r in records]
             start, attempts = 0, 0
             generation = self.generation
-            while start < len(shaped) and not self._stop.is_set():
+            while start < len(shaped) and not self._retired():
                 if generation != self.generation:
                     return
                 batch = shaped[start:]
