@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import threading
@@ -112,4 +113,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         print("ezgh dev: stopping", flush=True)
         runtime.stop()
+        # Nothing is left to free that the exit does not free: keep the interpreter's
+        # teardown from walking the runtime's heap (moto's state, botocore's models) in its
+        # final garbage collections, seconds of CPU per stop.
+        gc.freeze()
     return 0
