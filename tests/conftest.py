@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import threading
@@ -168,6 +169,27 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[E2E_CALL_LOG] = tempfile.mkdtemp(prefix="ezgh-e2e-calls-")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Collect the garbage less often over a heap that stays: what the imports and the
+    collection made (botocore's models, moto, schemathesis, the items) goes to the permanent
+    generation, and a collection waits for 50,000 new objects (700 by default). The
+    collector's own CPU in tests/api/test_authorization_matrix.py and test_requests.py on
+    moto: 4.4 s -> 2.0 s of 33 s. Only when garbage is collected changes, never what."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Keep the interpreter's exit from garbage-collecting the whole heap: a test process
+    holds moto's state, botocore's models, a runtime's threads, and the collections of its
+    teardown took seconds (an e2e module's process: 3.9 s from the session's end to its
+    exit, 0.8 s frozen) on the way out of every worker and of the IAM phase. Every
+    report is written by now, and what is left uncollected goes with the process."""
+    gc.freeze()
+
+
 # Under pytest-xdist (`--dist loadgroup --no-loadscope-reorder`, as scripts/test.sh runs the
 # suite) each group runs whole on one worker, and the groups are handed out longest first.
 # A group is a module (a module-scoped fixture, an emulator or a synth, is made once), except
@@ -177,33 +199,56 @@ def pytest_configure(config: pytest.Config) -> None:
 #   group makes that backend's runtime once); its tests without a runtime (the `ezgh dev`
 #   subprocess ones) are groups of their module;
 # - tests/console: one group (one Chromium and one runtime);
-# - tests/faults: a group per module (a runtime each: the campaign's modules are long).
+# - tests/faults: a group per module (a runtime each: the campaign's modules are long);
+# - the CDK synth modules (`CDK_MODULES`): one group, one jsii process.
 # The groups are ours, not xdist's `xdist_group` marks: xdist 3.8 names a marked test's group
 # by appending it to `item._nodeid`, which pytest 9.2 no longer reads, so the marks grouped
 # nothing (every test went to either worker, and each worker made every runtime, synth and
 # browser, the e2e ones once per switch of backend). `pytest_xdist_make_scheduler` below
 # groups by node ID instead.
 WHOLE_PACKAGES = ("tests/console/",)
+# The modules that synthesize the CDK stack are one group, so that one worker pays once for
+# aws_cdk's import and its jsii node process, most of a synth's cost (in one process: 15.4 s
+# of CPU for both, 15.6 s and 10.6 s apart).
+CDK_MODULES = frozenset({"tests/infra/test_stack.py", "tests/bench/test_bench_idle.py"})
+CDK_GROUP = "cdk"
 PER_BACKEND_PACKAGES = ("tests/e2e/",)
 BACKEND_IDS = frozenset({"moto", "ddblocal"})  # tests/ddblocal.py BACKENDS' param IDs
 
-# Rough seconds per group on an idle 2-core machine (measured; only the order depends on
-# them): the longest go first so that the two workers end together. Others count
-# `DEFAULT_TEST_SECONDS` a test.
+# Rough seconds per group on an idle 2-core machine (a run's per-group wall times at load 6.7,
+# 2026-12-04, scaled by 0.61, the idle run's phase 1 over that run's; only the order depends
+# on them): the longest go first so that the workers end together. Others count
+# `DEFAULT_TEST_SECONDS` a test, which is why every group of over about 3 s is named here: a
+# long group left to the end would keep one worker busy after the others are done.
 GROUP_SECONDS = {
-    "tests/e2e[moto]": 150,
-    "tests/api/test_fuzz_openapi.py": 100,
-    "tests/faults/test_nothing_is_lost.py": 85,
-    "tests/console": 70,
-    "tests/api/test_authorization_matrix.py": 60,
-    "tests/e2e[ddblocal]": 55,
-    "tests/faults/test_controls_under_faults.py": 55,
-    "tests/bench/test_bench_idle.py": 40,
-    "tests/faults/test_control.py": 35,
-    "tests/local/test_runtime.py": 35,
-    "tests/local/test_environments.py": 25,
-    "tests/e2e/test_dev_restart.py": 18,
-    "tests/sdk/test_typing.py": 12,
+    "tests/e2e[moto]": 133,
+    "tests/faults/test_nothing_is_lost.py": 81,
+    "tests/e2e[ddblocal]": 68,
+    "tests/api/test_fuzz_openapi.py": 61,
+    "tests/faults/test_controls_under_faults.py": 60,
+    "tests/console": 46,
+    "tests/e2e/test_dev_restart.py": 28,
+    "tests/api/test_authorization_matrix.py": 27,
+    CDK_GROUP: 25,  # tests/infra/test_stack.py 18, tests/bench/test_bench_idle.py 14, one synth
+    "tests/local/test_persistence.py": 17,
+    "tests/api/test_step_writes.py": 15,
+    "tests/faults/test_control.py": 14,
+    "tests/local/test_environments.py": 13,
+    "tests/api/test_bad_input.py": 12,
+    "tests/api/test_requests.py": 11,
+    "tests/api/test_async_invocations.py": 11,
+    "tests/infra/test_bundle.py": 9,
+    "tests/golden/test_engine_side.py": 8,
+    "tests/api/test_apps.py": 8,
+    "tests/sdk/test_typing.py": 6,
+    "tests/api/test_run_scopes.py": 5,
+    "tests/api/test_queues.py": 5,
+    "tests/api/test_send_idempotency.py": 5,
+    "tests/sdk/test_sdk_replay.py": 5,
+    "tests/local/test_pollers.py": 5,
+    "tests/local/test_runtime.py": 4,
+    "tests/bench/test_bench_smoke.py": 4,
+    "tests/api/test_bootstrap_cli.py": 4,
 }
 DEFAULT_TEST_SECONDS = 0.1
 
@@ -214,6 +259,8 @@ def xdist_group(nodeid: str) -> str:
     runtime backend is its first parameter ID (the package-scoped fixture's parameters come
     before the test's own); `_check_groups` holds that against the items' parameters."""
     module, _, name = nodeid.partition("::")
+    if module in CDK_MODULES:
+        return CDK_GROUP
     for package in WHOLE_PACKAGES:
         if module.startswith(package):
             return package.rstrip("/")

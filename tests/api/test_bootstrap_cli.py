@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import boto3
 import pytest
 from ezgh_engine import topology
@@ -17,6 +20,18 @@ OUTPUTS = {
     topology.API_URL_OUTPUT: "https://api.example.test",
     topology.TOKEN_SECRET_OUTPUT: "arn:aws:secretsmanager:us-east-1:123456789012:secret:t",
 }
+
+
+@pytest.fixture(autouse=True)
+def _environ_given_back() -> Iterator[None]:
+    """`bootstrap` exports the stack's variables into `os.environ`, for the rest of the CLI's
+    process; here that process is the test worker's, and a variable it left behind
+    (`EZGH_NOTIFICATIONS_QUEUE_URL`, which `aws_env` does not set) made the stream handler
+    of a later module's test on that worker send to a queue that did not exist."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def test_bootstrap_keeps_a_working_admin_key_in_ssm(aws_env: None) -> None:

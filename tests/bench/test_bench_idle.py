@@ -67,12 +67,20 @@ def test_a_mapping_with_maximum_concurrency_keeps_five_pollers() -> None:
 
 
 def test_idle_only_prints_and_writes_the_idle_month(
-    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    template: dict[str, Any],
 ) -> None:
     from bench.__main__ import main
 
+    # The module's synth is the one `main` makes (`synth_template()`, the default stack):
+    # one synth of the stack is seconds of CPU, so it is not made twice.
+    synths: list[str] = []
+    monkeypatch.setattr(idle, "synth_template", lambda: synths.append("ezgh") or template)
     out = tmp_path / "idle.json"
     assert main(["--idle-only", "--workers", "2", "--subscriptions", "0", "--json", str(out)]) == 0
+    assert synths == ["ezgh"]
     import json
 
     figures = json.loads(out.read_text())

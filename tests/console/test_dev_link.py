@@ -1,4 +1,8 @@
-"""The sign-in link `ezgh dev` prints opens the console signed in, in one click."""
+"""`ezgh dev --app examples.onboarding:app` in a subprocess, as a user runs it: it gets
+ready, writes dev.env, registers and syncs the app and EzFlow's interpreter, answers health,
+prints a sign-in link that opens the console signed in in one click, and stops cleanly on
+SIGTERM. (One start of `ezgh dev` for all of it: each costs seconds. tests/e2e/test_dev_restart.py
+takes a state dir through restarts.)"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.console.conftest import shot
@@ -16,7 +21,7 @@ pytestmark = pytest.mark.console
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_ezgh_dev_prints_a_link_that_signs_in(browser_context, tmp_path):
+def test_ezgh_dev_serves_an_app_and_prints_a_link_that_signs_in(browser_context, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "EZGH_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "shared"), str(REPO / "sdk"), str(REPO)])
     process = subprocess.Popen(
@@ -45,9 +50,18 @@ def test_ezgh_dev_prints_a_link_that_signs_in(browser_context, tmp_path):
             output.append(line)
             if "ready in" in line:
                 break
-        links = [line.split(": ", 2)[2].strip() for line in output if "console (signed in)" in line]
-        assert len(links) == 1, "".join(output)
+        text = "".join(output)
+        assert "ready in" in text, text
         values = dict(line.strip().split("=", 1) for line in output if line.startswith("EZGH_"))
+        assert (tmp_path / "state" / "dev.env").read_text().splitlines() == [
+            f"{k}={v}" for k, v in values.items()
+        ]
+        assert "app onboarding:" in text and "status=synced" in text, text
+        assert "app ezgh-flows:" in text, text  # EzFlow's interpreter, served by default
+        health = httpx.get(f"{values['EZGH_API_URL']}/v1/health")
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        links = [line.split(": ", 2)[2].strip() for line in output if "console (signed in)" in line]
+        assert len(links) == 1, text
         assert links[0].startswith(f"{values['EZGH_API_URL']}/console#key=")
         page = browser_context.new_page()
         page.goto(links[0])
@@ -64,3 +78,4 @@ def test_ezgh_dev_prints_a_link_that_signs_in(browser_context, tmp_path):
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=30)
     assert process.returncode == 0, "".join(output) + rest
+    assert "stopping" in rest

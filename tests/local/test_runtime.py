@@ -1,15 +1,12 @@
-"""LocalRuntime with stand-in handlers (fast, no engine code), plus `ezgh dev` itself."""
+"""LocalRuntime with stand-in handlers (fast, no engine code), plus `ezgh dev`'s parser (the
+command itself runs in tests/console/test_dev_link.py)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,8 +18,6 @@ from ezgh_engine.local.apps import app_name
 from ezgh_engine.local.runtime import LocalRuntime
 
 from .conftest import health_api
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class Recorder:
@@ -198,64 +193,3 @@ def test_cli_parses_the_contract_flags() -> None:
     assert (args.command, args.port, args.state_dir, args.app) == ("dev", 9000, "s", ["a:b", "c:d"])
     defaults = build_parser().parse_args(["dev"])
     assert (defaults.port, defaults.state_dir, defaults.app) == (8288, ".ezgh", [])
-
-
-def _real_engine_available() -> bool:
-    try:
-        from ezgh_engine.service.auth import bootstrap_admin  # noqa: F401
-        from ezgh_workflows import PushApp  # noqa: F401
-
-        import functions.api.handler
-        import functions.invoker.handler
-        import functions.stream.handler  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _real_engine_available(), reason="engine handlers or SDK not present")
-def test_ezgh_dev_end_to_end_with_an_app(tmp_path: Path) -> None:
-    """`ezgh dev --app examples.onboarding:app` in a subprocess, stopped with SIGTERM."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "EZGH_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "shared"), str(REPO / "sdk"), str(REPO)])
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ezgh_engine.cli",
-            "dev",
-            "--port",
-            "0",
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--app",
-            "examples.onboarding:app",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    output: list[str] = []
-    try:
-        for line in process.stdout:
-            output.append(line)
-            if "ready in" in line:
-                break
-        text = "".join(output)
-        assert "ready in" in text, text
-        values = dict(line.strip().split("=", 1) for line in output if line.startswith("EZGH_"))
-        assert (tmp_path / "state" / "dev.env").read_text().splitlines() == [
-            f"{k}={v}" for k, v in values.items()
-        ]
-        assert "app onboarding:" in text and "status=synced" in text, text
-        assert "app ezgh-flows:" in text, text  # EzFlow's interpreter, served by default
-        health = httpx.get(f"{values['EZGH_API_URL']}/v1/health")
-        assert health.status_code == 200 and health.json() == {"status": "ok"}
-    finally:
-        process.send_signal(signal.SIGTERM)
-        rest, _ = process.communicate(timeout=20)
-    assert process.returncode == 0, "".join(output) + rest
-    assert "stopping" in rest

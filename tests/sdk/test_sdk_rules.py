@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -235,17 +234,17 @@ def test_naive_sleep_until_is_refused(engine: Engine) -> None:
     assert _run_steps(engine, wf)["error"]["name"] == "ValueError"
 
 
-def _sdk_threads() -> list[str]:
+def _sdk_threads() -> list[threading.Thread]:
     """Threads the SDK starts: invocations, workflows, and asyncio.to_thread workers."""
-    names = [t.name for t in threading.enumerate()]
-    return [n for n in names if n.startswith(("ezgh", "asyncio_"))]
+    return [t for t in threading.enumerate() if t.name.startswith(("ezgh", "asyncio_"))]
 
 
 def _wait_for_no_sdk_threads() -> list[str]:
-    deadline = time.monotonic() + 2
-    while _sdk_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return _sdk_threads()
+    """The SDK threads still alive after each was given a minute to end (they end at once;
+    a short budget would fail on a slow machine, not on a thread that never ends)."""
+    for thread in _sdk_threads():
+        thread.join(60)
+    return [t.name for t in _sdk_threads()]
 
 
 def test_sync_workflow_suspends_and_its_thread_ends(engine: Engine) -> None:
