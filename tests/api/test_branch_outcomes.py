@@ -97,3 +97,29 @@ def test_a_branch_step_the_invocation_never_reached_still_fails(aws_env, monkeyp
     step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
     assert step["status"] == "failed"
     assert step["error"]["name"] == "BranchNotRun"
+
+
+def test_a_branch_invocation_that_aborts_leaves_its_step_to_the_next_delivery(aws_env, monkeypatch):
+    """Regression (the fault campaign's `lost=2` under a slow harness, lost17): an `aborted`
+    answer says the SDK's step call was refused as stale (this delivery's hold on the step
+    ran out or was taken over, or the run ended), not that the branch never reached its
+    step. `invoke_branch` failed the step as `BranchNotRun` and so the run; the main
+    invocation's `aborted` is invoked again. Now the step is released to the branch's next
+    delivery."""
+    run_id = _run_with_branch()
+
+    def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "protocol": "1.4",
+            "deploymentId": None,
+            "outcome": "aborted",
+            "reason": "409 invalid_state: the branch invocation has answered or its lease ended",
+        }
+
+    monkeypatch.setattr(branches, "invoke_app", invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+    retry = branches.invoke_branch(run_id, STEP)
+    step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+    assert step["status"] == "waiting" and "error" not in step
+    assert int(step["branchLeaseUntil"]) == 0  # released: the message's return takes it
+    assert retry is not None  # the branch message comes back
