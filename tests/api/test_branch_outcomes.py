@@ -17,8 +17,9 @@ import pytest
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.config import settings
 from ezgh_engine.core.models import App
-from ezgh_engine.service import branches
+from ezgh_engine.service import branches, steps
 
 from tests.api.test_ops_stuck_runs import _put, _run
 
@@ -97,3 +98,56 @@ def test_a_branch_step_the_invocation_never_reached_still_fails(aws_env, monkeyp
     step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
     assert step["status"] == "failed"
     assert step["error"]["name"] == "BranchNotRun"
+
+
+def test_a_branch_invocation_that_aborts_leaves_its_step_to_the_next_delivery(aws_env, monkeypatch):
+    """Regression (the fault campaign's `lost=2` under a slow harness, lost17): an `aborted`
+    answer says the SDK's step call was refused as stale (this delivery's hold on the step
+    ran out or was taken over, or the run ended), not that the branch never reached its
+    step. `invoke_branch` failed the step as `BranchNotRun` and so the run; the main
+    invocation's `aborted` is invoked again. Now the step is released to the branch's next
+    delivery."""
+    run_id = _run_with_branch()
+
+    def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "protocol": "1.4",
+            "deploymentId": None,
+            "outcome": "aborted",
+            "reason": "409 invalid_state: the branch invocation has answered or its lease ended",
+        }
+
+    monkeypatch.setattr(branches, "invoke_app", invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+    retry = branches.invoke_branch(run_id, STEP)
+    step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+    assert step["status"] == "waiting" and "error" not in step
+    assert int(step["branchLeaseUntil"]) == 0  # released: the message's return takes it
+    assert retry is not None  # the branch message comes back
+
+
+def test_a_branch_step_s_large_output_is_kept_when_the_run_s_epoch_is_ahead(aws_env, monkeypatch):
+    """Found on the way (lost17): before storing an output too large for the step's item,
+    the steps function checks the invocation; for a branch it compared the run's lease epoch
+    with the branch's own epoch, two unrelated counts, and refused the `complete` as taken
+    over whenever the run had been invoked more often than the step delivered (here run
+    epoch 2, branch epoch 1): the branch answered `aborted`, and its step failed."""
+    run_id = _run_with_branch()  # run epoch 2; the step's first delivery takes branch epoch 1
+    answers: list[Any] = []
+
+    def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        token = request["api"]["token"]
+        start = {"op": "start", "stepId": STEP, "name": "fan-0", "attempt": 1}
+        answers.append(steps.apply_ops(token, {"ops": [start]}))
+        large = "x" * (settings().payload_inline_bytes + 1)
+        answers.append(
+            steps.apply_ops(token, {"ops": [{"op": "complete", "stepId": STEP, "output": large}]})
+        )
+        return {"protocol": "1.4", "deploymentId": None, "outcome": "branch", "stepId": STEP}
+
+    monkeypatch.setattr(branches, "invoke_app", invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+    assert branches.invoke_branch(run_id, STEP) is None
+    assert answers[1] == {"results": [{"stepId": STEP, "result": "ok"}]}
+    step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+    assert step["status"] == "completed" and step.get("outputRef")

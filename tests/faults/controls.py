@@ -407,9 +407,10 @@ def run_controlled_batch(
             if _apply_controls(client, cases, round_):
                 continue
             still, due = h.next_due_if_still(engine, plan)
-            if due is None and not still and not _all_ended(cases):
+            done = _all_ended(cases) and not plan.pending_due()
+            if not still and not done:
                 continue  # it moved while we looked: settle and look again
-            if (_all_ended(cases) and not plan.pending_due()) or due is None:
+            if done or due is None:
                 if deleting:
                     delete_tried = _delete_app(client, app_id, figures)
                     continue

@@ -154,17 +154,20 @@ def next_due(plan: FaultPlan) -> datetime | None:
 
 
 def next_due_if_still(engine: LocalRuntime, plan: FaultPlan) -> tuple[bool, datetime | None]:
-    """`next_due`, and whether the engine stood still while it was read (always, when
-    something is due). `settle` saw the engine quiet, but reading what is due takes a Scan
-    and the Scheduler's schedules, on a loaded machine a second or more: meanwhile a
-    delayed message may come due and be handled, and what it causes may not be sent yet
-    (between a timer's delete and the invocation its write asks for, nothing is in any
-    queue). Read then, "nothing due" is not "nothing will ever move": the harness judged
-    such a run lost (seed 8, b1 r2, its retry's Invoke(5) sent and held after the
-    harness had stopped driving). Not still: settle and look again."""
+    """`next_due`, and whether the engine stood still while it was read. `settle` saw the
+    engine quiet, but reading what is due takes a Scan and the Scheduler's schedules, on a
+    loaded machine a second or more: meanwhile a delayed message may come due and be
+    handled, and what it causes may not be sent yet (between a timer's delete and the
+    invocation its write asks for, nothing is in any queue). Read then, "nothing due" is
+    not "nothing will ever move": the harness judged such a run lost (seed 8, b1 r2, its
+    retry's Invoke(5) sent and held after the harness had stopped driving). Nor may the
+    clock skip to what is due over what started meanwhile: an invocation in flight would
+    find its lease and token run out under it, which real time never does to one its
+    invoker still waits for (a branch's step call refused, lost17). Not still: settle and
+    look again."""
     seen = engine.activity.snapshot()
     due = next_due(plan)
-    return due is not None or _stood_still(engine, plan, seen), due
+    return _stood_still(engine, plan, seen), due
 
 
 def _stood_still(engine: LocalRuntime, plan: FaultPlan, seen: tuple[int, int]) -> bool:
@@ -369,7 +372,7 @@ def run_batch(
             if runs and all(r.status in ENDED for r in runs) and not plan.pending_due():
                 break
             still, due = next_due_if_still(engine, plan)
-        if due is None and not still:
+        if not still:
             continue  # it moved while we looked: settle and look again
         if due is None:
             break  # nothing will ever move: judged below

@@ -3,6 +3,7 @@ every step body runs exactly as often as the program says (so the checker can te
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -92,3 +93,27 @@ def test_what_moves_while_the_harness_looks_is_not_judged_still(monkeypatch):
     assert harness.next_due_if_still(engine, FaultPlan(seed=3)) == (False, None)
     monkeypatch.setattr(harness, "next_due", lambda plan: None)
     assert harness.next_due_if_still(engine, FaultPlan(seed=3)) == (True, None)
+
+
+def test_the_clock_is_not_skipped_over_what_moved_while_the_harness_looked(monkeypatch):
+    """The same look with something due: the harness skipped the engine clock to it (up to
+    two days) although the engine had moved meanwhile, over whatever had started. An
+    invocation in flight then finds its lease and token run out under it, which real time
+    never does to one its invoker still waits for (a branch invocation so skipped answered
+    `aborted`, and its step failed as `BranchNotRun`: tests/faults/test_branch_lease.py,
+    lost17). A look during which the engine moved skips nothing; the harness settles and
+    looks again."""
+    activity = Activity()
+    engine = SimpleNamespace(activity=activity, scheduler=None, pollers=[])
+    due = datetime(2026, 12, 6, tzinfo=UTC)
+
+    def retry_handled_meanwhile(plan: FaultPlan) -> datetime:
+        with activity.track():  # a retry came due during the look; its branch started
+            pass
+        return due
+
+    monkeypatch.setattr(harness, "_visible_messages", lambda engine: 0)
+    monkeypatch.setattr(harness, "next_due", retry_handled_meanwhile)
+    assert harness.next_due_if_still(engine, FaultPlan(seed=4)) == (False, due)
+    monkeypatch.setattr(harness, "next_due", lambda plan: due)
+    assert harness.next_due_if_still(engine, FaultPlan(seed=4)) == (True, due)

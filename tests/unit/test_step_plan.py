@@ -289,6 +289,9 @@ def test_a_main_invocation_writes_while_it_holds_a_live_run_s_lease(
 
 def test_a_branch_invocation_answers_to_its_step_s_lease_not_the_run_s() -> None:
     assert checks.run_refusal(("running", 3, 0), BRANCH.claims, 1000) is None
+    # the run's epoch counts its main invocations, not the branch's deliveries
+    assert checks.run_refusal(("running", 9, 10**13), BRANCH.claims, 1000) is None
+    assert checks.run_refusal(("completed", 3, 0), BRANCH.claims, 1000) == checks.TAKEN_OVER
     assert checks.branch_refusal((7, 1000), BRANCH.claims, 1000) is None
     assert checks.branch_refusal((8, 5000), BRANCH.claims, 1000) == checks.BRANCH_ANSWERED
     assert checks.branch_refusal((7, 999), BRANCH.claims, 1000) == checks.BRANCH_ANSWERED

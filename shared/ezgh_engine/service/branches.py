@@ -114,8 +114,21 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
     _record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
+    if outcome.kind == "aborted":
+        return _aborted(run_id, step_id, epoch, failures)
     _settle(run_id, step_id, epoch, attempt_before)
     return None
+
+
+def _aborted(run_id: str, step_id: str, epoch: int, failures: int) -> Retry | None:
+    """The SDK's step call was refused as stale (docs/protocol.md section 2: this delivery's
+    hold on the step ran out or another delivery took it, or the run ended): the branch did
+    not fail to reach its step, and its step is not failed. Release it (only if this
+    delivery still holds it) and let the branch message come back: the next delivery runs
+    the step, or finds it ended (or its run) and drops the message, as an `aborted` main
+    invocation is invoked again."""
+    _release(run_id, step_id, epoch, 0, failures)
+    return Retry(after_seconds=1)
 
 
 def _not_leased(run_id: str, step_id: str, now_ms: int) -> Retry | None:

@@ -22,12 +22,18 @@ RunState = tuple[str, int, int] | None  # the run's status, lease epoch, lease e
 
 
 def run_refusal(state: RunState, claims: tokens.InvocationClaims, now_ms: int) -> str | None:
-    """Why the run refuses this invocation's step writes (None: it may write). A newer epoch
-    or an ended run refuses any; a main invocation's token works while its lease does: once
-    it has answered (`leaseUntil` 0) or its lease ran out, it starts and ends nothing."""
-    if state is None or state[0] not in LIVE_STATUSES or state[1] > claims.epoch:
+    """Why the run refuses this invocation's step writes (None: it may write). An ended run
+    refuses any. A main invocation is refused by a newer epoch, and its token works while
+    its lease does: once it has answered (`leaseUntil` 0) or its lease ran out, it starts
+    and ends nothing. A branch invocation's epoch is its step's (`branch_refusal`), not
+    comparable with the run's: the run need only be live."""
+    if state is None or state[0] not in LIVE_STATUSES:
         return TAKEN_OVER
-    if claims.step_id is None and state[2] < now_ms:
+    if claims.step_id is not None:
+        return None
+    if state[1] > claims.epoch:
+        return TAKEN_OVER
+    if state[2] < now_ms:
         return ANSWERED
     return None
 
