@@ -206,3 +206,53 @@ def test_step_transport_gives_up_and_aborts() -> None:
         asyncio.run(_transport(Recorder([conflict])).send([]))
     with pytest.raises(TransportError):
         asyncio.run(_transport(Recorder([httpx.Response(400, json={})])).send([]))
+
+
+def test_a_step_call_over_a_real_connection_attempts_no_failing_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpcore imports sniffio at each lock it sets up and falls back when that fails;
+    Python caches no failed import, so without sniffio installed every step call searched
+    sys.path again (sdk/pyproject.toml). Seen failing with sniffio uninstalled."""
+    import builtins
+
+    failed: list[str] = []
+    real_import = builtins.__import__
+
+    def recording_import(name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_import(name, *args, **kwargs)
+        except ImportError:
+            failed.append(name)
+            raise
+
+    ops = [{"op": "record", "stepId": "a#1", "name": "a", "kind": "value", "output": 1}]
+    answer = json.dumps({"results": [{"stepId": "a#1", "result": "ok"}]}).encode()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            + f"Content-Length: {len(answer)}\r\n\r\n".encode()
+            + answer
+        )
+        await writer.drain()
+        writer.close()
+
+    async def call_twice() -> list[Any]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport = HttpStepTransport(ApiInfo(f"http://127.0.0.1:{port}/", "tok"), "dep")
+        async with server:
+            await transport.send(ops)  # the first call may import what it lazily needs
+            monkeypatch.setattr(builtins, "__import__", recording_import)
+            return await transport.send(ops)
+
+    assert asyncio.run(call_twice()) == [{"stepId": "a#1", "result": "ok"}]
+    assert failed == []
