@@ -243,6 +243,7 @@ GROUP_SECONDS = {
     "tests/sdk/test_typing.py": 6,
     "tests/api/test_run_scopes.py": 5,
     "tests/api/test_queues.py": 5,
+    "tests/api/test_resource_refs.py": 4,
     "tests/api/test_send_idempotency.py": 5,
     "tests/sdk/test_sdk_replay.py": 5,
     "tests/local/test_pollers.py": 5,
