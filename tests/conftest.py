@@ -247,6 +247,7 @@ GROUP_SECONDS = {
     "tests/api/test_send_idempotency.py": 5,
     "tests/sdk/test_sdk_replay.py": 5,
     "tests/local/test_pollers.py": 5,
+    "tests/bench/test_bench_throughput.py": 6,
     "tests/local/test_runtime.py": 4,
     "tests/bench/test_bench_smoke.py": 4,
     "tests/api/test_bootstrap_cli.py": 4,
