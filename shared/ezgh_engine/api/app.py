@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
-from ezgh_engine.api import errors
+from ezgh_engine.api import errors, gate
 from ezgh_engine.api import models as m
 from ezgh_engine.api.routes_apps import router as apps_router
 from ezgh_engine.api.routes_console import router as console_router
@@ -37,6 +37,8 @@ resolver = APIGatewayHttpResolver(
     json_body_deserializer=_parse_body,
 )
 errors.install(resolver)
+# Authentication (and an API key's rate) before validation, on every route.
+gate.install(resolver)
 
 
 @resolver.get(
