@@ -1,5 +1,5 @@
-"""Who gets as far as a route's validation: the caller is authenticated before anything reads
-the shape of the request.
+"""Who gets as far as a route's validation: the caller is authenticated, and an API key held to
+its rate, before anything reads the shape of the request.
 
 Powertools validates a request (path, query, headers, body) in a middleware that runs before
 the route's function, and the routes authenticated inside their function: a caller with a bad
@@ -7,7 +7,8 @@ key (or none) was told `400 validation_error`, naming fields, before `401`, and 
 API's shapes without a key. The gate runs in front of that validation, for every route:
 
 - a route under `/v1/organizations/<orgId>/projects/<projectId>`: the API key (`401`; `404` for
-  another project's path, as the routes answer). The principal is kept for the route (`auth.principal_for`), so the
+  another project's path, as the routes answer), then the key's rate (`429 rate_limited`,
+  `service.rate_limits`). The principal is kept for the route (`auth.principal_for`), so the
   key is read once per request;
 - a route whose OpenAPI security is the invocation token (step calls, pull outcomes and
   heartbeats): the token's signature and expiry (`401`), a pure check with no lookup;
@@ -31,6 +32,7 @@ from ezgh_engine.api import models as m
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.errors import Unauthorized
+from ezgh_engine.service import rate_limits
 
 # The path parameters of every project route (`/v1/organizations/<orgId>/projects/<projectId>`).
 PROJECT_PARAMS = ("orgId", "projectId")
@@ -43,6 +45,7 @@ def check(app: APIGatewayHttpResolver) -> auth.Authenticated | None:
     args: dict[str, Any] = app.context.get("_route_args") or {}
     if all(name in args for name in PROJECT_PARAMS):
         principal = auth.authenticate_key(app.current_event, args["orgId"], args["projectId"])
+        rate_limits.admit(principal.key_id)
         return auth.Authenticated(app.current_event.raw_event, principal)
     if getattr(route, "security", None) == m.INVOCATION_TOKEN:
         token = auth.bearer_token(app.current_event)
