@@ -1120,15 +1120,17 @@ def _remove_messages(params: dict[str, Any], message_ids: set[str]) -> None:
         queue._messages = kept
 
 
-def serve_journaled(ip_address: str, port: int, journal: Journal) -> tuple[Any, JournalingApp]:
-    """moto's server whose app journals (not started)."""
+def serve_journaled(
+    ip_address: str, port: int, journal: Journal, gate: Callable[[Any], Any] | None = None
+) -> tuple[Any, JournalingApp]:
+    """moto's server whose app journals (not started); `gate` as `MotoServer`'s."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
     from ezgh_engine.local.moto_server import MotoServer
 
     journaling = JournalingApp(DomainDispatcherApplication(create_backend_app), journal)
     _install_dead_letter_hook()
-    return MotoServer(ip_address, port, journaling), journaling
+    return MotoServer(ip_address, port, journaling, gate), journaling
 
 
 # --- the runtime's own state -----------------------------------------------------------------
