@@ -108,6 +108,10 @@ _LOCAL_NETWORKS = tuple(
     for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# The cloud's own services inside a VPC, refused even under `ezgh dev` (as link-local is):
+# AWS's IPv6 instance metadata (fd00:ec2::254), DNS resolver (::253) and time service
+# (::123) sit in this block of the private range fc00::/7 that `ezgh dev` otherwise allows.
+_CLOUD_SERVICES = (ipaddress.ip_network("fd00:ec2::/32"),)
 # Special-purpose blocks (IANA registries) that some Python versions count as global.
 _NOT_GLOBAL = tuple(
     ipaddress.ip_network(n)
@@ -141,6 +145,8 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
 def _one_allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_local: bool) -> bool:
     if ip.is_multicast or ip.is_unspecified:
         return False
+    if any(ip in net for net in _CLOUD_SERVICES if ip.version == net.version):
+        return False
     special = any(ip in net for net in _NOT_GLOBAL if ip.version == net.version)
     if ip.is_global and not special:
         return True
@@ -151,7 +157,8 @@ def address_allowed(address: str, *, allow_local: bool = False) -> bool:
     """Whether the engine may connect to `address` (pure). Deployed: only global unicast
     addresses (not private, shared 100.64/10, loopback, link-local, reserved or multicast),
     judged on every IPv4 address an IPv6 one carries too. `ezgh dev` (`allow_local`) also
-    allows loopback and the private networks, never link-local (the metadata service)."""
+    allows loopback and the private networks, never link-local or the cloud's own service
+    addresses (`_CLOUD_SERVICES`: the metadata service over IPv6)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
