@@ -253,3 +253,20 @@ def test_ezgh_dev_refuses_the_ipv6_metadata_address_as_a_push_url(
         "POST", "/apps", body={"name": "y", "kind": "push", "url": "http://[fd00::5]/"}
     )
     assert fine.status == 201, fine.body  # other private IPv6 addresses stay allowed here
+
+
+def test_a_failed_call_names_the_apps_host_never_its_path_or_query(
+    project: Project, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An app's URL may carry a secret (`?code=...`): what a failure says, logged and shown
+    to whoever reads the run or the app, names its host only."""
+    monkeypatch.setattr(
+        push, "network_transport", lambda: httpx.MockTransport(lambda r: httpx.Response(503))
+    )
+    url = "https://app.example.com/hook/PATHSECRET?code=QUERYSECRET"
+    created = project.call("POST", "/apps", body={"name": "x", "kind": "push", "url": url})
+    assert created.status == 201
+    answer = project.call("POST", f"/apps/{created.body['id']}/sync")
+    assert answer.status == 409
+    assert "https://app.example.com answered HTTP 503" in answer.body["error"]["message"]
+    assert "SECRET" not in answer.raw and "SECRET" not in caplog.text

@@ -22,6 +22,7 @@ from ezgh_engine import clock
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import App
+from ezgh_engine.core.queues import redacted_url
 from ezgh_engine.errors import EngineError, ValidationError
 from ezgh_engine.protocol import PROTOCOL_VERSION
 
@@ -295,10 +296,13 @@ def pinned_post(
 def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     if not app.url:
         raise AppUnreachable(f"app {app.name} has no URL")
+    # What a failure names of the URL: its scheme and host. Its path and query string may
+    # hold a secret (`?code=...`), and these messages are logged and shown to run readers.
+    shown = redacted_url(app.url)
     try:
         target = check_target(app.url)
     except ValidationError as exc:
-        raise AppUnreachable(f"app {app.name} at {app.url}: {exc.message}") from None
+        raise AppUnreachable(f"app {app.name} at {shown}: {exc.message}") from None
     raw = json.dumps(body, separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
@@ -309,23 +313,23 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         answer = pinned_post(target, content=raw, headers=headers, timeout=timeout)
     except httpx.ReadTimeout:
         raise AppTimedOut(
-            f"app {app.name} at {app.url} did not answer within {timeout:g} s"
+            f"app {app.name} at {shown} did not answer within {timeout:g} s"
         ) from None
     except httpx.HTTPError as exc:
         raise AppUnreachable(
-            f"could not reach app {app.name} at {app.url}: {type(exc).__name__}"
+            f"could not reach app {app.name} at {shown}: {type(exc).__name__}"
         ) from None
     if answer.status_code != 200:
         # The status only: the body is the target's, and an API error must not reflect it.
-        raise AppUnreachable(f"app {app.name} at {app.url} answered HTTP {answer.status_code}")
+        raise AppUnreachable(f"app {app.name} at {shown} answered HTTP {answer.status_code}")
     try:
         data = answer.json()
     except (ValueError, RecursionError):
         raise AppUnreachable(
-            f"app {app.name} at {app.url} answered a body that is not JSON"
+            f"app {app.name} at {shown} answered a body that is not JSON"
         ) from None
     if not isinstance(data, dict):
-        raise AppUnreachable(f"app {app.name} at {app.url} answered a body that is not an object")
+        raise AppUnreachable(f"app {app.name} at {shown} answered a body that is not an object")
     return data
 
 
