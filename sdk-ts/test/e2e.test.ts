@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { PushApp, Worker, type Run } from "@ezgh/workflows";
+import { PushApp, RunCancelledError, Worker, workflow, type Run } from "@ezgh/workflows";
 
 import {
   HAS_ENGINE,
@@ -33,6 +33,17 @@ const THREE_DAYS = 3 * 86_400 + 60;
 async function examples() {
   return import("./examples/app.js");
 }
+
+/** Cancellation with cleanup: the pending sleep throws RunCancelledError, the cleanup step runs. */
+const refundOnCancel = workflow("refund-on-cancel", async ({ step }) => {
+  await step.run("charge", () => "charged");
+  try {
+    await step.sleep("hold", "1d");
+  } catch (error) {
+    if (error instanceof RunCancelledError) await step.run("refund", () => "refunded");
+    throw error;
+  }
+});
 
 type Serve = (app: PushApp, path: string) => Promise<Served>;
 
@@ -70,7 +81,7 @@ for (const [way, serve, path] of WAYS) {
 
     before(async () => {
       const { workflows } = await examples();
-      const app = new PushApp(workflows);
+      const app = new PushApp([...workflows, refundOnCancel]);
       served = await serve(app, path);
       closers.push(served.close);
       appId = (await registerApp(`ts-${way}`, served.url, app)).id;
@@ -142,6 +153,23 @@ for (const [way, serve, path] of WAYS) {
       );
       const loaded = onboarded.steps[0]!.output as { createdAt: unknown };
       assert.equal(loaded.createdAt, "2026-01-01T00:00:00.000Z", "a Date passes through JSON as an ISO string");
+    });
+
+    test("a cancelled run cleans up and ends cancelled", async () => {
+      const client = workflowsClient();
+      const run = await client.startRun({ appId, workflow: "refund-on-cancel", input: {} });
+      await waitRun(run.id, stepIs("hold", "sleeping"));
+      await client.cancelRun(run.id);
+      const ended = await waitRun(run.id);
+      assert.equal(ended.status, "cancelled", JSON.stringify(ended));
+      assert.deepEqual(
+        ended.steps.map((s) => [s.name, s.status]),
+        [
+          ["charge", "completed"],
+          ["hold", "cancelled"],
+          ["refund", "completed"],
+        ],
+      );
     });
   });
 }
