@@ -85,6 +85,11 @@ export class Worker {
     return [...this.index.values()];
   }
 
+  /** How this worker waits for tasks: on its app's queue directly, or through `tasks/poll`. */
+  get polling(): "queue" | "api" {
+    return this.directQueue ? "queue" : "api";
+  }
+
   /** Stop polling; `run()` resolves once the tasks in progress have ended. */
   stop(): void {
     this.stopping.abort();

@@ -8,6 +8,7 @@ import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
+import { clock } from "../src/clock.js";
 import { ApiError, QueuesClient, WorkflowsClient, type SentMessage } from "../src/index.js";
 import { QueueSendError, sendFn } from "../src/queueSteps.js";
 import { durationSeconds } from "../src/duration.js";
@@ -75,10 +76,16 @@ describe("resend rules", () => {
     let hits = 0;
     closed.on("request", () => hits++);
     const client = new WorkflowsClient({ apiKey: "k", organizationId: "o", projectId: "p", baseUrl: url });
-    const began = Date.now();
-    await assert.rejects(client.getRun("r"));
+    const waits: number[] = [];
+    const sleep = clock.sleep;
+    clock.sleep = async (ms) => void waits.push(ms);
+    try {
+      await assert.rejects(client.getRun("r"));
+    } finally {
+      clock.sleep = sleep;
+    }
     assert.equal(hits, 4);
-    assert.ok(Date.now() - began >= 3000, "backs off 0.5, 1 and 2 s without a Retry-After");
+    assert.deepEqual(waits, [500, 1000, 2000], "without a Retry-After: 0.5, 1 and 2 s");
     await new Promise((resolve) => closed.close(resolve));
   });
 

@@ -177,32 +177,36 @@ for (const [way, serve, path] of WAYS) {
 // Not parallel steps: the engine runs a branch by invoking the app's URL, which a pull app
 // has not (its parallel steps stay `waiting`), whichever SDK its worker uses.
 describe("a pull Worker", { skip: !HAS_ENGINE && "no ezgh dev" }, () => {
-  test("completes runs", async () => {
-    const { workflows } = await examples();
-    const client = workflowsClient();
-    const existing = (await client.listApps()).apps.find((a) => a.name === "ts-worker");
-    if (existing) await client.deleteApp(existing.id);
-    const app = await client.createApp({ name: "ts-worker", kind: "pull" });
-    const worker = new Worker({ appId: app.id, workflows, concurrency: 2, pollWaitSeconds: 1 });
-    const running = worker.run();
-    try {
-      await waitFor("the worker's announce", async () => (await client.getApp(app.id)).status === "synced");
-      const onboarding = await client.startRun({ appId: app.id, workflow: "onboarding", input: { userId: "u-worker" } });
-      const child = await client.startRun({ appId: app.id, workflow: "charge", input: { customerId: "c-worker", amount: 3 } });
-      completed(await waitRun(child.id));
-      const approval = await client.startRun({ appId: app.id, workflow: "approval", input: { approver: "boss@example.invalid" } });
-      const asking = await waitRun(approval.id, stepIs("ask", "completed"));
-      const url = String((asking.steps.find((s) => s.name === "ask")?.output as { text: string }).text.split("POST to ")[1]);
-      assert.equal((await fetch(url, { method: "POST", body: JSON.stringify({ approved: true }) })).status, 200);
-      completed(await waitRun(approval.id));
-      await waitRun(onboarding.id, stepIs("cooldown", "sleeping"));
-      advanceClock(THREE_DAYS);
-      const done = await waitRun(onboarding.id);
-      completed(done);
-      assert.deepEqual((done.output as { to: string }).to, "u-worker@example.invalid");
-    } finally {
-      worker.stop();
-      await running;
-    }
-  });
+  for (const directQueue of [true, false]) {
+    test(`completes runs (${directQueue ? "on its queue directly" : "through tasks/poll"})`, async () => {
+      const { workflows } = await examples();
+      const client = workflowsClient();
+      const name = `ts-worker-${directQueue ? "queue" : "api"}`;
+      const existing = (await client.listApps()).apps.find((a) => a.name === name);
+      if (existing) await client.deleteApp(existing.id);
+      const app = await client.createApp({ name, kind: "pull" });
+      const worker = new Worker({ appId: app.id, workflows, concurrency: 2, pollWaitSeconds: 1, directQueue });
+      const running = worker.run();
+      try {
+        await waitFor("the worker's announce", async () => (await client.getApp(app.id)).status === "synced");
+        const onboarding = await client.startRun({ appId: app.id, workflow: "onboarding", input: { userId: "u-worker" } });
+        const charged = await client.startRun({ appId: app.id, workflow: "charge", input: { customerId: "c-worker", amount: 3 } });
+        completed(await waitRun(charged.id));
+        const approval = await client.startRun({ appId: app.id, workflow: "approval", input: { approver: "boss@example.invalid" } });
+        const asking = await waitRun(approval.id, stepIs("ask", "completed"));
+        const url = String((asking.steps.find((s) => s.name === "ask")?.output as { text: string }).text.split("POST to ")[1]);
+        assert.equal((await fetch(url, { method: "POST", body: JSON.stringify({ approved: true }) })).status, 200);
+        completed(await waitRun(approval.id));
+        await waitRun(onboarding.id, stepIs("cooldown", "sleeping"));
+        advanceClock(THREE_DAYS);
+        const done = await waitRun(onboarding.id);
+        completed(done);
+        assert.deepEqual((done.output as { to: string }).to, "u-worker@example.invalid");
+        assert.equal(worker.polling, directQueue ? "queue" : "api");
+      } finally {
+        worker.stop();
+        await running;
+      }
+    });
+  }
 });

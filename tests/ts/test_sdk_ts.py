@@ -123,5 +123,6 @@ def dev(tmp_path: Path) -> Iterator[dict[str, str]]:
 @pytest.mark.e2e
 def test_seed_examples_against_ezgh_dev(built: Path, dev: dict[str, str]) -> None:
     counts = _node_tests([built / "e2e.test.js"], dev)
-    # Two tests for each of the three ways of serving a push app, and a pull worker.
-    assert counts["pass"] == 7, counts
+    # Two tests for each of the three ways of serving a push app, and a pull worker's two
+    # ways of waiting for tasks.
+    assert counts["pass"] == 8, counts
