@@ -87,10 +87,6 @@ function checkJson(value: unknown, what: string): unknown {
   }
 }
 
-function secondsJson(seconds: number): number {
-  return seconds;
-}
-
 /** Attach a no-op handler, so a step promise nobody awaits never becomes an unhandled
  * rejection (which ends a Node process); whoever awaits it still sees the error. */
 function quiet<T>(promise: Promise<T>): Promise<T> {
@@ -115,7 +111,7 @@ export class Steps {
    * one fails the step with `workflows.sleep_too_long`). */
   sleep(name: string, duration: Duration): Promise<void> {
     const seconds = durationSeconds(duration);
-    const request: StepRequest = { kind: "sleep", name: validateName(name), wait: { seconds: secondsJson(seconds) } };
+    const request: StepRequest = { kind: "sleep", name: validateName(name), wait: { seconds } };
     if (seconds > MAX_SLEEP_SECONDS) request.reject = tooLong(`sleep ${JSON.stringify(duration)}`);
     return this.none(request);
   }
