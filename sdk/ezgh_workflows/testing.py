@@ -56,6 +56,9 @@ __all__ = [
 
 _UNSET: Any = object()
 MAX_RUN_TIMEOUT_SECONDS = 31_536_000
+# `wait_until` gives up after this many invocations: a run that loops forever (a poll a
+# minute with no end) would otherwise be skipped through for good.
+MAX_WAIT_INVOCATIONS = 2_000
 
 
 class RunStuck(Exception):
@@ -151,10 +154,16 @@ class WorkflowEnvironment:
         (use `skip` to reach it)."""
         engine = self._engine
         limit = None if within is None else self.now + timedelta(seconds=_seconds(within))
+        began = engine.invocations
         while True:
             engine.settle()
             if condition():
                 return
+            if engine.invocations - began > MAX_WAIT_INVOCATIONS:
+                raise RunStuck(
+                    f"still waiting after {MAX_WAIT_INVOCATIONS} invocations: does a run loop "
+                    "forever? (pass within= to bound the wait in time)"
+                )
             timer = engine.state.next_timer(year_limits=False)
             if timer is None:
                 raise RunStuck("nothing is due: " + self._blockers())

@@ -68,6 +68,7 @@ class KitEngine:
         self.workflows: dict[str, Workflow] = {}
         self.run_children = run_children
         self.mocks: dict[str, StepFn] = {}
+        self.invocations = 0  # how many it ran, every run's together
         self.failures: dict[tuple[str, int | None], Callable[[], BaseException]] = {}
 
     # -- runs ----------------------------------------------------------------------------
@@ -194,6 +195,7 @@ class KitEngine:
             with self.state.installed():
                 answer = run_in_loop_thread(invocation.execute, f"ezgh-kit:{run.id}").result()
         run.invocations += 1
+        self.invocations += 1
         self._apply(run, answer, branch)
         if branch is None:
             run.handled_seq = max(run.handled_seq, seq)
