@@ -86,7 +86,7 @@ class Divergence:
     ``kind``: ``nondeterminism`` or ``rule`` (the run fails with that code when next
     invoked), ``counter_shift`` (steps counted by name shift: the run goes on, silently
     taking results recorded for other calls), ``new_step`` (a step the record does not hold
-    runs where it holds another, which is skipped)."""
+    runs where it holds another, which is skipped), ``error`` (the replay itself failed)."""
 
     kind: str
     recorded: StepRef | None
@@ -137,7 +137,11 @@ class ReplayReport:
 
     @property
     def breaks(self) -> bool:
-        return self.divergence is not None and self.invoked_again
+        """A divergence in a run the engine may invoke again, or a replay that could not
+        be made (``error``: nothing was checked, so the gate fails closed)."""
+        if self.divergence is None:
+            return False
+        return self.invoked_again or self.divergence.kind == "error"
 
     def to_json(self) -> dict[str, Any]:
         return {
