@@ -378,7 +378,7 @@ def a_three_day_sleep(h: Harness) -> None:
         before = await ctx.step.now("before")
         await ctx.step.sleep("cooldown", "3d")
         after = await ctx.step.now("after")
-        return (after - before).total_seconds()
+        return int((after - before).total_seconds())  # whole seconds: the engine's take longer
 
     h.serve(wf)
     run_id = h.start("wf")
@@ -394,7 +394,7 @@ def sleep_until_a_time(h: Harness) -> None:
     async def wf(ctx: Context) -> Any:
         start = await ctx.step.now("start")
         await ctx.step.sleep_until("later", start + timedelta(hours=2))
-        return ((await ctx.step.now("end")) - start).total_seconds()
+        return int(((await ctx.step.now("end")) - start).total_seconds())
 
     h.serve(wf)
     run = h.wait(h.start("wf"))

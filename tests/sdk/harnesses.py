@@ -10,6 +10,8 @@ Runs are read as GetRun answers them (the kit's `RunHandle.to_api`, the engine's
 from __future__ import annotations
 
 import math
+import re
+import uuid
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -24,6 +26,7 @@ KIT_QUEUE = "0199a000-0000-7000-8000-000000000001"
 
 class Harness(Protocol):
     name: str
+    started: list[str]  # the runs the behaviour started, in order
 
     def serve(self, *workflows: Workflow) -> None: ...
     def start(
@@ -47,12 +50,15 @@ class KitHarness:
 
     def __init__(self) -> None:
         self.env = WorkflowEnvironment(seed=7)
+        self.started: list[str] = []
 
     def serve(self, *workflows: Workflow) -> None:
         self.env.register(*workflows)
 
     def start(self, workflow: str, input: Any = None, *, timeout_seconds: int | None = None) -> str:
-        return self.env.start(workflow, input, timeout_seconds=timeout_seconds).id
+        run_id = self.env.start(workflow, input, timeout_seconds=timeout_seconds).id
+        self.started.append(run_id)
+        return run_id
 
     def run(self, run_id: str) -> dict[str, Any]:
         return self.env.run(run_id).to_api()
@@ -93,6 +99,7 @@ class EngineHarness:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.started: list[str] = []
 
     def serve(self, *workflows: Workflow) -> None:
         make_app(self.engine, *workflows)
@@ -106,6 +113,7 @@ class EngineHarness:
         answer = self.engine.api("POST", "/runs", body=body)
         assert answer.status == 201, answer.body
         self.engine.run_id = str(answer.body["id"])
+        self.started.append(self.engine.run_id)
         self._settle()
         return self.engine.run_id
 
@@ -146,7 +154,7 @@ class EngineHarness:
 
     def send_message(self, queue_id: str, key: str, body: str) -> int:
         message = {
-            "messageId": f"m-{clock.now_ms()}",
+            "messageId": str(uuid.uuid4()),
             "body": body,
             "attributes": {},
             "sentAt": clock.iso(clock.now()),
@@ -179,3 +187,35 @@ class EngineHarness:
             if not self.engine._outbox or self.engine._outbox[0].due_ms > clock.now_ms():
                 return
         raise AssertionError("the engine kept working")
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
+# What differs between two engines by nature: when, and under which IDs.
+VOLATILE = {"id", "appId", "createdAt", "startedAt", "endedAt", "wakeAt", "childRunId"}
+
+
+def records(h: Harness) -> list[Any]:
+    """Every run the behaviour started (and their children), as GetRun shows them, with
+    times and IDs blanked: what two engines doing the same thing both record."""
+    seen: list[str] = []
+    queue = list(h.started)
+    while queue:
+        run_id = queue.pop(0)
+        if run_id not in seen:
+            seen.append(run_id)
+            queue += [s["childRunId"] for s in h.run(run_id)["steps"] if s.get("childRunId")]
+    return [_blank(h.run(run_id)) for run_id in seen]
+
+
+def _blank(value: Any, within: str = "") -> Any:
+    """``value`` without its volatile fields (a step keeps its ``id``: that is its identity),
+    and with every UUID and time in its text blanked."""
+    if isinstance(value, dict):
+        keep = {"id"} if within == "steps" else set()
+        return {k: _blank(v, k) for k, v in value.items() if k not in VOLATILE - keep}
+    if isinstance(value, list):
+        return [_blank(item, within) for item in value]
+    if isinstance(value, str):
+        return TIME.sub("<time>", UUID.sub("<id>", value))
+    return value
