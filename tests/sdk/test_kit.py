@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,11 @@ def test_the_kit_imports_nothing_of_the_engine() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_pytest_loads_the_fixture_from_the_sdk() -> None:
+    """An installed SDK declares its fixture to pytest (the ``pytest11`` entry point)."""
+    declared = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text())["project"]
+    assert declared["entry-points"]["pytest11"] == {
+        "ezgh_workflows": "ezgh_workflows.pytest_plugin"
+    }

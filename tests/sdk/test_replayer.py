@@ -234,3 +234,52 @@ def test_a_workflow_the_code_lacks_breaks() -> None:
     report = Replayer([deploy_v1.newsletter]).replay(history)
     assert report.breaks and report.divergence
     assert "workflows.unknown_workflow" in report.divergence.next_invocation
+
+
+def test_a_replay_waits_where_the_run_waits() -> None:
+    """Each kind of pending step replays as the wait it is (none is run, none diverges)."""
+
+    @workflow("kid")
+    async def kid(ctx: Context) -> Any:
+        await ctx.step.sleep("nap", "1d")
+
+    @workflow("wf")
+    async def wf(ctx: Context) -> Any:
+        await ctx.step.run("flaky", lambda: 1 / 0 if ctx.input == "retry" else 1, retries=3)
+        callback = await ctx.step.create_callback("approve")
+        if ctx.input == "callback":
+            await callback.wait()
+        if ctx.input == "child":
+            await ctx.step.invoke("child", workflow="kid")
+        if ctx.input == "message":
+            await ctx.step.wait_for_message("paid", queue_id="q", key="k", timeout_seconds=99)
+        await ctx.step.sleep("end", "1d")
+
+    waits = {
+        "retry": "flaky#1",
+        "callback": "approve#1",
+        "child": "child#1",
+        "message": "paid#1",
+        None: "end#1",
+    }
+    for case, step_id in waits.items():
+        history = WorkflowEnvironment([wf, kid]).start("wf", case).history()
+        assert Replayer([wf]).check(history).outcome == f"waits on {step_id}", case
+    cancelling = WorkflowEnvironment([wf, kid]).start("wf").history().to_json()
+    cancelling["run"]["status"] = "cancelling"  # the cancellation is this replay's to deliver
+    report = Replayer([wf]).check(cancelling)
+    assert report.outcome == "the history ends at end#1 (cancel)" and report.invoked_again
+
+
+def test_a_parallel_step_in_its_branch_is_a_wait() -> None:
+    @workflow("wf")
+    async def wf(ctx: Context) -> Any:
+        return await ctx.step.all([ctx.step.run("a", lambda: 1), ctx.step.run("b", lambda: 2)])
+
+    data = WorkflowEnvironment([wf]).start("wf").history().to_json()
+    branch = data["steps"][0]
+    branch.update(status="waiting", attempt=0)  # as GetRun shows a branch not yet run
+    del branch["output"]
+    assert Replayer([wf]).check(data).outcome == "waits on a#1"
+    branch.update(status="running", attempt=1)  # its branch invocation runs it now
+    assert Replayer([wf]).check(data).outcome == "the history ends at a#1 (start)"
