@@ -301,3 +301,23 @@ def test_pytest_loads_the_fixture_from_the_sdk() -> None:
     assert declared["entry-points"]["pytest11"] == {
         "ezgh_workflows": "ezgh_workflows.pytest_plugin"
     }
+
+
+def test_patched_in_a_plain_def_workflow() -> None:
+    @workflow("plain")
+    def plain(ctx: Context[Any]) -> Any:
+        taken = ctx.step.patched("v2")
+        ctx.step.sleep("nap", "1h")
+        return [taken, ctx.step.patched("v2")]
+
+    env = WorkflowEnvironment([plain])
+    run = env.start("plain")
+    assert run.result() == [True, True]
+    assert [(s.id, s.kind, s.output) for s in run.steps][0] == ("patched:v2", "value", True)
+
+    @workflow("bad")
+    async def bad(ctx: Context) -> Any:
+        return await ctx.step.patched("not an id")
+
+    with pytest.raises(RunFailed, match="invalid patch id"):
+        env.start(bad).result()
