@@ -172,7 +172,7 @@ class WorkflowEnvironment:
             engine.state.now = max(engine.state.now, timer.due)
 
     def _blockers(self) -> str:
-        waits = [w for run in self._engine.state.runs.values() for w in _blockers(run)]
+        waits = [w for run in self._engine.state.runs.values() for w in _waits_on_the_test(run)]
         return "; ".join(waits) or "no run waits on anything"
 
     # -- runs ----------------------------------------------------------------------------
@@ -427,7 +427,7 @@ class RunHandle:
         self._env.settle()
 
 
-def _blockers(run: KitRun) -> list[str]:
+def _waits_on_the_test(run: KitRun) -> list[str]:
     """What a live run waits on that no timer ends, in words for `RunStuck`."""
     if run.ended:
         return []
