@@ -313,7 +313,8 @@ def test_patched_in_a_plain_def_workflow() -> None:
     env = WorkflowEnvironment([plain])
     run = env.start("plain")
     assert run.result() == [True, True]
-    assert [(s.id, s.kind, s.output) for s in run.steps][0] == ("patched:v2", "value", True)
+    first = run.steps[0]
+    assert (first.id, first.kind, first.output) == ("patched:v2", "value", True)
 
     @workflow("bad")
     async def bad(ctx: Context) -> Any:
