@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from ezgh_engine import clock, config
+from ezgh_engine import clock, config, ids
 from ezgh_engine.adapters import rate_limit_store
 from ezgh_engine.service import rate_limits
 
@@ -101,11 +101,11 @@ def test_no_limit_with_zero(
 def test_the_count_is_shared_by_concurrent_environments(aws_env: None) -> None:
     """Environments share nothing but the table: 40 concurrent takes of one second's budget
     of 10 admit exactly 10 (the conditional write is atomic)."""
-    window, admitted = 1_900_000_000, []
+    key_id, window, admitted = ids.new_id(), 1_900_000_000, []
     lock = threading.Lock()
 
     def take() -> None:
-        ok = rate_limit_store.take("key-1", window, 10)
+        ok = rate_limit_store.take(key_id, window, 10)
         with lock:
             admitted.append(ok)
 
@@ -115,7 +115,7 @@ def test_the_count_is_shared_by_concurrent_environments(aws_env: None) -> None:
     for thread in threads:
         thread.join()
     assert admitted.count(True) == 10
-    assert rate_limit_store.take("key-1", window + 1, 10)  # a new second, a new budget
+    assert rate_limit_store.take(key_id, window + 1, 10)  # a new second, a new budget
 
 
 def test_a_refused_key_costs_no_more_writes_in_that_second(
@@ -138,8 +138,9 @@ def test_a_refused_key_costs_no_more_writes_in_that_second(
 
 
 def test_admit_answers_retry_after_seconds(aws_env: None, limit: int, held: HeldClock) -> None:
+    key_id = ids.new_id()  # this process remembers refusals: a key of this test's own
     for _ in range(limit):
-        rate_limits.admit("key-2")
+        rate_limits.admit(key_id)
     with pytest.raises(rate_limits.RateLimited) as refused:
-        rate_limits.admit("key-2")
+        rate_limits.admit(key_id)
     assert refused.value.retry_after_seconds == 1
