@@ -13,6 +13,7 @@ from ezgh_engine import config
 from ezgh_engine import topology as topology_module
 from ezgh_engine.adapters import sqs_queues, task_queues
 from ezgh_engine.adapters.event_sources import ENV_DELIVER_FUNCTION
+from ezgh_engine.api.app import route_keys
 from ezgh_engine.cli import teardown
 from ezgh_engine.service import pull
 from ezgh_engine.topology import (
@@ -27,7 +28,7 @@ from ezgh_engine.topology import (
 )
 
 from infra.components.alarms import Alarms
-from infra.components.api import Api
+from infra.components.api import Api, Throttle
 from infra.components.functions import Functions
 from infra.components.payloads import Payloads
 from infra.components.queues import Queues
@@ -81,6 +82,8 @@ class EzghStack(Stack):
         alarm_topic_arn: str | None = None,
         alarms: bool = True,
         reserved_concurrency: dict[str, int] | None = None,
+        throttle: Throttle | None = None,
+        key_rate_limit: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
@@ -103,7 +106,10 @@ class EzghStack(Stack):
             environment=self._environment(),
             reserved=PUBLIC_CONCURRENCY if reserved_concurrency is None else reserved_concurrency,
         )
-        self.api = Api(self, "Api", handler=self.functions.by_key[API_FUNCTION.key])
+        api_function = self.functions.by_key[API_FUNCTION.key]
+        self.api = Api(self, "Api", handler=api_function, routes=route_keys(), throttle=throttle)
+        if key_rate_limit is not None:  # service/rate_limits.py; its default otherwise
+            api_function.add_environment(config.ENV_KEY_RATE_LIMIT, str(key_rate_limit))
         # Subscriptions map queues to `deliver` at run time (adapters/event_sources.py).
         self.functions.by_key[API_FUNCTION.key].add_environment(
             ENV_DELIVER_FUNCTION, self.functions.by_key[DELIVER_FUNCTION.key].function_name

@@ -74,6 +74,42 @@ def test_sign_in_link_keeps_the_key_in_session_storage_only(page, engine, link):
     assert _session_key(page) is None
 
 
+def test_a_link_asks_before_it_replaces_the_tabs_session(page, engine, link):
+    """A sign-in link opened in a tab that holds another session (someone else's link would
+    put the tab in their project) asks first; nothing of the link is stored until then."""
+    from ezgh_engine.api.routes_console import sign_in_link
+
+    with _api(engine) as http:
+        made = http.post("/apiKeys", json={"name": "other", "permissions": [{"action": "*"}]})
+        assert made.status_code == 201, made.text
+    other = made.json()["key"]
+    other_link = sign_in_link(engine.api_url, other, engine.org_id, engine.project_id)
+    page.goto(link)
+    page.wait_for_selector("h1:text('Runs')")
+    # In the same page (the fragment changes), and after a new load of the console.
+    for opened in ("in place", "loaded"):
+        if opened == "loaded":
+            page.goto("about:blank")
+        page.goto(other_link)
+        prompt = page.wait_for_selector("[data-testid=replace-session]")
+        assert "another API key" in prompt.inner_text()
+        assert "key=" not in page.url
+        assert _session_key(page) == engine.api_key  # nothing replaced yet
+        assert other not in page.evaluate("() => JSON.stringify(sessionStorage)")
+        shot(page, "replace-session")
+        page.get_by_test_id("link-keep").click()
+        page.wait_for_selector("h1:text('Runs')")
+        assert _session_key(page) == engine.api_key
+    page.goto(other_link)
+    page.get_by_test_id("link-switch").click()
+    page.wait_for_selector("h1:text('Runs')")
+    assert _session_key(page) == other
+    page.goto(other_link)  # the session it holds already: nothing to ask
+    page.wait_for_selector("h1:text('Runs')")
+    assert page.query_selector("[data-testid=replace-session]") is None
+    assert _session_key(page) == other
+
+
 def test_sign_in_form_shows_the_apis_error_for_a_wrong_key(page, engine):
     page.goto(f"{engine.api_url}/console")
     page.fill("input[name=org]", engine.org_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from aws_cdk.assertions import Annotations, Match, Template  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from ezgh_engine import config  # noqa: E402
 from ezgh_engine.adapters import sqs_queues  # noqa: E402
+from ezgh_engine.api.app import route_keys  # noqa: E402
 from ezgh_engine.cli import teardown  # noqa: E402
 from ezgh_engine.topology import (  # noqa: E402
     API_FUNCTION,
@@ -40,6 +42,7 @@ from ezgh_engine.topology import (  # noqa: E402
 
 from infra import bundle  # noqa: E402
 from infra.app import build_app  # noqa: E402
+from infra.components.api import Throttle  # noqa: E402
 from infra.components.functions import lambda_handler  # noqa: E402
 from infra.components.sources import STREAM_RETRY_ATTEMPTS  # noqa: E402
 from infra.permissions import ACCESS  # noqa: E402
@@ -286,17 +289,101 @@ def test_topology_handler_imports(spec: Any) -> None:
 # --- API ----------------------------------------------------------------------------------
 
 
-def test_default_route_to_api_function(stack: EzghStack, template: dict[str, Any]) -> None:
+def test_every_route_goes_to_the_api_function(stack: EzghStack, template: dict[str, Any]) -> None:
+    """`$default` and a route per route of the api function's resolver, all to one
+    integration, whose one Lambda permission covers every route."""
     routes = resources(template, "AWS::ApiGatewayV2::Route")
-    assert [r["Properties"]["RouteKey"] for r in routes.values()] == ["$default"]
-    (integration,) = resources(template, "AWS::ApiGatewayV2::Integration").values()
+    keys = [r["Properties"]["RouteKey"] for r in routes.values()]
+    assert sorted(keys) == sorted(["$default", *route_keys()])
+    (integration_lid, integration), *more = resources(
+        template, "AWS::ApiGatewayV2::Integration"
+    ).items()
+    assert not more
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
     api_fn = logical_id(stack, stack.functions.by_key[API_FUNCTION.key])
     assert integration["Properties"]["IntegrationUri"] == getatt(api_fn)
+    for route in routes.values():
+        target = route["Properties"]["Target"]
+        assert target == {"Fn::Join": ["", ["integrations/", {"Ref": integration_lid}]]}
+    (permission,) = [
+        p["Properties"]
+        for p in resources(template, "AWS::Lambda::Permission").values()
+        if p["Properties"].get("Principal") == "apigateway.amazonaws.com"
+    ]
+    assert json.dumps(permission["SourceArn"]).endswith('"/*/*"]]}')
     (stage,) = resources(template, "AWS::ApiGatewayV2::Stage").values()
     assert "AccessLogSettings" in stage["Properties"]
     url = getatt(logical_id(stack, stack.api.http_api), "ApiEndpoint")
     assert template["Outputs"]["ApiUrl"]["Value"] == url
+
+
+def test_route_keys_are_distinct_for_api_gateway() -> None:
+    """API Gateway refuses two routes that differ only in their parameters' names (at
+    deploy time: synth would not say)."""
+    shapes = [re.sub(r"\{[^}]+\}", "{}", key) for key in route_keys()]
+    assert len(shapes) == len(set(shapes))
+    assert "POST /v1/callbacks/{token}" in route_keys()
+
+
+# What each access-log variable logs for one request that carries every secret a request can:
+# a callback's token in its path, an API key in its Authorization header, a query string.
+# A variable not listed fails the test: say what it logs before using it.
+_TOKEN = "cbTOKENsecret0123456789abcdefghijklmnopqrstu"
+_API_KEY = "ezgh_KEYsecret0123456789"
+_REQUEST = {
+    "$context.requestId": "Abc123=",
+    "$context.identity.sourceIp": "198.51.100.7",
+    "$context.requestTime": "06/Dec/2026:10:00:00 +0000",
+    "$context.httpMethod": "POST",
+    "$context.routeKey": "POST /v1/callbacks/{token}",
+    "$context.status": "200",
+    "$context.responseLatency": "12",
+    "$context.integrationErrorMessage": "-",
+    # Never in the format: these hold the request's secrets.
+    "$context.path": f"/v1/callbacks/{_TOKEN}",
+    "$context.identity.userAgent": "curl/8",
+    "$context.authorizer.error": "-",
+}
+
+
+def test_the_access_log_holds_no_secret(template: dict[str, Any]) -> None:
+    """The access log names the route (`{token}`), never the path: a callback's path is its
+    token, and the log group is readable by anyone who reads logs."""
+    (stage,) = resources(template, "AWS::ApiGatewayV2::Stage").values()
+    line = stage["Properties"]["AccessLogSettings"]["Format"]
+    used = set(re.findall(r"\$context\.[A-Za-z.]+", line))
+    assert used <= set(_REQUEST), f"say what {used - set(_REQUEST)} logs"
+    for variable in sorted(used, key=len, reverse=True):
+        line = line.replace(variable, _REQUEST[variable])
+    record = json.loads(line)
+    assert record["route"] == "POST /v1/callbacks/{token}"
+    assert _TOKEN not in line and _API_KEY not in line and "?" not in line
+
+
+def test_the_stage_throttles_every_route(template: dict[str, Any]) -> None:
+    (stage,) = resources(template, "AWS::ApiGatewayV2::Stage").values()
+    default = Throttle()
+    assert stage["Properties"]["DefaultRouteSettings"] == {
+        "ThrottlingBurstLimit": default.burst,
+        "ThrottlingRateLimit": default.rate,
+    }
+
+
+def test_throttling_and_the_key_rate_limit_are_context_options(template: dict[str, Any]) -> None:
+    named, options = _synth_named(
+        "StackT",
+        **{"ezgh:apiRateLimit": 50, "ezgh:apiBurstLimit": 80, "ezgh:keyRateLimit": 7},
+    )
+    (stage,) = resources(options, "AWS::ApiGatewayV2::Stage").values()
+    assert stage["Properties"]["DefaultRouteSettings"] == {
+        "ThrottlingBurstLimit": 80,
+        "ThrottlingRateLimit": 50,
+    }
+    api = props(options, logical_id(named, named.functions.by_key[API_FUNCTION.key]))
+    assert api["Environment"]["Variables"][config.ENV_KEY_RATE_LIMIT] == "7"
+    # By default the function keeps the engine's own default (service/rate_limits.py).
+    for function in resources(template, "AWS::Lambda::Function").values():
+        assert config.ENV_KEY_RATE_LIMIT not in function["Properties"]["Environment"]["Variables"]
 
 
 @pytest.mark.parametrize(

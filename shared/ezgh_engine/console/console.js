@@ -5,7 +5,8 @@
 //   attributes); nothing from the API is ever parsed as HTML.
 // - The key lives in sessionStorage only (gone when the browser session ends). A link may carry
 //   it in the URL fragment (#key=…&org=…&project=…), which browsers never send to a server;
-//   the page moves it to sessionStorage and removes it from the address bar at once.
+//   the page removes it from the address bar at once and moves it to sessionStorage, after
+//   asking if the tab already holds another session.
 // - An API error is shown as the API words it: `code: message`.
 "use strict";
 
@@ -137,7 +138,15 @@
     route();
   }
 
-  /** A sign-in link's fragment: store it and wipe it from the address bar and history. */
+  // A sign-in link's credentials while the tab asks whether they may replace its session.
+  // Only here, in memory: nothing is stored until the user says so.
+  let pendingLink = null;
+
+  /**
+   * A sign-in link's fragment: wipe it from the address bar and history at once, then sign
+   * in with it, unless the tab holds another session: a link must not replace that silently
+   * (a link from someone else would put the tab in their project), so the page asks first.
+   */
   function takeFragmentCredentials() {
     const fragment = location.hash.replace(/^#/, "");
     if (!/(^|&)key=/.test(fragment)) return;
@@ -146,8 +155,17 @@
     const org = params.get("org");
     const project = params.get("project");
     history.replaceState(null, "", location.pathname + location.search + "#/runs");
-    if (key && org && project) saveCredentials(key, org, project);
-    else showBanner("The sign-in link needs key, org and project.");
+    if (!(key && org && project)) {
+      showBanner("The sign-in link needs key, org and project.");
+      return;
+    }
+    const held = credentials();
+    if (held && (held.key !== key || held.org !== org || held.project !== project)) {
+      pendingLink = { key, org, project };
+      return;
+    }
+    pendingLink = null;
+    saveCredentials(key, org, project);
   }
 
   // --- the API -----------------------------------------------------------------------------
@@ -279,6 +297,7 @@
     document.getElementById("sign-out").hidden = !signedIn;
     document.getElementById("who").textContent = signedIn ? `project ${signedIn.project}` : "";
     clear(main);
+    if (pendingLink) return pageReplaceSession(v, signedIn, pendingLink);
     if (!signedIn) return pageSignIn(v);
     const hash = location.hash || "#/runs";
     for (const a of document.querySelectorAll("#nav a")) {
@@ -331,6 +350,38 @@
       route();
     });
     main.appendChild(h("div", { class: "card signin" }, h("h1", { text: "Sign in" }), form));
+    return Promise.resolve(v);
+  }
+
+  /** Asked when a sign-in link arrives in a tab that holds another session. */
+  function pageReplaceSession(v, held, link) {
+    const same = held.org === link.org && held.project === link.project;
+    const keep = h("button", { type: "button", class: "primary", "data-testid": "link-keep", text: "Keep my session" });
+    const take = h("button", { type: "button", "data-testid": "link-switch", text: "Sign in with the link" });
+    keep.addEventListener("click", () => {
+      pendingLink = null;
+      route();
+    });
+    take.addEventListener("click", () => {
+      pendingLink = null;
+      saveCredentials(link.key, link.org, link.project);
+      detectFlows();
+      location.hash = "#/runs";
+      route();
+    });
+    main.appendChild(h(
+      "div",
+      { class: "card signin", "data-testid": "replace-session" },
+      h("h1", { text: "Replace this tab's session?" }),
+      h("p", { text: `This tab is signed in to project ${held.project} (organization ${held.org}).` }),
+      h("p", {
+        text: same
+          ? "The link you opened signs in to the same project with another API key."
+          : `The link you opened signs in to project ${link.project} (organization ${link.org}).`,
+      }),
+      h("p", { class: "muted", text: "Sign in with a link only if you trust whoever gave it to you." }),
+      h("div", { class: "row" }, keep, take),
+    ));
     return Promise.resolve(v);
   }
 

@@ -29,16 +29,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
+from ezgh_engine.local._http import BaseHandler
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
+from ezgh_engine.local.emulator_gate import same, signed_by
 from ezgh_engine.local.handlers import LambdaContext
 from ezgh_engine.local.pollers import Activity, Invoke, SqsPoller
 from ezgh_engine.topology import AsyncInvoke, Function, Topology
@@ -156,18 +159,20 @@ def _error(kind: str, message: str) -> dict[str, Any]:
     return {"__type": kind, "Type": "User", "message": message}
 
 
-def _handler_class(invokes: AsyncInvokes) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _handler_class(invokes: AsyncInvokes) -> type[BaseHandler]:
+    class _Handler(BaseHandler):
+        """Lambda's `Invoke`, for the engine alone: signed with the emulator's credentials
+        (`local.emulator_gate`); a malformed request is refused by `BaseHandler`."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("lambda api: " + format, *args)
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        def serve(self, body: bytes) -> None:
+            signer = signed_by(self.headers.get("Authorization"))
+            if signer is None or not same(signer[0], os.environ.get("AWS_ACCESS_KEY_ID", "")):
+                message = "The security token included in the request is invalid."
+                self._answer(403, _error("UnrecognizedClientException", message))
+                return
             match = _PATH.match(urllib.parse.urlsplit(self.path).path)
-            if match is None:
-                self._answer(404, _error("UnknownOperationException", self.path))
+            if match is None or self.command != "POST":
+                self._answer(404, _error("UnknownOperationException", "unknown operation"))
                 return
             kind = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
             if kind != "Event":
@@ -184,14 +189,13 @@ def _handler_class(invokes: AsyncInvokes) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, status: int, error: dict[str, Any] | None) -> None:
             data = json.dumps(error).encode() if error else b""
-            self.send_response(status)
-            self.send_header("x-amzn-RequestId", ids.new_id())
+            headers = [("x-amzn-RequestId", ids.new_id())]
             if error:
-                self.send_header("x-amzn-ErrorType", str(error["__type"]))
-                self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+                headers += [
+                    ("x-amzn-ErrorType", str(error["__type"])),
+                    ("Content-Type", "application/json"),
+                ]
+            self.answer(status, headers, data)
 
     return _Handler
 
