@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws, event_sources
-from ezgh_engine.topology import TOPOLOGY, Function
+from ezgh_engine.topology import SANDBOX_ENV, TOPOLOGY, Function
 
 if TYPE_CHECKING:
     from ezgh_engine.local.faults import FaultPlan
@@ -84,6 +84,15 @@ class HandlerFailed(Exception):
 def handler_environment() -> dict[str, str]:
     """The variables of this process that the handlers read."""
     return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+
+
+def function_environment(function: Function, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables `function` gets of `env` (default: the handlers'): all of them, or
+    for a sandboxed function none of the engine's but `SANDBOX_ENV` (as deployed)."""
+    env = handler_environment() if env is None else env
+    if not function.sandboxed:
+        return env
+    return {k: v for k, v in env.items() if not k.startswith("EZGH_") or k in SANDBOX_ENV}
 
 
 @dataclass(frozen=True)
@@ -379,7 +388,7 @@ class ProcessInvoker:
         plan = self._faults()
         request: dict[str, Any] = {
             "event": event,
-            "env": handler_environment(),
+            "env": function_environment(self.function),
             "faults": _plan_state(plan),
             "observe": aws.observing(),
         }
@@ -613,7 +622,7 @@ def serve(conn: Connection, function: Function, setup: Setup) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runtime's; it kills us
     # Start from the forkserver's variables: its clients (`_warm`) stay if `AWS_*` agree.
     state = _ChildState(handler_environment())
-    state.apply_env(setup.env)
+    state.apply_env(function_environment(function, setup.env))
     if setup.clock_path:
         clock.set_clock(clock.SharedOffsetClock(setup.clock_path))
     event_sources.LOCAL = _RemoteEventSources(conn)  # type: ignore[assignment]
