@@ -1,5 +1,6 @@
-"""Issue 16 end to end: flows, commits and jobs through the local runtime, the interpreter
-(`ezgh-flows`) served as the topology's `flows` function and registered by the engine."""
+"""Flows, commits and jobs end to end through the local runtime: the interpreter served as
+the topology's `flows` function (the engine's own app, no project's), user-directed code in
+its `sandbox` function."""
 
 from __future__ import annotations
 
@@ -18,14 +19,13 @@ from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_engine.topology import INVOKER_FUNCTION
 
 pytestmark = pytest.mark.e2e
-APP = "ezgh-flows"
 ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
 
 
 @pytest.fixture(scope="module")
 def interpreter(runtime: LocalRuntime) -> Iterator[None]:
-    """The interpreter is the runtime's own `flows` function (the topology's), registered in
-    the project by the engine (`api` below, as `ezgh dev`); nothing to serve here."""
+    """The interpreter is the runtime's own `flows` function (the topology's), the engine's
+    app in every project; nothing to serve or register here."""
     assert "flows" in runtime.url_servers
     yield
 
@@ -74,7 +74,6 @@ class Api:
 
 @pytest.fixture()
 def api(interpreter: None, engine: LocalRuntime) -> Iterator[Api]:
-    engine.host_flows()  # as `ezgh dev` does; the engine would at the first flow or job
     client = Api(engine)
     yield client
     client.http.close()
@@ -151,23 +150,47 @@ def by_node(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # --- flows and commits ---------------------------------------------------------------------
 
 
-def test_the_engine_registers_its_interpreter_function_at_first_use(
-    api: Api, engine: LocalRuntime
-) -> None:
-    """`ezgh-flows` is the topology's `flows` function, registered and synced by the engine
-    itself (a project's first flow, or a job's start), signed with its derived key."""
+def test_the_interpreter_is_no_app_or_run_of_the_project(api: Api, engine: LocalRuntime) -> None:
+    """The engine's interpreter has no app record and its runs are no project's runs: no
+    app, run, schedule or subscription call names, reads, changes or starts it; an app a
+    user names like it is just an app; its function URL answers only signed requests."""
+    from ezgh_engine.core.flows.jobs import interpreter_app_id
+
+    engine_id = interpreter_app_id(engine.project_id)
+    api.flow("first", [trigger()], [])
+    job = api.wait(api.start("first", input={"x": 1})["id"])
+    assert job["status"] == "COMPLETED" and job["output"] == {"start": {"x": 1}}
+    assert all(a["id"] != engine_id for a in api("GET", "/apps")["apps"])
+    for ref in (engine_id, "ezgh-flows", "ezgh:flows"):
+        for method, path, body in (
+            ("GET", f"/apps/{ref}", None),
+            ("PATCH", f"/apps/{ref}", {"url": "http://127.0.0.1:9/evil"}),
+            ("POST", f"/apps/{ref}/sync", None),
+            ("DELETE", f"/apps/{ref}", None),
+            ("POST", "/runs", {"appId": ref, "workflow": "flow", "input": {"commitId": "x"}}),
+            ("POST", "/schedules", {"appId": ref, "workflow": "flow", "cron": "* * * * *"}),
+        ):
+            status, answer = api.call(method, path, json=body)
+            assert status == 404, (method, path, answer)
+    for path in ("", "/events", "/payloads/input"):
+        assert api.call("GET", f"/runs/{job['id']}{path}")[0] == 404
+    for action in ("cancel", "retry"):
+        assert api.call("POST", f"/runs/{job['id']}/{action}")[0] == 404
+    assert api.call("DELETE", f"/runs/{job['id']}")[0] == 404
+    assert job["id"] not in [r["id"] for r in api("GET", "/runs", params={"limit": 100})["runs"]]
+    assert api("GET", "/runs", params={"appId": engine_id})["runs"] == []
+    queue = api("POST", "/queues", json={"name": "hijack"})["id"]
+    target = {"kind": "workflow", "mode": "resume", "appId": engine_id, "workflow": "flow",
+              "correlationAttribute": "k"}  # fmt: skip
+    assert api.call("POST", "/subscriptions", json={"queueId": queue, "target": target})[0] == 404
+    # An app a user names like the interpreter is an app of the project like any other.
+    made = api("POST", "/apps", json={"name": "ezgh-flows", "kind": "pull"})
+    api("DELETE", f"/apps/{made['id']}")
+    assert api.wait(api.start("first")["id"])["status"] == "COMPLETED"
     url = engine.url_servers["flows"].url
-    app = api("GET", f"/apps/{APP}")
-    assert (app["url"], app["status"], app["workflows"]) == (url, "synced", ["flow"])
-    api("DELETE", f"/apps/{app['id']}")
-    api.flow("first", [trigger()], [])  # a flow registers it again
-    assert api("GET", f"/apps/{APP}")["id"] == app["id"]  # derived: one per project
-    api("DELETE", f"/apps/{app['id']}")
-    done = api.wait(api.start("first", input={"x": 1})["id"])  # so does a job's start
-    assert done["status"] == "COMPLETED" and done["output"] == {"start": {"x": 1}}
-    assert api("GET", f"/apps/{APP}")["status"] == "synced"
-    unsigned = httpx.post(url, json={"protocol": "1.4", "type": "sync"}, timeout=30)
-    assert unsigned.status_code == 401, unsigned.text
+    for method in ("GET", "POST"):
+        unsigned = httpx.request(method, url, json={"protocol": "1.4", "type": "sync"}, timeout=30)
+        assert unsigned.status_code == 401, unsigned.text
 
 
 def test_flows_crud_commits_and_module_types(api: Api) -> None:
@@ -443,22 +466,7 @@ def test_a_failing_node_leaves_one_failed_item_whose_retry_completes_the_job(
 def test_a_job_waits_for_a_message_by_key_across_an_engine_restart(
     api: Api, engine: LocalRuntime
 ) -> None:
-    app_id = api("GET", f"/apps/{APP}")["id"]
     queue = api("POST", "/queues", json={"name": "payments", "visibilityTimeoutSeconds": 2})
-    api(
-        "POST",
-        "/subscriptions",
-        json={
-            "queueId": queue["id"],
-            "target": {
-                "kind": "workflow",
-                "mode": "resume",
-                "appId": app_id,
-                "workflow": "flow",
-                "correlationAttribute": "orderId",
-            },
-        },
-    )
     api.flow(
         "pay",
         [
@@ -476,6 +484,8 @@ def test_a_job_waits_for_a_message_by_key_across_an_engine_restart(
         ],
         [edge("start", "paid"), edge("paid", "done")],
     )
+    target = {"kind": "flow", "mode": "resume", "flowId": "pay", "correlationAttribute": "orderId"}
+    api("POST", "/subscriptions", json={"queueId": queue["id"], "target": target})
     job = api.start("pay", input={"queue": queue["id"], "order": 9})
     waiting = api.wait(job["id"], lambda j: j["status"] == "WAITING")
     assert by_node(waiting)["paid"]["status"] == "WAITING"
@@ -603,15 +613,7 @@ def test_workflow_invoke_runs_a_code_workflow_of_another_app_as_a_child_run(
     assert child["parentRunId"] == job["id"] and child["appId"] == app_id
     assert child["workflow"] == "sequence" and child["status"] == "completed"
     assert child["input"] == {"n": 4, "trackingId": "trk-w"}
-    steps = api("GET", f"/runs/{job['id']}")["steps"]
-    assert sorted(s["name"] for s in steps) == [
-        "job",
-        "node:code",
-        "node:code:resolve",
-        "node:start",
-    ]
-    (invoke,) = [s for s in steps if s["name"] == "node:code"]
-    assert invoke["kind"] == "invoke" and invoke["childRunId"] == child["id"]
+    assert api.call("GET", f"/runs/{job['id']}")[0] == 404  # a job is no run of the project
 
 
 def test_cancelling_a_job_cancels_its_child_run(api: Api, engine: LocalRuntime) -> None:
@@ -659,6 +661,7 @@ def test_each_message_starts_one_job_and_a_redelivery_none(api: Api, engine: Loc
         "kind": "flow",
         "mode": "start",
         "flowId": api("GET", "/flows/signup")["id"],
+        "keyId": engine_key_id(api),  # its jobs act for the key that made it
     }
     (sent,) = api("POST", f"/queues/{queue['id']}/messages", json={"messages": [{"body": "ada"}]})[
         "messages"
@@ -703,9 +706,12 @@ def test_a_flow_resume_subscription_resumes_only_that_flows_jobs(api: Api) -> No
     assert api("GET", f"/jobs/{other['id']}")["status"] == "WAITING"  # another flow's job
 
 
-def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
-    api: Api, engine: LocalRuntime
-) -> None:
+def engine_key_id(api: Api) -> str:
+    keys = api("GET", "/apiKeys")["apiKeys"]
+    return str(next(k["id"] for k in keys if k["name"] == "admin (bootstrap)"))
+
+
+def test_a_flow_schedule_starts_jobs_of_its_flow(api: Api, engine: LocalRuntime) -> None:
     from datetime import timedelta
 
     from ezgh_engine import clock, ids
@@ -713,14 +719,18 @@ def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
     api.flow("tick", [trigger(), transform("seen", "input.n")], [edge("start", "seen")])
     schedule = api(
         "POST",
-        "/schedules",
-        json={
-            "appId": api("GET", f"/apps/{APP}")["id"],
-            "workflow": "flow",
-            "cron": "*/5 * * * *",
-            "input": {"flowId": "tick", "input": {"n": 5}, "trackingId": "every-5"},
-        },
+        "/flows/tick/schedules",
+        json={"cron": "*/5 * * * *", "input": {"n": 5}, "trackingId": "every-5"},
     )
+    assert schedule["flowId"] == api("GET", "/flows/tick")["id"]
+    assert schedule["keyId"] == engine_key_id(api)
+    assert [s["id"] for s in api("GET", "/flows/tick/schedules")["schedules"]] == [schedule["id"]]
+    # /schedules neither shows nor changes a flow's schedule: the interpreter is no app.
+    assert schedule["id"] not in [s["id"] for s in api("GET", "/schedules")["schedules"]]
+    for method, path in (("GET", ""), ("PATCH", ""), ("POST", "/pause"), ("DELETE", "")):
+        body = {"input": {"flowId": "other"}} if method == "PATCH" else None
+        status, _ = api.call(method, f"/schedules/{schedule['id']}{path}", json=body)
+        assert status == 404, (method, path)
     engine.clock.advance(
         clock.parse_iso(schedule["nextRunAt"]) - clock.now() + timedelta(seconds=1)
     )
@@ -732,3 +742,5 @@ def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
     assert done["trackingId"] == "every-5" and done["flowId"] == api("GET", "/flows/tick")["id"]
     assert done["commitId"] == api("GET", "/flows/tick/commits")["commits"][0]["id"]
     assert [j["id"] for j in api("GET", "/jobs", params={"flowId": "tick"})["jobs"]] == [job_id]
+    assert api.call("DELETE", f"/flows/tick/schedules/{schedule['id']}")[0] == 204
+    assert api("GET", "/flows/tick/schedules")["schedules"] == []
