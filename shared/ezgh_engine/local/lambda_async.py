@@ -156,6 +156,11 @@ class AsyncInvokes:
         self.accepted += 1
         return 202, None
 
+    def calls_synchronously(self, name: str) -> bool:
+        """Whether `name` is a function the topology calls synchronously."""
+        function = self._by_name.get(name.split(":$LATEST")[0])
+        return function is not None and function.sync_invoke is not None
+
     def call(self, name: str, payload: bytes) -> tuple[int, bytes, dict[str, str]]:
         """A `RequestResponse` invocation of `name`: (HTTP status, body, extra headers),
         the handler's result as Lambda answers it (an error as `X-Amz-Function-Error`)."""
@@ -200,12 +205,12 @@ def _handler_class(invokes: AsyncInvokes) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, _error("UnknownOperationException", self.path))
                 return
             kind = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
-            if kind == "RequestResponse":
-                name = urllib.parse.unquote(match.group("name"))
+            name = urllib.parse.unquote(match.group("name"))
+            if kind == "RequestResponse" and invokes.calls_synchronously(name):
                 self._raw(*invokes.call(name, body))
                 return
             if kind != "Event":
-                message = f"the local runtime invokes functions asynchronously only, not {kind}"
+                message = f"the local runtime invokes this function asynchronously only, not {kind}"
                 self._answer(400, _error("InvalidParameterValueException", message))
                 return
             name = urllib.parse.unquote(match.group("name"))

@@ -13,7 +13,6 @@ schedules and flow subscriptions (`service.flow_jobs`).
 
 from __future__ import annotations
 
-from ezgh_engine.adapters import registry_store
 from ezgh_engine.config import settings
 from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW, interpreter_app_id
 from ezgh_engine.core.models import App, Principal, Run
@@ -55,10 +54,8 @@ def is_hosted(app: App) -> bool:
     return app.id == interpreter_app_id(app.project_id)
 
 
-def app_of_run(run: Run) -> App | None:
-    """The app that hosts a run's workflow, the interpreter included: for the engine's own
-    work on a run (invoking it, its parallel branches, repairs), never for a caller's
-    reference to an app."""
-    if is_interpreter_run(run):
-        return engine_app(run.org_id, run.project_id)
-    return registry_store.get_app(run.project_id, run.app_id)
+def interpreter_app_of(run: Run) -> App | None:
+    """The interpreter app, when the run is a job (None otherwise): what the engine's own
+    work on a run (invoking it, its parallel branches) finds where the registry has no
+    record, never what a caller's reference to an app finds."""
+    return engine_app(run.org_id, run.project_id) if is_interpreter_run(run) else None

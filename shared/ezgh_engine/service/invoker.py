@@ -15,7 +15,7 @@ from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
-from ezgh_engine.adapters import messages, runs_store
+from ezgh_engine.adapters import messages, registry_store, runs_store
 from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases, tokens
@@ -27,7 +27,7 @@ from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import outcomes, pull, timers
 from ezgh_engine.service import steps as step_calls
-from ezgh_engine.service.flow_hosting import app_of_run
+from ezgh_engine.service.flow_hosting import interpreter_app_of
 from ezgh_engine.service.wire import invoke_request
 
 __all__ = ["Retry", "invoke", "invoke_request", "on_timer"]
@@ -104,7 +104,8 @@ def _invoke_leased(
     # Answer every reason known when the steps were read, not just the message's: a newer
     # reason's effects are in `full` already, so one invocation covers them all.
     seq = run.invoke_seq
-    app = app_of_run(run)  # the interpreter app too (a job), which has no record
+    # A job's app, the interpreter, has no record (service/flow_hosting.py).
+    app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
     # A cancelling run is invoked like any other: the SDK raises its cancellation error in
     # the workflow, whose cleanup may still run steps (issue 3).
     if _past_deadline(run):
