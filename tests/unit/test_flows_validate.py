@@ -189,6 +189,30 @@ def test_a_node_without_incoming_edges_is_refused() -> None:
             {"id": "x", "moduleType": "http.request", "config": {"url": "http://x/{{ in.[ }}"}},
             "invalid JMESPath",
         ),
+        (
+            {"id": "x", "moduleType": "transform", "config": {"expression": "multiply(in, `2`)"}},
+            "unknown function multiply()",
+        ),
+        (
+            {
+                "id": "x",
+                "moduleType": "queue.send",
+                "config": {"queueId": "{{ upper(input.q) }}", "messages": [{"body": "b"}]},
+            },
+            "unknown function upper()",
+        ),
+        (
+            {"id": "x", "moduleType": "condition", "config": {"expression": "length(in, in)"}},
+            "function length() takes 1 argument(s), got 2",
+        ),
+        (
+            {
+                "id": "x",
+                "moduleType": "http.request",
+                "config": {"url": "http://x/", "retries": "{{ input.n }}"},
+            },
+            "config.retries must be an integer",
+        ),
     ],
 )
 def test_each_module_checks_its_config(node: dict[str, Any], fragment: str) -> None:

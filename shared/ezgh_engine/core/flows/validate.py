@@ -1,7 +1,8 @@
 """The rules a committed graph must follow; each refusal names the node or edge at fault.
 
 - node ids unique; module types known; each node's config as its module requires, and every
-  template and expression in it parses;
+  template and expression in it parses and calls only JMESPath's functions, each with its
+  number of arguments;
 - edges between existing nodes, from an existing output handle (a condition's edges leave by
   `true` or `false`), into a node that takes input, and at most one edge into one handle;
 - exactly one trigger node, the only executable node without incoming edges;
@@ -61,6 +62,8 @@ def _expression_error(node: Node) -> str | None:
             compile_expression(expression)
     except TemplateError as err:
         return str(err)
+    if node.module_type == "http.request" and isinstance(node.config.get("retries"), str):
+        return "config.retries must be an integer, not a template (it is read before the node runs)"
     by_key = (node.config.get("queueId") is None) != (node.config.get("key") is None)
     if node.module_type == "wait.event" and by_key:
         return "config.queueId and config.key go together (or neither, for a resumeUrl)"
