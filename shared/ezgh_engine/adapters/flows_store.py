@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import collections
 import json
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -339,6 +340,7 @@ def branch_head(flow_id: str, branch: str) -> Commit | None:
 
 _COMMITS: collections.OrderedDict[tuple[str, str, str], Commit] = collections.OrderedDict()
 _COMMITS_KEPT = 32
+_COMMITS_LOCK = threading.Lock()
 
 
 def get_commit(flow_id: str, created_at: str, commit_id: str) -> Commit | None:
@@ -346,15 +348,17 @@ def get_commit(flow_id: str, created_at: str, commit_id: str) -> Commit | None:
     last ones a process read are kept (the interpreter reads its job's graph at every
     invocation); an absent one is read again next time."""
     key = (flow_id, created_at, commit_id)
-    if key in _COMMITS:
-        _COMMITS.move_to_end(key)
-        return _COMMITS[key]
+    with _COMMITS_LOCK:
+        if key in _COMMITS:
+            _COMMITS.move_to_end(key)
+            return _COMMITS[key]
     item = get_item(f"FLOW#{flow_id}", f"COMMIT#{created_at}#{commit_id}")
     commit = _commit(item) if item else None
     if commit is not None and commit.id == commit_id:
-        _COMMITS[key] = commit
-        while len(_COMMITS) > _COMMITS_KEPT:
-            _COMMITS.popitem(last=False)
+        with _COMMITS_LOCK:
+            _COMMITS[key] = commit
+            while len(_COMMITS) > _COMMITS_KEPT:
+                _COMMITS.popitem(last=False)
     return commit
 
 
