@@ -217,6 +217,13 @@ def get_flow(project_id: str, ref: str) -> Flow | None:
     return flow if flow and flow.project_id == project_id else None
 
 
+def get_flow_by_id(project_id: str, flow_id: str) -> Flow | None:
+    """The flow with this UUID (one read), or None when absent or another project's."""
+    item = get_item(f"FLOW#{flow_id}", "FLOW")
+    flow = _flow(item) if item else None
+    return flow if flow and flow.project_id == project_id else None
+
+
 def list_flows(project_id: str) -> list[Flow]:
     """Every flow of the project, by name."""
     items: list[dict[str, Any]] = []

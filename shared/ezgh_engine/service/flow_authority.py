@@ -136,7 +136,7 @@ def acting_principal(project_id: str, actor: Actor | None) -> Principal:
 def require_job_start(principal: Principal, flow_id: str, recorded_name: str) -> None:
     """403 unless the key may still start jobs of the job's flow (by its name now, or the
     name it had when the job started if it was deleted since)."""
-    flow = flows_store.get_flow(principal.project_id, flow_id)
+    flow = flows_store.get_flow_by_id(principal.project_id, flow_id)
     name = flow.name if flow is not None else recorded_name
     if not principal.allows(START_JOBS, name):
         raise Forbidden(f"the API key this job acts for may no longer {START_JOBS} on flow {name}")
