@@ -631,13 +631,21 @@ def test_cancelling_a_job_cancels_its_child_run(api: Api, engine: LocalRuntime) 
     engine.wait_for(lambda: api("GET", f"/runs/{child_id}")["status"] == "cancelled", timeout=30)
 
 
-def test_workflow_invoke_of_an_unknown_workflow_fails_the_node(
+def test_workflow_invoke_of_an_unknown_workflow_is_refused_or_fails_the_node(
     api: Api, engine: LocalRuntime
 ) -> None:
-    _invoking(api, "no-such", engine.apps["e2e"].record["id"], "nope", {})
-    done = api.wait(api.start("no-such")["id"])
+    app_id = engine.apps["e2e"].record["id"]
+    api("POST", "/flows", json={"name": "no-such"})
+    node = {"id": "code", "moduleType": "workflow.invoke",
+            "config": {"appId": app_id, "workflow": "nope"}}  # fmt: skip
+    graph = {"nodes": [trigger(), node], "edges": [edge("start", "code")]}
+    status, body = api.call("POST", "/flows/no-such/commits", json={"graph": graph})
+    assert status == 400 and "node code: workflow nope not found" in body["error"]["message"]
+    node["config"]["workflow"] = "{{ input.workflow }}"  # known only when the node runs
+    api("POST", "/flows/no-such/commits", json={"graph": graph})
+    done = api.wait(api.start("no-such", input={"workflow": "nope"})["id"])
     assert done["status"] == "FAILED" and done["error"]["nodeId"] == "code"
-    assert "no synced app" in done["error"]["message"]
+    assert "workflow nope not found" in done["error"]["message"]
 
 
 # --- queue subscriptions targeting a flow ----------------------------------------------------

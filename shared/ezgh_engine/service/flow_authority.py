@@ -77,6 +77,8 @@ def _needs_of(project_id: str, node: Node, config: dict[str, Any]) -> Iterator[N
             app = registry_store.get_app(project_id, app_ref)
             if app is None:
                 raise Unresolved(f"app {app_ref} not found")
+            if app.status == "synced" and workflow not in app.workflows:
+                raise Unresolved(f"workflow {workflow} not found in app {app.name}")
             resource = f"{app.name}/{workflow}"
             yield Need("workflows.runs.start", resource, f"workflow {resource}")
     elif kind == "queue.send":
