@@ -127,8 +127,11 @@ def check_graph_needs(principal: Principal, graph: Graph, *, who: str) -> None:
 def acting_principal(project_id: str, actor: Actor | None) -> Principal:
     """The key a job acts for, as it is now; 403 when the job records none or the key is
     revoked."""
-    if actor is None:
-        raise Forbidden("this job records no API key to act for (started before jobs did)")
+    if actor is None:  # a job, schedule or subscription made before the engine recorded one
+        raise Forbidden(
+            "no API key to act for is recorded (made before the engine recorded one: start, "
+            "schedule or subscribe it again)"
+        )
     key = registry_store.get_api_key(project_id, actor.key_id)
     if key is None:
         raise Forbidden(f"the API key {actor.key_id} this job acts for ({actor.via}) is revoked")
