@@ -208,7 +208,8 @@ def test_the_flows_function_refuses_unsigned_requests_before_any_work(
 
 def test_the_sandbox_gets_none_of_the_engines_variables_locally_either() -> None:
     """`ezgh dev` gives each function the handlers' variables, but a sandboxed one only the
-    runtime's `AWS_*`/`POWERTOOLS_*` and `SANDBOX_ENV` (as the stack does)."""
+    runtime's `AWS_*` (no credentials: the emulator's open every table), `POWERTOOLS_*` and
+    `SANDBOX_ENV` (as the stack does)."""
     from ezgh_engine.local.environments import function_environment
     from ezgh_engine.topology import FLOWS_FUNCTION, SANDBOX_ENV, SANDBOX_FUNCTION
 
@@ -217,6 +218,8 @@ def test_the_sandbox_gets_none_of_the_engines_variables_locally_either() -> None
         "EZGH_REGISTRY_TABLE": "registry",
         config.ENV_ALLOW_LOOPBACK: "1",
         "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "the-emulators",
+        "AWS_SECRET_ACCESS_KEY": "the-emulators",
     }
     assert function_environment(FLOWS_FUNCTION, env) == env
     assert function_environment(SANDBOX_FUNCTION, env) == {

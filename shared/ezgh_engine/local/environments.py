@@ -86,13 +86,22 @@ def handler_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
 
 
+# AWS credentials: the emulator's are the engine's own (they open every table).
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
 def function_environment(function: Function, env: dict[str, str] | None = None) -> dict[str, str]:
     """The variables `function` gets of `env` (default: the handlers'): all of them, or
-    for a sandboxed function none of the engine's but `SANDBOX_ENV` (as deployed)."""
+    for a sandboxed function none of the engine's but `SANDBOX_ENV`, and no credentials
+    (deployed, its role's allow nothing; here they would be the emulator's)."""
     env = handler_environment() if env is None else env
     if not function.sandboxed:
         return env
-    return {k: v for k, v in env.items() if not k.startswith("EZGH_") or k in SANDBOX_ENV}
+    return {
+        k: v
+        for k, v in env.items()
+        if (not k.startswith("EZGH_") or k in SANDBOX_ENV) and k not in _CREDENTIALS
+    }
 
 
 @dataclass(frozen=True)
