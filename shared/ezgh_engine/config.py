@@ -51,7 +51,7 @@ class Settings:
     api_url: str
     # Where SDKs send step calls (the steps function's URL); the API's URL when not set.
     steps_url: str = ""
-    # The EzFlow interpreter function's URL (issue 16): where `ezgh-flows` is registered.
+    # The EzFlow interpreter function's URL: where the invoker calls the engine's own app.
     flows_url: str = ""
     allow_loopback_apps: bool = False
     # SQS can delay a message at most 15 minutes; longer waits use EventBridge Scheduler.

@@ -34,7 +34,9 @@ from ezgh_engine.api.app import route_keys  # noqa: E402
 from ezgh_engine.cli import teardown  # noqa: E402
 from ezgh_engine.topology import (  # noqa: E402
     API_FUNCTION,
+    FLOWS_FUNCTION,
     INVOCATIONS_QUEUE,
+    SANDBOX_FUNCTION,
     TOPOLOGY,
     SqsSource,
     StreamSource,
@@ -255,6 +257,9 @@ def test_function_matches_topology(stack: EzghStack, template: dict[str, Any], s
     assert p["MemorySize"] == spec.memory_mb
     assert p["Handler"] == lambda_handler(spec)
     env = p["Environment"]["Variables"]
+    if spec.sandboxed:  # a flow's user-directed code: none of the engine's configuration
+        assert {k for k in env if k.startswith("EZGH_")} == set(), env
+        return
     needed = {t.env_var for t in TOPOLOGY.tables} | {q.env_var for q in TOPOLOGY.queues}
     needed |= {
         config.ENV_INVOCATIONS_QUEUE_ARN,
@@ -405,12 +410,45 @@ def test_function_url_serves_the_functions_that_declare_one(
     url_lid = logical_id(stack, stack.function_urls[spec.key])
     for key, function in stack.functions.by_key.items():
         env = props(template, logical_id(stack, function))["Environment"]["Variables"]
-        if key == spec.key or (spec.url_readers is not None and key not in spec.url_readers):
+        readers = spec.url_readers
+        sandboxed = TOPOLOGY.function(key).sandboxed
+        if key == spec.key or (readers is None and sandboxed) or (readers and key not in readers):
             assert spec.url_env_var not in env
         else:
             assert env[spec.url_env_var] == getatt(url_lid, "FunctionUrl")
     output = "StepsUrl" if spec.key == "steps" else f"{spec.key.capitalize()}Url"
     assert template["Outputs"][output]["Value"] == getatt(url_lid, "FunctionUrl")
+
+
+def test_the_sandbox_is_invoked_by_the_flows_function_only_and_grants_nothing(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    """A flow's user-directed code: no function URL, `lambda:InvokeFunction` on it for the
+    flows function's role alone (its ARN in that function's environment), and a role that
+    may write its logs and traces and nothing else."""
+    sandbox = stack.functions.by_key[SANDBOX_FUNCTION.key]
+    arn = getatt(logical_id(stack, sandbox))
+    assert SANDBOX_FUNCTION.key not in stack.function_urls
+    invokers = set()
+    for key, function in stack.functions.by_key.items():
+        role = logical_id(stack, function.role)
+        for policy in resources(template, "AWS::IAM::Policy").values():
+            if {"Ref": role} not in policy["Properties"]["Roles"]:
+                continue
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                if "lambda:InvokeFunction" in statement["Action"] and arn in (
+                    statement["Resource"] if isinstance(statement["Resource"], list)
+                    else [statement["Resource"]]
+                ):  # fmt: skip
+                    invokers.add(key)
+                if key == SANDBOX_FUNCTION.key:
+                    actions = statement["Action"]
+                    actions = actions if isinstance(actions, list) else [actions]
+                    assert all(a.split(":")[0] in ("logs", "xray") for a in actions), actions
+    assert invokers == {FLOWS_FUNCTION.key}
+    env = props(template, logical_id(stack, stack.functions.by_key[FLOWS_FUNCTION.key]))
+    assert SANDBOX_FUNCTION.sync_invoke is not None
+    assert env["Environment"]["Variables"][SANDBOX_FUNCTION.sync_invoke.env_var] == arn
 
 
 def test_template_has_no_dependency_cycle(template: dict[str, Any]) -> None:
@@ -641,7 +679,9 @@ def _role_statements(stack: EzghStack, template: dict[str, Any], key: str) -> li
 def test_runtime_queues_are_named_after_the_stack(
     stack: EzghStack, template: dict[str, Any]
 ) -> None:
-    for fn in stack.functions.by_key.values():
+    for key, fn in stack.functions.by_key.items():
+        if TOPOLOGY.function(key).sandboxed:
+            continue  # it makes no queue (nor anything else of the engine's)
         env = props(template, logical_id(stack, fn))["Environment"]["Variables"]
         assert env[config.ENV_STACK_PREFIX] == stack.stack_name
     assert template["Outputs"][teardown.PREFIX_OUTPUT]["Value"] == stack.stack_name

@@ -284,13 +284,20 @@ class PinnedTransport(httpx.BaseTransport):
         self._inner.close()
 
 
+def pinned_request(target: Target, method: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
+    """A request to a checked target's pinned address (the URL's host stays in the Host
+    header, SNI and certificate checks); redirects are never followed. `kwargs` are
+    httpx's (`headers`, `content`, `json`)."""
+    transport = PinnedTransport(target.address, network_transport())
+    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=False) as client:
+        return client.request(method, target.url, **kwargs)
+
+
 def pinned_post(
     target: Target, *, content: bytes, headers: dict[str, str], timeout: float
 ) -> httpx.Response:
     """POST to a checked target's pinned address; redirects are never followed."""
-    transport = PinnedTransport(target.address, network_transport())
-    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=False) as client:
-        return client.post(target.url, content=content, headers=headers)
+    return pinned_request(target, "POST", timeout=timeout, content=content, headers=headers)
 
 
 def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:

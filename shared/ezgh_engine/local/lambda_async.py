@@ -8,7 +8,8 @@ sends an event it gives up on (or one older than its maximum age) to the on-fail
 destination as an invocation record. The topology says which functions are invoked so
 (`topology.AsyncInvoke`).
 
-Here the same, in three parts:
+Here the same, in three parts (and, for the functions called synchronously, `Invoke` with
+`InvocationType=RequestResponse` runs the handler at once and answers its result):
 
 - `AsyncInvokes` serves Lambda's `Invoke` API on a loopback port (the handlers' and the local
   Scheduler's `lambda` clients reach it through `AWS_ENDPOINT_URL_LAMBDA`): an `Event`
@@ -72,8 +73,12 @@ class AsyncInvokes:
 
     def __init__(self, topology: Topology) -> None:
         self.functions = [f for f in topology.functions if f.async_invoke is not None]
+        # Functions called synchronously (`RequestResponse`, `topology.SyncInvoke`): the
+        # call runs the function's handler at once and answers its result.
+        self.sync_functions = [f for f in topology.functions if f.sync_invoke is not None]
+        self._sync_invokers: Mapping[str, Invoke] = {}
         self._by_name: dict[str, Function] = {}
-        for function in self.functions:
+        for function in [*self.functions, *self.sync_functions]:
             context = LambdaContext(function)
             self._by_name[context.function_name] = function
             self._by_name[context.invoked_function_arn] = function
@@ -113,12 +118,17 @@ class AsyncInvokes:
             )["QueueUrl"]
             self.on_failure_urls[function.key] = queue_urls[spec.on_failure]
             env[spec.env_var] = function_arn(function)
+        for function in self.sync_functions:
+            assert function.sync_invoke is not None
+            env[function.sync_invoke.env_var] = function_arn(function)
         return env
 
     def pollers(
         self, invokers: Mapping[str, Invoke], activity: Activity
     ) -> list[AsyncInvokePoller]:
-        """A poller per function, calling its handler (`invokers[key]`) with each event."""
+        """A poller per function, calling its handler (`invokers[key]`) with each event
+        (the synchronous calls go to `invokers` too)."""
+        self._sync_invokers = invokers
         return [
             AsyncInvokePoller(
                 function=function,
@@ -149,6 +159,31 @@ class AsyncInvokes:
         self.accepted += 1
         return 202, None
 
+    def calls_synchronously(self, name: str) -> bool:
+        """Whether `name` is a function the topology calls synchronously."""
+        function = self._by_name.get(name.split(":$LATEST")[0])
+        return function is not None and function.sync_invoke is not None
+
+    def call(self, name: str, payload: bytes) -> tuple[int, bytes, dict[str, str]]:
+        """A `RequestResponse` invocation of `name`: (HTTP status, body, extra headers),
+        the handler's result as Lambda answers it (an error as `X-Amz-Function-Error`)."""
+        function = self._by_name.get(name.split(":$LATEST")[0])
+        invoke = self._sync_invokers.get(function.key) if function else None
+        if function is None or function.sync_invoke is None or invoke is None:
+            error = _error("ResourceNotFoundException", f"Function not found: {name}")
+            return 404, json.dumps(error).encode(), {"x-amzn-ErrorType": error["__type"]}
+        try:
+            event = json.loads(payload or b"{}")
+        except ValueError:
+            error = _error("InvalidRequestContentException", "Could not parse request body")
+            return 400, json.dumps(error).encode(), {"x-amzn-ErrorType": error["__type"]}
+        try:
+            result = invoke(event)
+        except Exception as exc:  # the handler raised, timed out or its environment died
+            failure = {"errorType": type(exc).__name__, "errorMessage": str(exc)[:2000]}
+            return 200, json.dumps(failure).encode(), {"X-Amz-Function-Error": "Unhandled"}
+        return 200, json.dumps(result).encode(), {}
+
 
 def _spec(function: Function) -> AsyncInvoke:
     assert function.async_invoke is not None
@@ -175,8 +210,12 @@ def _handler_class(invokes: AsyncInvokes) -> type[BaseHandler]:
                 self._answer(404, _error("UnknownOperationException", "unknown operation"))
                 return
             kind = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
+            name = urllib.parse.unquote(match.group("name"))
+            if kind == "RequestResponse" and invokes.calls_synchronously(name):
+                self._raw(*invokes.call(name, body))
+                return
             if kind != "Event":
-                message = f"the local runtime invokes functions asynchronously only, not {kind}"
+                message = f"the local runtime invokes this function asynchronously only, not {kind}"
                 self._answer(400, _error("InvalidParameterValueException", message))
                 return
             name = urllib.parse.unquote(match.group("name"))
@@ -186,6 +225,16 @@ def _handler_class(invokes: AsyncInvokes) -> type[BaseHandler]:
                 log.warning("lambda api: could not queue an event for %s: %s", name, exc)
                 status, error = 500, _error("ServiceException", str(exc))
             self._answer(status, error)
+
+        def _raw(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+            self.send_response(status)
+            self.send_header("x-amzn-RequestId", ids.new_id())
+            self.send_header("Content-Type", "application/json")
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _answer(self, status: int, error: dict[str, Any] | None) -> None:
             data = json.dumps(error).encode() if error else b""
