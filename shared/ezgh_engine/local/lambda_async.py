@@ -218,7 +218,6 @@ def _handler_class(invokes: AsyncInvokes) -> type[BaseHandler]:
                 message = f"the local runtime invokes this function asynchronously only, not {kind}"
                 self._answer(400, _error("InvalidParameterValueException", message))
                 return
-            name = urllib.parse.unquote(match.group("name"))
             try:
                 status, error = invokes.accept(name, body)
             except Exception as exc:  # the emulator was reset or stopped: Lambda's 5xx
@@ -227,14 +226,8 @@ def _handler_class(invokes: AsyncInvokes) -> type[BaseHandler]:
             self._answer(status, error)
 
         def _raw(self, status: int, data: bytes, headers: dict[str, str]) -> None:
-            self.send_response(status)
-            self.send_header("x-amzn-RequestId", ids.new_id())
-            self.send_header("Content-Type", "application/json")
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            pairs = [("x-amzn-RequestId", ids.new_id()), ("Content-Type", "application/json")]
+            self.answer(status, pairs + list(headers.items()), data)
 
         def _answer(self, status: int, error: dict[str, Any] | None) -> None:
             data = json.dumps(error).encode() if error else b""
