@@ -116,6 +116,11 @@ class ApiKeyAnswer(BaseModel):
     name: str
     permissions: list[Permission]
     createdAt: str
+    createdBy: str | None = Field(
+        default=None,
+        description="the key that minted it (revoking that key revokes this one); null for a "
+        "bootstrap key",
+    )
 
 
 class CreatedApiKeyAnswer(ApiKeyAnswer):
@@ -124,6 +129,7 @@ class CreatedApiKeyAnswer(ApiKeyAnswer):
 
 class ApiKeyList(BaseModel):
     apiKeys: list[ApiKeyAnswer]
+    nextCursor: str | None = None
 
 
 class RunError(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
@@ -152,11 +152,21 @@ def create_api_key(
     f"{PREFIX}/apiKeys",
     security=m.API_KEY,
     summary="List API keys (no secrets)",
-    responses=m.doc(200, m.ApiKeyList, "the project's keys"),
+    description=(
+        "A page of the keys this key may manage (every permission of each one is one this "
+        "key holds, as creating or revoking it needs): an admin key sees every key"
+    ),
+    responses=m.doc(200, m.ApiKeyList, "a page of the project's keys"),
 )
-def list_api_keys(orgId: str, projectId: str) -> Response[Any]:
+def list_api_keys(
+    orgId: str,
+    projectId: str,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query()] = None,
+) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, {"apiKeys": [k.to_api() for k in auth.list_api_keys(principal)]})
+    found, nxt = auth.list_api_keys(principal, limit=limit, cursor=cursor)
+    return json_response(200, {"apiKeys": [k.to_api() for k in found], "nextCursor": nxt})
 
 
 @router.delete(

@@ -38,6 +38,8 @@ class Principal:
     project_id: str
     key_id: str
     permissions: tuple[tuple[str, str | None], ...]  # (action, resource or None for all)
+    # The keys that minted this one, the root first (a key it mints records them and it).
+    key_chain: tuple[str, ...] = ()
 
     @cached_property
     def grants(self) -> tuple[Grant, ...]:
@@ -71,6 +73,11 @@ class Principal:
                 if grant.kind == kind:
                     scopes.add(grant.name)
         return frozenset(scopes)
+
+    def sees(self, kind: str, name: str) -> bool:
+        """Whether the key may read the `app` (by name) or `queue` (by ID) `name`: a list
+        shows it, a read answers it (`Grant.sees`)."""
+        return any(grant.sees(kind, name) for grant in self.grants)
 
     def holds(self, action: str) -> bool:
         """Whether the key holds `action` on at least one resource (or on all)."""
