@@ -59,7 +59,11 @@ def create_app(
     f"{PREFIX}/apps",
     security=m.API_KEY,
     summary="List apps",
-    responses=m.doc(200, m.AppList, "the project's apps"),
+    description=(
+        "The apps this key may read: those it holds a workflows.* grant on (on the app's "
+        "name or one of its workflows), or all with such a grant on every resource"
+    ),
+    responses=m.doc(200, m.AppList, "the project's apps this key may read"),
 )
 def list_apps(orgId: str, projectId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
@@ -74,7 +78,7 @@ def list_apps(orgId: str, projectId: str) -> Response[Any]:
 )
 def get_app(orgId: str, projectId: str, appId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, apps.get_app(principal, appId).to_api())
+    return json_response(200, apps.read_app(principal, appId).to_api())
 
 
 @router.patch(

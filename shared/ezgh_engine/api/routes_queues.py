@@ -175,7 +175,8 @@ def create_queue(
     f"{PREFIX}/queues",
     security=m.API_KEY,
     summary="List queues",
-    responses=m.doc(200, QueueList, "the project's queues"),
+    description="The queues this key holds a queues.* grant on (or all, unscoped)",
+    responses=m.doc(200, QueueList, "the project's queues this key may read"),
 )
 def list_queues(orgId: str, projectId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
@@ -190,7 +191,7 @@ def list_queues(orgId: str, projectId: str) -> Response[Any]:
 )
 def get_queue(orgId: str, projectId: str, queueId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, queues.get_queue(principal, queueId).to_api())
+    return json_response(200, queues.read_queue(principal, queueId).to_api())
 
 
 @router.delete(
@@ -281,7 +282,8 @@ def create_subscription(
     f"{PREFIX}/subscriptions",
     security=m.API_KEY,
     summary="List subscriptions",
-    responses=m.doc(200, SubscriptionList, "the project's subscriptions"),
+    description="The subscriptions of the queues this key may read",
+    responses=m.doc(200, SubscriptionList, "the project's subscriptions this key may read"),
 )
 def list_subscriptions(
     orgId: str, projectId: str, queueId: Annotated[str | None, Query()] = None
@@ -300,7 +302,7 @@ def list_subscriptions(
 )
 def get_subscription(orgId: str, projectId: str, subId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    sub = subscriptions.get_subscription(principal, subId)
+    sub = subscriptions.read_subscription(principal, subId)
     return json_response(200, subscriptions.to_api(principal, sub))
 
 

@@ -2,8 +2,10 @@
 
 Permissions: changing an app (create, update, sync, delete) needs `workflows.apps.update` on
 the app's name; setting notifications also needs `queues.messages.send` on the queue (as the
-seed docs say). Reading apps is open to every key of the project: an app's record holds no
-secret after its creation answer.
+seed docs say). Reading an app (`GET /apps`, `GET /apps/{appId}`) needs a grant on it: any
+`workflows.*` grant on the app's name or on one of its workflows (`<app name>/<workflow>`),
+or one on every app or workflow (`Principal.sees`). A list answers the apps the key may
+read; a read of another is `403 forbidden`. (Its URL may carry a token in its query.)
 """
 
 from __future__ import annotations
@@ -83,9 +85,19 @@ def get_app(principal: Principal, app_ref: str) -> App:
     return app
 
 
+def read_app(principal: Principal, app_ref: str) -> App:
+    """`GET /apps/{appId}`: the app, if the key may read it (403 otherwise)."""
+    app = get_app(principal, app_ref)
+    if not principal.sees("app", app.name):
+        raise Forbidden(f"this API key holds no grant on app {app.name} or its workflows")
+    return app
+
+
 def list_apps(principal: Principal) -> list[App]:
-    """Every app of the caller's project, by name."""
-    return registry_store.list_apps(principal.project_id)
+    """The apps of the caller's project it may read, by name."""
+    return [
+        a for a in registry_store.list_apps(principal.project_id) if principal.sees("app", a.name)
+    ]
 
 
 def parse_notifications(value: dict[str, Any] | None) -> Notifications | None:
