@@ -202,7 +202,8 @@ def test_a_run_key_is_free_again_once_its_run_expired(
     body = {"appId": app["slug"], "workflow": "onboarding", "input": {}, "runKey": "k-1"}
     first = project.call("POST", "/runs", body=body)
     assert first.status == 201
-    key_item = ws.get(items.run_key_pk(project.project_id, "k-1"), "RUNKEY")
+    scope = items.run_key_scope(app["id"], "onboarding")
+    key_item = ws.get(items.run_key_pk(project.project_id, "k-1", scope), "RUNKEY")
     assert key_item is not None and int(key_item["ttl"]) > 0  # the key expires too
     ws.transact([ws.delete(items.run_pk(first.body["id"]), items.RUN_SK)])  # as TTL does
     second = project.call("POST", "/runs", body=body)
