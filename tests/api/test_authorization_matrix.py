@@ -76,6 +76,7 @@ class World:
         table = {
             "wf": ("alpha/a", "alpha/b"),
             "appwf": ("alpha/a", "beta/other"),  # a workflow of app alpha, or of another
+            "betawf": ("beta/other", "beta/nope"),  # what alpha's code invokes
             "app": ("alpha", "beta"),
             "push": ("pusher", "beta"),
             "newapp": ("gamma", "beta"),
@@ -546,6 +547,36 @@ def test_exactly_the_needed_permission_passes_and_nothing_else_does(
     for other in exact[1:]:  # the other alternatives pass too (reads: no state to undo)
         again = project.call(method, subpath, key=other, **kwargs)
         assert again.status == entry.ok, again.body
+
+
+# --- an app's code: it acts for the key recorded on its app -------------------------------
+
+
+def test_an_apps_code_starts_another_apps_workflow_only_with_start_on_it(
+    project: Project,
+) -> None:
+    """alpha's code invokes beta/other (`ctx.step.invoke(..., app="beta")`), acting for the key
+    whose worker last announced alpha. Exactly `workflows.runs.start` on beta/other passes;
+    every other single permission (scoped alike, or unscoped), and start on another workflow,
+    fail the step with `workflows.forbidden` and start no child run."""
+    from tests.api.test_app_scope import _announce, _children, _invoke
+
+    world = build_world(project)
+    alpha = {"id": world.ids["alpha"]}
+    entry = Entry(_get("/"), (((START, "betawf"),),))
+    update = (APPS, "alpha")  # what announcing a worker of alpha needs
+    refusing = _refusing_keys(world, entry)
+    for perms in refusing:
+        _announce(project, alpha, key(project, update, *perms))
+        run_id = start(project, alpha, "a")
+        invoked = _invoke(run_id)
+        assert invoked.status == "failed", (perms, invoked)
+        assert invoked.error.code == "workflows.forbidden", (perms, invoked.error)
+        assert _children(run_id) == [], perms
+    _announce(project, alpha, key(project, update, (START, "beta/other")))
+    run_id = start(project, alpha, "a")
+    assert _invoke(run_id).status == "waiting"
+    assert _children(run_id) == [project.call("GET", "/apps/beta").body["id"]]
 
 
 # --- every node type: what a graph names outright, checked at commit and at start ----------

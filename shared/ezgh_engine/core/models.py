@@ -115,6 +115,11 @@ class App:
     created_at: str
     notifications: Notifications | None = None
     version: int = 1
+    # The API key the app's code acts for: the key that last set what code it runs (created
+    # it, changed its URL, synced it, or announced one of its workers). Its code invokes
+    # another app's workflow only where this key may start it (None: an app registered
+    # before apps recorded one, whose code invokes no other app until it is synced again).
+    key_id: str | None = None
 
     def to_api(self) -> dict[str, Any]:
         """The API shape, without the signing key (shown only when the app is created)."""

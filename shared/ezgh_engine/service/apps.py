@@ -73,6 +73,7 @@ def create_app(
         workflows=(),
         signing_key=ids.secret_token(32),
         created_at=clock.iso(clock.now()),
+        key_id=principal.key_id,
     )
     return registry_store.create_app(app)
 
@@ -140,7 +141,8 @@ def update_app(
     _require(principal, UPDATE_ACTION, app.name)
     changed = app
     if url is not UNSET and url != app.url:
-        changed = replace(changed, url=_check_url(app.kind, url))
+        # New code answers at the new URL: it acts for the key that pointed the app there.
+        changed = replace(changed, url=_check_url(app.kind, url), key_id=principal.key_id)
     if notifications is not UNSET:
         parsed = parse_notifications(notifications)
         if parsed is not None:
@@ -177,7 +179,8 @@ def sync_app(principal: Principal, app_ref: str) -> App:
             f"sync failed: invalid workflow names {bad[:5]} (must match ^[A-Za-z0-9_-]{{1,64}}$)",
             code="app_not_synced",
         )
-    return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
+    workflows = list(dict.fromkeys(workflows))
+    return registry_store.update_app_after_sync(app, workflows, key_id=principal.key_id)
 
 
 def _end_deleted(run_id: str, end_now: Any) -> bool:

@@ -254,10 +254,11 @@ def announce(principal: Principal, app_ref: str, *, worker_id: str, workflows: l
         raise ValidationError(f"workflows: invalid names {bad[:5]} (^[A-Za-z0-9_-]{{1,64}}$)")
     merged = list(dict.fromkeys([*app.workflows, *workflows]))
     task_queues.ensure_queue(app.id)
-    if app.status == "synced" and merged == list(app.workflows):
+    # The app's code acts for the key of its last worker to announce (`App.key_id`).
+    if app.status == "synced" and merged == list(app.workflows) and app.key_id == principal.key_id:
         return app
     log.info("pull app %s: worker %s announced %s", app.name, worker_id, workflows)
-    return registry_store.update_app_after_sync(app, merged)
+    return registry_store.update_app_after_sync(app, merged, key_id=principal.key_id)
 
 
 def poll(principal: Principal, app_ref: str, wait_seconds: int = MAX_POLL_SECONDS) -> Any:
