@@ -22,7 +22,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
 from ezgh_engine.errors import PayloadTooLarge, Unauthorized
-from ezgh_engine.service import callbacks, runs, steps
+from ezgh_engine.service import callbacks, invocation_state, runs, steps
 
 router = APIGatewayHttpRouter()
 
@@ -204,6 +204,33 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
     return json_response(200, steps.apply_ops(token, body))
+
+
+def _invocation_token() -> str:
+    token = bearer_token(router.current_event)
+    if token is None:
+        raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
+    return token
+
+
+@router.post(
+    "/v1/invocations/history",
+    security=m.INVOCATION_TOKEN,
+    summary="A page of an invocation's history (protocol 1.5; invocation token)",
+    responses=m.doc(200, None, "{steps: [...], nextCursor}"),
+)
+def read_history(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
+    return json_response(200, invocation_state.read_history(_invocation_token(), body))
+
+
+@router.post(
+    "/v1/invocations/payload",
+    security=m.INVOCATION_TOKEN,
+    summary="A value an invoke request gave as a reference (protocol 1.5; invocation token)",
+    responses=m.doc(200, None, "{value: <json>}"),
+)
+def read_payload(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
+    return json_response(200, invocation_state.read_payload(_invocation_token(), body))
 
 
 @router.post(

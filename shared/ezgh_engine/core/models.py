@@ -91,6 +91,9 @@ class App:
     created_at: str
     notifications: Notifications | None = None
     version: int = 1
+    # The newest invocation protocol the app speaks, as its last sync answer (a push app) or
+    # its workers' last announce (a pull app) said; None: it said none (before 1.5).
+    protocol: str | None = None
 
     def to_api(self) -> dict[str, Any]:
         """The API shape, without the signing key (shown only when the app is created)."""

@@ -156,16 +156,10 @@ def sync_app(principal: Principal, app_ref: str) -> App:
             code="app_not_synced",
         )
     try:
-        workflows = push.sync_app(app)
+        synced = push.sync_app(app)  # names checked as a pull app's: at most 1,000, valid
     except EngineError as err:
         raise Conflict(f"sync failed: {err.message}", code="app_not_synced") from err
-    bad = [w for w in workflows if not WORKFLOW_NAME_RE.match(w)]
-    if bad:
-        raise Conflict(
-            f"sync failed: invalid workflow names {bad[:5]} (must match ^[A-Za-z0-9_-]{{1,64}}$)",
-            code="app_not_synced",
-        )
-    return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
+    return registry_store.update_app_after_sync(app, synced.workflows, synced.protocol)
 
 
 def _end_deleted(run_id: str, end_now: Any) -> bool:

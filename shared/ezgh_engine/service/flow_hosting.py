@@ -13,6 +13,7 @@ from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW
 from ezgh_engine.core.models import App, Principal
 from ezgh_engine.errors import Conflict, EngineError
 from ezgh_engine.interpreter.hosting import signing_key
+from ezgh_engine.protocol import PROTOCOL_VERSION
 
 
 def interpreter_app(principal: Principal) -> App:
@@ -73,13 +74,14 @@ def _host_interpreter(principal: Principal, app: App | None, url: str) -> App:
         with contextlib.suppress(Conflict):  # a concurrent first use moved it already
             registry_store.save_app(replace(app, url=url, status="pending"))
         app = registry_store.get_app(principal.project_id, app.id) or app
-    if app.status == "synced" and INTERPRETER_WORKFLOW in app.workflows and app.url == url:
+    synced_now = app.status == "synced" and app.protocol == PROTOCOL_VERSION
+    if synced_now and INTERPRETER_WORKFLOW in app.workflows and app.url == url:
         return app
     try:
-        workflows = push.sync_app(app)
+        synced = push.sync_app(app)
     except EngineError as err:
         raise Conflict(
             f"the flows interpreter at {url} did not answer its sync: {err.message}",
             code="app_not_synced",
         ) from err
-    return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
+    return registry_store.update_app_after_sync(app, synced.workflows, synced.protocol)
