@@ -72,6 +72,10 @@ DRAIN_SECONDS = 5.0
 # are then sent by a step call first. Half, not all, because the engine's wait began before
 # ours did (the request's transit, the app's cold start), and an extra call costs little.
 LATE_ANSWER_FRACTION = 0.5
+# An answer carries the held step ends only while they are small: past this their own step
+# call sends them first, so an answer is its output (at most 1 MiB) and little more, within
+# what the engine takes of a pull worker's outcome (2 MiB) and a Lambda's answer (6 MB).
+ANSWER_HELD_BYTES = 256 * 1024
 
 
 class Invocation:
@@ -201,7 +205,7 @@ class Invocation:
         self._main = self._start_workflow()
         try:
             answer = await self._drive()
-            if self._answer_may_go_unread():
+            if self._answer_may_go_unread() or self._calls.held_bytes() > ANSWER_HELD_BYTES:
                 await self._calls.flush_before_answer()
         except AbortInvocation as exc:
             await self._stop_workflow(exc)

@@ -14,6 +14,7 @@ invocation aborts and the engine replays the run with the recorded one.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -77,6 +78,10 @@ class StepCalls:
         except TransportError as exc:
             logger.warning("sending the held step ends failed (%s); the answer carries them", exc)
             self._held = [*held, *self._held]
+
+    def held_bytes(self) -> int:
+        """The encoded size of the ends held now (what the answer would carry)."""
+        return sum(len(json.dumps(op, ensure_ascii=False).encode()) for op in self._held)
 
     def take_held(self) -> list[Op]:
         """The held ends, for the invocation's answer; none are held afterwards."""
