@@ -130,7 +130,7 @@ class RunError:
 
 # A step's error when its run's cancel, or its run's end, ended it before it did.
 CANCELLED_ERROR = RunError("workflows.cancelled", "RunCancelledError", "the run was cancelled")
-# Statuses of a step not ended yet (an ended run has none: `Run._step_view`).
+# Statuses of a step not ended yet (an ended run has none: `Run.step_view`).
 STEP_PENDING_STATUSES = frozenset({"running", "retrying", "sleeping", "waiting"})
 
 
@@ -256,10 +256,10 @@ class Run:
             if value is not None:
                 body[key] = value
         if with_steps:
-            body["steps"] = [self._step_view(s).to_api() for s in self.steps]
+            body["steps"] = [self.step_view(s).to_api() for s in self.steps]
         return body
 
-    def _step_view(self, step: Step) -> Step:
+    def step_view(self, step: Step) -> Step:
         """A step as the run's readers see it. A run that ends leaves no step pending: its
         end is written first, and each pending step is cancelled by a write of its own after
         it (`waits.cancel_leftovers`, at the run's end time); between the two, show what

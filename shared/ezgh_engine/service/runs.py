@@ -223,7 +223,8 @@ def search_runs(
         cursor=cursor,
         keep=None if readable is None else _readable_by(readable),
     )
-    return [_hydrate(r) for r in runs], nxt
+    # An input kept in S3 is not read: a list gives it as a reference (`run_views`).
+    return runs, nxt
 
 
 def _readable_by(resources: frozenset[str]) -> Callable[[Run], bool]:
