@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import protocol, values
-from .errors import NonRetryableError, RunCancelledError, StepError, ValueRuleError
+from .errors import (
+    NonRetryableError,
+    RunCancelledError,
+    StepError,
+    ValueRuleError,
+    error_body,
+)
 from .protocol import RecordedStep
 from .protocol_rules import DEFAULT_RETRIES, STEP_ENDED_STATUSES, may_retry
 from .step_calls import StepCalls
@@ -149,7 +155,9 @@ async def _call(fn: StepFn, context: StepContext) -> tuple[Resolution, bool]:
 
 
 def _user_error(step_id: str, exc: Exception) -> StepError:
-    return StepError(step_id=step_id, code="user", error_name=type(exc).__name__, message=str(exc))
+    """The step's error as it is recorded (its message cut as `error_body` cuts it), so the
+    workflow sees the same on its first run and on replay."""
+    return StepError.from_body(step_id, error_body("user", type(exc).__name__, str(exc)))
 
 
 async def call_step_fn(fn: StepFn) -> Any:

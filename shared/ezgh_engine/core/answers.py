@@ -47,11 +47,12 @@ def as_refs(slots: Sequence[Slot]) -> list[Any]:
     return taken
 
 
-def fit_values(body: Any, slots: Sequence[Slot], budget: int = ANSWER_BYTES) -> None:
-    """Put the slots' values back inline, in order, while `body` stays within `budget`;
-    the others stay references. `body` holds the slots' holders, every slot inline."""
+def fit_values(body: Any, slots: Sequence[Slot], budget: int | None = None) -> None:
+    """Put the slots' values back inline, in order, while `body` stays within `budget`
+    (`ANSWER_BYTES`); the others stay references. `body` holds the slots' holders, every
+    slot inline."""
     values = as_refs(slots)
-    left = budget - size(body)
+    left = (ANSWER_BYTES if budget is None else budget) - size(body)
     for slot, value in zip(slots, values, strict=True):
         extra = size({slot.key: value}) - size({slot.ref_key: slot.ref})
         if extra <= left:

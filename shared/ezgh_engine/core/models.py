@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ezgh_engine.core.protocol_rules import RUN_ENDED_STATUSES, RUN_LIVE_STATUSES
+from ezgh_engine.core.protocol_rules import (
+    MAX_ERROR_FIELD_BYTES,
+    MAX_ERROR_MESSAGE_BYTES,
+    RUN_ENDED_STATUSES,
+    RUN_LIVE_STATUSES,
+    clip,
+)
 
 RunStatus = Literal["running", "cancelling", "completed", "failed", "cancelled", "timedOut"]
 # Owned by `protocol_rules` (the SDK decides with the same sets).
@@ -121,10 +127,11 @@ class RunError:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> RunError:
+        """An error as an app sent it, cut to what a run or step keeps (`protocol_rules`)."""
         return cls(
-            code=str(data.get("code") or "user"),
-            name=str(data.get("name") or "Error"),
-            message=str(data.get("message") or ""),
+            code=clip(str(data.get("code") or "user"), MAX_ERROR_FIELD_BYTES),
+            name=clip(str(data.get("name") or "Error"), MAX_ERROR_FIELD_BYTES),
+            message=clip(str(data.get("message") or ""), MAX_ERROR_MESSAGE_BYTES),
         )
 
 
