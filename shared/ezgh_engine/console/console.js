@@ -204,6 +204,31 @@
     return data;
   }
 
+  /** A list the API answers page by page by size (`nextCursor`), whole: `{name: [...]}`. */
+  async function allPages(path, name) {
+    const found = [];
+    let cursor = null;
+    do {
+      const page = await api("GET", path + query({ cursor }));
+      found.push(...(page[name] || []));
+      cursor = page.nextCursor;
+    } while (cursor);
+    return { [name]: found };
+  }
+
+  /** GetRun with every step: a run whose steps do not fit one answer comes in pages. */
+  async function getRun(runId) {
+    const run = await api("GET", `/runs/${enc(runId)}`);
+    let cursor = run.nextStepsCursor;
+    delete run.nextStepsCursor;
+    while (cursor) {
+      const page = await api("GET", `/runs/${enc(runId)}${query({ stepsCursor: cursor })}`);
+      run.steps = (run.steps || []).concat(page.steps || []);
+      cursor = page.nextStepsCursor;
+    }
+    return run;
+  }
+
   function query(params) {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") q.set(k, v);
@@ -341,7 +366,7 @@
 
   async function appNames() {
     try {
-      const data = await api("GET", "/apps");
+      const data = await allPages("/apps", "apps");
       const names = {};
       for (const app of data.apps || []) names[app.id] = app.name;
       return { apps: data.apps || [], names };
@@ -492,7 +517,7 @@
   const expanded = new Set(); // step IDs whose details are open, across refreshes
 
   async function pageRun(v, runId) {
-    const run = await api("GET", `/runs/${enc(runId)}`);
+    const run = await getRun(runId);
     if (!current(v)) return;
     let events = null;
     let eventsError = null;
@@ -634,7 +659,8 @@
   }
 
   function runValues(run) {
-    const blocks = [h("div", {}, h("h2", { text: "Input" }), jsonBlock(run.input, "run-input"))];
+    const blocks = [run.inputRef ? payloadLoader(run.id, run.inputRef, "Input")
+      : h("div", {}, h("h2", { text: "Input" }), jsonBlock(run.input, "run-input"))];
     if (run.outputRef) blocks.push(payloadLoader(run.id, run.outputRef, "Output"));
     else if ("output" in run) blocks.push(h("div", {}, h("h2", { text: "Output" }), jsonBlock(run.output, "run-output")));
     if (run.error) blocks.push(h("div", {}, h("h2", { text: "Error" }), jsonBlock(run.error, "run-error")));
@@ -689,7 +715,7 @@
   }
 
   async function pageQueues(v) {
-    const data = await api("GET", "/queues");
+    const data = await allPages("/queues", "queues");
     if (!current(v)) return;
     const queues = data.queues || [];
     main.appendChild(h("h1", { text: "Queues" }));
@@ -739,7 +765,7 @@
   }
 
   async function pageApps(v) {
-    const data = await api("GET", "/apps");
+    const data = await allPages("/apps", "apps");
     if (!current(v)) return;
     main.appendChild(h("h1", { text: "Apps" }));
     main.appendChild(table(["Name", "Kind", "Status", "Workflows", "URL", "Created", ""],
@@ -756,7 +782,7 @@
   }
 
   async function pageSchedules(v) {
-    const data = await api("GET", "/schedules");
+    const data = await allPages("/schedules", "schedules");
     if (!current(v)) return;
     const reload = () => current(v) && route();
     main.appendChild(h("h1", { text: "Schedules" }));
@@ -785,7 +811,7 @@
   }
 
   async function pageSubscriptions(v) {
-    const data = await api("GET", "/subscriptions");
+    const data = await allPages("/subscriptions", "subscriptions");
     if (!current(v)) return;
     const reload = () => current(v) && route();
     main.appendChild(h("h1", { text: "Subscriptions" }));
@@ -819,7 +845,7 @@
   }
 
   async function pageFlows(v) {
-    const data = await api("GET", "/flows");
+    const data = await allPages("/flows", "flows");
     if (!current(v)) return;
     main.appendChild(h("h1", { text: "Flows" }));
     main.appendChild(table(["Flow", "Branch", "Created"],
