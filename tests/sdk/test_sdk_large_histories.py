@@ -179,3 +179,29 @@ def test_when_not_even_the_waiting_steps_fit_the_first_page_holds_them(
     assert engine.run().output == [f"{i:03d}" for i in range(60)]
     replay = engine.deliveries[-1].request
     assert replay["steps"] == [] and _phase(replay) == "pending"
+
+
+def test_values_read_by_reference_are_read_once_per_process(engine: Engine) -> None:
+    """A reference's value never changes: a warm process reads each one once for the run,
+    not at every replay (eight results of 1 MiB: 8 reads over 9 invocations, not 36)."""
+    from ezgh_workflows._internal import payload_cache
+
+    payload_cache.CACHE = payload_cache.PayloadCache()
+    served = _serve(engine, eight_mib)
+    run_to_end(served.app, engine, "eight-mib", limit=40)
+    assert engine.run().output == EXPECTED
+    assert len([what for what, _ in engine.reads if what == "payload"]) == 8
+
+
+def test_the_payload_cache_holds_at_most_its_bytes() -> None:
+    from ezgh_workflows._internal.payload_cache import PayloadCache
+
+    cache = PayloadCache(max_bytes=100)
+    cache.put("r", "a", "x" * 40)
+    cache.put("r", "b", "y" * 40)
+    assert cache.get("r", "a") == (True, "x" * 40)  # now the most recently used
+    cache.put("r", "c", "z" * 40)  # over 100 bytes: the least recently used goes
+    assert cache.get("r", "b") == (False, None)
+    assert cache.get("r", "a")[0] and cache.get("r", "c")[0]
+    cache.put("r", "d", "w" * 200)  # larger than the whole cache: not kept
+    assert cache.get("r", "d") == (False, None)

@@ -30,7 +30,7 @@ from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
-from . import clock, protocol, values
+from . import clock, payload_cache, protocol, values
 from .context import Context
 from .errors import (
     AbortInvocation,
@@ -243,7 +243,7 @@ class Invocation:
             cancelled = (s.status == "cancelled" for s in self._recorded.values())
             self._cancel_delivered = any(cancelled)
         if request.run.input_ref:
-            self._input = await self._reader().read_payload(request.run.input_ref)
+            self._input = await self._read_payload(request.run.input_ref)
 
     async def _with_output(self, recorded: RecordedStep) -> RecordedStep:
         """`recorded` with its output read, when the request gave it as a reference: read
@@ -251,8 +251,18 @@ class Invocation:
         in memory at once because of the SDK."""
         if recorded.output_ref is None or recorded.status != "completed":
             return recorded
-        value = await self._reader().read_payload(recorded.output_ref)
+        value = await self._read_payload(recorded.output_ref)
         return replace(recorded, output=value, output_ref=None)
+
+    async def _read_payload(self, ref: str) -> Any:
+        """A value by reference: from this process's `payload_cache` when an earlier
+        invocation of the run read it (a reference's value never changes), else read."""
+        run_id = self._request.run.id
+        found, value = payload_cache.CACHE.get(run_id, ref)
+        if not found:
+            value = await self._reader().read_payload(ref)
+            payload_cache.CACHE.put(run_id, ref, value)
+        return copy.deepcopy(value)  # the workflow may change what it is given
 
     def _answer_may_go_unread(self) -> bool:
         """The engine may have stopped waiting for the answer (protocol section 11): a step
