@@ -77,3 +77,30 @@ def test_a_history_cursor_opens_only_its_own_runs_history() -> None:
     assert status == 400 and body["error"]["code"] == "validation_error"
     status, body = _steps_function("/v1/invocations/history", {"cursor": cursor}, _token("run-a"))
     assert (status, body) == (200, {"steps": [], "nextCursor": None})
+
+
+def _call(token: str, ops: list[dict[str, Any]], **extra: Any) -> Any:
+    status, body = _steps_function(
+        "/v1/invocations/steps", {"deploymentId": None, "ops": ops, **extra}, token
+    )
+    assert status == 200, body
+    return body["results"]
+
+
+def test_a_recorded_result_gives_a_large_output_by_reference_to_a_caller_that_reads_them() -> None:
+    """A step call's answer has a size of its own too (1.5): a `recorded` result gives an
+    output kept in S3 as its reference to an SDK that said 1.5, inline to one that did not."""
+    from tests.api.steps_helpers import lease_token, stored_run
+
+    run = stored_run()
+    token = lease_token(run)
+    big = "b" * 70_000  # over 64 KiB: kept in S3
+    _call(token, [{"op": "start", "stepId": "a#1", "name": "a", "kind": "run", "attempt": 1}])
+    _call(token, [{"op": "complete", "stepId": "a#1", "output": big}])
+    again = {"op": "start", "stepId": "a#1", "name": "a", "kind": "run", "attempt": 1}
+    (new,) = _call(token, [again], protocol="1.5")
+    assert new["result"] == "recorded" and "output" not in new["step"]
+    ref = new["step"]["outputRef"]
+    assert _steps_function("/v1/invocations/payload", {"ref": ref}, token)[1] == {"value": big}
+    (old,) = _call(token, [again])  # a caller before 1.5
+    assert old["result"] == "recorded" and old["step"]["output"] == big

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import httpx
+from ezgh_workflows._internal import payload_cache
 from ezgh_workflows._internal.protocol import ApiInfo
 from ezgh_workflows._internal.transport import (
     HISTORY_PATH,
@@ -89,6 +90,9 @@ class RecordingApp:
         transcript = self.transcript
         if body is not None:
             transcript.request(body)
+            # Each invocation as a cold process meets it: what it reads by reference is
+            # then one fixed sequence (a warm one keeps values read before: `payload_cache`).
+            payload_cache.CACHE = payload_cache.PayloadCache()
         sent: list[bytes] = []
 
         async def replay() -> MutableMapping[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ezgh_workflows._internal import clock, signing
+from ezgh_workflows._internal import clock, payload_cache, signing
 from ezgh_workflows._internal.protocol import ApiInfo, RecordedStep, parse_history_page
 
 from tests.golden import exchanges
@@ -96,6 +96,7 @@ def test_the_sdk_makes_the_recorded_calls_and_answer(name: str, n: int) -> None:
         return scripted
 
     app = make_app(signing_key=KEY, transport_factory=factory)
+    payload_cache.CACHE = payload_cache.PayloadCache()  # each recorded request met a cold SDK
     answer = asyncio.run(_post(app, request))
     assert answer.status_code == 200, answer.text
     assert scripted.problems == []

@@ -205,3 +205,44 @@ def test_the_payload_cache_holds_at_most_its_bytes() -> None:
     assert cache.get("r", "a")[0] and cache.get("r", "c")[0]
     cache.put("r", "d", "w" * 200)  # larger than the whole cache: not kept
     assert cache.get("r", "d") == (False, None)
+
+
+def test_a_recorded_result_by_reference_is_read_and_a_held_end_compared_with_it() -> None:
+    """A step call's `recorded` result may give a large output as a reference (1.5): the SDK
+    reads it before using it, and compares a held end with the value, not the reference."""
+    from ezgh_workflows._internal import payload_cache
+    from ezgh_workflows._internal.step_calls import StepCalls
+
+    payload_cache.CACHE = payload_cache.PayloadCache()
+    step = {"id": "a#1", "name": "a", "kind": "run", "status": "completed", "attempt": 1}
+    recorded = {"stepId": "a#1", "result": "recorded", "step": {**step, "outputRef": "steps/r"}}
+
+    class Transport:
+        reads: list[str] = []
+
+        async def send(self, ops: list[Any]) -> list[Any]:
+            return [recorded for _ in ops]
+
+        async def read_payload(self, ref: str) -> Any:
+            self.reads.append(ref)
+            return "big"
+
+        async def read_history(self, cursor: str) -> Any:
+            raise AssertionError("no history here")
+
+        async def aclose(self) -> None:
+            return None
+
+    transport = Transport()
+    calls = StepCalls(transport, hold=True, run_id="r1")
+
+    async def scenario() -> Any:
+        got = await calls.recorded(recorded)
+        calls.round_of(1)
+        await calls.end({"op": "complete", "stepId": "a#1", "output": "big"})
+        await calls.send([])  # the held end answered `recorded` with the same value: no abort
+        return got
+
+    got = asyncio.run(scenario())
+    assert got.output == "big" and got.output_ref is None
+    assert transport.reads == ["steps/r"]  # read once: the held end's check used the cache

@@ -92,7 +92,7 @@ class Invocation:
         self._request = request
         self._began = clock.monotonic()
         self._transport = transport
-        self._calls = StepCalls(transport, hold=request.holds_step_ends)
+        self._calls = StepCalls(transport, hold=request.holds_step_ends, run_id=request.run.id)
         self._input = request.run.input
         self._deployment_id = deployment_id
         self._recorded = {step.id: step for step in request.steps}
@@ -255,14 +255,8 @@ class Invocation:
         return replace(recorded, output=value, output_ref=None)
 
     async def _read_payload(self, ref: str) -> Any:
-        """A value by reference: from this process's `payload_cache` when an earlier
-        invocation of the run read it (a reference's value never changes), else read."""
-        run_id = self._request.run.id
-        found, value = payload_cache.CACHE.get(run_id, ref)
-        if not found:
-            value = await self._reader().read_payload(ref)
-            payload_cache.CACHE.put(run_id, ref, value)
-        return copy.deepcopy(value)  # the workflow may change what it is given
+        """A value by reference (`payload_cache.read`: once per process and run)."""
+        return await payload_cache.read(self._reader(), self._request.run.id, ref)
 
     def _answer_may_go_unread(self) -> bool:
         """The engine may have stopped waiting for the answer (protocol section 11): a step

@@ -8,10 +8,11 @@ them again. Bounded by the bytes it holds; the least recently used go first.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 MAX_BYTES = 64 * 1024 * 1024
 
@@ -49,3 +50,17 @@ class PayloadCache:
 
 # One per process: every invocation of a `PushApp` or a `Worker` in it shares it.
 CACHE = PayloadCache()
+
+
+class Reader(Protocol):
+    async def read_payload(self, ref: str) -> Any: ...
+
+
+async def read(reader: Reader, run_id: str, ref: str) -> Any:
+    """The value at `ref` of the run: from `CACHE` when this process read it before (a
+    reference's value never changes), else read with `reader` and kept."""
+    found, value = CACHE.get(run_id, ref)
+    if not found:
+        value = await reader.read_payload(ref)
+        CACHE.put(run_id, ref, value)
+    return copy.deepcopy(value)  # the workflow may change what it is given

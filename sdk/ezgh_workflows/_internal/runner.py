@@ -61,7 +61,7 @@ async def record_value(calls: StepCalls, step_id: str, request: StepRequest) -> 
     assert request.make_value is not None
     value = request.make_value()
     result = (await calls.send([protocol.op_record(step_id, request.name, value)]))[0]
-    recorded = protocol.recorded_in(result)
+    recorded = await calls.recorded(result)
     return Resolution.from_record(recorded) if recorded else Resolution(value=value)
 
 
@@ -69,7 +69,7 @@ async def create_callback(calls: StepCalls, step_id: str, request: StepRequest) 
     """A ``callback`` step: the engine records it ``waiting`` and answers its URL."""
     op = protocol.op_callback(step_id, request.name, request.timeout_seconds)
     result = (await calls.send([op]))[0]
-    recorded = protocol.recorded_in(result)
+    recorded = await calls.recorded(result)
     url = recorded.url if recorded is not None else result.get("url")
     return Resolution(value=url)
 
@@ -77,7 +77,7 @@ async def create_callback(calls: StepCalls, step_id: str, request: StepRequest) 
 async def cancel_step(calls: StepCalls, step_id: str, request: StepRequest) -> Resolution:
     """In a cancelling run: record the step ``cancelled`` (or use what ended it first)."""
     op = {"op": "cancel", "stepId": step_id, "name": request.name, "kind": request.kind}
-    recorded = protocol.recorded_in((await calls.send([op]))[0])
+    recorded = await calls.recorded((await calls.send([op]))[0])
     if recorded is not None and recorded.status in STEP_ENDED_STATUSES:
         return Resolution.from_record(recorded)
     return Resolution(error=RunCancelledError())
@@ -87,7 +87,7 @@ async def reject_step(calls: StepCalls, step_id: str, request: StepRequest) -> R
     """Record a step that can't be (a sleep over a year) as failed, with its error."""
     assert request.reject is not None
     op = protocol.op_fail_wait(step_id, request.name, request.kind, request.reject)
-    recorded = protocol.recorded_in((await calls.send([op]))[0])
+    recorded = await calls.recorded((await calls.send([op]))[0])
     if recorded is not None:
         return Resolution.from_record(recorded)
     return Resolution(error=StepError.from_body(step_id, request.reject))
@@ -106,7 +106,7 @@ async def run_step(
     assert request.fn is not None
     expected = recorded.attempt + 1 if recorded is not None else 1
     results = await calls.send([protocol.op_start(step_id, request.name, attempt=expected)])
-    already = protocol.recorded_in(results[0])
+    already = await calls.recorded(results[0])
     if already is not None:
         return Resolution.from_record(already)
     attempt = int(results[0].get("attempt") or 1)
@@ -127,7 +127,7 @@ async def run_step(
         result = (await calls.send([op]))[0] if retried else await calls.end(op)
     if result is None:
         return outcome
-    already = protocol.recorded_in(result)
+    already = await calls.recorded(result)
     if already is not None:
         return Resolution.from_record(already)
     if result.get("result") == "retry":

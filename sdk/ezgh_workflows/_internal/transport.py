@@ -14,7 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from .errors import AbortInvocation, TransportError
-from .protocol import ApiInfo, Op, ProtocolError, RecordedStep, parse_history_page
+from .protocol import (
+    PROTOCOL_VERSION,
+    ApiInfo,
+    Op,
+    ProtocolError,
+    RecordedStep,
+    parse_history_page,
+)
 
 logger = logging.getLogger("ezgh_workflows")
 
@@ -79,7 +86,8 @@ class HttpStepTransport:
         )
 
     async def send(self, ops: list[Op]) -> list[dict[str, Any]]:
-        body = {"deploymentId": self._deployment_id, "ops": ops}
+        # `protocol`: a `recorded` result may then give a large output as a reference (1.5).
+        body = {"deploymentId": self._deployment_id, "ops": ops, "protocol": PROTOCOL_VERSION}
         answer = await self._call(self._url, body, "step call")
         return _results(answer, len(ops))
 

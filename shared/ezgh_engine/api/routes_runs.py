@@ -23,7 +23,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
 from ezgh_engine.errors import PayloadTooLarge, Unauthorized
-from ezgh_engine.service import callbacks, invocation_state, run_views, runs, steps
+from ezgh_engine.service import callbacks, invocation_state, run_views, runs, steps, wire
 
 router = APIGatewayHttpRouter()
 
@@ -227,7 +227,8 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     token = bearer_token(router.current_event)
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
-    return json_response(200, steps.apply_ops(token, body))
+    with wire.answering(body.get("protocol")):  # 1.5: large recorded outputs by reference
+        return json_response(200, steps.apply_ops(token, body))
 
 
 def _invocation_token() -> str:

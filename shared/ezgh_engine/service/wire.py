@@ -13,7 +13,9 @@ Two shapes, by the version the app speaks (`protocol.spoken_with`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from ezgh_engine.adapters import ddb, payloads
@@ -40,9 +42,29 @@ def _protocol_fields(run_id: str, step: Step, body: dict[str, Any]) -> dict[str,
     return body
 
 
+# Whether the step call being answered came from an SDK that reads references (1.5, its
+# body's `protocol`): a `recorded` result then gives an output kept in S3 as its reference,
+# so a call's answer has a size of its own too. Set by the step calls' route.
+_CALLER_READS_REFERENCES: ContextVar[bool] = ContextVar("caller_reads_references", default=False)
+
+
+@contextmanager
+def answering(caller_protocol: Any) -> Iterator[None]:
+    """Answer a step call (its recorded steps) in the version its caller said."""
+    reads = isinstance(caller_protocol, str) and takes_references(caller_protocol)
+    token = _CALLER_READS_REFERENCES.set(reads)
+    try:
+        yield
+    finally:
+        _CALLER_READS_REFERENCES.reset(token)
+
+
 def step_body(project_id: str, run_id: str, step: Step) -> dict[str, Any]:
-    """The API shape, a large output read back inline, plus the protocol-only fields: a
-    callback's `url` and a parallel step's `branch` (the 1.4 shape)."""
+    """A recorded step as a step call's `recorded` result shows it: the 1.4 shape (the API
+    shape, a large output read back inline, plus the protocol-only fields: a callback's
+    `url` and a parallel step's `branch`), or the 1.5 one for a caller that said 1.5."""
+    if _CALLER_READS_REFERENCES.get():
+        return step_ref_body(run_id, step)
     body = step.to_api()
     if step.output_ref:
         body.pop("outputRef")
