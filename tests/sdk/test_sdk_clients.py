@@ -194,7 +194,7 @@ def test_step_transport_retries_server_errors() -> None:
     request = rec.requests[0]
     assert request.url == "http://engine.test/v1/invocations/steps"
     assert request.headers["authorization"] == "Bearer tok"
-    assert json.loads(request.content) == {"deploymentId": "dep", "ops": ops}
+    assert json.loads(request.content) == {"deploymentId": "dep", "ops": ops, "protocol": "1.5"}
 
 
 def test_step_transport_gives_up_and_aborts() -> None:

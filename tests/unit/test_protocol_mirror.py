@@ -96,6 +96,7 @@ def test_the_sdk_calls_the_paths_the_steps_function_serves() -> None:
     """Step calls and (1.5) the history and payload reads: the SDK's paths are the ones the
     steps function lets through, and the API serves them too (a pull worker's `api.url`)."""
     from ezgh_workflows._internal import transport
+
     from functions.steps.handler import INVOCATION_PATHS
 
     sdk_paths = {transport.STEPS_PATH, transport.HISTORY_PATH, transport.PAYLOAD_PATH}
