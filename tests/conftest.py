@@ -44,6 +44,7 @@ DDBLOCAL_MODULES = frozenset(
         "tests/api/test_branch_outcomes.py",
         "tests/api/test_ops_stuck_runs.py",
         "tests/api/test_protocol_races.py",
+        "tests/api/test_rate_limits.py",
         "tests/api/test_pull_access.py",
         "tests/api/test_queues.py",
         "tests/api/test_races.py",

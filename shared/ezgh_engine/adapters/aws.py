@@ -26,10 +26,16 @@ _lock = threading.Lock()
 
 
 @cache
-def client(service: str) -> Any:
-    """A shared boto3 client (boto3 clients are thread-safe; sessions are not)."""
+def client(service: str, read_timeout: int | None = None) -> Any:
+    """A shared boto3 client (boto3 clients are thread-safe; sessions are not). With
+    `read_timeout`, one that waits that long for an answer and retries once at most (a
+    synchronous Lambda invoke whose function may run that long)."""
+    config = _CONFIG
+    if read_timeout is not None:
+        longer = Config(read_timeout=read_timeout, retries={"max_attempts": 2, "mode": "standard"})
+        config = _CONFIG.merge(longer)
     with _lock:
-        made = boto3.session.Session().client(service, config=_CONFIG)
+        made = boto3.session.Session().client(service, config=config)
         _made.append(made)
         if _observers:
             _attach(made)
