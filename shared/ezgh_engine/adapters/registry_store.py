@@ -277,6 +277,8 @@ def _app_item(app: App) -> dict[str, Any]:
         item["url"] = _s(app.url)
     if app.notifications is not None:
         item["notifications"] = _s(json.dumps(app.notifications.to_api()))
+    if app.protocol is not None:
+        item["protocol"] = _s(app.protocol)
     return item
 
 
@@ -304,6 +306,7 @@ def _app_from_item(item: dict[str, Any]) -> App:
         created_at=item["createdAt"]["S"],
         notifications=notifications,
         version=int(item["version"]["N"]),
+        protocol=item["protocol"]["S"] if "protocol" in item else None,
     )
 
 
@@ -393,24 +396,28 @@ def save_app(app: App) -> App:
     return saved
 
 
-def update_app_after_sync(app: App, workflows: list[str]) -> App:
-    """Record what a sync learnt: the app's workflows, and status `synced`.
+def update_app_after_sync(app: App, workflows: list[str], protocol: str | None = None) -> App:
+    """Record what a sync learnt: the app's workflows, status `synced`, and the protocol
+    version it speaks (when given; a worker's announce without one leaves it).
 
     Only these fields change (no version check), so a sync never loses a concurrent PATCH
     of the URL or notifications; the version still moves on.
     """
+    update = "SET workflows = :w, #s = :s, version = version + :one"
+    values = {":w": {"L": [_s(w) for w in workflows]}, ":s": _s("synced"), ":one": {"N": "1"}}
+    names = {"#s": "status"}
+    if protocol is not None:
+        update += ", #p = :p"
+        names["#p"] = "protocol"
+        values[":p"] = _s(protocol)
     try:
         answer = ddb().update_item(
             TableName=table(),
             Key=item_key(f"APP#{app.id}", "APP"),
-            UpdateExpression="SET workflows = :w, #s = :s, version = version + :one",
+            UpdateExpression=update,
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={
-                ":w": {"L": [_s(w) for w in workflows]},
-                ":s": _s("synced"),
-                ":one": {"N": "1"},
-            },
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
         )
     except ClientError as err:
