@@ -1,10 +1,11 @@
 """The steps Lambda: step calls of invocations, at a function URL (no HTTP API fee).
 
 Function URL events have the HTTP API's payload format 2.0, so the API's resolver answers
-them. The URL is public (auth NONE): before anything else, a request that is not
-`POST /v1/invocations/steps` or whose invocation token does not verify (its HMAC and expiry,
-no lookup) is refused from the raw event (`api.function_url`), so junk costs a few
-microseconds of an environment, not a pass through the resolver.
+them. The URL is public (auth NONE): before anything else, a request that is not a POST of
+an invocation call (a step call, or, protocol 1.5, a history or payload read) or whose
+invocation token does not verify (its HMAC and expiry, no lookup) is refused from the raw
+event (`api.function_url`), so junk costs a few microseconds of an environment, not a pass
+through the resolver.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from ezgh_engine.core import tokens
 from ezgh_engine.errors import Unauthorized
 
 STEPS_PATH = STEP_CALLS_PATH
+# What an invocation calls with its token: step calls, and its history's pages and the
+# values its request gave as references (protocol 1.5).
+INVOCATION_PATHS = frozenset({STEPS_PATH, "/v1/invocations/history", "/v1/invocations/payload"})
 
 
 def _invocation_token(event: function_url.Event) -> None:
@@ -31,10 +35,10 @@ def _invocation_token(event: function_url.Event) -> None:
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Refuse what is not a signed step call at once; route the rest."""
-    refused = function_url.admit(
-        event, method="POST", path=STEPS_PATH, authenticate=_invocation_token
-    )
+    """Refuse what is not a signed invocation call at once; route the rest."""
+    _, path = function_url.request_line(event)
+    served = path if path in INVOCATION_PATHS else STEPS_PATH  # (another path: 404)
+    refused = function_url.admit(event, method="POST", path=served, authenticate=_invocation_token)
     if refused is not None:
         return refused
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))

@@ -156,7 +156,7 @@ def test_sync_records_the_workflows(project, monkeypatch):
 
     def fake_sync(stored):
         seen.append(stored)
-        return ["onboarding", "chargeCustomer"]
+        return push.Synced(["onboarding", "chargeCustomer"], "1.5")
 
     monkeypatch.setattr(push, "sync_app", fake_sync)
     synced = project.call("POST", f"/apps/{app['slug']}/sync")

@@ -377,6 +377,8 @@ NOT_BY_API_KEY: dict[tuple[str, str], tuple[str, int]] = {
     ("POST", "/v1/invocations/steps"): ("/v1/invocations/steps", 401),  # invocation token
     ("POST", "/v1/invocations/outcome"): ("/v1/invocations/outcome", 401),
     ("POST", "/v1/invocations/heartbeat"): ("/v1/invocations/heartbeat", 401),
+    ("POST", "/v1/invocations/history"): ("/v1/invocations/history", 401),
+    ("POST", "/v1/invocations/payload"): ("/v1/invocations/payload", 401),
 }
 
 
@@ -423,7 +425,7 @@ def _engine_env(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     monkeypatch.setenv("EZGH_SCHEDULER_ROLE_ARN", "arn:aws:iam::123456789012:role/scheduler")
     monkeypatch.setenv(event_sources.ENV_EVENT_SOURCES, "local")
     # The push app's own HTTP answer to a sync (the network is not ours to reach here).
-    monkeypatch.setattr(push, "sync_app", lambda app: ["a"])
+    monkeypatch.setattr(push, "sync_app", lambda app: push.Synced(["a"], "1.5"))
     config.reset_settings()
     event_sources.LOCAL.clear()
     yield

@@ -16,7 +16,7 @@ from ezgh_engine.adapters import waits_store as ws
 
 from tests.api.steps_helpers import complete, free_lease, lease_token, start, steps_call, stored_run
 
-APP = SimpleNamespace(kind="push", name="app", notifications=None)
+APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
 
 
 def _raw_run(run_id: str) -> dict[str, Any]:

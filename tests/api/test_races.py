@@ -18,7 +18,7 @@ from ezgh_engine.core import tokens
 from tests.api.steps_helpers import stored_run
 from tests.api.test_protocol_races import _raw_run, _sleeping
 
-APP = SimpleNamespace(kind="push", name="app", notifications=None)
+APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
 
 
 def _epoch_of(request: dict[str, Any]) -> int:
@@ -185,7 +185,7 @@ def _synced_app(project: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
     app = project.call(
         "POST", "/apps", body={"name": "billing", "kind": "push", "url": "https://app.example.com/"}
     ).body
-    monkeypatch.setattr(push, "sync_app", lambda _app: ["onboarding"])
+    monkeypatch.setattr(push, "sync_app", lambda _app: push.Synced(["onboarding"], "1.5"))
     assert project.call("POST", f"/apps/{app['id']}/sync").status == 200
     return dict(app)
 

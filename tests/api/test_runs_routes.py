@@ -190,7 +190,7 @@ def test_start_run_through_the_real_service(project, monkeypatch):
         "POST", "/runs", body={"appId": app["slug"], "workflow": "onboarding"}
     )
     assert not_synced.status == 409 and not_synced.body["error"]["code"] == "app_not_synced"
-    monkeypatch.setattr(push, "sync_app", lambda _app: ["onboarding"])
+    monkeypatch.setattr(push, "sync_app", lambda _app: push.Synced(["onboarding"], "1.5"))
     assert project.call("POST", f"/apps/{app['id']}/sync").status == 200
     body = {
         "appId": app["slug"],

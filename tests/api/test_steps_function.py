@@ -130,8 +130,8 @@ def test_push_invocations_call_the_steps_url_and_pull_tasks_the_api(
     now = clock.iso(clock.now())
     run = Run("r", "o", "p", "a", "w", "running", None, 1, now, now, 1)
     try:
-        push = invoke_request(run, "inv", 60_000, clock.now_ms())
-        pull = invoke_request(run, "inv", 60_000, clock.now_ms(), pull=True)
+        push = invoke_request(run, "inv", 60_000, clock.now_ms(), app_protocol="1.5")
+        pull = invoke_request(run, "inv", 60_000, clock.now_ms(), pull=True, app_protocol="1.5")
         assert push["api"]["url"] == "https://steps.example.test"
         assert pull["api"]["url"] == config.settings().api_url
     finally:

@@ -194,7 +194,7 @@ def test_step_transport_retries_server_errors() -> None:
     request = rec.requests[0]
     assert request.url == "http://engine.test/v1/invocations/steps"
     assert request.headers["authorization"] == "Bearer tok"
-    assert json.loads(request.content) == {"deploymentId": "dep", "ops": ops}
+    assert json.loads(request.content) == {"deploymentId": "dep", "ops": ops, "protocol": "1.5"}
 
 
 def test_step_transport_gives_up_and_aborts() -> None:
@@ -256,3 +256,25 @@ def test_a_step_call_over_a_real_connection_attempts_no_failing_import(
 
     assert asyncio.run(call_twice()) == [{"stepId": "a#1", "result": "ok"}]
     assert failed == []
+
+
+def test_get_run_and_list_apps_read_every_page() -> None:
+    """A run whose steps do not fit one answer comes with `nextStepsCursor`, a list with
+    `nextCursor`: the client reads on and answers them whole."""
+    rec = Recorder(
+        [
+            httpx.Response(
+                200, json={"id": "r1", "steps": [{"id": "a#1"}], "nextStepsCursor": "c1"}
+            ),
+            httpx.Response(
+                200, json={"id": "r1", "steps": [{"id": "b#1"}], "nextStepsCursor": None}
+            ),
+            httpx.Response(200, json={"apps": [{"name": "a"}], "nextCursor": "k1"}),
+            httpx.Response(200, json={"apps": [{"name": "b"}], "nextCursor": None}),
+        ]
+    )
+    client = _client(WorkflowsClient, rec)
+    assert client.get_run("r1") == {"id": "r1", "steps": [{"id": "a#1"}, {"id": "b#1"}]}
+    assert client.list_apps() == {"apps": [{"name": "a"}, {"name": "b"}]}
+    assert [r.url.params.get("stepsCursor") for r in rec.requests[:2]] == [None, "c1"]
+    assert [r.url.params.get("cursor") for r in rec.requests[2:]] == [None, "k1"]

@@ -124,10 +124,12 @@ def fetch_history(reader: RunsReader, run_id: str) -> RunHistory:
 
 
 def _resolved(reader: RunsReader, run_id: str, item: dict[str, Any]) -> dict[str, Any]:
-    """A run or step with its large output (``outputRef``) read back as ``output``."""
-    ref = item.pop("outputRef", None)
-    if isinstance(ref, str):
-        item["output"] = reader.get_payload(run_id, ref)
+    """A run or step with a value given as a reference (``outputRef``, a run's
+    ``inputRef``: kept outside the run, or no room in the answer) read back inline."""
+    for ref_key, key in (("outputRef", "output"), ("inputRef", "input")):
+        ref = item.pop(ref_key, None)
+        if isinstance(ref, str):
+            item[key] = reader.get_payload(run_id, ref)
     return item
 
 

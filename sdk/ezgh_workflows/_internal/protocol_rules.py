@@ -47,6 +47,23 @@ def may_retry(attempt: int, retries: int) -> bool:
     return attempt <= min(retries, MAX_RETRIES)
 
 
+# A recorded error's `code` and `name`, and its `message`, at most (UTF-8 bytes): an error is
+# kept in its step's or its run's item (DynamoDB keeps 400 KB per item). Longer ones are cut
+# where they are made, the SDK before it sends them and the engine when it receives them.
+MAX_ERROR_FIELD_BYTES = 256
+MAX_ERROR_MESSAGE_BYTES = 8192
+CUT_MARK = " [cut]"
+
+
+def clip(text: str, limit: int) -> str:
+    """`text`, cut to at most `limit` UTF-8 bytes (ending with `CUT_MARK` when cut)."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    room = limit - len(CUT_MARK.encode())
+    return data[:room].decode("utf-8", "ignore") + CUT_MARK
+
+
 def end_differs(op: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
     """Whether a step end (``complete`` or ``fail``) was answered ``recorded`` with another
     outcome than it carried: another invocation recorded the step first, so this one went on

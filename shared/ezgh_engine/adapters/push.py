@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 from collections.abc import Callable
@@ -20,13 +21,15 @@ import httpx
 
 from ezgh_engine import clock
 from ezgh_engine.config import settings
-from ezgh_engine.core import tokens
+from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import App
 from ezgh_engine.core.queues import redacted_url
 from ezgh_engine.errors import EngineError, ValidationError
 from ezgh_engine.protocol import PROTOCOL_VERSION
 
 SYNC_TIMEOUT_SECONDS = 30.0
+# A protocol version as an app says it (`"1.5"`).
+VERSION_RE = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){0,3}$")
 
 
 class AppUnreachable(EngineError):
@@ -34,6 +37,20 @@ class AppUnreachable(EngineError):
 
     status, code = 502, "app_unreachable"
     retryable = True
+
+
+class RequestTooLarge(AppUnreachable):
+    """The app refused the request as too large (HTTP 413: a Lambda function URL's 6 MB, a
+    proxy's body limit). The same request is refused again: no retry helps."""
+
+
+@dataclass(frozen=True)
+class Synced:
+    """A push app's sync answer: the workflows it hosts, and the newest protocol version it
+    speaks (None when it said none)."""
+
+    workflows: list[str]
+    protocol: str | None
 
 
 class AppTimedOut(AppUnreachable):
@@ -326,6 +343,10 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         raise AppUnreachable(
             f"could not reach app {app.name} at {shown}: {type(exc).__name__}"
         ) from None
+    if answer.status_code == 413:
+        raise RequestTooLarge(
+            f"app {app.name} at {app.url} refused a request of {len(raw)} bytes as too large"
+        )
     if answer.status_code != 200:
         # The status only: the body is the target's, and an API error must not reflect it.
         raise AppUnreachable(f"app {app.name} at {shown} answered HTTP {answer.status_code}")
@@ -340,16 +361,25 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     return data
 
 
-def sync_app(app: App) -> list[str]:
-    """Ask a push app which workflows it hosts."""
+def sync_app(app: App) -> Synced:
+    """Ask a push app which workflows it hosts, and which protocol it speaks. The names are
+    held to the rules a pull app's workers are (`validation.check_app_workflows`): an
+    answer that breaks them is `AppUnreachable` naming `workflows`, before anything is
+    written."""
     data = _post(app, {"protocol": PROTOCOL_VERSION, "type": "sync"}, SYNC_TIMEOUT_SECONDS)
     workflows = data.get("workflows")
     if not isinstance(workflows, list):
         raise AppUnreachable(f"app {app.name} answered sync without a workflows list")
-    names = [w.get("name") if isinstance(w, dict) else w for w in workflows]
-    if not all(isinstance(n, str) and n for n in names):
+    given = [w.get("name") if isinstance(w, dict) else w for w in workflows]
+    if not all(isinstance(n, str) and n for n in given):
         raise AppUnreachable(f"app {app.name} answered sync with a malformed workflows list")
-    return [str(n) for n in names]
+    names = list(dict.fromkeys(str(n) for n in given))
+    try:
+        validation.check_app_workflows(names)
+    except ValidationError as exc:
+        raise AppUnreachable(f"app {app.name} answered sync with {exc.message}") from None
+    said = data.get("protocol")
+    return Synced(names, said if isinstance(said, str) and VERSION_RE.match(said) else None)
 
 
 def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:

@@ -146,6 +146,8 @@ def _app_item(app: App) -> dict[str, Any]:
         item["url"] = _s(app.url)
     if app.notifications is not None:
         item["notifications"] = _s(json.dumps(app.notifications.to_api()))
+    if app.protocol is not None:
+        item["protocol"] = _s(app.protocol)
     if app.key_id is not None:
         item["keyId"] = _s(app.key_id)
     return item
@@ -175,6 +177,7 @@ def _app_from_item(item: dict[str, Any]) -> App:
         created_at=item["createdAt"]["S"],
         notifications=notifications,
         version=int(item["version"]["N"]),
+        protocol=item["protocol"]["S"] if "protocol" in item else None,
         key_id=item["keyId"]["S"] if "keyId" in item else None,
     )
 
@@ -265,19 +268,23 @@ def save_app(app: App) -> App:
     return saved
 
 
-def update_app_after_sync(app: App, workflows: list[str], *, key_id: str | None = None) -> App:
-    """Record what a sync learnt: the app's workflows, and status `synced`; with `key_id`,
-    the key whose sync (or worker's announce) it was, which the app's code now acts for.
+def update_app_after_sync(
+    app: App, workflows: list[str], protocol: str | None = None, *, key_id: str | None = None
+) -> App:
+    """Record what a sync learnt: the app's workflows, status `synced`, the protocol version
+    it speaks (when given; a worker's announce without one leaves it), and with `key_id` the
+    key whose sync (or worker's announce) it was, which the app's code now acts for.
 
     Only these fields change (no version check), so a sync never loses a concurrent PATCH
     of the URL or notifications; the version still moves on.
     """
-    values: dict[str, Any] = {
-        ":w": {"L": [_s(w) for w in workflows]},
-        ":s": _s("synced"),
-        ":one": {"N": "1"},
-    }
     update = "SET workflows = :w, #s = :s, version = version + :one"
+    values = {":w": {"L": [_s(w) for w in workflows]}, ":s": _s("synced"), ":one": {"N": "1"}}
+    names = {"#s": "status"}
+    if protocol is not None:
+        update += ", #p = :p"
+        names["#p"] = "protocol"
+        values[":p"] = _s(protocol)
     if key_id is not None:
         update += ", keyId = :k"
         values[":k"] = _s(key_id)
@@ -287,7 +294,7 @@ def update_app_after_sync(app: App, workflows: list[str], *, key_id: str | None 
             Key=item_key(f"APP#{app.id}", "APP"),
             UpdateExpression=update,
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
         )

@@ -24,11 +24,11 @@ VERSION = "1.0.0"
 
 
 def _parse_body(raw: str) -> Any:
-    """`errors.parse_json_body` with the limit of the request's path (a step call's is
-    larger: `errors.MAX_STEP_CALL_BYTES`)."""
-    step_call = resolver.current_event.path == errors.STEP_CALLS_PATH
+    """`errors.parse_json_body` with the limit of the request's path (a step call's and a
+    pull worker's outcome are larger: `errors.MAX_STEP_CALL_BYTES`)."""
+    large = resolver.current_event.path in errors.LARGE_BODY_PATHS
     return errors.parse_json_body(
-        raw, errors.MAX_STEP_CALL_BYTES if step_call else errors.MAX_BODY_BYTES
+        raw, errors.MAX_STEP_CALL_BYTES if large else errors.MAX_BODY_BYTES
     )
 
 

@@ -44,6 +44,10 @@ MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the contract's limit on bodies and JSON v
 # rides the call that starts the next step (issue 19: refused 413, it failed the invocation).
 STEP_CALLS_PATH = "/v1/invocations/steps"
 MAX_STEP_CALL_BYTES = 2 * MAX_BODY_BYTES
+# The bodies that may carry a value of 1 MiB and more: step calls, and a pull worker's
+# outcome (its output of up to 1 MiB, and the step ends it holds: the SDK keeps those under
+# 256 KiB, sending more by a step call first).
+LARGE_BODY_PATHS = frozenset({STEP_CALLS_PATH, "/v1/invocations/outcome"})
 
 # A body may wrap its JSON values a few levels deep (an outcome's `ops[i].output`); each value
 # is then held to `validation.MAX_DEPTH` itself.

@@ -55,6 +55,7 @@ class FlowAnswer(BaseModel):
 
 class FlowList(BaseModel):
     flows: list[FlowAnswer]
+    nextCursor: str | None = None
 
 
 class CommitAnswer(BaseModel):

@@ -6,6 +6,7 @@ in `api.errors`; permissions are decided in the services.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -13,8 +14,10 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Que
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
+from ezgh_engine.api import pages
 from ezgh_engine.api.auth import principal_for
 from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.api.models import PageCursor
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.service import apps, auth
@@ -25,6 +28,11 @@ PREFIX = "/v1/organizations/<orgId>/projects/<projectId>"
 IdempotencyKey = Annotated[
     str | None, Header(alias="idempotency-key", description="replays the first answer for 48 h")
 ]
+
+
+def _by(field: str) -> Callable[[dict[str, Any]], str]:
+    """A list's order: the field its items are sorted by (`pages.by_size`)."""
+    return lambda item: str(item[field])
 
 
 def _caller(org_id: str, project_id: str) -> Principal:
@@ -65,9 +73,11 @@ def create_app(
     ),
     responses=m.doc(200, m.AppList, "the project's apps this key may read"),
 )
-def list_apps(orgId: str, projectId: str) -> Response[Any]:
+def list_apps(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, {"apps": [a.to_api() for a in apps.list_apps(principal)]})
+    found = [a.to_api() for a in apps.list_apps(principal)]
+    scope = f"apps:{principal.project_id}"
+    return json_response(200, pages.by_size("apps", found, _by("name"), cursor=cursor, scope=scope))
 
 
 @router.get(
@@ -169,8 +179,13 @@ def list_api_keys(
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    found, nxt = auth.list_api_keys(principal, limit=limit, cursor=cursor)
-    return json_response(200, {"apiKeys": [k.to_api() for k in found], "nextCursor": nxt})
+
+    def fetch(count: int) -> tuple[list[dict[str, Any]], str | None]:
+        found, following = auth.list_api_keys(principal, limit=count, cursor=cursor)
+        return [k.to_api() for k in found], following
+
+    found, following = pages.fewer(fetch, limit)
+    return json_response(200, {"apiKeys": found, "nextCursor": following})
 
 
 @router.delete(

@@ -37,7 +37,7 @@ class ApiReader:
         self._api = api
 
     def get_run(self, run_id: str) -> Any:
-        return self._api.request("GET", f"/runs/{segment(run_id)}")
+        return self._api.run(run_id)  # every step, however many pages they take
 
     def list_run_events(
         self, run_id: str, *, cursor: str | None = None, limit: int | None = None

@@ -39,7 +39,7 @@ def resolve_app(api: Api, ref: str) -> dict[str, Any]:
     """An app by UUID, slug or name."""
     if UUID_RE.match(ref) or ref.startswith("wfa_"):
         return dict(api.request("GET", f"/apps/{segment(ref)}"))
-    for app in api.request("GET", "/apps").get("apps", []):
+    for app in api.all_pages("/apps", "apps").get("apps", []):
         if app.get("name") == ref:
             return dict(app)
     raise CliError(f"404 not_found: no app named {ref!r}", 404, "not_found")
@@ -48,7 +48,7 @@ def resolve_app(api: Api, ref: str) -> dict[str, Any]:
 def resolve_queue_id(api: Api, ref: str) -> str:
     """A queue's ID from its name or ID (`GET /queues`)."""
     try:
-        queues = api.request("GET", "/queues").get("queues", [])
+        queues = api.all_pages("/queues", "queues").get("queues", [])
     except CliError as exc:
         if UUID_RE.match(ref) and exc.status in (404, 403):
             return ref
@@ -69,7 +69,7 @@ def _show_app(app: dict[str, Any]) -> None:
 
 
 def apps_list(args: argparse.Namespace) -> int:
-    apps = Api(args).request("GET", "/apps")
+    apps = Api(args).all_pages("/apps", "apps")
     return emit(args, apps, lambda d: table(d.get("apps", []), APP_COLUMNS))
 
 
@@ -172,6 +172,7 @@ def _show_run(run: dict[str, Any]) -> None:
             "scheduleId",
             "parentRunId",
             "input",
+            "inputRef",
             "output",
             "outputRef",
             "error",
@@ -200,7 +201,7 @@ def runs_start(args: argparse.Namespace) -> int:
 
 
 def runs_get(args: argparse.Namespace) -> int:
-    return emit(args, Api(args).request("GET", f"/runs/{segment(args.run_id)}"), _show_run)
+    return emit(args, Api(args).run(args.run_id), _show_run)
 
 
 def runs_list(args: argparse.Namespace) -> int:
@@ -266,7 +267,7 @@ def schedules_create(args: argparse.Namespace) -> int:
 
 
 def schedules_list(args: argparse.Namespace) -> int:
-    answer = Api(args).request("GET", "/schedules")
+    answer = Api(args).all_pages("/schedules", "schedules")
     return emit(args, answer, lambda d: table(d.get("schedules", []), SCHEDULE_COLUMNS))
 
 

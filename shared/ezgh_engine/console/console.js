@@ -222,6 +222,31 @@
     return data;
   }
 
+  /** A list the API answers page by page by size (`nextCursor`), whole: `{name: [...]}`. */
+  async function allPages(path, name) {
+    const found = [];
+    let cursor = null;
+    do {
+      const page = await api("GET", path + query({ cursor }));
+      found.push(...(page[name] || []));
+      cursor = page.nextCursor;
+    } while (cursor);
+    return { [name]: found };
+  }
+
+  /** GetRun with every step: a run whose steps do not fit one answer comes in pages. */
+  async function getRun(runId) {
+    const run = await api("GET", `/runs/${enc(runId)}`);
+    let cursor = run.nextStepsCursor;
+    delete run.nextStepsCursor;
+    while (cursor) {
+      const page = await api("GET", `/runs/${enc(runId)}${query({ stepsCursor: cursor })}`);
+      run.steps = (run.steps || []).concat(page.steps || []);
+      cursor = page.nextStepsCursor;
+    }
+    return run;
+  }
+
   function query(params) {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") q.set(k, v);
@@ -392,7 +417,7 @@
 
   async function appNames() {
     try {
-      const data = await api("GET", "/apps");
+      const data = await allPages("/apps", "apps");
       const names = {};
       for (const app of data.apps || []) names[app.id] = app.name;
       return { apps: data.apps || [], names };
@@ -543,7 +568,7 @@
   const expanded = new Set(); // step IDs whose details are open, across refreshes
 
   async function pageRun(v, runId) {
-    const run = await api("GET", `/runs/${enc(runId)}`);
+    const run = await getRun(runId);
     if (!current(v)) return;
     // A code workflow a flow's job invoked: its parent is a job (GET /jobs), not a run.
     let parentIsJob = false;
@@ -699,7 +724,8 @@
   }
 
   function runValues(run) {
-    const blocks = [h("div", {}, h("h2", { text: "Input" }), jsonBlock(run.input, "run-input"))];
+    const blocks = [run.inputRef ? payloadLoader(run.id, run.inputRef, "Input")
+      : h("div", {}, h("h2", { text: "Input" }), jsonBlock(run.input, "run-input"))];
     if (run.outputRef) blocks.push(payloadLoader(run.id, run.outputRef, "Output"));
     else if ("output" in run) blocks.push(h("div", {}, h("h2", { text: "Output" }), jsonBlock(run.output, "run-output")));
     if (run.error) blocks.push(h("div", {}, h("h2", { text: "Error" }), jsonBlock(run.error, "run-error")));
@@ -754,7 +780,7 @@
   }
 
   async function pageQueues(v) {
-    const data = await api("GET", "/queues");
+    const data = await allPages("/queues", "queues");
     if (!current(v)) return;
     const queues = data.queues || [];
     main.appendChild(h("h1", { text: "Queues" }));
@@ -804,7 +830,7 @@
   }
 
   async function pageApps(v) {
-    const data = await api("GET", "/apps");
+    const data = await allPages("/apps", "apps");
     if (!current(v)) return;
     main.appendChild(h("h1", { text: "Apps" }));
     main.appendChild(table(["Name", "Kind", "Status", "Workflows", "URL", "Created", ""],
@@ -821,7 +847,7 @@
   }
 
   async function pageSchedules(v) {
-    const data = await api("GET", "/schedules");
+    const data = await allPages("/schedules", "schedules");
     if (!current(v)) return;
     const reload = () => current(v) && route();
     main.appendChild(h("h1", { text: "Schedules" }));
@@ -854,7 +880,7 @@
   /** Flow ID → name, for the flows this key may read (none when it may read none). */
   async function flowNames() {
     try {
-      const data = await api("GET", "/flows");
+      const data = await allPages("/flows", "flows");
       const names = {};
       for (const fl of data.flows || []) names[fl.id] = fl.name;
       return names;
@@ -864,7 +890,7 @@
   }
 
   async function pageSubscriptions(v) {
-    const data = await api("GET", "/subscriptions");
+    const data = await allPages("/subscriptions", "subscriptions");
     const names = { ...(await appNames()).names, ...(await flowNames()) };
     if (!current(v)) return;
     const reload = () => current(v) && route();
@@ -899,7 +925,7 @@
   }
 
   async function pageFlows(v) {
-    const data = await api("GET", "/flows");
+    const data = await allPages("/flows", "flows");
     if (!current(v)) return;
     main.appendChild(h("h1", { text: "Flows" }));
     main.appendChild(table(["Flow", "Branch", "Created"],

@@ -12,7 +12,13 @@ from functools import cached_property
 from typing import Any, Literal
 
 from ezgh_engine.core.grants import ALL, Grant, action_kind
-from ezgh_engine.core.protocol_rules import RUN_ENDED_STATUSES, RUN_LIVE_STATUSES
+from ezgh_engine.core.protocol_rules import (
+    MAX_ERROR_FIELD_BYTES,
+    MAX_ERROR_MESSAGE_BYTES,
+    RUN_ENDED_STATUSES,
+    RUN_LIVE_STATUSES,
+    clip,
+)
 
 RunStatus = Literal["running", "cancelling", "completed", "failed", "cancelled", "timedOut"]
 # Owned by `protocol_rules` (the SDK decides with the same sets).
@@ -115,6 +121,9 @@ class App:
     created_at: str
     notifications: Notifications | None = None
     version: int = 1
+    # The newest invocation protocol the app speaks, as its last sync answer (a push app) or
+    # its workers' last announce (a pull app) said; None: it said none (before 1.5).
+    protocol: str | None = None
     # The API key the app's code acts for: the key that last set what code it runs (created
     # it, changed its URL, synced it, or announced one of its workers). Its code invokes
     # another app's workflow only where this key may start it (None: an app registered
@@ -147,16 +156,17 @@ class RunError:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> RunError:
+        """An error as an app sent it, cut to what a run or step keeps (`protocol_rules`)."""
         return cls(
-            code=str(data.get("code") or "user"),
-            name=str(data.get("name") or "Error"),
-            message=str(data.get("message") or ""),
+            code=clip(str(data.get("code") or "user"), MAX_ERROR_FIELD_BYTES),
+            name=clip(str(data.get("name") or "Error"), MAX_ERROR_FIELD_BYTES),
+            message=clip(str(data.get("message") or ""), MAX_ERROR_MESSAGE_BYTES),
         )
 
 
 # A step's error when its run's cancel, or its run's end, ended it before it did.
 CANCELLED_ERROR = RunError("workflows.cancelled", "RunCancelledError", "the run was cancelled")
-# Statuses of a step not ended yet (an ended run has none: `Run._step_view`).
+# Statuses of a step not ended yet (an ended run has none: `Run.step_view`).
 STEP_PENDING_STATUSES = frozenset({"running", "retrying", "sleeping", "waiting"})
 
 
@@ -282,10 +292,10 @@ class Run:
             if value is not None:
                 body[key] = value
         if with_steps:
-            body["steps"] = [self._step_view(s).to_api() for s in self.steps]
+            body["steps"] = [self.step_view(s).to_api() for s in self.steps]
         return body
 
-    def _step_view(self, step: Step) -> Step:
+    def step_view(self, step: Step) -> Step:
         """A step as the run's readers see it. A run that ends leaves no step pending: its
         end is written first, and each pending step is cancelled by a write of its own after
         it (`waits.cancel_leftovers`, at the run's end time); between the two, show what

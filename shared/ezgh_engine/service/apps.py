@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import push, registry_store, runs_store
+from ezgh_engine.core import validation
 from ezgh_engine.core.models import App, Notifications, Principal
 from ezgh_engine.core.run_errors import APP_DELETED
-from ezgh_engine.core.validation import WORKFLOW_NAME_RE
 from ezgh_engine.errors import Conflict, EngineError, Forbidden, NotFound, ValidationError
 from ezgh_engine.service import timers
 from ezgh_engine.service.pull import delete_task_queue
@@ -112,11 +112,10 @@ def parse_notifications(value: dict[str, Any] | None) -> Notifications | None:
     if not isinstance(on, list) or not on or any(s not in NOTIFY_ON for s in on):
         raise ValidationError(f"notifications.on: a non-empty subset of {list(NOTIFY_ON)}")
     workflows = value.get("workflows")
-    if workflows is not None and (
-        not isinstance(workflows, list)
-        or any(not isinstance(w, str) or not WORKFLOW_NAME_RE.match(w) for w in workflows)
-    ):
+    if workflows is not None and not isinstance(workflows, list):
         raise ValidationError("notifications.workflows: null or a list of workflow names")
+    if workflows is not None:  # kept in the app's item, as the app's own workflows are
+        validation.check_app_workflows(list(dict.fromkeys(workflows)), "notifications.workflows")
     group_by: Literal["run", "workflow"] = "run"
     if value.get("groupBy") == "workflow":
         group_by = "workflow"
@@ -170,17 +169,12 @@ def sync_app(principal: Principal, app_ref: str) -> App:
             code="app_not_synced",
         )
     try:
-        workflows = push.sync_app(app)
+        synced = push.sync_app(app)  # names checked as a pull app's: at most 1,000, valid
     except EngineError as err:
         raise Conflict(f"sync failed: {err.message}", code="app_not_synced") from err
-    bad = [w for w in workflows if not WORKFLOW_NAME_RE.match(w)]
-    if bad:
-        raise Conflict(
-            f"sync failed: invalid workflow names {bad[:5]} (must match ^[A-Za-z0-9_-]{{1,64}}$)",
-            code="app_not_synced",
-        )
-    workflows = list(dict.fromkeys(workflows))
-    return registry_store.update_app_after_sync(app, workflows, key_id=principal.key_id)
+    return registry_store.update_app_after_sync(
+        app, synced.workflows, synced.protocol, key_id=principal.key_id
+    )
 
 
 def _end_deleted(run_id: str, end_now: Any) -> bool:

@@ -106,7 +106,13 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         return None
     invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
     request = invoke_request(
-        run, invocation_id, lease_ms, now_ms, branch_step=step_id, branch_epoch=epoch
+        run,
+        invocation_id,
+        lease_ms,
+        now_ms,
+        app_protocol=app.protocol,
+        branch_step=step_id,
+        branch_epoch=epoch,
     )
     try:
         outcome = outcome_rules.parse(invoke_app(app, request), clock.now())

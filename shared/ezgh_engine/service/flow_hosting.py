@@ -17,6 +17,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW, interpreter_app_id
 from ezgh_engine.core.models import App, Principal, Run
 from ezgh_engine.interpreter.hosting import signing_key
+from ezgh_engine.protocol import PROTOCOL_VERSION
 
 # The interpreter app's creation time, as its record would show it (it has none).
 _EPOCH = "1970-01-01T00:00:00.000Z"
@@ -36,6 +37,9 @@ def engine_app(org_id: str, project_id: str) -> App:
         workflows=(INTERPRETER_WORKFLOW,),
         signing_key=signing_key(),
         created_at=_EPOCH,
+        # The interpreter is a `PushApp` of the SDK shipped with the engine: it speaks the
+        # engine's protocol (bounded requests, however large a job's history).
+        protocol=PROTOCOL_VERSION,
     )
 
 

@@ -247,7 +247,8 @@ def search_runs(
         cursor=cursor,
         keep=_listed_for(readable),
     )
-    return [_hydrate(r) for r in runs], nxt
+    # An input kept in S3 is not read: a list gives it as a reference (`run_views`).
+    return runs, nxt
 
 
 def _listed_for(resources: frozenset[str] | None) -> Callable[[Run], bool]:

@@ -88,7 +88,7 @@ def create_schedule(
 ) -> Schedule:
     expression = cron.check_cron(cron_expression)
     zone = cron.check_timezone(timezone)
-    validation.encode_value(input, "input")
+    validation.encode_item_value(input, "input")  # the schedule's item keeps it
     app = _app(principal, app_ref)
     _require_start(principal, app, workflow)
     _check_workflow(app, workflow)
@@ -163,7 +163,7 @@ def update_schedule(
     if timezone is not UNSET:
         changed = replace(changed, timezone=cron.check_timezone(timezone))
     if input is not UNSET:
-        validation.encode_value(input, "input")
+        validation.encode_item_value(input, "input")  # the schedule's item keeps it
         changed = replace(changed, input=input)
     if workflow is not UNSET and workflow != s.workflow:
         if app is None:

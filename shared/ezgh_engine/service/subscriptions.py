@@ -46,6 +46,8 @@ from ezgh_engine.service.flow_targets import check_flow_target
 from ezgh_engine.service.queues import get_queue, require
 
 CREATE_ACTION = "queues.subscriptions.create"
+# An https target's URL at most (as an app's URL: `api.models`).
+MAX_URL_CHARS = 2048
 _MODE_ACTION = {"start": "workflows.runs.start", "resume": "workflows.runs.resume"}
 
 
@@ -56,6 +58,8 @@ def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any
         url = target.get("url")
         if not isinstance(url, str) or not url:
             raise ValidationError("target.url: an https URL is required")
+        if len(url) > MAX_URL_CHARS:  # as an app's URL: the subscription's item keeps it
+            raise ValidationError(f"target.url: at most {MAX_URL_CHARS} characters")
         try:
             push.check_app_url(url)
         except ValidationError as err:
