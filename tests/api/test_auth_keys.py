@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from ezgh_engine.core.flows.jobs import Actor
+from ezgh_engine.errors import Forbidden
 from ezgh_engine.service.auth import bootstrap_admin
+from ezgh_engine.service.flow_authority import acting_principal
 
 
 def test_missing_malformed_and_unknown_keys_are_unauthorized(project, api):
@@ -247,8 +250,11 @@ def test_revoking_a_key_revokes_every_key_it_minted_transitively_and_at_once(pro
     for key in (leaked, deploy, reader):
         answer = project.call("GET", "/apiKeys", key=key["key"])
         assert answer.status == 401 and answer.body["error"]["code"] == "unauthorized", key
-        # Whatever acts for a key by its ID (a flow's nodes) finds none either.
+        # Whatever acts for a key by its ID (a flow's job, schedule or subscription; an
+        # app's invoke) finds none either.
         assert api_keys_store.get_api_key(project.project_id, key["id"]) is None
+        with pytest.raises(Forbidden, match="is revoked"):
+            acting_principal(project.project_id, Actor(key["id"], "api"))
         assert project.call("DELETE", f"/apiKeys/{key['id']}").status == 404
     assert _works(project, sibling["key"]) and _works(project, project.api_key)
     names = {k["name"] for k in project.call("GET", "/apiKeys").body["apiKeys"]}
@@ -444,3 +450,24 @@ def test_a_scoped_key_lists_only_the_keys_it_could_revoke(project):
     # A key with a page of others' keys answers a short (even empty) page with a cursor.
     page = project.call("GET", "/apiKeys", key=mine["key"], query={"limit": "1"}).body
     assert len(page["apiKeys"]) == 1 and page["nextCursor"]
+
+
+def test_authentication_reads_the_key_and_its_creators_in_one_batch(project):
+    """What a request's authentication costs: a bootstrap key, one read; a minted key, one
+    read of itself and one consistent batch read of its chain, however long."""
+    from ezgh_engine.adapters import aws
+
+    leaked, _, reader = _chain(project)
+    for secret, expected in (
+        (project.api_key, ["GetItem"]),
+        (leaked["key"], ["GetItem", "BatchGetItem"]),
+        (reader["key"], ["GetItem", "BatchGetItem"]),  # a chain of three
+    ):
+        seen: list[str] = []
+        stop = aws.observe(lambda call: seen.append(call["operation"]))  # noqa: B023
+        try:
+            assert project.call("GET", "/queues", key=secret).status == 200
+        finally:
+            stop()
+        reads = [op for op in seen if op in ("GetItem", "BatchGetItem", "Query")]
+        assert reads[: len(expected)] == expected, seen
