@@ -471,3 +471,17 @@ def test_authentication_reads_the_key_and_its_creators_in_one_batch(project):
             stop()
         reads = [op for op in seen if op in ("GetItem", "BatchGetItem", "Query")]
         assert reads[: len(expected)] == expected, seen
+
+
+def test_a_key_cannot_revoke_a_key_that_minted_it(project):
+    """A minted key as strong as its creators (here `*`) may not revoke them: that would
+    revoke the whole tree they minted. It may revoke itself and what it minted."""
+    leaked, deploy, reader = _chain(project)
+    admin_id = next(k["id"] for k in _listed(project) if k["createdBy"] is None)
+    for target in (admin_id, leaked["id"]):
+        refused = project.call("DELETE", f"/apiKeys/{target}", key=deploy["key"])
+        assert refused.status == 403 and refused.body["error"]["code"] == "forbidden"
+    assert _works(project, project.api_key) and _works(project, leaked["key"])
+    assert project.call("DELETE", f"/apiKeys/{deploy['id']}", key=deploy["key"]).status == 204
+    assert not _works(project, deploy["key"]) and not _works(project, reader["key"])
+    assert _works(project, leaked["key"])

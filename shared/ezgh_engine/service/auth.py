@@ -19,7 +19,9 @@ Rules for managing keys (the contract leaves them to us):
   not stored.
 - **delete**: the caller must cover every permission of the key it deletes, so a limited key
   cannot revoke the admin key. Deletion takes effect at once (reads are consistent), for the
-  key and for every key it minted, transitively (`api_keys_store`).
+  key and for every key it minted, transitively (`api_keys_store`). A key may not revoke one
+  of its own creators (403): that would revoke it and every key of its creator's tree, so a
+  minted key, leaked, cannot take down the keys its creator minted besides it.
 """
 
 from __future__ import annotations
@@ -132,6 +134,11 @@ def delete_api_key(principal: Principal, key_id: str) -> None:
     if key is None:
         raise NotFound(f"API key {key_id} not found")
     _require_covered(principal, key.permissions, "delete")
+    if key.id in principal.key_chain:
+        raise Forbidden(
+            f"API key {key.id} minted this key (or one of its creators): revoking it would "
+            "revoke every key it minted, this one too; revoke it with a key it did not mint"
+        )
     api_keys_store.delete_api_key(principal.project_id, key_id)
 
 
