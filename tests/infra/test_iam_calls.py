@@ -304,7 +304,6 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         # It writes the job index and failed items (PutItem) on the runs table and
         # `queue.send`'s idempotency records (PutItem, UpdateItem) on the registry.
         "dynamodb:UpdateItem": _LEVEL + " (used on the registry, not on the runs table)",
-        "dynamodb:BatchGetItem": _CHAIN + ": the key a job's node acts for",
     },
     "notify": {
         "dynamodb:DeleteItem": _LEVEL,
