@@ -1,10 +1,15 @@
-/** Step calls from the SDK to the engine (protocol section 2), behind a small interface. */
+/**
+ * Step calls from the SDK to the engine (protocol section 2), behind a small interface, and
+ * (1.5) the reads of what an invoke request gave as references: history pages and values.
+ */
 
 import { clock } from "./clock.js";
 import { AbortInvocation, TransportError } from "./errors.js";
-import type { ApiInfo, Op } from "./protocol/wire.js";
+import { PROTOCOL_VERSION, ProtocolError, parseHistoryPage, type ApiInfo, type HistoryPage, type Op } from "./protocol/wire.js";
 
 export const STEPS_PATH = "/v1/invocations/steps";
+export const HISTORY_PATH = "/v1/invocations/history";
+export const PAYLOAD_PATH = "/v1/invocations/payload";
 export type StepResult = Record<string, unknown>;
 
 /**
@@ -16,42 +21,83 @@ export interface StepTransport {
   send(ops: Op[]): Promise<StepResult[]>;
 }
 
+/** Reads what an invoke request gave as references (protocol 1.5), with the same token and
+ * the same errors as `StepTransport.send`. */
+export interface StateReader {
+  /** A page of the run's history: its steps, and the cursor of the next page. */
+  readHistory(cursor: string): Promise<HistoryPage>;
+  /** The JSON value at the payload path `ref` of the run. */
+  readPayload(ref: string): Promise<unknown>;
+}
+
+export function isStateReader(transport: unknown): transport is StateReader {
+  const t = transport as Partial<StateReader> | undefined;
+  return typeof t?.readHistory === "function" && typeof t?.readPayload === "function";
+}
+
 /** Makes the transport of one invocation. */
 export type TransportFactory = (api: ApiInfo, deploymentId: string | null) => StepTransport;
 
 const TIMEOUT_MS = 30_000;
 
 /** `StepTransport` over HTTP: `POST {api.url}/v1/invocations/steps`. 5xx answers and network
- * errors are sent again with the same ops (every op is idempotent). */
-export class HttpStepTransport implements StepTransport {
-  private readonly url: string;
+ * errors are sent again with the same ops (every op is idempotent). It is a `StateReader`
+ * too: the history and payload calls go to the same engine URL, with the same token and
+ * retries (they only read). */
+export class HttpStepTransport implements StepTransport, StateReader {
+  private readonly base: string;
 
   constructor(
     private readonly api: ApiInfo,
     private readonly deploymentId: string | null,
     private readonly backoffMs: readonly number[] = [100, 400, 1200],
   ) {
-    this.url = api.url.replace(/\/+$/, "") + STEPS_PATH;
+    this.base = api.url.replace(/\/+$/, "");
   }
 
   async send(ops: Op[]): Promise<StepResult[]> {
-    const body = JSON.stringify({ deploymentId: this.deploymentId, ops });
+    // `protocol`: a `recorded` result may then give a large output as a reference (1.5).
+    const body = { deploymentId: this.deploymentId, ops, protocol: PROTOCOL_VERSION };
+    return results(await this.call(STEPS_PATH, body, "step call"), ops.length);
+  }
+
+  async readHistory(cursor: string): Promise<HistoryPage> {
+    const answer = parse(await this.call(HISTORY_PATH, { cursor }, "history read"), "history read");
+    try {
+      return parseHistoryPage(answer);
+    } catch (error) {
+      if (error instanceof ProtocolError) throw new TransportError(`history read answered no page: ${error.message}`);
+      throw error;
+    }
+  }
+
+  async readPayload(ref: string): Promise<unknown> {
+    const answer = parse(await this.call(PAYLOAD_PATH, { ref }, "payload read"), "payload read");
+    if (!answer || typeof answer !== "object" || Array.isArray(answer) || !("value" in answer)) {
+      throw new TransportError("payload read answered no value");
+    }
+    return (answer as { value: unknown }).value;
+  }
+
+  /** The text of the 200 answer to `body` at `path`, sent again on 5xx and network errors. */
+  private async call(path: string, body: unknown, what: string): Promise<string> {
+    const text = JSON.stringify(body);
     for (let attempt = 0; ; attempt++) {
-      const problem = await this.attempt(body, ops.length);
-      if (Array.isArray(problem)) return problem;
+      const answer = await this.attempt(this.base + path, text, what);
+      if (answer.ok) return answer.text;
       const delay = this.backoffMs[attempt];
-      if (delay === undefined) throw new TransportError(`step call failed: ${problem}`);
-      console.warn(`ezgh: step call failed (${problem}); retrying in ${delay} ms`);
+      if (delay === undefined) throw new TransportError(`${what} failed: ${answer.problem}`);
+      console.warn(`ezgh: ${what} failed (${answer.problem}); retrying in ${delay} ms`);
       await clock.sleep(delay);
     }
   }
 
-  /** The results, or a description of a failure worth sending again. */
-  private async attempt(body: string, count: number): Promise<StepResult[] | string> {
+  /** The answer's text, or a description of a failure worth sending again. */
+  private async attempt(url: string, body: string, what: string): Promise<{ ok: true; text: string } | { ok: false; problem: string }> {
     let answer: Response;
     let text: string;
     try {
-      answer = await fetch(this.url, {
+      answer = await fetch(url, {
         method: "POST",
         body,
         headers: { authorization: `Bearer ${this.api.token}`, "content-type": "application/json" },
@@ -59,12 +105,12 @@ export class HttpStepTransport implements StepTransport {
       });
       text = await answer.text();
     } catch (error) {
-      return `${(error as Error)?.name ?? "Error"}: ${(error as Error)?.message ?? String(error)}`;
+      return { ok: false, problem: `${(error as Error)?.name ?? "Error"}: ${(error as Error)?.message ?? String(error)}` };
     }
-    if (answer.status >= 500) return `HTTP ${answer.status}`;
+    if (answer.status >= 500) return { ok: false, problem: `HTTP ${answer.status}` };
     if (answer.status === 401 || answer.status === 409) throw new AbortInvocation(reason(answer.status, text));
-    if (answer.status !== 200) throw new TransportError(`step call refused: ${reason(answer.status, text)}`);
-    return results(text, count);
+    if (answer.status !== 200) throw new TransportError(`${what} refused: ${reason(answer.status, text)}`);
+    return { ok: true, text };
   }
 }
 
@@ -74,6 +120,14 @@ function reason(status: number, text: string): string {
     return `${status} ${error.code}: ${error.message}`;
   } catch {
     return `HTTP ${status}`;
+  }
+}
+
+function parse(text: string, what: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new TransportError(`${what} answer is not JSON`);
   }
 }
 
