@@ -4,7 +4,7 @@
  * driver hands to the waiting step call once the whole round is resolved.
  */
 
-import { NonRetryableError, RunCancelledError, StepError, ValueRuleError, errorMessage, errorName } from "./errors.js";
+import { NonRetryableError, RunCancelledError, StepError, ValueRuleError, errorBody, errorMessage, errorName } from "./errors.js";
 import { DEFAULT_RETRIES, STEP_ENDED_STATUSES, mayRetry } from "./protocol/rules.js";
 import { ops, type RecordedStep } from "./protocol/wire.js";
 import type { StepCalls } from "./stepCalls.js";
@@ -118,7 +118,9 @@ async function call(request: StepRequest, context: StepContext, scope: StepRunSc
   } catch (error) {
     scope.checkViolation();
     if (error instanceof ValueRuleError) return [{ error: StepError.fromBody(context.stepId, error.toBody()) }, false];
-    const failed = new StepError({ stepId: context.stepId, code: "user", errorName: errorName(error), message: errorMessage(error) });
+    // As it is recorded (its message cut as `errorBody` cuts it): the same on the first run
+    // and on replay.
+    const failed = StepError.fromBody(context.stepId, errorBody("user", errorName(error), errorMessage(error)));
     return [{ error: failed }, !(error instanceof NonRetryableError)];
   } finally {
     scope.leave();
