@@ -41,7 +41,7 @@ import {
   errorName,
   type ErrorBody,
 } from "./errors.js";
-import { StepIds } from "./identity.js";
+import { StepIds, isPatchMarker } from "./identity.js";
 import { readPayload } from "./payloadCache.js";
 import { STEP_ENDED_STATUSES } from "./protocol/rules.js";
 import {
@@ -203,6 +203,13 @@ export class Invocation implements StepHost, StepRunScope {
     if (request.explicitId === undefined && request.waitFor === undefined) this.pendingNames.add(request.name);
     this.wake?.();
     return promise;
+  }
+
+  historyContinues(): boolean {
+    for (const stepId of this.recorded.keys()) {
+      if (!this.ids.asked(stepId) && !isPatchMarker(stepId)) return true;
+    }
+    return false;
   }
 
   violate(error: WorkflowRuleError): WorkflowRuleError {
