@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from ezgh_workflows import Context, Replayer, WorkflowsClient, workflow
 from ezgh_workflows._internal.history import RunHistory, fetch_history
 
