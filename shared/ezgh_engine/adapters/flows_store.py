@@ -22,6 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
 from ezgh_engine.adapters.registry_store import (
     ddb,
@@ -310,7 +311,7 @@ def add_commit(commit: Commit) -> Commit:
             ]
         )
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise Conflict(f"commit to flow {commit.flow_id} raced another; retry") from err
         raise
     return commit

@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
 from ezgh_engine.adapters.registry_store import _query_gsi1, ddb, get_item, item_key, table
 from ezgh_engine.core.queues import QueueRecord, Subscription
@@ -236,6 +237,6 @@ def delete_subscription(sub: Subscription) -> None:
             ]
         )
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise NotFound(f"subscription {sub.id} not found") from err
         raise

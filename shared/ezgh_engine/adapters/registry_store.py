@@ -222,7 +222,7 @@ def delete_api_key(project_id: str, key_id: str) -> None:
             ]
         )
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise NotFound(f"API key {key_id} not found") from err
         raise
 
@@ -433,6 +433,6 @@ def delete_with_pointers(keys: list[dict[str, Any]], what: str) -> None:
     try:
         ddb().transact_write_items(TransactItems=deletes)
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise NotFound(f"{what} not found") from err
         raise
