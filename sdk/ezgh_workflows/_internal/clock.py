@@ -6,6 +6,7 @@ replace them with ``monkeypatch.setattr(clock, "now", ...)`` instead of sleeping
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from datetime import UTC, datetime
@@ -24,6 +25,11 @@ def unix_seconds() -> float:
 def monotonic() -> float:
     """Seconds from an arbitrary origin, for measuring durations only."""
     return time.monotonic()
+
+
+def random_fraction() -> float:
+    """A uniform random number in [0, 1) (retry jitter)."""
+    return random.random()
 
 
 def new_uuid() -> str:

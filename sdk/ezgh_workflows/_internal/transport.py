@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import os
 import ssl
@@ -12,6 +13,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from . import clock
 from .errors import AbortInvocation, TransportError
 from .protocol import ApiInfo, Op
 
@@ -35,10 +37,25 @@ class StepTransport(Protocol):
 TransportFactory = Callable[[ApiInfo, str | None], StepTransport]
 
 
+# How long one step call keeps trying when the engine is busy or throttled (429, 5xx, the
+# network): inside the steps function's own 29 s and the engine's default 300 s wait for an
+# invocation's answer. An invocation the engine stopped waiting for is refused (409) and stops.
+RETRY_FOR_SECONDS = 30.0
+# The longest wait between two tries, and the longest `Retry-After` honoured as asked.
+MAX_RETRY_WAIT_SECONDS = 5.0
+MAX_RETRY_AFTER_SECONDS = 20.0
+# Answers worth another try: the engine busy (503 `unavailable`, 429 `rate_limited`), the
+# steps function's URL throttled by Lambda (429 "Rate Exceeded"), a gateway or server error.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
 class HttpStepTransport:
     """`StepTransport` over HTTP: ``POST {api.url}/v1/invocations/steps``.
 
-    5xx answers and network errors are retried with the same ops (every op is idempotent).
+    A throttled or failed call (429, 5xx, a network error) is sent again with the same ops
+    (every op is idempotent) after a growing, jittered wait, at least the answer's
+    `Retry-After`, for up to `retry_for_seconds` (and never past `deadline`, a
+    `clock.monotonic()` time, when given).
     """
 
     def __init__(
@@ -47,12 +64,16 @@ class HttpStepTransport:
         deployment_id: str | None,
         *,
         backoff: Sequence[float] = (0.1, 0.4, 1.2),
+        retry_for_seconds: float = RETRY_FOR_SECONDS,
+        deadline: float | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self._url = api.url.rstrip("/") + STEPS_PATH
         self._headers = {"Authorization": f"Bearer {api.token}"}
         self._deployment_id = deployment_id
-        self._backoff = tuple(backoff)
+        self._backoff = tuple(backoff) or (0.0,)
+        self._retry_for = retry_for_seconds
+        self._deadline = deadline
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(30.0),
             verify=_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")),
@@ -60,24 +81,47 @@ class HttpStepTransport:
 
     async def send(self, ops: list[Op]) -> list[dict[str, Any]]:
         body = {"deploymentId": self._deployment_id, "ops": ops}
-        for delay in (*self._backoff, None):
+        began = clock.monotonic()
+        for tried in itertools.count():
             problem = await self._attempt(body, len(ops))
             if isinstance(problem, list):
                 return problem
-            if delay is None:
-                raise TransportError(f"step call failed: {problem}")
-            logger.warning("step call failed (%s); retrying in %.1fs", problem, delay)
+            reason, retry_after = problem
+            delay = self._wait(tried, retry_after)
+            if delay is None or not self._in_time(began, delay):
+                raise TransportError(f"step call failed: {reason}")
+            logger.warning("step call failed (%s); retrying in %.1fs", reason, delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    async def _attempt(self, body: dict[str, Any], count: int) -> list[dict[str, Any]] | str:
-        """The results, or a description of a retryable failure."""
+    def _wait(self, tried: int, retry_after: float | None) -> float | None:
+        """The wait before try `tried` + 1: the schedule's step (doubling past its end, at
+        most `MAX_RETRY_WAIT_SECONDS`) with equal jitter, or the answer's `Retry-After` if
+        longer; None when `Retry-After` asks for more than the SDK waits."""
+        if retry_after is not None and retry_after > MAX_RETRY_AFTER_SECONDS:
+            return None
+        steps = self._backoff
+        base = steps[tried] if tried < len(steps) else steps[-1] * 2 ** (tried - len(steps) + 1)
+        base = min(base, MAX_RETRY_WAIT_SECONDS)
+        jittered = base * (0.5 + 0.5 * clock.random_fraction())
+        return max(jittered, retry_after or 0.0)
+
+    def _in_time(self, began: float, delay: float) -> bool:
+        now = clock.monotonic()
+        if self._deadline is not None and now + delay >= self._deadline:
+            return False
+        return now + delay - began < self._retry_for
+
+    async def _attempt(
+        self, body: dict[str, Any], count: int
+    ) -> list[dict[str, Any]] | tuple[str, float | None]:
+        """The results, or a retryable failure's description and `Retry-After` (seconds)."""
         try:
             answer = await self._client.post(self._url, json=body, headers=self._headers)
         except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}"
-        if answer.status_code >= 500:
-            return f"HTTP {answer.status_code}"
+            return f"{type(exc).__name__}: {exc}", None
+        if answer.status_code in RETRY_STATUSES or answer.status_code >= 500:
+            return f"HTTP {answer.status_code}", _retry_after(answer)
         if answer.status_code in (401, 409):
             raise AbortInvocation(_reason(answer))
         if answer.status_code != 200:
@@ -86,6 +130,16 @@ class HttpStepTransport:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _retry_after(answer: httpx.Response) -> float | None:
+    """`Retry-After` in seconds (a number of seconds; a date is not used), or None."""
+    value = answer.headers.get("Retry-After")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 @functools.lru_cache(maxsize=4)
