@@ -90,7 +90,11 @@ TRANSACTION_THROTTLE_REASONS = frozenset({"ThrottlingError", "ProvisionedThrough
 def is_throttle(error: BaseException) -> bool:
     """Whether `error` is an AWS answer that means "too many requests, try again later"
     (after botocore's retries), a transaction cancelled for capacity included."""
-    response = getattr(error, "response", None)
+    return is_throttle_answer(getattr(error, "response", None))
+
+
+def is_throttle_answer(response: Any) -> bool:
+    """`is_throttle` of a parsed AWS answer (a `ClientError`'s `response`)."""
     if not isinstance(response, dict):
         return False
     code = str((response.get("Error") or {}).get("Code", ""))
@@ -120,18 +124,11 @@ def _retry_cancelled_for_capacity(
     error = parsed.get("Error") or {}
     if error.get("Code") != "TransactionCanceledException":
         return None
-    if not is_throttle(_AsError(parsed)):
+    if not is_throttle_answer(parsed):
         return None
     from ezgh_engine import ids
 
     return ids.random_fraction() * min(2.0 ** (attempts - 1), 20.0)
-
-
-class _AsError:
-    """A parsed answer shaped like a `ClientError` for `is_throttle`."""
-
-    def __init__(self, response: dict[str, Any]) -> None:
-        self.response = response
 
 
 _lock = threading.Lock()

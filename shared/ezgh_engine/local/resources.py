@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ezgh_engine import config
@@ -121,6 +122,27 @@ def _create_bucket_and_group() -> None:
     except scheduler.exceptions.ResourceNotFoundException:
         with contextlib.suppress(scheduler.exceptions.ConflictException):
             scheduler.create_schedule_group(Name=SCHEDULER_GROUP)
+
+
+def create_recurring(topology: Topology, function_arn: Callable[[str], str]) -> None:
+    """The stack's own recurring schedules (topology `Recurring`, the hourly year-limit
+    sweep) in the timers' group, as infra makes them; kept if restored. `function_arn(key)`:
+    a topology function's ARN in the local Lambda API."""
+    scheduler = aws.client("scheduler")
+    for spec in topology.recurring:
+        with contextlib.suppress(scheduler.exceptions.ConflictException):
+            scheduler.create_schedule(
+                Name=spec.name,
+                GroupName=SCHEDULER_GROUP,
+                ScheduleExpression=spec.expression,
+                ScheduleExpressionTimezone="UTC",
+                FlexibleTimeWindow={"Mode": "OFF"},
+                Target={
+                    "Arn": function_arn(spec.function),
+                    "RoleArn": SCHEDULER_ROLE_ARN,
+                    "Input": spec.message,
+                },
+            )
 
 
 def provision(
