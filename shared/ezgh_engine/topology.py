@@ -32,12 +32,18 @@ class Table:
     ttl_attribute: str = "ttl"
 
 
+# SQS's longest message retention (its default is 4 days): every queue of the engine, its
+# dead-letter queues and every EZGH queue keep a backlog this long.
+SQS_MAX_RETENTION_SECONDS = 14 * 24 * 3600
+
+
 @dataclass(frozen=True)
 class Queue:
     key: str
     env_var: str  # holds the queue URL
     visibility_timeout_seconds: int = 60
     max_receive_count: int = 10
+    retention_seconds: int = SQS_MAX_RETENTION_SECONDS
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,22 @@ def list_queues(project_id: str) -> list[QueueRecord]:
     return [_queue_from(i) for i in _query_gsi1(f"QUEUES#{project_id}")]
 
 
+def all_queues() -> list[QueueRecord]:
+    """Every project's queues: a Scan of the registry (operators' commands only)."""
+    kwargs: dict[str, Any] = {
+        "TableName": table(),
+        "FilterExpression": "sk = :queue",
+        "ExpressionAttributeValues": {":queue": _s("QUEUE")},
+    }
+    out: list[QueueRecord] = []
+    while True:
+        page = ddb().scan(**kwargs)
+        out.extend(_queue_from(i) for i in page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return out
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
 def delete_queue(queue: QueueRecord) -> None:
     ddb().transact_write_items(
         TransactItems=[

@@ -91,7 +91,10 @@ def _create_table(table: Table) -> str:
 def _create_queue(queue: Queue) -> tuple[str, str, str]:
     """Create the queue and its dead-letter queue; return (url, arn, dlq url)."""
     sqs = aws.client("sqs")
-    dlq_url = sqs.create_queue(QueueName=f"{queue_name(queue)}-dlq")["QueueUrl"]
+    retention = {"MessageRetentionPeriod": str(queue.retention_seconds)}
+    dlq_url = sqs.create_queue(QueueName=f"{queue_name(queue)}-dlq", Attributes=retention)[
+        "QueueUrl"
+    ]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
@@ -101,6 +104,7 @@ def _create_queue(queue: Queue) -> tuple[str, str, str]:
         Attributes={
             "VisibilityTimeout": str(queue.visibility_timeout_seconds),
             "RedrivePolicy": json.dumps(redrive),
+            **retention,
         },
     )["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][

@@ -42,12 +42,21 @@ from datetime import UTC, datetime, timedelta
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import messages, registry_store, runs_store, steps_store, year_limit_store
+from ezgh_engine.adapters import (
+    messages,
+    queues_store,
+    registry_store,
+    runs_store,
+    sqs_queues,
+    steps_store,
+    year_limit_store,
+)
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.models import App, Run
+from ezgh_engine.core.queues import QueueRecord
 from ezgh_engine.service import year_limits
 from ezgh_engine.service.ops import ACTIVE_STATUSES, _active_run_items
 from ezgh_engine.service.timers import DEADLINE_STEP, YEAR_LIMIT, year_limit
@@ -273,6 +282,44 @@ def repair(
                 apply_action(action)
         actions.extend(found)
     return actions
+
+
+@dataclass(frozen=True)
+class QueueUpgrade:
+    """An EZGH queue made before the settled attributes (14 days' retention, a FIFO queue's
+    high-throughput mode: `sqs_queues.settled_attributes`), and what it lacks per SQS URL."""
+
+    queue: QueueRecord
+    changes: dict[str, dict[str, str]]
+    kind: str = "queue"
+
+    def summary(self) -> str:
+        wanted = sorted({f"{k}={v}" for attrs in self.changes.values() for k, v in attrs.items()})
+        return f"queue {self.queue.name} ({self.queue.id}): {', '.join(wanted)}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "queueId": self.queue.id,
+            "projectId": self.queue.project_id,
+            "why": "made before: " + self.summary().split(": ", 1)[1],
+        }
+
+
+def queue_upgrades(project_id: str | None = None, *, apply: bool = False) -> list[QueueUpgrade]:
+    """The EZGH queues (of `project_id`, or all) lacking the settled attributes; with
+    `apply`, set them. Cost: a registry query (or Scan) and a `GetQueueAttributes` per
+    queue and DLQ."""
+    queues = queues_store.list_queues(project_id) if project_id else queues_store.all_queues()
+    found: list[QueueUpgrade] = []
+    for queue in sorted(queues, key=lambda q: q.created_at):
+        changes = sqs_queues.outdated(queue)
+        if not changes:
+            continue
+        if apply:
+            sqs_queues.apply_attributes(changes)
+        found.append(QueueUpgrade(queue, changes))
+    return found
 
 
 @dataclass(frozen=True)
