@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.faults import dsl
+from tests.faults.conftest import BACKOFF_SCALE
 from tests.faults.harness import Figures, run_batch
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
@@ -21,7 +22,7 @@ BATCH = 10  # programs run at once against one engine
 FAULT_PROBABILITY = 0.06
 # The share of 20-second slots of engine time that are a throttle burst of one service
 # (DynamoDB, Lambda, Scheduler or SQS: 20-50 % of its requests answered throttled).
-THROTTLE_BURSTS = 0.3
+THROTTLE_BURSTS = 0.8
 
 
 def test_generated_runs_lose_nothing_under_faults(runtime, request):
@@ -48,6 +49,7 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
             FAULT_PROBABILITY,
             throttle=0.02,  # per DynamoDB call: many per step
             throttle_burst=THROTTLE_BURSTS,  # per 20 s of engine time: 20-50 % of a service
+            backoff_scale=BACKOFF_SCALE,
             kill=0.15,  # per recorded step end, timers per fire: rarer events
             timer_duplicate=0.3,
             timer_late=0.3,

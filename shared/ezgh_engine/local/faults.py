@@ -46,12 +46,14 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import botocore.endpoint
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
@@ -120,6 +122,10 @@ class FaultPlan:
     app_lost_answer: float = 0.0
     kill: float = 0.0
     late_seconds: float = 45.0  # engine seconds
+    # The functions' AWS clients wait this share of botocore's retry backoff (a campaign that
+    # shortens the invoke timeout from 300 s to 6 s scales the backoff the same, 0.02, or a
+    # step whose end a throttle holds for seconds overruns a limit no deployment has).
+    backoff_scale: float = 1.0
     hang_seconds: float = 3.0  # real seconds; set above the engine's invoke timeout
     injected: Counter[str] = field(default_factory=Counter, init=False, repr=False)
 
@@ -136,6 +142,7 @@ class FaultPlan:
         self.lost_ends: Counter[tuple[str, str]] = Counter()
         self._stop_throttle: Callable[[], None] | None = None
         self._stop_bursts: Callable[[], None] | None = None
+        self._backoff_saved: Any = None
         self._failing_answers: set[str] = set()  # claim tokens whose answer never stores
         # True in a function's execution environment: `idem_crash` ends the process there.
         self.may_exit = False
@@ -290,11 +297,17 @@ class FaultPlan:
             self._stop_throttle = aws.intercept(self._maybe_throttle)
         if self._stop_bursts is None and self.throttle_burst > 0:
             self._stop_bursts = aws.respond(self._maybe_throttle_burst)
+        if self.may_exit and self.backoff_scale != 1 and self._backoff_saved is None:
+            self._backoff_saved = botocore.endpoint.time
+            botocore.endpoint.time = _ScaledSleep(self.backoff_scale)
 
     def child_state(self) -> dict[str, float] | None:
-        """The probabilities a function's process plays (None: none), for its plan."""
+        """The probabilities a function's process plays (None: none), for its plan, and its
+        clients' backoff scale."""
         state = {kind: float(getattr(self, kind)) for kind in CHILD_KINDS}
-        return state if any(state.values()) else None
+        if not any(state.values()):
+            return None
+        return {**state, "backoff_scale": self.backoff_scale} if self.backoff_scale != 1 else state
 
     def uninstall(self) -> None:
         if self._stop_throttle is not None:
@@ -303,6 +316,9 @@ class FaultPlan:
         if self._stop_bursts is not None:
             self._stop_bursts()
             self._stop_bursts = None
+        if self._backoff_saved is not None:
+            botocore.endpoint.time = self._backoff_saved
+            self._backoff_saved = None
 
     # --- throttle bursts ------------------------------------------------------------------
 
@@ -411,6 +427,20 @@ def _run_of(token: str) -> str:
     except ValueError:
         return ""
     return str(claims.get("r", "")) if isinstance(claims, dict) else ""
+
+
+class _ScaledSleep:
+    """Stands for the `time` module in `botocore.endpoint`, whose one use of it is the sleep
+    before a retry: that sleep scaled (`FaultPlan.backoff_scale`)."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds * self.scale)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
 
 
 class FunctionDied(BaseException):
