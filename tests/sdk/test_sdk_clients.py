@@ -265,6 +265,21 @@ def test_a_step_call_throttled_for_long_keeps_trying_for_its_time_then_fails(
     assert max(waits) <= 5
 
 
+def test_a_network_error_or_another_5xx_is_tried_once_per_step_of_the_schedule(
+    waits: list[float],
+) -> None:
+    """Only a busy engine (429, 503) gets the longer patience; a 500, a 502 or a dropped
+    connection is tried again as often as the schedule has steps (three by default)."""
+    for failing in ([httpx.Response(500)] * 9, [httpx.Response(502)] * 9):
+        rec = Recorder(failing)
+        client = httpx.AsyncClient(transport=httpx.MockTransport(rec))
+        transport = HttpStepTransport(ApiInfo("http://e.test/", "t"), "dep", client=client)
+        waits.clear()
+        with pytest.raises(TransportError):
+            asyncio.run(transport.send(RECORD))
+        assert len(rec.requests) == 4 and len(waits) == 3
+
+
 def test_a_retry_after_beyond_what_the_sdk_waits_fails_at_once(waits: list[float]) -> None:
     rec = Recorder([httpx.Response(429, headers={"Retry-After": "3600"}), OK])
     with pytest.raises(TransportError):

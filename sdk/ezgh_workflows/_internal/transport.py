@@ -37,25 +37,29 @@ class StepTransport(Protocol):
 TransportFactory = Callable[[ApiInfo, str | None], StepTransport]
 
 
-# How long one step call keeps trying when the engine is busy or throttled (429, 5xx, the
-# network): inside the steps function's own 29 s and the engine's default 300 s wait for an
+# How long one step call keeps trying while the engine is busy or throttled (429, 503):
+# inside the steps function's own 29 s and the engine's default 300 s wait for an
 # invocation's answer. An invocation the engine stopped waiting for is refused (409) and stops.
 RETRY_FOR_SECONDS = 30.0
 # The longest wait between two tries, and the longest `Retry-After` honoured as asked.
 MAX_RETRY_WAIT_SECONDS = 5.0
 MAX_RETRY_AFTER_SECONDS = 20.0
-# Answers worth another try: the engine busy (503 `unavailable`, 429 `rate_limited`), the
-# steps function's URL throttled by Lambda (429 "Rate Exceeded"), a gateway or server error.
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Past the schedule, a busy engine's waits double from at least this.
+MIN_BUSY_WAIT_SECONDS = 0.1
+# The engine busy (503 `unavailable`, 429 `rate_limited`) or the steps function's URL
+# throttled by Lambda (429 "Rate Exceeded"): tried for up to `retry_for_seconds`. Another
+# 5xx or a network error: tried as often as the backoff schedule has steps.
+BUSY_STATUSES = frozenset({429, 503})
 
 
 class HttpStepTransport:
     """`StepTransport` over HTTP: ``POST {api.url}/v1/invocations/steps``.
 
-    A throttled or failed call (429, 5xx, a network error) is sent again with the same ops
-    (every op is idempotent) after a growing, jittered wait, at least the answer's
-    `Retry-After`, for up to `retry_for_seconds` (and never past `deadline`, a
-    `clock.monotonic()` time, when given).
+    A failed call is sent again with the same ops (every op is idempotent) after the
+    `backoff` schedule's jittered waits, at least the answer's `Retry-After`: a throttled or
+    busy one (429, 503) for up to `retry_for_seconds`, its waits doubling past the schedule
+    (at most `MAX_RETRY_WAIT_SECONDS`); another 5xx or a network error once per step of the
+    schedule. Never past `deadline` (a `clock.monotonic()` time), when given.
     """
 
     def __init__(
@@ -86,22 +90,29 @@ class HttpStepTransport:
             problem = await self._attempt(body, len(ops))
             if isinstance(problem, list):
                 return problem
-            reason, retry_after = problem
-            delay = self._wait(tried, retry_after)
+            reason, busy, retry_after = problem
+            delay = self._wait(tried, busy, retry_after)
             if delay is None or not self._in_time(began, delay):
                 raise TransportError(f"step call failed: {reason}")
             logger.warning("step call failed (%s); retrying in %.1fs", reason, delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _wait(self, tried: int, retry_after: float | None) -> float | None:
-        """The wait before try `tried` + 1: the schedule's step (doubling past its end, at
-        most `MAX_RETRY_WAIT_SECONDS`) with equal jitter, or the answer's `Retry-After` if
-        longer; None when `Retry-After` asks for more than the SDK waits."""
+    def _wait(self, tried: int, busy: bool, retry_after: float | None) -> float | None:
+        """The wait before try `tried` + 1: the schedule's step (for a busy engine, doubling
+        past its end) with equal jitter, or the answer's `Retry-After` if longer; None when
+        there is no next try (past the schedule and not busy, or a `Retry-After` beyond what
+        the SDK waits)."""
         if retry_after is not None and retry_after > MAX_RETRY_AFTER_SECONDS:
             return None
         steps = self._backoff
-        base = steps[tried] if tried < len(steps) else steps[-1] * 2 ** (tried - len(steps) + 1)
+        if tried < len(steps):
+            base = steps[tried]
+        elif busy:
+            past = min(tried - len(steps) + 1, 8)
+            base = max(steps[-1], MIN_BUSY_WAIT_SECONDS) * 2**past
+        else:
+            return None
         base = min(base, MAX_RETRY_WAIT_SECONDS)
         jittered = base * (0.5 + 0.5 * clock.random_fraction())
         return max(jittered, retry_after or 0.0)
@@ -114,14 +125,16 @@ class HttpStepTransport:
 
     async def _attempt(
         self, body: dict[str, Any], count: int
-    ) -> list[dict[str, Any]] | tuple[str, float | None]:
-        """The results, or a retryable failure's description and `Retry-After` (seconds)."""
+    ) -> list[dict[str, Any]] | tuple[str, bool, float | None]:
+        """The results, or a retryable failure: its description, whether the engine was
+        busy (429, 503), and the answer's `Retry-After` (seconds)."""
         try:
             answer = await self._client.post(self._url, json=body, headers=self._headers)
         except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}", None
-        if answer.status_code in RETRY_STATUSES or answer.status_code >= 500:
-            return f"HTTP {answer.status_code}", _retry_after(answer)
+            return f"{type(exc).__name__}: {exc}", False, None
+        if answer.status_code in BUSY_STATUSES or answer.status_code >= 500:
+            busy = answer.status_code in BUSY_STATUSES
+            return f"HTTP {answer.status_code}", busy, _retry_after(answer)
         if answer.status_code in (401, 409):
             raise AbortInvocation(_reason(answer))
         if answer.status_code != 200:
