@@ -147,3 +147,49 @@ def test_bootstrap_admin_is_repeatable(aws_env):
     assert (org2, proj2) == (org, proj) and key1 != key2
     org3, _, _ = bootstrap_admin(org, proj)
     assert org3 == org
+
+
+def _key(project, *permissions):
+    body = {
+        "name": "k",
+        "permissions": [{"action": a, **({"resource": r} if r else {})} for a, r in permissions],
+    }
+    answer = project.call("POST", "/apiKeys", body=body)
+    assert answer.status == 201, answer.body
+    return answer.body["key"]
+
+
+def test_star_on_a_queue_id_is_no_grant_on_a_flow_of_that_name(project):
+    """A name of one kind never matches a resource of another: `*` scoped to a queue's ID
+    neither creates nor runs a flow that someone named with that ID."""
+    queue = project.call("POST", "/queues", body={"name": "victim"}).body["id"]
+    star = _key(project, ("*", queue))
+    assert project.call("POST", f"/queues/{queue}/messages", key=star, body={
+        "messages": [{"body": "mine"}]}).status == 200  # fmt: skip
+    made = project.call("POST", "/flows", key=star, body={"name": queue})
+    assert made.status == 403 and made.body["error"]["code"] == "forbidden", made.body
+    assert project.call("GET", f"/flows/{queue}").status == 404
+    project.call("POST", "/flows", body={"name": queue})  # made by the admin
+    for method, path, body in (
+        ("GET", f"/flows/{queue}", None),
+        ("POST", f"/flows/{queue}/jobs", {}),
+        ("POST", f"/flows/{queue}/commits", {"graph": {"nodes": [{"id": "s", "moduleType": "trigger.manual"}]}}),
+        ("PATCH", f"/flows/{queue}", {"description": "taken"}),
+    ):  # fmt: skip
+        answer = project.call(method, path, key=star, body=body)
+        assert answer.status == 403, (method, path, answer.body)
+    assert project.call("POST", "/apiKeys", key=star, body={
+        "name": "flow", "permissions": [{"action": "flows.manage", "resource": queue}]}).status == 403  # fmt: skip
+
+
+def test_a_qualified_resource_scopes_star_to_a_flow(project):
+    star = _key(project, ("*", "flow:orders"))
+    assert project.call("POST", "/flows", key=star, body={"name": "orders"}).status == 201
+    assert project.call("POST", "/flows", key=star, body={"name": "other"}).status == 403
+    assert (
+        project.call("POST", "/apps", key=star, body={"name": "orders", "kind": "pull"}).status
+        == 403
+    )
+    mismatched = project.call("POST", "/apiKeys", body={
+        "name": "x", "permissions": [{"action": "queues.messages.send", "resource": "flow:orders"}]})  # fmt: skip
+    assert mismatched.status == 400 and "flow" in mismatched.body["error"]["message"]

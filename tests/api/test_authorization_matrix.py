@@ -24,7 +24,7 @@ import pytest
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import event_sources, push
 from ezgh_engine.adapters.flows_store import FailedItem
-from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW
+from ezgh_engine.core.flows.modules import MODULE_TYPES
 from ezgh_engine.service import flow_jobs
 from ezgh_engine.topology import TOPOLOGY
 
@@ -80,6 +80,7 @@ class World:
             "queue": (self.ids.get("q1"), self.ids.get("q2")),
             "queue2": (self.ids.get("q2"), self.ids.get("q1")),
             "flow": ("f1", "f2"),  # flows permissions name the flow by name
+            "flow2": ("f2", "f1"),
             "newflow": ("f3", "f2"),
         }
         if name is None:
@@ -134,10 +135,9 @@ GRAPH = {"nodes": [{"id": "start", "moduleType": "trigger.manual"}], "edges": []
 
 def build_flows(world: World) -> None:
     """Flows f1 and f2 with a committed graph, and on each a RUNNING job; on f1 also a FAILED
-    job with its failed item. The interpreter app is announced by a pull worker here: no
-    engine runs in tests/api, so the jobs never advance on their own."""
+    job with its failed item, and a schedule. No engine runs in tests/api, so the jobs never
+    advance on their own."""
     project = world.project
-    pull_app(project, INTERPRETER_APP, [INTERPRETER_WORKFLOW])
     for name in ("f1", "f2"):
         flow = project.call("POST", "/flows", body={"name": name})
         assert flow.status == 201, flow.body
@@ -163,6 +163,9 @@ def build_flows(world: World) -> None:
     )
     flow_jobs.record_failed_item(failed)
     world.ids["failed_item"] = failed.id
+    made = project.call("POST", "/flows/f1/schedules", body={"cron": "0 3 * * *"})
+    assert made.status == 201, made.body
+    world.ids["flow_schedule"] = made.body["id"]
 
 
 def start_job(project: Project, flow: str) -> str:
@@ -327,6 +330,16 @@ MATRIX |= {
     # like a run's cancel and retry: the answer is the job, so reading it is needed too
     ("POST", "/jobs/{jobId}/cancel"): Entry(
         _with(JOB + "/cancel"), (((JOB_CANCEL, "flow"), (JOB_READ, "flow")),), 202
+    ),
+    # flow schedules: start jobs in their creator's stead (reading: read or start)
+    ("POST", "/flows/{flowId}/schedules"): Entry(
+        _with(FLOW + "/schedules", {"cron": "0 4 * * *"}), (((JOB_START, "flow"),),), 201
+    ),
+    ("GET", "/flows/{flowId}/schedules"): Entry(
+        _get(FLOW + "/schedules"), (((JOB_READ, "flow"),), ((JOB_START, "flow"),))
+    ),
+    ("DELETE", "/flows/{flowId}/schedules/{scheduleId}"): Entry(
+        _get(FLOW + "/schedules/{flow_schedule}"), (((JOB_START, "flow"),),), 204
     ),
     ("GET", "/failedItems"): Entry(
         _get("/failedItems"), (((JOB_READ, "flow"),),), hidden=lambda w: w.ids["failed_item"]
@@ -515,3 +528,69 @@ def test_exactly_the_needed_permission_passes_and_nothing_else_does(
     for other in exact[1:]:  # the other alternatives pass too (reads: no state to undo)
         again = project.call(method, subpath, key=other, **kwargs)
         assert again.status == entry.ok, again.body
+
+
+# --- every node type: what a graph names outright, checked at commit and at start ----------
+
+# Per module type: a node's config naming its resources outright, and the permissions a key
+# needs on them beyond flows.manage (commit) or flows.jobs.start (start) on the flow. The
+# same needs are checked again when the node runs (tests/e2e/test_flow_authority.py runs a
+# job of every node type with keys that hold them and keys that do not).
+NODES: dict[str, tuple[Callable[[World], dict[str, Any]], tuple[tuple[str, str], ...]]] = {
+    "trigger.manual": (lambda w: {}, ()),
+    "transform": (lambda w: {"expression": "input"}, ()),
+    "condition": (lambda w: {"expression": "input"}, ()),
+    "http.request": (lambda w: {"url": "https://hooks.example.com/in"}, ()),
+    "delay": (lambda w: {"seconds": 5}, ()),
+    "wait.event": (
+        lambda w: {"queueId": w.ids["q1"], "key": "k", "timeoutSeconds": 60},
+        ((SUBS, "queue"),),
+    ),
+    "queue.send": (
+        lambda w: {"queueId": w.ids["q1"], "messages": [{"body": "x"}]},
+        ((SEND, "queue"),),
+    ),
+    "workflow.invoke": (lambda w: {"appId": w.ids["alpha"], "workflow": "a"}, ((START, "wf"),)),
+    "flow.invoke": (lambda w: {"flowId": "f2"}, ((JOB_START, "flow2"),)),
+    "comment": (lambda w: {"text": "a note"}, ()),
+}
+
+
+def test_every_module_type_has_a_node_entry() -> None:
+    assert set(NODES) == set(MODULE_TYPES)
+
+
+def _graph(world: World, module_type: str) -> dict[str, Any]:
+    if module_type == "trigger.manual":
+        return {"nodes": [{"id": "n", "moduleType": module_type}], "edges": []}
+    node = {"id": "n", "moduleType": module_type, "config": NODES[module_type][0](world)}
+    edges = [] if module_type == "comment" else [{"source": "start", "target": "n"}]
+    return {"nodes": [{"id": "start", "moduleType": "trigger.manual"}, node], "edges": edges}
+
+
+@pytest.mark.parametrize("module_type", sorted(NODES))
+def test_a_node_is_committed_and_started_only_by_keys_that_hold_what_it_needs(
+    project: Project, module_type: str
+) -> None:
+    """A graph naming a resource outright: committed by a key with flows.manage and the
+    node's needs (201), refused (403, nothing changed) to one without them or with them on
+    another resource; the same for starting a job of it with flows.jobs.start."""
+    world = build_world(project)
+    graph = _graph(world, module_type)
+    needs = tuple(_grant(world, a, r) for a, r in NODES[module_type][1])
+    elsewhere = tuple((a, world.resource(r, other=True)) for a, r in NODES[module_type][1])
+    for base, path, body in (
+        (FLOWS, "/flows/f1/commits", {"graph": graph}),  # (the start below runs this commit)
+        (JOB_START, "/flows/f1/jobs", {}),
+    ):
+        flow = _grant(world, base, "flow")
+        refusing = [needs[:i] for i in range(len(needs))] + ([elsewhere] if needs else [])
+        keys = [(perms, key(project, flow, *perms)) for perms in refusing]
+        before = snapshot()
+        for perms, secret in keys:
+            answer = project.call("POST", path, key=secret, body=body)
+            assert answer.status == 403, (module_type, base, perms, answer.body)
+            assert "node n" in answer.body["error"]["message"], answer.body
+            assert snapshot() == before, f"a refused call with {perms} changed the state"
+        answer = project.call("POST", path, key=key(project, flow, *needs), body=body)
+        assert answer.status == 201, (module_type, base, answer.body)

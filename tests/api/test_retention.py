@@ -121,3 +121,38 @@ def test_delete_run_leaves_no_callback_index_item(project: Any, monkeypatch: Any
     assert ws.get(*index) is not None
     assert project.call("DELETE", f"/runs/{run_id}").status in (200, 204)
     assert ws.get(*index) is None
+
+
+def test_a_jobs_index_entry_and_failed_items_go_with_its_run(project: Any) -> None:
+    """A job's index entry and its failed items are items of its run's partition: when the
+    job's run expires (30 days after the job ended), they go with it, listed no more."""
+    from ezgh_engine.adapters import flows_store
+    from ezgh_engine.adapters.flows_store import FailedItem
+    from ezgh_engine.service import flow_jobs
+
+    flow = project.call("POST", "/flows", body={"name": "kept"}).body
+    graph = {"nodes": [{"id": "start", "moduleType": "trigger.manual"}], "edges": []}
+    assert project.call("POST", "/flows/kept/commits", body={"graph": graph}).status == 201
+    job = project.call("POST", "/flows/kept/jobs", body={}).body
+    failed = FailedItem(
+        id=flow_jobs.failed_item_id(job["id"], 1, "start"),
+        project_id=project.project_id,
+        job_id=job["id"],
+        flow_id=flow["id"],
+        node_id="start",
+        module_type="trigger.manual",
+        input={},
+        error={"code": "user", "name": "Boom", "message": "boom"},
+        attempts=1,
+        created_at=clock.iso(clock.now()),
+    )
+    flow_jobs.record_failed_item(failed)
+    keys = [(items.run_pk(job["id"]), "JOB"), flows_store.failed_item_key(failed.id)]
+    assert all(ws.get(*k) is not None for k in keys)
+    for key in keys:  # each with a TTL of its own, a backstop
+        assert int(ws.get(*key)["ttl"]) > int(clock.now().timestamp())
+    assert [j["id"] for j in project.call("GET", "/jobs").body["jobs"]] == [job["id"]]
+    _expire(job["id"])
+    assert _left(keys) == []
+    assert project.call("GET", "/jobs").body["jobs"] == []
+    assert project.call("GET", "/failedItems").body["failedItems"] == []

@@ -298,6 +298,9 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         "dynamodb:DeleteItem": _LEVEL,
         "dynamodb:ConditionCheckItem": _LEVEL,
         "dynamodb:Query": "part of the tables' read level (the interpreter reads items by key)",
+        # It writes the job index and failed items (PutItem) on the runs table and
+        # `queue.send`'s idempotency records (PutItem, UpdateItem) on the registry.
+        "dynamodb:UpdateItem": _LEVEL + " (used on the registry, not on the runs table)",
     },
     "notify": {
         "dynamodb:DeleteItem": _LEVEL,

@@ -35,3 +35,9 @@ def random_fraction() -> float:
 def new_uuid() -> str:
     """A random UUID (version 4) as a string."""
     return str(uuid.uuid4())
+
+
+def random_source(seed: int | None = None) -> random.Random:
+    """A source of random numbers: repeatable with a ``seed`` (the test kit's IDs and retry
+    jitter), else seeded by the operating system."""
+    return random.Random(seed)

@@ -41,7 +41,7 @@ from .errors import (
     ValueRuleError,
     WorkflowRuleError,
 )
-from .identity import StepIds
+from .identity import StepIds, is_patch_marker
 from .pending import FRESH, Finished, PendingStep, apply_resolution, run_error, set_result
 from .protocol import InvokeRequest, RecordedStep
 from .runner import (
@@ -122,6 +122,11 @@ class Invocation:
         self.check_can_call_step()
         pending = self._register(request)
         return pending.step_id, await pending.future
+
+    def history_continues(self) -> bool:
+        """Whether the run's record holds steps (patch markers aside) the workflow has not
+        asked for yet: the run went past this point on other code (`Steps.patched`)."""
+        return any(not self._ids.asked(i) and not is_patch_marker(i) for i in self._recorded)
 
     def violate(self, error: WorkflowRuleError) -> WorkflowRuleError:
         if self._violation is None:

@@ -48,16 +48,24 @@ MAX_ATTEMPTS = {"lambda": 3, "scheduler": 3}
 _TIMEOUTS = {"connect_timeout": 5, "read_timeout": 30}
 
 
-def client_config(service: str) -> Config:
+# A client made with a longer `read_timeout` (a synchronous invoke of a function that may run
+# that long) tries twice at most: a retry runs the function again.
+LONG_CALL_MAX_ATTEMPTS = 2
+
+
+def client_config(service: str, read_timeout: int | None = None) -> Config:
     """The engine's client configuration for `service` (retries as decided above)."""
     attempts = MAX_ATTEMPTS.get(service, DEFAULT_MAX_ATTEMPTS)
+    timeouts = dict(_TIMEOUTS)
+    if read_timeout is not None:
+        attempts, timeouts["read_timeout"] = LONG_CALL_MAX_ATTEMPTS, read_timeout
     return Config(
         # `total_max_attempts` counts the first attempt; botocore's `max_attempts` key
         # counts retries only (5 there is 6 attempts), unlike the config file's setting.
         retries={"total_max_attempts": attempts, "mode": "standard"},
         max_pool_connections=50,
         account_id_endpoint_mode="disabled",
-        **_TIMEOUTS,
+        **timeouts,
     )
 
 
@@ -135,10 +143,13 @@ _lock = threading.Lock()
 
 
 @cache
-def client(service: str) -> Any:
-    """A shared boto3 client (boto3 clients are thread-safe; sessions are not)."""
+def client(service: str, read_timeout: int | None = None) -> Any:
+    """A shared boto3 client (boto3 clients are thread-safe; sessions are not). With
+    `read_timeout`, one that waits that long for an answer and retries once at most (a
+    synchronous Lambda invoke whose function may run that long)."""
     with _lock:
-        made = boto3.session.Session().client(service, config=client_config(service))
+        config = client_config(service, read_timeout)
+        made = boto3.session.Session().client(service, config=config)
         if service == "dynamodb":
             made.meta.events.register(
                 "needs-retry.dynamodb.TransactWriteItems",

@@ -20,6 +20,7 @@ from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
 from ezgh_engine.adapters.read_cache import ReadCache
 from ezgh_engine.config import settings
 from ezgh_engine.core import sealing
+from ezgh_engine.core.flows.jobs import interpreter_app_id
 from ezgh_engine.core.models import App, Notifications, Principal
 from ezgh_engine.core.validation import is_uuid
 from ezgh_engine.errors import Conflict, NotFound
@@ -349,12 +350,15 @@ def _get_app_by_id(app_id: str) -> App | None:
 def get_app(project_id: str, app_ref: str) -> App | None:
     """The app named by its UUID, its `wfa_` slug or its name, or None (unknown, or of
     another project). Every `{appId}` in a path is read through here, so all accept the
-    three forms alike (as queues accept an ID or a name)."""
+    three forms alike (as queues accept an ID or a name). The engine's interpreter is never
+    found here, by any form (`service.flow_hosting`)."""
     app_id: str | None = app_ref
     if app_ref.startswith("wfa_"):
         app_id = _app_id_of(f"APPSLUG#{app_ref}", "APPSLUG")
     elif not is_uuid(app_ref):
         app_id = _app_id_of(f"APPNAME#{project_id}#{app_ref}", "APPNAME")
+    if app_id == interpreter_app_id(project_id):
+        return None  # the engine's interpreter (a record an earlier engine wrote): not an app
     app = _get_app_by_id(app_id) if app_id else None
     if app is None or app.project_id != project_id:
         return None
@@ -394,8 +398,9 @@ def _app_id_of(pk: str, sk: str) -> str | None:
 
 
 def list_apps(project_id: str) -> list[App]:
-    """Every app of the project, by name."""
-    return [_app_from_item(i) for i in _query_gsi1(f"APPS#{project_id}")]
+    """Every app of the project, by name (never the engine's interpreter)."""
+    hidden = interpreter_app_id(project_id)
+    return [_app_from_item(i) for i in _query_gsi1(f"APPS#{project_id}") if i["id"]["S"] != hidden]
 
 
 def save_app(app: App) -> App:

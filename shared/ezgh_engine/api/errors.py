@@ -2,7 +2,9 @@
 
 - `EngineError` and subclasses: their own status and code.
 - Request validation (pydantic, Powertools): 400 `validation_error`, naming the field.
-- An unknown route: 404 `not_found`.
+- An unknown path: 404 `not_found`; a path served, with a method it does not serve (TRACE,
+  PROPFIND, PUT on a read-only path, ...): 405 `method_not_allowed` with `Allow`.
+- A key over its rate (`RateLimited`): 429 `rate_limited` with `Retry-After`.
 - A dependency that throttles (a DynamoDB, SQS or S3 throttle after botocore's retries, a
   transaction conflict: `TransientError`): 429 `rate_limited` with `Retry-After`, the
   contract's answer to "try again later". Step calls (`/v1/invocations/...`, the engine's own
@@ -26,7 +28,13 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from botocore.exceptions import ClientError
 
 from ezgh_engine.core import validation
-from ezgh_engine.errors import EngineError, PayloadTooLarge, TransientError, ValidationError
+from ezgh_engine.errors import (
+    EngineError,
+    PayloadTooLarge,
+    RateLimited,
+    TransientError,
+    ValidationError,
+)
 
 logger = Logger(service="ezgh-api")
 
@@ -139,7 +147,10 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
 def _on_engine_error(err: EngineError) -> Response[Any]:
     if err.status >= 500:
         logger.exception("engine error", extra={"code": err.code})
-    return error_response(err.status, err.code, err.message)
+    headers = None
+    if isinstance(err, RateLimited):
+        headers = {"Retry-After": str(err.retry_after_seconds)}
+    return error_response(err.status, err.code, err.message, headers)
 
 
 def _on_validation(err: RequestValidationError) -> Response[Any]:
@@ -150,8 +161,10 @@ def _on_content_type(_: RequestUnsupportedContentType) -> Response[Any]:
     return error_response(400, "validation_error", "Content-Type must be application/json")
 
 
-def _on_not_found(_: NotFoundError) -> Response[Any]:
-    return error_response(404, "not_found", "no such path")
+def served_methods(resolver: APIGatewayHttpResolver, path: str) -> list[str]:
+    """The methods some route of the resolver serves at `path`, sorted."""
+    routes = [*getattr(resolver, "_static_routes", ()), *getattr(resolver, "_dynamic_routes", ())]
+    return sorted({r.method for r in routes if r.rule.match(path)})
 
 
 def _on_unexpected(_: Exception) -> Response[Any]:
@@ -173,6 +186,17 @@ def install(resolver: APIGatewayHttpResolver) -> None:
         logger.warning("dependency busy", extra={"error": err.message})
         return busy_response(path(), err.message)
 
+    def on_not_found(_: NotFoundError) -> Response[Any]:
+        allowed = served_methods(resolver, path())
+        if not allowed:
+            return error_response(404, "not_found", "no such path")
+        return error_response(
+            405,
+            "method_not_allowed",
+            f"this path serves {', '.join(allowed)}",
+            {"Allow": ", ".join(allowed)},
+        )
+
     def on_client_error(err: ClientError) -> Response[Any]:
         if is_throttle(err):
             from ezgh_engine.adapters import ddb
@@ -186,5 +210,5 @@ def install(resolver: APIGatewayHttpResolver) -> None:
     resolver.exception_handler(ClientError)(on_client_error)
     resolver.exception_handler(RequestValidationError)(_on_validation)
     resolver.exception_handler(RequestUnsupportedContentType)(_on_content_type)
-    resolver.not_found(_on_not_found)
+    resolver.not_found(on_not_found)
     resolver.exception_handler(Exception)(_on_unexpected)

@@ -17,7 +17,7 @@ from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
-from ezgh_engine.service import flow_jobs, flows
+from ezgh_engine.service import flow_jobs, flow_schedules, flows
 
 router = APIGatewayHttpRouter()
 
@@ -177,6 +177,60 @@ def start_job(
         return 201, job
 
     return answer_once(principal, f"POST /flows/{flowId}/jobs", idempotency_key, raw, run)
+
+
+@router.post(
+    f"{FLOW}/schedules",
+    security=m.API_KEY,
+    summary="Create a flow schedule: a job at each time of a cron, for the creating key",
+    responses=m.doc(201, fm.FlowScheduleAnswer, "the schedule"),
+)
+def create_flow_schedule(
+    orgId: str,
+    projectId: str,
+    flowId: str,
+    body: Annotated[fm.CreateFlowScheduleRequest, Body()],
+    idempotency_key: IdempotencyKey = None,
+) -> Response[Any]:
+    principal = _caller(orgId, projectId)
+    check_value_size(body.input, "input")
+    raw = body.model_dump(mode="json")
+
+    def run() -> Answer:
+        made = flow_schedules.create_schedule(
+            principal,
+            flowId,
+            cron_expression=body.cron,
+            timezone=body.timezone,
+            input=body.input,
+            tracking_id=body.trackingId,
+            branch=body.branch,
+        )
+        return 201, flow_schedules.to_api(made)
+
+    return answer_once(principal, f"POST /flows/{flowId}/schedules", idempotency_key, raw, run)
+
+
+@router.get(
+    f"{FLOW}/schedules",
+    security=m.API_KEY,
+    summary="List a flow's schedules",
+    responses=m.doc(200, fm.FlowScheduleList, "the flow's schedules"),
+)
+def list_flow_schedules(orgId: str, projectId: str, flowId: str) -> Response[Any]:
+    found = flow_schedules.list_schedules(_caller(orgId, projectId), flowId)
+    return json_response(200, {"schedules": [flow_schedules.to_api(s) for s in found]})
+
+
+@router.delete(
+    f"{FLOW}/schedules/<scheduleId>",
+    security=m.API_KEY,
+    summary="Delete a flow schedule",
+    responses=m.doc(204, None, "deleted"),
+)
+def delete_flow_schedule(orgId: str, projectId: str, flowId: str, scheduleId: str) -> Response[Any]:
+    flow_schedules.delete_schedule(_caller(orgId, projectId), flowId, scheduleId)
+    return no_content()
 
 
 @router.get(

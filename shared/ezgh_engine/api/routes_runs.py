@@ -217,9 +217,10 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     },
 )
 def complete_callback(token: str) -> Response[Any]:
+    found = callbacks.find(token)  # the URL's token first: 404 before any body check
     # Any JSON value is a body here, not only an object: read it as sent.
     raw = router.current_event.decoded_body or ""
     if len(raw.encode()) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"the body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
     body = validation.parse_json(raw, "the body") if raw.strip() else None
-    return json_response(200, callbacks.complete(token, body))
+    return json_response(200, callbacks.complete(token, body, found))

@@ -1,4 +1,5 @@
-"""`ezgh workflows apps|runs|schedules …`: the Workflows API from the command line.
+"""`ezgh workflows apps|runs|schedules …`: the Workflows API from the command line, and
+`replay-check` and `runs export` (cli/replay_check.py).
 
 Apps may be named by name, UUID or `wfa_` slug; schedules by UUID or `wfs_` slug; queues (for
 `--notify-queue`) by name or ID. Tables for people, `--json` for scripts.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ezgh_engine.cli import replay_check
 from ezgh_engine.cli.common import (
     UUID_RE,
     Api,
@@ -357,6 +359,7 @@ def register(subparsers: Any) -> None:
     leaf(runs, "cancel", runs_cancel, "cancel a run").add_argument("run_id")
     leaf(runs, "retry", runs_retry, "retry a failed or timed-out run").add_argument("run_id")
     leaf(runs, "events", runs_events, "list a run's events").add_argument("run_id")
+    replay_check.register(runs, resources, leaf, resolve_app)
 
     schedules = resources.add_parser("schedules", help="cron schedules").add_subparsers(
         dest="action", metavar="ACTION", required=True

@@ -8,8 +8,10 @@ them as JSON text (or an S3 reference when large).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal
 
+from ezgh_engine.core.grants import ALL, Grant, action_kind
 from ezgh_engine.core.protocol_rules import RUN_ENDED_STATUSES, RUN_LIVE_STATUSES
 
 RunStatus = Literal["running", "cancelling", "completed", "failed", "cancelled", "timedOut"]
@@ -26,33 +28,48 @@ PENDING_STEP_STATUSES: frozenset[str] = frozenset({"sleeping", "waiting", "retry
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: an API key of one project, with its permissions."""
+    """Who is calling: an API key of one project, with its permissions.
+
+    Grants are read kind-aware (`core.grants`): a check asks for an action on a resource of
+    that action's kind, so a grant's name of one kind never matches a resource of another.
+    """
 
     org_id: str
     project_id: str
     key_id: str
     permissions: tuple[tuple[str, str | None], ...]  # (action, resource or None for all)
 
+    @cached_property
+    def grants(self) -> tuple[Grant, ...]:
+        """The permissions as they are read (kind and name of each resource)."""
+        return tuple(Grant.of(action, resource) for action, resource in self.permissions)
+
     def allows(self, action: str, resource: str | None = None) -> bool:
-        """Whether a grant covers `action` on `resource`.
+        """Whether a grant covers `action` on `resource` (of the action's kind).
 
         No resource means the whole project (an action on no one resource, or one whose
         resource is unknown): only a grant without a resource covers it, never a scoped one.
         """
-        return any(
-            granted in ("*", action) and (scope is None or scope == resource)
-            for granted, scope in self.permissions
-        )
+        return any(grant.covers(action, resource) for grant in self.grants)
+
+    def includes(self, action: str, resource: str | None) -> bool:
+        """Whether the key holds the grant `(action, resource)` itself (creating or revoking
+        a key with it needs that): `*` only from `*`, a resource of the same kind."""
+        wanted = Grant.of(action, resource)
+        return any(grant.includes(wanted) for grant in self.grants)
 
     def resources(self, action: str) -> frozenset[str] | None:
         """The resources the key holds `action` on: None when a grant covers every resource
-        (so the caller need not filter), else the scoped grants' resources (maybe none)."""
+        (so the caller need not filter), else the scoped grants' resources of the action's
+        kind (maybe none)."""
+        kind = action_kind(action)
         scopes: set[str] = set()
-        for granted, scope in self.permissions:
-            if granted in ("*", action):
-                if scope is None:
+        for grant in self.grants:
+            if grant.action in (ALL, action):
+                if grant.name is None:
                     return None
-                scopes.add(scope)
+                if grant.kind == kind:
+                    scopes.add(grant.name)
         return frozenset(scopes)
 
     def holds(self, action: str) -> bool:

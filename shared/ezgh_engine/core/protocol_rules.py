@@ -25,6 +25,21 @@ DEFAULT_RETRIES = 3
 MAX_RETRIES = 100
 
 
+# A failed attempt's retry waits exponentially from 1 s, doubling, capped at 10 minutes,
+# scaled by a random factor in [0.5, 1) ("equal jitter"): the engine schedules it, the
+# SDK's test kit (`ezgh_workflows.testing`) skips its clock over the same wait.
+RETRY_BASE_SECONDS = 1.0
+RETRY_FACTOR = 2.0
+RETRY_MAX_DELAY_SECONDS = 600.0
+
+
+def retry_delay_seconds(attempt: int, jitter: float) -> float:
+    """Seconds before the attempt after failed ``attempt`` (from 1), for ``jitter`` in
+    [0, 1): steps that failed together don't all come back at the same moment."""
+    ceiling = min(RETRY_MAX_DELAY_SECONDS, RETRY_BASE_SECONDS * RETRY_FACTOR ** max(0, attempt - 1))
+    return ceiling * (0.5 + 0.5 * jitter)
+
+
 def may_retry(attempt: int, retries: int) -> bool:
     """Whether a retryable failure of ``attempt`` (from 1) of a step allowed ``retries``
     retries runs again: the SDK sends such a fail at once (not held), the engine schedules

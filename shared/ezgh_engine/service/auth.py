@@ -3,10 +3,12 @@
 Rules for managing keys (the contract leaves them to us):
 
 - **create**: any key of the project, but only with permissions it holds itself: each
-  requested `(action, resource)` must be covered by one of the caller's grants (`*` covers
-  every action; a grant without a resource covers every resource; a request without a
-  resource needs a grant without one). Anything more is `403 forbidden`, so a key can never
-  mint a stronger key.
+  requested `(action, resource)` must be included in one of the caller's grants (`*`
+  includes every action; a grant without a resource includes every resource; a request
+  without a resource needs a grant without one; a scoped one, a grant on the same resource
+  of the same kind, `core.grants`). Anything more is `403 forbidden`, so a key can never
+  mint a stronger key. A resource qualified by a kind its action does not act on
+  (`queues.messages.send` on `flow:x`) is `400 validation_error`.
 - **list**: any key of the project (answers carry no secrets: they are not stored).
 - **delete**: the caller must cover every permission of the key it deletes, so a limited key
   cannot revoke the admin key. Deletion takes effect at once (reads are consistent).
@@ -19,6 +21,7 @@ import uuid
 from ezgh_engine import ids
 from ezgh_engine.adapters import registry_store
 from ezgh_engine.adapters.registry_store import ApiKey, Permission
+from ezgh_engine.core.grants import Grant
 from ezgh_engine.core.models import Principal
 from ezgh_engine.errors import Forbidden, NotFound, Unauthorized, ValidationError
 
@@ -54,9 +57,17 @@ def covers(principal: Principal, action: str, resource: str | None) -> bool:
     return principal.allows(action, resource)
 
 
+def _check_kinds(permissions: tuple[Permission, ...]) -> None:
+    """A resource qualified by a kind its action does not act on is a mistake: 400."""
+    for action, resource in permissions:
+        problem = Grant.of(action, resource).kind_error()
+        if problem:
+            raise ValidationError(f"permissions: resource {resource!r}: {problem}")
+
+
 def _require_covered(principal: Principal, permissions: tuple[Permission, ...], verb: str) -> None:
     for action, resource in permissions:
-        if not covers(principal, action, resource):
+        if not principal.includes(action, resource):
             scope = f" on {resource!r}" if resource is not None else ""
             raise Forbidden(
                 f"cannot {verb} a key with {action!r}{scope}: this key does not hold it"
@@ -69,6 +80,7 @@ def create_api_key(
     """Create a key no stronger than the caller's; answers the record and the secret."""
     if not name.strip():
         raise ValidationError("name: must not be empty")
+    _check_kinds(permissions)
     _require_covered(principal, permissions, "create")
     return registry_store.create_api_key(principal.org_id, principal.project_id, name, permissions)
 

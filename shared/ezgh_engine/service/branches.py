@@ -24,6 +24,7 @@ from ezgh_engine.core.models import RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import timers, waits
+from ezgh_engine.service.flow_hosting import interpreter_app_of
 from ezgh_engine.service.invoker import step_timed_out_error
 from ezgh_engine.service.wire import invoke_request
 
@@ -99,7 +100,7 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     if run.status == "cancelling":
         _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
-    app = registry_store.get_app(run.project_id, run.app_id)
+    app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
         timers.end_now(run_id, "failed", APP_DELETED)
         return None

@@ -27,6 +27,7 @@ from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import outcomes, pull, timers
 from ezgh_engine.service import steps as step_calls
+from ezgh_engine.service.flow_hosting import interpreter_app_of
 from ezgh_engine.service.wire import invoke_request
 
 __all__ = ["Retry", "invoke", "invoke_request", "on_timer"]
@@ -103,7 +104,8 @@ def _invoke_leased(
     # Answer every reason known when the steps were read, not just the message's: a newer
     # reason's effects are in `full` already, so one invocation covers them all.
     seq = run.invoke_seq
-    app = registry_store.get_app(run.project_id, run.app_id)
+    # A job's app, the interpreter, has no record (service/flow_hosting.py).
+    app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
     # A cancelling run is invoked like any other: the SDK raises its cancellation error in
     # the workflow, whose cleanup may still run steps (issue 3).
     if _past_deadline(run):

@@ -18,6 +18,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import ENDED_STATUSES, App, Principal, Run
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
 from ezgh_engine.service import retention, waits
+from ezgh_engine.service.flow_hosting import is_interpreter_run
 from ezgh_engine.service.new_runs import new_run
 
 MAX_TIMEOUT_SECONDS = 365 * 86_400  # a run lasts at most a year (the default too)
@@ -171,7 +172,8 @@ def _visible_run(principal: Principal, run_id: str, *actions: str, with_steps: b
     """The run, when the key holds every one of `actions` on it (all checked before the
     caller acts, so a refusal has no effect); 404 for a run of another project."""
     run = runs_store.get_run(run_id, with_steps=with_steps)
-    if run is None or run.project_id != principal.project_id:
+    # A job is the engine's run, not the project's: only the flows API reaches it.
+    if run is None or run.project_id != principal.project_id or is_interpreter_run(run):
         raise NotFound(f"run {run_id} not found")
     for action in actions:
         _require_on_run(principal, action, run)
@@ -221,14 +223,18 @@ def search_runs(
         created_before=before,
         limit=limit,
         cursor=cursor,
-        keep=None if readable is None else _readable_by(readable),
+        keep=_listed_for(readable),
     )
     return [_hydrate(r) for r in runs], nxt
 
 
-def _readable_by(resources: frozenset[str]) -> Callable[[Run], bool]:
+def _listed_for(resources: frozenset[str] | None) -> Callable[[Run], bool]:
+    """Which runs a search answers: never a job (the engine's run; `GET /jobs` lists jobs),
+    and for a key with only scoped grants, the runs of its resources."""
     apps: dict[str, str | None] = {}
-    return lambda run: run_resource(run, apps) in resources
+    if resources is None:
+        return lambda run: not is_interpreter_run(run)
+    return lambda run: not is_interpreter_run(run) and run_resource(run, apps) in resources
 
 
 def cancel_run(principal: Principal, run_id: str) -> Run:
