@@ -39,20 +39,48 @@ export function isStateReader(transport: unknown): transport is StateReader {
 export type TransportFactory = (api: ApiInfo, deploymentId: string | null) => StepTransport;
 
 const TIMEOUT_MS = 30_000;
+/** How long one call keeps trying while the engine is busy or throttled (429, 503): inside the
+ * steps function's own 29 s and the engine's default 300 s wait for an invocation's answer. */
+export const RETRY_FOR_MS = 30_000;
+/** The longest wait between two tries, and the longest `Retry-After` honoured as asked. */
+const MAX_RETRY_WAIT_MS = 5_000;
+const MAX_RETRY_AFTER_MS = 20_000;
+/** Past the schedule, a busy engine's waits double from at least this. */
+const MIN_BUSY_WAIT_MS = 100;
+/** The engine busy (503 `unavailable`, 429 `rate_limited`) or the steps function's URL
+ * throttled by Lambda (429 "Rate Exceeded"): tried for up to `retryForMs`. Another 5xx or a
+ * network error: tried as often as the backoff schedule has steps. */
+const BUSY_STATUSES: ReadonlySet<number> = new Set([429, 503]);
 
-/** `StepTransport` over HTTP: `POST {api.url}/v1/invocations/steps`. 5xx answers and network
- * errors are sent again with the same ops (every op is idempotent). It is a `StateReader`
+export interface HttpStepTransportOptions {
+  /** The waits before each try again (ms), each with equal jitter (default 100, 400, 1200). */
+  backoffMs?: readonly number[];
+  /** How long a busy engine is tried (default `RETRY_FOR_MS`). */
+  retryForMs?: number;
+}
+
+type Failure = { ok: false; problem: string; busy: boolean; retryAfterMs: number | undefined };
+
+/** `StepTransport` over HTTP: `POST {api.url}/v1/invocations/steps`, with the Python SDK's
+ * resend rules. A failed call is sent again with the same ops (every op is idempotent) after
+ * the backoff schedule's jittered waits, at least the answer's `Retry-After`: a throttled or
+ * busy one (429, 503) for up to `retryForMs`, its waits doubling past the schedule (at most
+ * 5 s); another 5xx or a network error once per step of the schedule. It is a `StateReader`
  * too: the history and payload calls go to the same engine URL, with the same token and
  * retries (they only read). */
 export class HttpStepTransport implements StepTransport, StateReader {
   private readonly base: string;
+  private readonly backoffMs: readonly number[];
+  private readonly retryForMs: number;
 
   constructor(
     private readonly api: ApiInfo,
     private readonly deploymentId: string | null,
-    private readonly backoffMs: readonly number[] = [100, 400, 1200],
+    options: HttpStepTransportOptions = {},
   ) {
     this.base = api.url.replace(/\/+$/, "");
+    this.backoffMs = options.backoffMs?.length ? options.backoffMs : [100, 400, 1200];
+    this.retryForMs = options.retryForMs ?? RETRY_FOR_MS;
   }
 
   async send(ops: Op[]): Promise<StepResult[]> {
@@ -79,21 +107,41 @@ export class HttpStepTransport implements StepTransport, StateReader {
     return (answer as { value: unknown }).value;
   }
 
-  /** The text of the 200 answer to `body` at `path`, sent again on 5xx and network errors. */
+  /** The text of the 200 answer to `body` at `path`, sent again as the class says. */
   private async call(path: string, body: unknown, what: string): Promise<string> {
     const text = JSON.stringify(body);
-    for (let attempt = 0; ; attempt++) {
+    const began = clock.monotonic() * 1000;
+    for (let tried = 0; ; tried++) {
       const answer = await this.attempt(this.base + path, text, what);
       if (answer.ok) return answer.text;
-      const delay = this.backoffMs[attempt];
-      if (delay === undefined) throw new TransportError(`${what} failed: ${answer.problem}`);
-      console.warn(`ezgh: ${what} failed (${answer.problem}); retrying in ${delay} ms`);
+      const delay = this.wait(tried, answer);
+      if (delay === undefined || clock.monotonic() * 1000 + delay - began >= this.retryForMs) {
+        throw new TransportError(`${what} failed: ${answer.problem}`);
+      }
+      console.warn(`ezgh: ${what} failed (${answer.problem}); retrying in ${Math.round(delay)} ms`);
       await clock.sleep(delay);
     }
   }
 
-  /** The answer's text, or a description of a failure worth sending again. */
-  private async attempt(url: string, body: string, what: string): Promise<{ ok: true; text: string } | { ok: false; problem: string }> {
+  /** The wait (ms) before try `tried` + 1: the schedule's step (for a busy engine, doubling
+   * past its end) with equal jitter, or the answer's `Retry-After` if longer; undefined when
+   * there is no next try (past the schedule and not busy, or a `Retry-After` beyond what the
+   * SDK waits). */
+  private wait(tried: number, failure: Failure): number | undefined {
+    const { busy, retryAfterMs } = failure;
+    if (retryAfterMs !== undefined && retryAfterMs > MAX_RETRY_AFTER_MS) return undefined;
+    const steps = this.backoffMs;
+    let base: number;
+    if (tried < steps.length) base = steps[tried]!;
+    else if (busy) base = Math.max(steps[steps.length - 1]!, MIN_BUSY_WAIT_MS) * 2 ** Math.min(tried - steps.length + 1, 8);
+    else return undefined;
+    const jittered = Math.min(base, MAX_RETRY_WAIT_MS) * (0.5 + 0.5 * clock.randomFraction());
+    return Math.max(jittered, retryAfterMs ?? 0);
+  }
+
+  /** The answer's text, or a failure worth sending again: its description, whether the engine
+   * was busy (429, 503), and the answer's `Retry-After`. */
+  private async attempt(url: string, body: string, what: string): Promise<{ ok: true; text: string } | Failure> {
     let answer: Response;
     let text: string;
     try {
@@ -105,13 +153,23 @@ export class HttpStepTransport implements StepTransport, StateReader {
       });
       text = await answer.text();
     } catch (error) {
-      return { ok: false, problem: `${(error as Error)?.name ?? "Error"}: ${(error as Error)?.message ?? String(error)}` };
+      const problem = `${(error as Error)?.name ?? "Error"}: ${(error as Error)?.message ?? String(error)}`;
+      return { ok: false, problem, busy: false, retryAfterMs: undefined };
     }
-    if (answer.status >= 500) return { ok: false, problem: `HTTP ${answer.status}` };
+    if (BUSY_STATUSES.has(answer.status) || answer.status >= 500) {
+      return { ok: false, problem: `HTTP ${answer.status}`, busy: BUSY_STATUSES.has(answer.status), retryAfterMs: retryAfterMs(answer) };
+    }
     if (answer.status === 401 || answer.status === 409) throw new AbortInvocation(reason(answer.status, text));
     if (answer.status !== 200) throw new TransportError(`${what} refused: ${reason(answer.status, text)}`);
     return { ok: true, text };
   }
+}
+
+/** `Retry-After` in ms (a number of seconds; a date is not used), or undefined. */
+function retryAfterMs(answer: Response): number | undefined {
+  const value = answer.headers.get("retry-after");
+  const seconds = value === null || value.trim() === "" ? NaN : Number(value);
+  return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : undefined;
 }
 
 function reason(status: number, text: string): string {

@@ -1,12 +1,14 @@
 /** Protocol 1.5 on the SDK's side, one invocation at a time: a history in pages, values by
  * reference read when the workflow reaches them and kept for the run's next invocation, step
  * call answers with recorded outputs by reference, held ends kept out of a large answer, and
- * the HTTP transport's reads. */
+ * the HTTP transport's reads and resend rules. */
 
 import assert from "node:assert/strict";
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
-import { beforeEach, describe, test } from "node:test";
+import { after, before, beforeEach, describe, test } from "node:test";
+
+import { clock } from "../src/clock.js";
 
 import { workflow } from "../src/index.js";
 import { CACHE, PayloadCache } from "../src/payloadCache.js";
@@ -209,7 +211,7 @@ describe("the HTTP transport", () => {
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     try {
       const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
-      const transport = new HttpStepTransport({ url, token: "tok" }, "dep", [1]);
+      const transport = new HttpStepTransport({ url, token: "tok" }, "dep", { backoffMs: [1] });
       await transport.send([{ op: "start", stepId: "a#1", name: "a", kind: "run", attempt: 1 }]);
       const page = await transport.readHistory("c1.x");
       assert.equal(page.steps[0]?.outputRef, "r");
@@ -233,5 +235,73 @@ describe("the HTTP transport", () => {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
     }
+  });
+});
+
+describe("the HTTP transport's resend rules (the Python SDK's)", () => {
+  type Reply = [number, Record<string, string>?];
+  let replies: Reply[] = [];
+  let served = 0;
+  let url = "";
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      served++;
+      const [status, headers] = replies.shift() ?? [200];
+      const body = status === 200 ? { results: [{ stepId: "a#1", result: "ok" }] } : { error: { code: "unavailable", message: "busy" } };
+      res.writeHead(status, { "content-type": "application/json", ...(headers ?? {}) }).end(JSON.stringify(body));
+    });
+  });
+  // The waits are taken on a fake clock instead of slept.
+  const real = { sleep: clock.sleep, monotonic: clock.monotonic, randomFraction: clock.randomFraction };
+  let slept: number[] = [];
+  let now = 1000;
+
+  before(async () => {
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    clock.sleep = async (ms: number) => {
+      slept.push(ms);
+      now += ms / 1000;
+    };
+    clock.monotonic = () => now;
+    clock.randomFraction = () => 1; // no jitter: the waits are the schedule's
+  });
+  after(async () => {
+    Object.assign(clock, real);
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  beforeEach(() => {
+    slept = [];
+    served = 0;
+  });
+
+  const send = (retryForMs = 30_000) =>
+    new HttpStepTransport({ url, token: "t" }, null, { backoffMs: [100, 400, 1200], retryForMs }).send([{ op: "record", stepId: "a#1" }]);
+
+  test("a throttled call (429, 503) waits at least its Retry-After and goes through", async () => {
+    replies = [[429, { "retry-after": "2" }], [503, { "retry-after": "1" }], [503]];
+    assert.deepEqual(await send(), [{ stepId: "a#1", result: "ok" }]);
+    assert.deepEqual(slept, [2000, 1000, 1200]);
+  });
+
+  test("a busy engine is tried past the schedule, waits doubling to 5 s, for the call's time", async () => {
+    replies = Array.from({ length: 100 }, (): Reply => [503]);
+    await assert.rejects(send(), /step call failed: HTTP 503/);
+    assert.deepEqual(slept.slice(0, 6), [100, 400, 1200, 2400, 4800, 5000]);
+    const waited = slept.reduce((sum, ms) => sum + ms, 0);
+    assert.ok(waited < 30_000 && waited > 25_000, String(waited));
+  });
+
+  test("another 5xx is tried once per step of the schedule; a Retry-After past 20 s fails at once", async () => {
+    replies = Array.from({ length: 10 }, (): Reply => [500]);
+    await assert.rejects(send(), /HTTP 500/);
+    assert.equal(served, 4);
+    replies = [[429, { "retry-after": "21" }]];
+    served = 0;
+    await assert.rejects(send(), /HTTP 429/);
+    assert.equal(served, 1);
+    replies = [];
   });
 });
