@@ -29,11 +29,11 @@ import { clock } from "./clock.js";
 import {
   AbortInvocation,
   DuplicateStepNameError,
-  TransportError,
   NondeterminismError,
   RunCancelledError,
   StepError,
   StepInStepError,
+  TransportError,
   ValueRuleError,
   WorkflowRuleError,
   errorBody,
@@ -205,6 +205,8 @@ export class Invocation implements StepHost, StepRunScope {
     return promise;
   }
 
+  /** Whether the run's record holds steps (patch markers aside) the workflow has not asked
+   * for yet: the run went past this point on other code (`Steps.patched`). */
   historyContinues(): boolean {
     for (const stepId of this.recorded.keys()) {
       if (!this.ids.asked(stepId) && !isPatchMarker(stepId)) return true;
