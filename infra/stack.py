@@ -132,6 +132,10 @@ class EzghStack(Stack):
         )
         self._grant_all()
         self._async_invokes()
+        for recurring in topology.recurring:  # Scheduler's role may invoke it (above)
+            target = self.functions.by_key[recurring.function]
+            made = self.scheduler.add_recurring(recurring, target.function_arn)
+            made.node.add_dependency(self.scheduler.role)
         self._sync_invokes()
         self._suppress_stream_dlqs()
 

@@ -61,6 +61,7 @@ DDBLOCAL_MODULES = frozenset(
         "tests/api/test_step_writes.py",
         "tests/api/test_steps_function.py",
         "tests/api/test_token_lifetime.py",
+        "tests/api/test_year_limits.py",
         "tests/e2e/test_control.py",
         "tests/e2e/test_durable_runs.py",
         "tests/e2e/test_flows.py",

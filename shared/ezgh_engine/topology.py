@@ -32,12 +32,18 @@ class Table:
     ttl_attribute: str = "ttl"
 
 
+# SQS's longest message retention (its default is 4 days): every queue of the engine, its
+# dead-letter queues and every EZGH queue keep a backlog this long.
+SQS_MAX_RETENTION_SECONDS = 14 * 24 * 3600
+
+
 @dataclass(frozen=True)
 class Queue:
     key: str
     env_var: str  # holds the queue URL
     visibility_timeout_seconds: int = 60
     max_receive_count: int = 10
+    retention_seconds: int = SQS_MAX_RETENTION_SECONDS
 
 
 @dataclass(frozen=True)
@@ -176,11 +182,25 @@ def _passes(image: dict[str, Any], matches: tuple[Match, ...]) -> bool:
 
 
 @dataclass(frozen=True)
+class Recurring:
+    """A schedule of the stack itself (none of a user's): EventBridge Scheduler fires
+    `function` asynchronously with `message` (a `core.messages` body, JSON) at every
+    occurrence of `expression`, in the timers' schedule group. infra makes it a
+    `AWS::Scheduler::Schedule`; the local runtime creates it in its emulated Scheduler."""
+
+    name: str
+    expression: str  # Scheduler's `cron(...)`, UTC
+    function: str  # a topology function with `async_invoke` (Scheduler's role may invoke it)
+    message: str
+
+
+@dataclass(frozen=True)
 class Topology:
     tables: tuple[Table, ...]
     queues: tuple[Queue, ...]
     functions: tuple[Function, ...]
     sources: tuple[SqsSource | StreamSource, ...]
+    recurring: tuple[Recurring, ...] = ()
     bucket_env_var: str = "EZGH_PAYLOAD_BUCKET"
     scheduler_group_env_var: str = "EZGH_SCHEDULER_GROUP"
     scheduler_role_env_var: str = "EZGH_SCHEDULER_ROLE_ARN"
@@ -290,6 +310,16 @@ FLOWS_FUNCTION = Function(
     local_concurrency=8,
 )
 
+# Every run ends by its one-year limit: this hourly sweep ends the runs past it
+# (service/year_limits.py), so no run holds a schedule of its own for it. Minute 7, not 0,
+# away from the top of the hour, where cron schedules bunch.
+YEAR_LIMIT_SWEEP = Recurring(
+    name="year-limits",
+    expression="cron(7 * * * ? *)",
+    function="invoker",
+    message='{"type":"year-limit-sweep","scheduledTime":"<aws.scheduler.scheduled-time>"}',
+)
+
 # A flow's user-directed code (JMESPath, `http.request`): the flows function calls it for
 # each node that renders a template, computes an expression or sends a request
 # (`adapters.sandbox`, `interpreter/usercode.py`). Sandboxed: neither the token secret nor
@@ -339,6 +369,7 @@ TOPOLOGY = Topology(
         SqsSource(queue="invocations", function="invoker", batch_size=1),
         SqsSource(queue="notifications", function="notify", batch_size=1),
     ),
+    recurring=(YEAR_LIMIT_SWEEP,),
 )
 
 

@@ -184,6 +184,27 @@ def test_queue_has_its_own_dlq(stack: EzghStack, template: dict[str, Any], spec:
     assert p["VisibilityTimeout"] == spec.visibility_timeout_seconds
 
 
+def test_every_queue_keeps_messages_14_days(template: dict[str, Any]) -> None:
+    """SQS's longest retention on every queue of the stack, the DLQs as the queues (its
+    default, 4 days, would delete a backlog of an invoker outage unread)."""
+    for queue in resources(template, "AWS::SQS::Queue").values():
+        assert queue["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_the_year_limit_sweep_is_an_hourly_schedule_of_the_invoker(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    from ezgh_engine.topology import YEAR_LIMIT_SWEEP
+
+    (schedule,) = resources(template, "AWS::Scheduler::Schedule").values()
+    p = schedule["Properties"]
+    assert p["ScheduleExpression"] == YEAR_LIMIT_SWEEP.expression
+    assert p["Target"]["Input"] == YEAR_LIMIT_SWEEP.message
+    invoker = logical_id(stack, stack.functions.by_key[YEAR_LIMIT_SWEEP.function])
+    assert p["Target"]["Arn"] == getatt(invoker)
+    assert p["FlexibleTimeWindow"] == {"Mode": "OFF"}
+
+
 def test_every_queue_is_encrypted_and_tls_only(template: dict[str, Any]) -> None:
     queues = resources(template, "AWS::SQS::Queue")
     # topology queues + their DLQs + one failure queue per stream source

@@ -27,6 +27,11 @@ def monotonic() -> float:
     return time.monotonic()
 
 
+def random_fraction() -> float:
+    """A uniform random number in [0, 1) (retry jitter)."""
+    return random.random()
+
+
 def new_uuid() -> str:
     """A random UUID (version 4) as a string."""
     return str(uuid.uuid4())

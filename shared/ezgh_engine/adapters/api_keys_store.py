@@ -31,6 +31,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock, ids
+from ezgh_engine.adapters import aws
 from ezgh_engine.adapters import ddb as ddb_items
 from ezgh_engine.adapters.ddb import cancellation_codes
 from ezgh_engine.adapters.registry_store import ddb, get_item, item_key, table
@@ -374,7 +375,7 @@ def _remove(project_id: str, digest: str, key: ApiKey) -> bool:
     try:
         ddb().transact_write_items(TransactItems=actions)
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             return False
         raise
     return True

@@ -330,7 +330,7 @@ def add_commit(commit: Commit) -> Commit:
             ]
         )
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise Conflict(f"commit to flow {commit.flow_id} raced another; retry") from err
         raise
     return commit

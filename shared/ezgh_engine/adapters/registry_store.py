@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
+from ezgh_engine.adapters.read_cache import ReadCache
 from ezgh_engine.config import settings
 from ezgh_engine.core import sealing
 from ezgh_engine.core.flows.jobs import interpreter_app_id
@@ -234,7 +235,36 @@ def get_app(project_id: str, app_ref: str) -> App | None:
     if app_id == interpreter_app_id(project_id):
         return None  # the engine's interpreter (a record an earlier engine wrote): not an app
     app = _get_app_by_id(app_id) if app_id else None
-    return app if app and app.project_id == project_id else None
+    if app is None or app.project_id != project_id:
+        return None
+    _apps.put((project_id, app_ref), app)  # a fresh read: what the memory serves from now
+    return app
+
+
+# --- apps read a moment ago (the hot read paths) -------------------------------------------
+# Per environment, for APP_CACHE_SECONDS: a queue subscription's deliveries, scheduled starts
+# and run-ended notifications read their app through `get_app_cached` (a burst of messages
+# read one app item once per message, consistently). What may be stale, for up to that long
+# after a change made in another environment: an app deleted or unsynced still looks
+# startable (the run started then fails `workflows.app_deleted` at its first invocation:
+# the invoker reads its app consistently, always), and notification settings are the
+# previous ones. A change made in this environment is seen at once (`_apps.forget`); a
+# refusal is never served from memory (`derived_runs` reads again before refusing).
+APP_CACHE_SECONDS = 5.0
+_apps: ReadCache[App] = ReadCache(
+    APP_CACHE_SECONDS, version=lambda app: app.version, owner=lambda app: app.id
+)
+
+
+def get_app_cached(project_id: str, app_ref: str) -> App | None:
+    """`get_app`, or the app as this environment read it less than `APP_CACHE_SECONDS`
+    ago (see above for what that may miss)."""
+    return _apps.get((project_id, app_ref), lambda: get_app(project_id, app_ref))
+
+
+def forget_cached_apps() -> None:
+    """Forget every app read a moment ago (tests that write items behind the store's back)."""
+    _apps.clear()
 
 
 def _app_id_of(pk: str, sk: str) -> str | None:
@@ -265,6 +295,8 @@ def save_app(app: App) -> App:
         if is_condition_failure(err):
             raise Conflict(f"app {app.id} changed or was deleted meanwhile; retry") from err
         raise
+    finally:
+        _apps.forget(app.id)
     return saved
 
 
@@ -302,6 +334,8 @@ def update_app_after_sync(
         if is_condition_failure(err):
             raise NotFound(f"app {app.id} not found") from err
         raise
+    finally:
+        _apps.forget(app.id)
     return _app_from_item(answer["Attributes"])
 
 
@@ -312,7 +346,10 @@ def delete_app(app: App) -> None:
         item_key(f"APPNAME#{app.project_id}#{app.name}", "APPNAME"),
         item_key(f"APPSLUG#{app.slug}", "APPSLUG"),
     ]
-    delete_with_pointers(keys, f"app {app.id}")
+    try:
+        delete_with_pointers(keys, f"app {app.id}")
+    finally:
+        _apps.forget(app.id)
 
 
 def delete_with_pointers(keys: list[dict[str, Any]], what: str) -> None:
@@ -323,6 +360,6 @@ def delete_with_pointers(keys: list[dict[str, Any]], what: str) -> None:
     try:
         ddb().transact_write_items(TransactItems=deletes)
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise NotFound(f"{what} not found") from err
         raise

@@ -61,20 +61,6 @@ _LOCATIONS = ("body", "query", "path", "header", "cookie")
 # capacity and SQS/S3 throttles clear within about a second.
 RETRY_AFTER_SECONDS = 1
 
-# Error codes of AWS calls that mean "too many requests, try again".
-THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "Throttling",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "SlowDown",
-    }
-)
-
 # Paths of the engine-to-SDK protocol: their clients resend a 5xx, not a 429.
 PROTOCOL_PREFIX = "/v1/invocations/"
 
@@ -101,10 +87,11 @@ def busy_response(path: str, message: str) -> Response[Any]:
 
 
 def is_throttle(exc: ClientError) -> bool:
-    """An AWS error that means the caller should slow down and try again."""
-    from ezgh_engine.adapters import ddb
+    """An AWS error that means the caller should slow down and try again (`aws.is_throttle`,
+    the one list of throttle codes, or a transaction conflict)."""
+    from ezgh_engine.adapters import aws, ddb
 
-    return ddb.error_code(exc) in THROTTLE_CODES or (
+    return aws.is_throttle(exc) or (
         "TransactionConflict" in ddb.cancellation_codes(exc)
         or ddb.error_code(exc) == "TransactionConflictException"
     )

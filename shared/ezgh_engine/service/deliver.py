@@ -145,11 +145,15 @@ def _backoff(record: dict[str, Any], queue: QueueRecord) -> None:
 def deliver_record(record: dict[str, Any]) -> bool:
     """Deliver one SQS record; True when it may be acknowledged."""
     queue_id = sqs_queues.queue_id_from_arn(str(record.get("eventSourceARN", "")))
-    queue = queues_store.get_queue_by_id(queue_id) if queue_id else None
+    # Read as a moment ago (queues_store.CACHE_SECONDS): a burst reads them once, not per
+    # message. What is not there is read again before anything is dropped or held.
+    queue = queues_store.get_queue_by_id(queue_id, cached=True) if queue_id else None
+    if queue is None and queue_id:
+        queue = queues_store.get_queue_by_id(queue_id)
     if queue is None:
         log.warning("message %s from an unknown queue; dropped", record.get("messageId"))
         return True
-    sub = queues_store.subscription_for_queue(queue.id)
+    sub = queues_store.subscription_for_queue(queue.id, cached=True)
     if sub is None:
         # Deleted a moment ago; its mapping is going away. Let the message wait for the next.
         _backoff(record, queue)
