@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ezgh_engine.api import models as m
+
 FlowName = Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$", description="^[a-z0-9-]{1,64}$")]
 Branch = Annotated[str, Field(pattern=r"^[A-Za-z0-9._/-]{1,64}$")]
 JobStatus = Literal["RUNNING", "WAITING", "COMPLETED", "FAILED", "CANCELLED"]
@@ -165,6 +167,7 @@ class FlowScheduleAnswer(BaseModel):
     keyId: str | None = None
     status: Literal["active", "paused"]
     nextRunAt: str | None = None
+    lastError: m.FireError | None = None
     createdAt: str
     updatedAt: str
 
