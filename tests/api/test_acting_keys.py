@@ -18,7 +18,15 @@ import boto3
 import httpx
 import pytest
 from ezgh_engine import clock, config, ids
-from ezgh_engine.adapters import api_keys_store, event_sources, push, queues_store, registry_store
+from ezgh_engine.adapters import (
+    api_keys_store,
+    aws,
+    event_sources,
+    push,
+    queues_store,
+    registry_store,
+    task_queues,
+)
 from ezgh_engine.adapters import schedules_store as store
 from ezgh_engine.core import messages as wire
 from ezgh_engine.service import deliver, schedules
@@ -368,3 +376,73 @@ def test_a_flow_resume_subscription_resumes_nothing_once_its_key_is_revoked(
     _revoke(project, creator)
     assert deliver.deliver_record(resume_record(queue, "m-2", "order:1")) is False
     assert _status(project, sub).startswith("Job not resumed: 403 forbidden: the API key ")
+
+
+# --- a polled pull task ----------------------------------------------------------------------
+
+
+def _polled(project: Project, alpha: dict[str, Any], poller: str) -> tuple[str, dict[str, Any]]:
+    """A run of alpha's `a` and its task, polled with `poller`."""
+    from ezgh_engine.service import invoker
+
+    run_id = start(project, alpha, "a")
+    assert invoker.invoke(run_id, 1) is None  # its task is queued
+    polled = project.call("POST", f"/apps/{alpha['id']}/tasks/poll", key=poller,
+                          body={"waitSeconds": 0})  # fmt: skip
+    assert polled.status == 200, polled.body
+    return run_id, dict(polled.body)
+
+
+def _answer_with_invoke(run_id: str, task: dict[str, Any]) -> Any:
+    """The task's code invokes beta's `other`: the invoke step."""
+    from ezgh_engine.service import pull
+
+    wait = {"kind": "invoke", "name": "call", "stepId": "call#1", "workflow": "other",
+            "app": "beta", "input": {}}  # fmt: skip
+    answer = {"taskId": task["taskId"], "outcome": "suspended", "waits": [wait]}
+    assert pull.post_outcome(task["api"]["token"], answer) == {"result": "ok"}
+    return step(run_id, "call#1")
+
+
+def test_a_polled_task_acts_for_the_key_that_polled_it(project: Project) -> None:
+    """The app's recorded key (its last announce: the admin's) may start beta/other; a task
+    polled by a key that may only poll alpha's tasks gets none of that."""
+    from ezgh_engine.adapters import runs_store
+
+    alpha, _ = pull_app(project, "alpha", ["a"]), pull_app(project, "beta", ["other"])
+    poller = _key(project, ("workflows.apps.update", "alpha"))
+    invoke = _answer_with_invoke(*_polled(project, alpha, poller["key"]))
+    assert invoke.status == "failed" and invoke.error.code == "workflows.forbidden"
+    assert invoke.error.message == (
+        f"403 forbidden: the API key the task of app alpha was polled with ({poller['id']}) "
+        f"may not {START} on beta/other"
+    )
+    # Polled by a key that may: started, acting for that key.
+    starter = _key(project, ("workflows.apps.update", "alpha"), (START, "beta/other"))
+    run_id, task = _polled(project, alpha, starter["key"])
+    run = runs_store.get_run(run_id, with_steps=False)
+    assert run is not None and run.task_key_id == starter["id"]
+    assert _answer_with_invoke(run_id, task).status == "waiting"
+    # Revoked while its task runs: what the task's code does next is refused.
+    run_id, task = _polled(project, alpha, starter["key"])
+    _revoke(project, starter)
+    late = _answer_with_invoke(run_id, task)
+    assert late.status == "failed" and late.error.message.endswith(f"({starter['id']}) is revoked")
+
+
+def test_no_worker_may_claim_a_task_in_a_keys_name(project: Project) -> None:
+    """A worker reading its queue directly names its own claim: never the key form, which
+    would let it pick the key its task's code acts for."""
+    from ezgh_engine.errors import ValidationError
+    from ezgh_engine.service import invoker, pull
+
+    alpha = pull_app(project, "alpha", ["a"])
+    run_id = start(project, alpha, "a")
+    assert invoker.invoke(run_id, 1) is None
+    url = task_queues.ensure_queue(alpha["id"])
+    [message] = aws.client("sqs").receive_message(QueueUrl=url)["Messages"]
+    task = json.loads(message["Body"])
+    claim = {"taskId": task["taskId"], "claim": f"key/{_admin_id(project)}/x"}
+    with pytest.raises(ValidationError, match="may not begin with 'key/'"):
+        pull.heartbeat(task["api"]["token"], claim)
+    assert pull.heartbeat(task["api"]["token"], {**claim, "claim": "worker-1/x"})["leaseSeconds"]
