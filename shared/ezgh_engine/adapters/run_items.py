@@ -170,7 +170,6 @@ def step_from(values: dict[str, Any]) -> Step:
         callback_salt=values.get("cbSalt"),
         child_run_id=values.get("childRunId"),
         woke=values.get("wk"),  # invocations_store.WAKE_ATTR
-        task_key_id=task_claims.polled_key(values.get("tc"), int(values.get("epoch", 0))),
     )
 
 

@@ -195,9 +195,6 @@ class Step:
     # A sleep woken by two single writes: its wake-up's mark, which the run item gets next
     # (`invocations_store.wake_sleep`; None on sleeps woken before, in one transaction).
     woke: str | None = field(default=None, compare=False, hash=False)
-    # The API key that polled the pull task of the current lease (`core.task_claims`): what
-    # that task's code does acts for it. None: no task of this lease was polled by a key.
-    task_key_id: str | None = field(default=None, compare=False, hash=False)
 
     def to_api(self) -> dict[str, Any]:
         body: dict[str, Any] = {
