@@ -92,7 +92,10 @@ class ActionAnswer(BaseModel):
     moduleType: str
     status: ActionStatus
     input: Any = None
+    # Either the value or a reference to it (a payload path: GET /jobs/{jobId}/payloads/…).
+    inputRef: str | None = None
     output: Any = None
+    outputRef: str | None = None
     error: dict[str, Any] | None = None
     attempt: int
     startedAt: str | None = None
@@ -112,13 +115,17 @@ class JobAnswer(BaseModel):
     status: JobStatus
     trackingId: str
     input: Any = None
+    inputRef: str | None = None  # the input's payload path, when not inline
     output: Any = None
+    outputRef: str | None = None  # the output's payload path, when not inline
     error: dict[str, Any] | None = None
     startedAt: str
     finishedAt: str | None = None
     durationMs: int | None = None
     parentJobId: str | None = None  # a sub-flow's job: the job that invoked it
     actions: list[ActionAnswer] = []
+    # More actions than one answer holds: GET /jobs/{jobId}?actionsCursor=… gives the next.
+    nextActionsCursor: str | None = None
 
 
 class JobList(BaseModel):
