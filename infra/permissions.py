@@ -109,10 +109,10 @@ ACCESS: dict[str, Access] = {
         schedules=True,
     ),
     # Calls the app: reads apps, leases and updates runs, re-sends early timers.
-    # A flow schedule's fire and an app's invoke of another app's workflow read the key they
-    # act for.
+    # A schedule's fire and an app's invoke of another app's workflow read the key they act
+    # for; a fire that starts nothing records why on its schedule (`lastError`, UpdateItem).
     "invoker": Access(
-        tables={"runs": "read_write", "registry": "read"},
+        tables={"runs": "read_write", "registry": "read_write"},
         batch_reads=("registry",),
         payloads="read_write",
         send_to=("invocations",),
