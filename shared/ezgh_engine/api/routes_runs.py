@@ -35,6 +35,14 @@ def _caller(org_id: str, project_id: str) -> Principal:
     return principal_for(router.current_event, org_id, project_id)
 
 
+def _run_answer(principal: Principal, run: Any, steps_cursor: str | None = None) -> Any:
+    """The run as GetRun shows it to `principal`: its callback steps' URLs only for a key
+    that may complete them (`runs.may_resume`)."""
+    return run_views.run_answer(
+        run, steps_cursor=steps_cursor, with_callback_urls=runs.may_resume(principal, run)
+    )
+
+
 @router.post(
     f"{PREFIX}/runs",
     security=m.API_KEY,
@@ -59,7 +67,7 @@ def start_run(
             run_key=body.runKey,
             timeout_seconds=body.timeoutSeconds,
         )
-        return (201 if created else 200), run_views.run_answer(started)
+        return (201 if created else 200), _run_answer(principal, started)
 
     return answer_once(principal, "POST /runs", idempotency_key, body.model_dump(mode="json"), run)
 
@@ -121,7 +129,9 @@ def search_runs(
         "6 MB, in order (the input, the output, each step's result); the others are "
         "references read with GetPayload (inputRef, outputRef). When the steps' records "
         "alone do not fit, the answer holds the first ones and nextStepsCursor: pass it as "
-        "stepsCursor for the run with the next ones."
+        "stepsCursor for the run with the next ones. A callback step carries its url for a "
+        "key that also holds workflows.runs.resume on the run (whoever holds the URL may "
+        "complete the callback)."
     ),
     responses=m.doc(200, m.RunAnswer, "the run with its steps"),
 )
@@ -131,8 +141,9 @@ def get_run(
     runId: str,
     stepsCursor: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> Response[Any]:
-    run = runs.get_run(_caller(orgId, projectId), runId)
-    return json_response(200, run_views.run_answer(run, steps_cursor=stepsCursor))
+    principal = _caller(orgId, projectId)
+    run = runs.get_run(principal, runId)
+    return json_response(200, _run_answer(principal, run, steps_cursor=stepsCursor))
 
 
 @router.post(

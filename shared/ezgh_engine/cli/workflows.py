@@ -185,6 +185,15 @@ def _show_run(run: dict[str, Any]) -> None:
     if steps:
         print()
         table(steps, ("id", "kind", "status", "attempt", "startedAt", "endedAt"))
+    _show_callback_urls(steps or [])
+
+
+def _show_callback_urls(steps: list[dict[str, Any]]) -> None:
+    """The URLs of callback steps still waiting (GetRun shows them to a key that may
+    complete them): a POST of a JSON body completes one."""
+    for step in steps:
+        if step.get("kind") == "callback" and step.get("url") and step.get("status") == "waiting":
+            print(f"callback {step.get('name') or step.get('id')} waits for a POST to {step['url']}")
 
 
 def runs_start(args: argparse.Namespace) -> int:
