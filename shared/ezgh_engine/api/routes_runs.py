@@ -13,16 +13,19 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
+from ezgh_engine import clock
 from ezgh_engine.api import models as m
 from ezgh_engine.api import pages
 from ezgh_engine.api.auth import bearer_token, principal_for
 from ezgh_engine.api.errors import MAX_BODY_BYTES, check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response
-from ezgh_engine.core import validation
+from ezgh_engine.config import settings
+from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
 from ezgh_engine.errors import PayloadTooLarge, Unauthorized
+from ezgh_engine.observability import logs
 from ezgh_engine.service import callbacks, invocation_state, run_views, runs, steps, wire
 
 router = APIGatewayHttpRouter()
@@ -238,8 +241,18 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     token = bearer_token(router.current_event)
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
-    with wire.answering(body.get("protocol")):  # 1.5: large recorded outputs by reference
+    # 1.5: large recorded outputs by reference; the lines logged carry the run's ID.
+    with wire.answering(body.get("protocol")), logs.bound(run_id=_token_run(token)):
         return json_response(200, steps.apply_ops(token, body))
+
+
+def _token_run(token: str) -> str | None:
+    """The run an invocation token names (None when it does not verify: the step call is
+    refused as it is)."""
+    try:
+        return tokens.verify(settings().token_secret, token, clock.now_ms()).run_id
+    except Unauthorized:
+        return None
 
 
 def _invocation_token() -> str:

@@ -193,7 +193,9 @@ def _show_callback_urls(steps: list[dict[str, Any]]) -> None:
     complete them): a POST of a JSON body completes one."""
     for step in steps:
         if step.get("kind") == "callback" and step.get("url") and step.get("status") == "waiting":
-            print(f"callback {step.get('name') or step.get('id')} waits for a POST to {step['url']}")
+            print(
+                f"callback {step.get('name') or step.get('id')} waits for a POST to {step['url']}"
+            )
 
 
 def runs_start(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 from ezgh_engine.adapters import messages as queue
 from ezgh_engine.core import messages as wire
 from ezgh_engine.core.messages import Retry
+from ezgh_engine.observability import logs
 from ezgh_engine.service import branches, invoker, pull, schedules, year_limits
 from ezgh_engine.service.sqs_batch import Redeliver, failed_ids, process
 
@@ -95,7 +96,8 @@ def handle_message(body: str) -> Retry | None:
     except wire.MalformedMessage as exc:
         log.error("dropping a message that is none of ours (%s): %r", exc, body[:200])
         return None
-    return HANDLERS[type(message)](message)
+    with logs.bound(run_id=getattr(message, "run_id", None)):
+        return HANDLERS[type(message)](message)
 
 
 def handle_event(event: Any) -> None:
@@ -107,7 +109,8 @@ def handle_event(event: Any) -> None:
         log.error("dropping an event that is none of ours (%s): %r", exc, str(event)[:200])
         return
     try:
-        retry = HANDLERS[type(message)](message)
+        with logs.bound(run_id=getattr(message, "run_id", None)):
+            retry = HANDLERS[type(message)](message)
     except Exception:
         log.exception("invocation event failed; Lambda will invoke it again")
         raise
