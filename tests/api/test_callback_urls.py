@@ -59,6 +59,7 @@ def test_getrun_shows_the_callback_url_to_a_key_that_may_resume(project: Project
     assert call("POST", f"/v1/callbacks/{token[:-2]}xx", body={}).status == 404
     done = _step(project.call("GET", f"/runs/{run_id}", key=resumer))
     assert done["status"] == "completed" and done["output"] == {"ok": True}
+    assert "url" not in done  # it completes nothing any more
 
 
 def test_a_key_that_may_only_read_the_run_gets_no_url(project: Project) -> None:

@@ -132,9 +132,9 @@ def search_runs(
         "6 MB, in order (the input, the output, each step's result); the others are "
         "references read with GetPayload (inputRef, outputRef). When the steps' records "
         "alone do not fit, the answer holds the first ones and nextStepsCursor: pass it as "
-        "stepsCursor for the run with the next ones. A callback step carries its url for a "
-        "key that also holds workflows.runs.resume on the run (whoever holds the URL may "
-        "complete the callback)."
+        "stepsCursor for the run with the next ones. A waiting callback step carries its url "
+        "for a key that also holds workflows.runs.resume on the run (whoever holds the URL "
+        "may complete the callback)."
     ),
     responses=m.doc(200, m.RunAnswer, "the run with its steps"),
 )

@@ -8,7 +8,7 @@
 - SearchRuns: the runs with their values inline while they fit, in order; a value kept in
   S3 is a reference (a list reads no payload).
 
-A callback step shows its `url` to a key that may complete it (`with_callback_urls`:
+A callback step that waits shows its `url` to a key that may complete it (`with_callback_urls`:
 `workflows.runs.resume` on the run, `service.runs.may_resume`): the URL is a bearer
 capability, so a key that may only read the run does not get it. The URL is made again from
 the engine's token secret and the salt kept on the step (`service.callbacks`): no usable
@@ -76,7 +76,9 @@ def run_answer(
 
 def _step_body(run: Run, step: Step, with_callback_url: bool) -> dict[str, Any]:
     body = step.to_api()
-    url = callbacks.url_for(run.id, step) if with_callback_url else None
+    # Only while it may still complete it: after, the URL answers 409 and shows nothing.
+    waiting = with_callback_url and step.status == "waiting"
+    url = callbacks.url_for(run.id, step) if waiting else None
     if url:
         body["url"] = url
     return body
