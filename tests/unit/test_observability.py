@@ -133,6 +133,33 @@ def test_lambda_logs_are_json_with_the_works_ids(
     assert "run_id" not in second
 
 
+def test_a_completed_step_and_a_wait_log_at_debug_and_the_rest_at_info(
+    telemetry: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CloudWatch Logs bills each line's bytes: a run writes a line per step only with
+    `LOG_LEVEL=DEBUG`; its start, end, invocations and failures are always written. The
+    `ezgh dev` lines show every fact either way."""
+    caplog.set_level(logging.DEBUG, logger="ezgh_engine.observability.emit")
+    facts = [
+        _fact(rf.RUN_STARTED, status="running"),
+        _fact(rf.STEP_ENDED, status="completed", step_id="s#1", step_kind="run"),
+        _fact(rf.STEP_WAITING, status="waiting", step_id="w#1", step_kind="sleep"),
+        _fact(rf.STEP_ENDED, status="failed", step_id="s#2", step_kind="run"),
+        _fact(rf.RUN_ENDED, status="failed"),
+    ]
+    for fact in facts:
+        emit.record(fact)
+    levels = [(r.fact, r.status, r.levelname) for r in caplog.records]  # type: ignore[attr-defined]
+    assert levels == [
+        (rf.RUN_STARTED, "running", "INFO"),
+        (rf.STEP_ENDED, "completed", "DEBUG"),
+        (rf.STEP_WAITING, "waiting", "DEBUG"),
+        (rf.STEP_ENDED, "failed", "INFO"),
+        (rf.RUN_ENDED, "failed", "INFO"),
+    ]
+    assert len((telemetry / sinks.LINES_FILE).read_text().splitlines()) == len(facts)
+
+
 def test_a_runs_trace_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(traces.ENV_SAMPLE_RATE, "1")
     sent: list[list[str]] = []

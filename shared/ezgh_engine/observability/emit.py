@@ -51,6 +51,16 @@ def _trace(fact: rf.Fact, app_name: str | None, invocation_began: str | None) ->
         traces.add(traces.invocation_segment(fact, app_name or "app", began))
 
 
+def _level(fact: rf.Fact) -> int:
+    """A run's start and end, its invocations and whatever failed are INFO; a step that
+    completed and a wait that began are DEBUG (`LOG_LEVEL=DEBUG` shows them): CloudWatch
+    Logs bills each line's bytes, and a run has a line per step."""
+    quiet = fact.kind == rf.STEP_WAITING or (
+        fact.kind == rf.STEP_ENDED and fact.status == "completed"
+    )
+    return logging.DEBUG if quiet else logging.INFO
+
+
 def record(
     fact: rf.Fact, *, app_name: str | None = None, invocation_began: str | None = None
 ) -> None:
@@ -64,7 +74,7 @@ def record(
         extra: dict[str, object] = {**fact.ids, "fact": fact.kind, "status": fact.status}
         if took is not None:
             extra["duration_ms"] = round(took, 1)
-        log.info("%s", line, extra=extra)
+        log.log(_level(fact), "%s", line, extra=extra)
         sinks.write_line(line)
         _trace(fact, app_name, invocation_began)
     except Exception:
