@@ -24,7 +24,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
-from ezgh_engine.errors import PayloadTooLarge, Unauthorized
+from ezgh_engine.errors import PayloadTooLarge, Unauthorized, ValidationError
 from ezgh_engine.observability import logs
 from ezgh_engine.service import callbacks, invocation_state, run_views, runs, steps, wire
 
@@ -242,17 +242,25 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
     # 1.5: large recorded outputs by reference; the lines logged carry the run's ID.
-    with wire.answering(body.get("protocol")), logs.bound(run_id=_token_run(token)):
+    with wire.answering(body.get("protocol")), logs.bound(**_call_ids(token, body)):
         return json_response(200, steps.apply_ops(token, body))
 
 
-def _token_run(token: str) -> str | None:
-    """The run an invocation token names (None when it does not verify: the step call is
-    refused as it is)."""
+def _call_ids(token: str, body: Any) -> dict[str, str | None]:
+    """The IDs a step call's log lines carry: the run its invocation token names (none
+    when it does not verify: the call is refused as it is) and the step of a call with one
+    op (one call per step since protocol 1.3)."""
     try:
-        return tokens.verify(settings().token_secret, token, clock.now_ms()).run_id
+        run_id: str | None = tokens.verify(settings().token_secret, token, clock.now_ms()).run_id
     except Unauthorized:
-        return None
+        return {}
+    ops = body.get("ops") if isinstance(body, dict) else None
+    one = ops[0] if isinstance(ops, list) and len(ops) == 1 else None
+    try:  # only a valid step ID (the op is refused as it is otherwise)
+        step_id = validation.check_step_id(one.get("stepId")) if isinstance(one, dict) else None
+    except ValidationError:
+        step_id = None
+    return {"run_id": run_id, "step_id": step_id}
 
 
 def _invocation_token() -> str:

@@ -37,6 +37,12 @@ def bound(**ids: str | None) -> Iterator[None]:
         _IDS.reset(token)
 
 
+def also(**ids: str | None) -> None:
+    """Inside a `bound` block: add IDs learnt on the way (the run's app, once read); the
+    block's end forgets them with its own."""
+    _IDS.set({**_IDS.get(), **{k: v for k, v in ids.items() if v}})
+
+
 def current() -> dict[str, str]:
     """The IDs bound here."""
     return dict(_IDS.get())

@@ -110,6 +110,7 @@ def _invoke_read(
     full = runs_store.get_run(run_id)
     if full is None:
         return None
+    logs.also(app_id=full.app_id)
     if leased is None and taken_epoch is not None and full.epoch != taken_epoch:
         # This handler stalled past its lease and a newer invocation holds the run: act
         # only on the epoch it took, so it neither runs a second attempt nor moves the
