@@ -13,7 +13,8 @@ see infra/stack.py PUBLIC_CONCURRENCY; 0 for none), `ezgh:apiRateLimit` / `ezgh:
 a second per API key, `EZGH_KEY_RATE_LIMIT`; 0 for none), `ezgh:traceSampleRate` (0 to 1,
 default 0: the share of runs whose trace goes to X-Ray, $5 a million traces),
 `ezgh:metrics` (default true: the engine's EMF metrics), `ezgh:dashboard` (default false: a
-CloudWatch dashboard of the runs, $3 a month past an account's first three).
+CloudWatch dashboard of the runs, $3 a month past an account's first three), `ezgh:logLevel`
+(default INFO; DEBUG adds a line per completed step and wait, billed per GB ingested).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def build_app(*, code_dir: str, app: App | None = None) -> tuple[App, EzghStack]
         trace_sample_rate=float(app.node.try_get_context("ezgh:traceSampleRate") or 0),
         metrics=_flag(app, "ezgh:metrics", default=True),
         dashboard=_flag(app, "ezgh:dashboard", default=False),
+        log_level=str(app.node.try_get_context("ezgh:logLevel") or "INFO").upper(),
         description="EZGH Workflows: durable workflow engine (serverless, zero idle cost)",
     )
     Aspects.of(app).add(AwsSolutionsChecks(verbose=True))

@@ -65,6 +65,9 @@ def runtime_prefix(stack_name: str) -> str:
 # guarantees the two their share. 0 removes a reservation (accounts whose concurrency quota
 # is too low to reserve: Lambda keeps 100 unreserved). Context: ezgh:<key>Concurrency.
 # The flows function (EzFlow's interpreter) is public too: a push app at its function URL.
+# The functions' `LOG_LEVEL` (`-c ezgh:logLevel`): INFO writes a run's start, end,
+# invocations and failures; DEBUG adds a line per completed step and wait.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 PUBLIC_CONCURRENCY = {STEPS_FUNCTION.key: 200, API_FUNCTION.key: 100, FLOWS_FUNCTION.key: 100}
 
 
@@ -90,9 +93,14 @@ class EzghStack(Stack):
         trace_sample_rate: float = 0.0,
         metrics: bool = True,
         dashboard: bool = False,
+        log_level: str = "INFO",
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
+        if log_level not in LOG_LEVELS:
+            raise ValueError(
+                f"ezgh:logLevel must be one of {', '.join(LOG_LEVELS)}, not {log_level}"
+            )
         self.topology = topology
         self.prefix = runtime_prefix(self.stack_name)
         self.user_queue_prefix = sqs_queues.name_prefix(self.prefix)
@@ -111,6 +119,7 @@ class EzghStack(Stack):
             code=lambda_.Code.from_asset(code_dir),
             environment=self._environment(),
             reserved=PUBLIC_CONCURRENCY if reserved_concurrency is None else reserved_concurrency,
+            log_level=log_level,
         )
         api_function = self.functions.by_key[API_FUNCTION.key]
         self.api = Api(self, "Api", handler=api_function, routes=route_keys(), throttle=throttle)

@@ -856,6 +856,19 @@ def test_the_dashboard_is_a_context_option_off_by_default() -> None:
     assert set(default["Resources"]) == rest
 
 
+def test_the_log_level_is_a_context_option() -> None:
+    """INFO by default (a run's start, end, invocations and failures); DEBUG adds a line per
+    completed step and wait; a level Powertools does not know is refused at synth."""
+    for chosen, expected in ((None, "INFO"), ("debug", "DEBUG")):
+        context = {} if chosen is None else {"ezgh:logLevel": chosen}
+        _, template = _synth_named("Lvl", **context)
+        for function in resources(template, "AWS::Lambda::Function").values():
+            env = function["Properties"]["Environment"]["Variables"]
+            assert env["LOG_LEVEL"] == expected
+    with pytest.raises(ValueError, match="ezgh:logLevel"):
+        _synth_named("Lvl", **{"ezgh:logLevel": "chatty"})
+
+
 def test_traces_and_metrics_are_context_options() -> None:
     """No function records traces unless `ezgh:traceSampleRate` says how many (X-Ray bills
     each); metrics are on unless `ezgh:metrics=false`."""
