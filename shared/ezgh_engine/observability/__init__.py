@@ -12,8 +12,8 @@ One emission point per fact (`core.run_facts`): the stream's reader of run and s
   run, sent with `PutTraceSegments`, for the runs `EZGH_TRACE_SAMPLE_RATE` samples);
 - under `ezgh dev`, one human line (`progress`).
 
-Queue records (their age, redeliveries) are counted where every SQS batch is handled
-(`service.sqs_batch`), and throttles where the engine's clients retry them (`adapters.aws`).
+Queue records (their age, redeliveries) are counted by each SQS-fed handler
+(`queues.record_batch`), and throttles where the engine's clients retry them (`adapters.aws`).
 Deployed, EMF documents go to the function's log (stdout); under `ezgh dev` they go to
 `<state dir>/telemetry/metrics.jsonl` (`sinks`), so the same documents can be read there.
 """
