@@ -43,6 +43,7 @@ DDBLOCAL_MODULES = frozenset(
         "tests/api/test_auth_keys.py",
         "tests/api/test_bad_input.py",
         "tests/api/test_branch_outcomes.py",
+        "tests/api/test_invocation_groups.py",
         "tests/api/test_list_scopes.py",
         "tests/api/test_ops_stuck_runs.py",
         "tests/api/test_protocol_races.py",
