@@ -37,6 +37,7 @@ E2E_CALL_LOG = "EZGH_E2E_CALL_LOG"
 # `EZGH_DDBLOCAL=all` runs every module on both backends.
 DDBLOCAL_MODULES = frozenset(
     {
+        "tests/api/test_acting_keys.py",
         "tests/api/test_app_scope.py",
         "tests/api/test_apps.py",
         "tests/api/test_async_invocations.py",
