@@ -25,6 +25,30 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _observability(w: Any, out: dict[str, Any]) -> None:
+    """What showing the runs costs, per run: the log bytes (EMF and JSON lines) and the
+    observe function's invocations, billed as one request per batching window. The bytes
+    are the most a run writes: the local stream reader invokes the observe function per
+    record, each invocation writing its own EMF document, where a deployed window writes
+    one for the whole batch."""
+    w("\nObservability per run (in the lines above): ")
+    parts = []
+    for f in out["sizes"].values():
+        d = f["detail"]
+        logged = d.get("cloudwatch_logs_bytes", 0)
+        observe = d["lambda_invocations"].get("observe", 0)
+        usd = d["usd_by_origin"].get("function:observe", 0.0) + d["usd"].get("logs", 0.0)
+        parts.append(
+            f"{f['steps']} steps: at most {logged:,} B of EMF and log lines, observe {observe} "
+            f"invocations in {d['lambda_requests'].get('observe', 0)} windows, "
+            f"{_money(usd * 1e6)}/M runs"
+        )
+    w(
+        "; ".join(parts) + ". X-Ray, when a run's trace is recorded (-c ezgh:traceSampleRate, "
+        f"0 by default): {_money(p.XRAY_USD_PER_TRACE_RECORDED * 1e6)}/M runs\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")
@@ -225,6 +249,7 @@ def print_report(out: dict[str, Any]) -> None:
         )
         + "\n"
     )
+    _observability(w, out)
     r = out.get("retention")
     if r:
         w(

@@ -7,6 +7,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from ezgh_engine.adapters import aws
@@ -19,6 +20,7 @@ from ezgh_workflows import WorkflowsClient
 from bench import workflows
 from bench.cost import Bill, bill
 from bench.instrument import CountingApp, Recorder, origin
+from bench.telemetry import TelemetryMeter
 
 LONG_SLEEP = "1h"  # past SQS's 15-minute delay: an EventBridge Scheduler at() schedule
 SHORT_SLEEP = "2s"  # any sleep up to 15 minutes: one SQS message with DelaySeconds
@@ -55,10 +57,12 @@ class Engine:
             echo=lambda line: None,
         )
         self._stop_observing = lambda: None
+        self.telemetry = TelemetryMeter(Path(self._state.name) / "telemetry")
 
     def __enter__(self) -> Engine:
         for noisy in ("ezgh", "aws_lambda_powertools", "botocore", "werkzeug"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
+        self.telemetry.__enter__()
         self.runtime.start()
         scheduler = self.runtime.scheduler
         assert scheduler is not None
@@ -76,6 +80,7 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self._stop_observing()
         self.runtime.stop()
+        self.telemetry.__exit__()
         self._state.cleanup()
 
     def client(self) -> WorkflowsClient:
@@ -116,6 +121,7 @@ class Engine:
         rec.clear()
         rec.phase = "start"
         rec.active = True
+        self.telemetry.take()
         began = time.perf_counter()
         try:
             run_id = str(client.start_run(app_id, "bench", payload)["id"])
@@ -133,6 +139,7 @@ class Engine:
             seconds = time.perf_counter() - began
         finally:
             rec.active = False
+        logged = self.telemetry.take()
         run = client.get_run(run_id)
         if run.get("status") != "completed" or run.get("output", {}).get("steps") != steps:
             raise RuntimeError(f"bench run {run_id} ended {run.get('status')}: {run}")
@@ -147,7 +154,7 @@ class Engine:
                 fires[phase],
                 rec.sizes,
             )
-        total = bill(calls, invocations, apps, sum(fires.values()), rec.sizes)
+        total = bill(calls, invocations, apps, sum(fires.values()), rec.sizes, logged)
         return RunResult(
             run_id,
             steps,

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ezgh_engine import clock as engine_clock
+
 _where = threading.local()
 
 
@@ -243,6 +245,9 @@ class Invocation:
     # CPU time of the handler's thread (`time.thread_time`): the part of `seconds` a Lambda
     # environment with less than one vCPU would stretch (moto's own work is in other threads).
     cpu_seconds: float = 0.0
+    # When it began, on the engine clock (epoch seconds): what a mapping's batching window
+    # gathers together deployed (bench/cost.py `batched_requests`).
+    at: float = 0.0
 
 
 @dataclass
@@ -330,6 +335,7 @@ class Recorder:
 
     def wrap_handler(self, key: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def timed(event: dict[str, Any], context: Any) -> Any:
+            began = engine_clock.now().timestamp()
             started = time.perf_counter()
             cpu_started = time.thread_time()
             path = str(event.get("rawPath") or "") if isinstance(event, dict) else ""
@@ -347,7 +353,14 @@ class Recorder:
                         with self._lock:
                             self.invocations.append(
                                 Invocation(
-                                    key, seconds, self.phase, path, len(body or ""), made, cpu
+                                    key,
+                                    seconds,
+                                    self.phase,
+                                    path,
+                                    len(body or ""),
+                                    made,
+                                    cpu,
+                                    began,
                                 )
                             )
 

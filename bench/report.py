@@ -10,7 +10,7 @@ from bench.cost import Bill
 from bench.engine import RunResult
 
 SERVICES = ["dynamodb", "sqs", "s3", "scheduler", "scheduler-fire", "lambda", "http-api"]
-USD_LINES = ["dynamodb", "lambda", "http-api", "sqs", "scheduler", "s3"]
+USD_LINES = ["dynamodb", "lambda", "http-api", "sqs", "scheduler", "s3", "logs"]
 
 
 def _mean(values: list[float]) -> float:

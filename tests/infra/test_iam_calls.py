@@ -55,6 +55,8 @@ STACK_NAME = "ezgh"
 
 # Grants no local request can exercise, each with why the function needs it on AWS.
 AWS_ONLY: dict[str, str] = {
+    # The engine sends a run's own segments too (observability/traces.py: the invoker's and
+    # observe's requests are checked above); the other functions' are the runtime's.
     "xray:PutTraceSegments": "active tracing: the Lambda runtime sends the segments",
     "xray:PutTelemetryRecords": "active tracing: the Lambda runtime sends the segments",
     "logs:CreateLogStream": "the Lambda runtime writes the function's logs",
@@ -304,6 +306,9 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         # It writes the job index and failed items (PutItem) on the runs table and
         # `queue.send`'s idempotency records (PutItem, UpdateItem) on the registry.
         "dynamodb:UpdateItem": _LEVEL + " (used on the registry, not on the runs table)",
+    },
+    "observe": {
+        "dynamodb:Query": "part of the runs table's read level (it reads a run item by key)",
     },
     "notify": {
         "dynamodb:DeleteItem": _LEVEL,

@@ -26,6 +26,7 @@ from ezgh_engine.adapters import aws, ddb, messages
 from ezgh_engine.core.leases import wants_invocation as wants_invocation  # the one predicate
 from ezgh_engine.core.models import ENDED_STATUSES, LIVE_STATUSES
 from ezgh_engine.errors import TransientError
+from ezgh_engine.observability import logs
 from ezgh_engine.service import notifications, retention, waits, year_limits
 from ezgh_engine.service.timers import DEADLINE_STEP
 
@@ -35,6 +36,14 @@ log = logging.getLogger(__name__)
 def _image(record: dict[str, Any], which: str) -> dict[str, Any] | None:
     raw = record.get("dynamodb", {}).get(which)
     return ddb.from_item(raw) if raw else None
+
+
+def _run_of(record: dict[str, Any]) -> str | None:
+    """The run a record is about (a run item's `id`, a step's `runId`), for its log lines."""
+    change = record.get("dynamodb", {})
+    image = change.get("NewImage") or change.get("OldImage") or {}
+    found = image.get("runId") or image.get("id") or {}
+    return found.get("S") if isinstance(found, dict) else None
 
 
 def _on_run(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -118,7 +127,8 @@ def _handle_patiently(record: dict[str, Any], time_left: Callable[[], float] | N
     """`handle_record`, tried again while it is throttled and the invocation has time."""
     for tried in itertools.count():
         try:
-            handle_record(record)
+            with logs.bound(run_id=_run_of(record)):
+                handle_record(record)
             return
         except Exception as error:
             wait = min(THROTTLE_BACKOFF * 2**tried, THROTTLE_BACKOFF_MAX)
