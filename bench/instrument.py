@@ -17,6 +17,7 @@ Who made a request decides whether, and how, it is billed:
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -100,6 +101,11 @@ class DdbAccess:
     transactional: bool = False
     consistent: bool = False
     query: bool = False
+    # A Query or Scan with a FilterExpression: DynamoDB bills every item it read, the ones
+    # the filter dropped too, which the answer does not carry. Counted at the mean size of
+    # the partition's known items (`filtered_bytes`).
+    filtered_out: int = 0
+    partition: tuple[str, str] | None = None
 
 
 def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> list[DdbAccess]:
@@ -123,7 +129,10 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
             )
         ]
     if operation in ("Query", "Scan"):
-        size = sum(item_size(i) for i in parsed.get("Items", []))
+        items = parsed.get("Items", [])
+        size = sum(item_size(i) for i in items)
+        dropped = int(parsed.get("ScannedCount", len(items))) - len(items)
+        pk = (params.get("ExpressionAttributeValues") or {}).get(":pk", {}).get("S")
         return [
             DdbAccess(
                 "read",
@@ -132,6 +141,8 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
                 read_size=size,
                 query=True,
                 consistent=bool(params.get("ConsistentRead")),
+                filtered_out=max(0, dropped) if "FilterExpression" in params else 0,
+                partition=(table, pk) if pk else None,
             )
         ]
     if operation == "TransactWriteItems":
@@ -195,6 +206,25 @@ def _units(size: int, unit: int) -> int:
     return max(1, -(-size // unit))
 
 
+# The size assumed of an item a filter dropped whose partition the bench knows nothing of.
+UNKNOWN_ITEM_BYTES = 300
+
+
+def filtered_bytes(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) -> int:
+    """What the items a Query's filter dropped weighed (billed, not answered): their number
+    times the mean known size of their partition's items."""
+    if not access.filtered_out:
+        return 0
+    known = [n for (table, pk, _), n in sizes.items() if (table, pk) == access.partition]
+    mean = sum(known) / len(known) if known else UNKNOWN_ITEM_BYTES
+    return int(access.filtered_out * mean)
+
+
+def read_bytes(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) -> int:
+    """The bytes a read is billed for: the items answered, and those a filter dropped."""
+    return access.read_size + filtered_bytes(access, sizes)
+
+
 def request_units(
     accesses: list[DdbAccess], sizes: dict[tuple[str, str, str], int]
 ) -> tuple[float, float]:
@@ -208,7 +238,7 @@ def request_units(
             size = max(access.request_size, sizes.get(access.key, 0) if access.key else 0)
             wru += factor * _units(size, DYNAMODB_WRU_BYTES)
         else:
-            units = _units(access.read_size, DYNAMODB_RRU_BYTES)
+            units = _units(read_bytes(access, sizes), DYNAMODB_RRU_BYTES)
             if access.transactional:
                 rru += 2 * units
             else:
@@ -261,15 +291,18 @@ class Recorder:
         self._lock = threading.Lock()
         self.active = False
         self.phase = "run"
+        self.sizes: dict[tuple[str, str, str], int] = {}
         self.clear()
 
-    def clear(self) -> None:
+    def clear(self, *, keep_sizes: bool = False) -> None:
+        """Forget what was seen (`keep_sizes`: but not the item sizes learned)."""
         with self._lock:
+            sizes = self.sizes if keep_sizes else {}
             self.calls: list[AwsCall] = []
             self.invocations: list[Invocation] = []
             self.app_requests: list[AppRequest] = []
             self.scheduler_fires: Counter[str] = Counter()
-            self.sizes: dict[tuple[str, str, str], int] = {}  # last known item sizes
+            self.sizes = sizes  # last known item sizes
 
     # -- feeds ------------------------------------------------------------------------------
 
@@ -379,6 +412,11 @@ class Recorder:
             )
 
 
+# The invoke request of a branch invocation names its step (`"branch": {"stepId": ...}`);
+# a recorded parallel step shows `"branch": true` instead.
+_BRANCH_REQUEST = re.compile(rb'"branch":\s*\{')
+
+
 class CountingApp:
     """An ASGI push app wrapper counting engine -> app requests, their bytes and time."""
 
@@ -411,6 +449,8 @@ class CountingApp:
                 kind["type"] = (
                     "invoke" if '"invoke"' in head else ("sync" if '"sync"' in head else "other")
                 )
+            if kind["type"] == "invoke" and _BRANCH_REQUEST.search(body):
+                kind["type"] = "branch"  # a parallel step's own invocation
             return message
 
         async def counted_send(message: dict[str, Any]) -> None:
