@@ -16,12 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from ezgh_engine import clock
+from ezgh_engine.adapters.intents import Intent
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.core.protocol_rules import end_differs
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.service.step_ops import checks, executor
-from ezgh_engine.service.step_ops.plan import Action, Caller
+from ezgh_engine.service.step_ops.plan import Caller
 
 MAX_OPS = protocol_ops.MAX_OPS
 
@@ -36,7 +37,7 @@ def apply_ops(token: str, body: Any) -> dict[str, Any]:
 
 def answer_writes(
     claims: tokens.InvocationClaims, deployment_id: str | None, ops: protocol_ops.AnswerOps
-) -> list[list[Action]]:
+) -> list[list[Intent]]:
     """The writes of the ops an invocation's answer carries (the steps it ended since its
     last step call, parsed by `protocol.ops.parse_answer_ops`), one list per op (a failure
     is its step and its event), each under the step's own conditions."""
