@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 def _history(engine: Engine, history: int, events_limit: int) -> dict[str, Any]:
     """The invocation after the sleep of a run with `history` steps before it, and (with
     `events_limit`) ListRunEvents over that whole run, page by page."""
-    result = engine.run(history + 1, LONG_SLEEP, sleep_after=history)
+    result = engine.run(history + 1, LONG_SLEEP, sleep_after=history, timeout=3600.0)
     figures = report.scaling_figures(result, history)
     if events_limit:
         pages = engine.list_events(result.run_id, events_limit)
