@@ -113,6 +113,7 @@ class Engine:
             organization_id=rt.org_id,
             project_id=rt.project_id,
             base_url=rt.api_url,
+            timeout=900.0,  # a page of a long run's events, read whole before, takes long
         )
 
     def _count(self, service: str, operation: str) -> int:

@@ -191,6 +191,15 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class EventSegments:
+    """The run's step events up to `through` (an event ID), kept in order as segment items
+    for ListRunEvents, written ahead of a commit that records `through` on the run item."""
+
+    items: tuple[NewItem, ...]
+    through: str
+
+
+@dataclass(frozen=True)
 class SuspendCommit:
     """An invocation answered `suspended`: the run waits. `ahead`: new steps written before
     the commit, inert until it (sleeps: a retry of the outcome finds them recorded; a wait
@@ -203,6 +212,7 @@ class SuspendCommit:
     ahead: tuple[NewStep, ...] = ()
     launches: tuple[Launch, ...] = ()
     again: bool = False
+    events: EventSegments | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +231,7 @@ class EndCommit:
     output_ref: str | None = None
     error: RunError | None = None
     notify: bool | None = None
+    events: EventSegments | None = None
 
 
 OutcomeCommit = SuspendCommit | EndCommit

@@ -15,12 +15,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import ids
-from ezgh_engine.adapters import ddb, payloads, run_writes
+from ezgh_engine.adapters import ddb, event_listing, payloads, run_writes
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.intents import NewEvent
 from ezgh_engine.config import settings
-from ezgh_engine.core import events as core_events
 from ezgh_engine.core.models import Run
 from ezgh_engine.errors import ValidationError
 
@@ -458,57 +457,32 @@ def _index_key(item: dict[str, Any]) -> dict[str, Any]:
 def list_events(
     run_id: str, *, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the run's events in ID order, after the cursor's: its event items (an
-    invocation's item stands for up to three events) merged with the events its run and step
-    items carry, each mapped by `core.events`. Every page reads the run's events whole: a
-    folded event may sort far from its item, and listing is a rare, read-only path."""
-    after = _events_after(run_id, cursor)
-    found = _query_all(
-        KeyConditionExpression="pk = :pk AND begins_with(sk, :evt)",
-        ExpressionAttributeValues={
-            ":pk": {"S": items.run_pk(run_id)},
-            ":evt": {"S": items.EVENT_PREFIX},
-        },
-        ConsistentRead=True,
-    )
-    events = core_events.events_after([*found, *_mark_items(run_id, after)], after)
-    page = events[:limit]
-    if len(events) <= limit:
-        return page, None
-    last = {"after": {"S": page[-1]["id"]}}
-    return page, ddb.encode_cursor(last, scope=f"events:{run_id}")
+    """A page of the run's events in ID order, after the cursor's (`adapters.event_listing`:
+    about a page of items read per page)."""
+    after, start = _events_after(run_id, cursor)
+    found = event_listing.page(run_id, after=after, start=start, limit=limit)
+    if found.after is None:
+        return found.events, None
+    last: dict[str, Any] = {"after": {"S": found.after}}
+    if found.start is not None:
+        last["from"] = {"S": found.start}
+    return found.events, ddb.encode_cursor(last, scope=f"events:{run_id}")
 
 
-def _events_after(run_id: str, cursor: str | None) -> str:
-    """The ID of the last event a cursor's page held ("" for the first page)."""
+def _events_after(run_id: str, cursor: str | None) -> tuple[str, str | None]:
+    """The ID of the last event a cursor's page held ("" for the first page), and the key
+    of the event item to read from (None: from that ID)."""
     if not cursor:
-        return ""
+        return "", None
     key = ddb.decode_cursor(cursor, scope=f"events:{run_id}")
     after = key.get("after", {}).get("S")
     if isinstance(after, str):
-        return after
+        start = key.get("from", {}).get("S")
+        return after, start if isinstance(start, str) else None
     sk = key.get("sk", {}).get("S")  # a cursor of the first version: the last item's key
     if isinstance(sk, str) and sk.startswith(items.EVENT_PREFIX):
-        return sk.removeprefix(items.EVENT_PREFIX)
+        return sk.removeprefix(items.EVENT_PREFIX), ""
     raise ValidationError("cursor is not valid")
-
-
-def _mark_items(run_id: str, after: str) -> list[dict[str, Any]]:
-    """The run's own items that carry events after `after`: its run item (`run.started`,
-    `startEvtId`) and its steps (`step.completed`, `evtId`); see `core.events`."""
-    return _query_all(
-        KeyConditionExpression="pk = :pk AND sk >= :run",
-        # The run item's last outcome (`lastOut`) is listed whatever `after` says: its
-        # events are filtered by ID with the rest (`core.events.events_after`).
-        FilterExpression="evtId > :after OR startEvtId > :after OR attribute_exists(lastOut)",
-        ProjectionExpression=", ".join(core_events.MARK_ATTRIBUTES),
-        ExpressionAttributeValues={
-            ":pk": {"S": items.run_pk(run_id)},
-            ":run": {"S": items.RUN_SK},
-            ":after": {"S": after},
-        },
-        ConsistentRead=True,
-    )
 
 
 def delete_run(run: Run) -> None:

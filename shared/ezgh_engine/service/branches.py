@@ -20,6 +20,7 @@ from ezgh_engine.adapters.intents import NewEvent, StepChange
 from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
+from ezgh_engine.core.events import EVENT_ID
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import RunError
 from ezgh_engine.core.run_errors import APP_DELETED
@@ -199,20 +200,22 @@ def _record_invocation(
 ) -> None:
     expires = int(clock.now().timestamp()) + run_writes.CHILD_ITEM_TTL_SECONDS
     fields = {
+        EVENT_ID: ids.time_ordered_id(),  # the outcome's own ID
         "invocationId": invocation_id,
         "deploymentId": outcome.deployment_id,
         "stepId": step_id,
         "startedId": invocation_id,
         "startedAt": started_at,
     }
-    # One item: the outcome, carrying the start (`run_items.expand_event`).
+    # One item, keyed by its earliest event (the start): the outcome, carrying the start
+    # (`core.events`).
     event = NewEvent(
         run_id,
         attempt,
         f"invocation.{outcome.kind}",
         clock.iso(clock.now()),
         expires,
-        ids.time_ordered_id(),
+        invocation_id,
         fields,
     )
     run_writes.write_each([event])

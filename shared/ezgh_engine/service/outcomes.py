@@ -9,7 +9,7 @@ from typing import Any
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import payloads, run_writes, runs_store
 from ezgh_engine.adapters import run_items as items
-from ezgh_engine.adapters.intents import EndCommit, SuspendCommit
+from ezgh_engine.adapters.intents import EndCommit, EventSegments, SuspendCommit
 from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.run_errors import MAX_PENDING_STEPS, too_many_pending_steps
@@ -111,11 +111,14 @@ def apply(
         # Never a suspend too wide to start: the run fails at once, saying why.
         outcome = replace(outcome, kind="failed", error=too_many_pending_steps(pending))
         mark["k"] = outcome.kind
+    events = run_writes.event_segments(
+        run.id, [s.event for s in run.steps if s.event], run.events_through or "", clock.now_ms()
+    )
     if outcome.kind == "suspended":
-        run_writes.commit(_suspend(run, seq, outcome, at, mark))
+        run_writes.commit(replace(_suspend(run, seq, outcome, at, mark), events=events))
         return
     try:
-        _end(run, seq, outcome, mark, at, now, notify)
+        _end(run, seq, outcome, mark, at, now, notify, events)
     except StaleInvocation:
         current = runs_store.get_run(run.id, with_steps=False)
         if current is None or current.ended or current.epoch != run.epoch:
@@ -175,6 +178,7 @@ def _end(
     at: str,
     now: Any,
     notify: bool | None,
+    events: EventSegments | None = None,
 ) -> None:
     """End the run from `outcome`, conditional on the status the invocation saw."""
     status, error, text, ref = _ending(run, outcome)
@@ -194,6 +198,7 @@ def _end(
             output_ref=ref,
             error=error,
             notify=notify,
+            events=events,
         )
     )
     if status != "completed" or any(s.status in PENDING for s in run.steps):
