@@ -224,3 +224,19 @@ def test_a_suspend_past_the_pending_limit_fails_the_run_at_once(aws_env: None) -
     assert found.error.code == "workflows.too_many_pending_steps"
     assert f"{MAX_PENDING_STEPS:,}" in found.error.message
     assert _steps(run) == {}
+
+
+def test_repair_makes_a_launch_the_stream_gave_up_on(aws_env: None) -> None:
+    """The commit's stream record was never handled (its batch given up on): `ezgh ops
+    repair` finds the committed launch's waits missing and makes them, once."""
+    from ezgh_engine.service import repair
+
+    run = stored_run()
+    _commit_seen(run, lease_token(run), _parallel(3))
+    assert _steps(run) == {}
+    found = [a for a in repair.repair(older_than_seconds=0) if a.kind == "launch"]
+    assert [a.run_id for a in found] == [run.id]
+    for action in found:  # (its year limit's schedule is also owed: no stream ran here)
+        repair.apply_action(action)
+    assert len(_steps(run)) == 3
+    assert [a for a in repair.repair(older_than_seconds=0) if a.kind == "launch"] == []

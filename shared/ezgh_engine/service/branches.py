@@ -1,12 +1,16 @@
 """Branch invocations: each parallel step runs in an invocation of its own (issue 3).
 
-When steps are awaited together, the main invocation suspends and the engine records each
-unrecorded `run` step as `waiting` with `branch` set. The stream sends one `branch` message per
-such step; handling it takes the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`), so
-two deliveries never run one step at once, and invokes the app with `branch.stepId`: the SDK
-replays up to that step, runs only it, and answers `branch`. The invocation's token carries the
-step ID and its branch epoch: it authorizes that step's start/complete/fail and nothing else.
-Ending the step bumps the run's `invokeSeq` (steps_store), which resumes the workflow.
+When steps are awaited together, the main invocation suspends and, once its suspend has
+committed, the stream records each unrecorded `run` step as `waiting` with `branch` set
+(`service.launches`). The stream sends one `branch` message per such step; handling it takes
+the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`: one conditional write), so two
+deliveries never run one step at once, and invokes the app with `branch.stepId`: the SDK
+replays up to that step, runs only it, and answers `branch`. A wide launch's steps replay from
+a copy of the history before it and their own step (`runs_store.get_branch_run`), not from
+every sibling. The invocation's token carries the step ID and its branch epoch: it authorizes
+that step's start/complete/fail and nothing else. Ending the step releases its lease, and the
+stream, seeing a parallel step end, asks for the run's next invocation, which resumes the
+workflow.
 """
 
 from __future__ import annotations

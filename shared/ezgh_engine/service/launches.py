@@ -18,8 +18,9 @@ import json
 import logging
 from typing import Any
 
+from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import run_writes, runs_store
-from ezgh_engine.core.models import ENDED_STATUSES
+from ezgh_engine.core.models import ENDED_STATUSES, Run
 from ezgh_engine.service import waits
 
 log = logging.getLogger(__name__)
@@ -69,3 +70,18 @@ def _with_history(run_id: str, launch_id: str, entries: list[list[dict[str, Any]
     chunks = run_writes.write_history(run_id, launch_id, history)
     for step in branches:
         step["hist"], step["histChunks"] = launch_id, chunks
+
+
+def missing(run: Run) -> str | None:
+    """The launch the run's last outcome committed when some of its waits have no item
+    (the stream never made them: its batch was given up on), else None (`ezgh ops repair`
+    launches it again; what exists is left as it is)."""
+    mark = run.last_outcome
+    if not isinstance(mark, dict) or not mark.get("l") or run.ended:
+        return None
+    attempt, entries = run_writes.launch_entries(run.id, str(mark["l"]))
+    if attempt != run.attempt:
+        return None
+    known = {items.STEP_PREFIX + step.id for step in run.steps}
+    made = all(not entry or str(entry[0].get("sk")) in known for entry in entries)
+    return None if made else str(mark["l"])

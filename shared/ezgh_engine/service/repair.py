@@ -16,7 +16,9 @@ invocation lease (quiet for `older_than_seconds`):
   its `deadlineAt`, and its one-year limit (`timers.year_limit`, which every live run holds a
   `$deadline` timer for) past due: send its timer message now;
 - a wake time far enough ahead that its timer must be a Scheduler schedule (the year limit's
-  always is), and neither of that timer's schedule names exists: create it.
+  always is), and neither of that timer's schedule names exists: create it;
+- the launch its last suspend committed with some of its waits never made (the stream gave
+  up on that batch): make it again (`service.launches`: only what is missing).
 
 Every action is idempotent in the engine (a duplicate invocation answers nothing new, a
 duplicate branch message finds the step leased, and is held back, or ended, and dropped; a
@@ -45,6 +47,7 @@ from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.models import App, Run
+from ezgh_engine.service import launches
 from ezgh_engine.service.ops import ACTIVE_STATUSES, _active_run_items
 from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
 
@@ -58,8 +61,8 @@ BRANCH_OWED_STATUSES = ("waiting", "running")
 @dataclass(frozen=True)
 class RepairAction:
     """One thing to re-arm: `kind` is `invocation`, `branch` (a parallel step's branch
-    invocation), `timer` (send now) or `schedule`; `lease` is a dead process's lease
-    released (`release_dead_leases`)."""
+    invocation), `timer` (send now), `schedule` or `launch` (`step_id`: the launch's ID);
+    `lease` is a dead process's lease released (`release_dead_leases`)."""
 
     run_id: str
     project_id: str
@@ -93,9 +96,11 @@ def plan(
     schedule_exists: Callable[[str, str, str], bool],
     schedule_after_seconds: float,
     branch_lease_until: Callable[[str, str], int] = lambda run_id, step_id: 0,
+    launch_missing: Callable[[Run], str | None] = lambda run: None,
 ) -> list[RepairAction]:
     """What to re-arm for `run` (see the module's doc); `schedule_exists(run, step, wake)`,
-    `branch_lease_until(run, step)` a parallel step's `branchLeaseUntil` (ms)."""
+    `branch_lease_until(run, step)` a parallel step's `branchLeaseUntil` (ms),
+    `launch_missing(run)` the launch to make again (None: nothing missing)."""
     if run.status not in ACTIVE_STATUSES:
         return []
     quiet_since_ms = now_ms - int(older_than_seconds * 1000)
@@ -107,6 +112,10 @@ def plan(
         out.append(RepairAction(run.id, run.project_id, "invocation", why, seq=run.invoke_seq))
     else:
         out.extend(_wake_not_asked(run))
+        launch = launch_missing(run)
+        if launch:
+            why = "its last suspend's waits were not all made"
+            out.append(RepairAction(run.id, run.project_id, "launch", why, step_id=launch))
     out.extend(_branches_owed(run, quiet_since_ms, branch_lease_until))
     timed: list[tuple[str, str, str | None]] = [
         (s.id, s.status, s.wake_at) for s in run.steps if s.status in TIMED_STEP_STATUSES
@@ -185,6 +194,8 @@ def apply_action(action: RepairAction) -> None:
         messages.send_invocation(action.run_id, action.seq)
     elif action.kind == "branch":
         messages.send_branch(action.run_id, action.step_id)
+    elif action.kind == "launch":
+        launches.launch(action.run_id, action.step_id)
     elif action.kind in ("timer", "schedule"):
         # Past due: a message now; ahead: the same schedule the stream would have made.
         messages.schedule_timer(action.run_id, action.step_id, clock.parse_iso(action.wake_at))
@@ -224,6 +235,7 @@ def repair(
             schedule_exists=_schedule_exists,
             schedule_after_seconds=lead.total_seconds(),
             branch_lease_until=_branch_lease_until,
+            launch_missing=launches.missing,
         )
         found = [
             a for a in found if a.kind != "branch" or (a.run_id, a.step_id) not in branches_sent

@@ -7,7 +7,7 @@ A call's ops are written in one write when they can be (the fast path); when a s
 condition refuses it (a resent call, a step another invocation recorded), the ops are applied
 one by one under the lease, each answering what is recorded. The same ops may ride an
 invocation's answer (protocol 1.3, `ops`, parsed once by `protocol.ops.parse_answer_ops`):
-`answer_writes` gives their writes, for the outcome's transaction or ahead of its commit,
+`answer_writes` gives their writes, written ahead of the outcome's commit,
 and `apply_answer_ops` applies them one by one when a step refuses its write.
 """
 
@@ -55,7 +55,7 @@ def check_not_taken_over(claims: tokens.InvocationClaims) -> None:
 def apply_answer_ops(
     claims: tokens.InvocationClaims, deployment_id: str | None, ops: protocol_ops.AnswerOps
 ) -> list[str]:
-    """Apply an answer's ops one by one (after their writes in the outcome's transaction
+    """Apply an answer's ops one by one (after their writes ahead of the outcome's commit
     were refused); the IDs of the steps recorded with another outcome than the ops say.
     Raises `StaleInvocation` when the lease was lost."""
     caller = Caller(claims, deployment_id)

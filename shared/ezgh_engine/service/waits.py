@@ -1,9 +1,10 @@
 """Waits: what a suspended invocation asks to wait for, and what ends each wait.
 
-- A new wait becomes a step item written in the suspend transaction: a child run (`invoke`,
-  the child itself in the same transaction, its ID derived from the parent and the step), a
-  message wait (`message`, with its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
-  `<runId>#<stepId>`), or a parallel branch (`run` with `branch`).
+- A new wait becomes a step item made once its suspend has committed (`service.launches`): a
+  child run (`invoke`, then the child itself, its ID derived from the parent and the step),
+  a message wait (`message`, then its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
+  `<runId>#<stepId>`), or a parallel branch (`run` with `branch`). A sleep's step is written
+  ahead of the commit (`sleep_step`).
 - A wait ends with a conditional step update and an `invokeSeq` bump in one transaction
   (`adapters.waits_store`): a message (`resume_message_waiters`), the child's end (from the
   stream), a timeout (`service.timers`), a callback (`service.callbacks`).
