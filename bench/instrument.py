@@ -106,6 +106,9 @@ class DdbAccess:
     # the partition's known items (`filtered_bytes`).
     filtered_out: int = 0
     partition: tuple[str, str] | None = None
+    # A Query with a ProjectionExpression answers part of each item and is billed for all of
+    # it: the sort keys of what it answered, to size the items by what is known of them.
+    projected: list[str] = field(default_factory=list)
 
 
 def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> list[DdbAccess]:
@@ -133,6 +136,11 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
         size = sum(item_size(i) for i in items)
         dropped = int(parsed.get("ScannedCount", len(items))) - len(items)
         pk = (params.get("ExpressionAttributeValues") or {}).get(":pk", {}).get("S")
+        projected = [
+            str(next(iter(i["sk"].values())))
+            for i in items
+            if "ProjectionExpression" in params and "sk" in i
+        ]
         return [
             DdbAccess(
                 "read",
@@ -143,6 +151,7 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
                 consistent=bool(params.get("ConsistentRead")),
                 filtered_out=max(0, dropped) if "FilterExpression" in params else 0,
                 partition=(table, pk) if pk else None,
+                projected=projected if pk else [],
             )
         ]
     if operation == "TransactWriteItems":
@@ -221,8 +230,14 @@ def filtered_bytes(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) ->
 
 
 def read_bytes(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) -> int:
-    """The bytes a read is billed for: the items answered, and those a filter dropped."""
-    return access.read_size + filtered_bytes(access, sizes)
+    """The bytes a read is billed for: the items answered (whole, when a projection answered
+    part of them), and those a filter dropped."""
+    answered = access.read_size
+    if access.projected and access.partition is not None:
+        table, pk = access.partition
+        whole = sum(sizes.get((table, pk, sk), 0) for sk in access.projected)
+        answered = max(answered, whole)
+    return answered + filtered_bytes(access, sizes)
 
 
 def request_units(
