@@ -240,3 +240,14 @@ def test_repair_makes_a_launch_the_stream_gave_up_on(aws_env: None) -> None:
         repair.apply_action(action)
     assert len(_steps(run)) == 3
     assert [a for a in repair.repair(older_than_seconds=0) if a.kind == "launch"] == []
+
+
+def test_a_thousand_parallel_steps_launch_once_each(aws_env: None) -> None:
+    """A gather of 1,000: its suspend commits alone, and its launch makes 1,000 waiting
+    parallel steps, each naming the history copy its branch invocation replays from (empty
+    here: no step before the gather)."""
+    run = stored_run()
+    stream.handle_record(_commit_seen(run, lease_token(run), _parallel(1000)))
+    made = _steps(run)
+    assert len(made) == 1000 and all(v["status"] == "waiting" for v in made.values())
+    assert all(v["hist"] and v["histChunks"] == 0 for v in made.values())

@@ -135,7 +135,7 @@ class _StepEvents:
                 ":lo": {"S": run_writes.EVENTS_PREFIX + self.next_segment + "\x00"},
                 ":hi": {"S": run_writes.EVENTS_PREFIX + self.kept_through},
             },
-            Limit=2,
+            Limit=1,
         )
         found = [ddb.from_item(i) for i in answer.get("Items", [])]
         if not found:  # no segment left below the mark: the steps next
