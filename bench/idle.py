@@ -9,13 +9,14 @@ assumption; the prices and AWS's documented behaviour are in bench/prices.py.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ezgh_engine.service import pull
-from ezgh_engine.topology import API_FUNCTION
+from ezgh_engine.topology import API_FUNCTION, INVOKER_FUNCTION
 
 from bench import prices as p
 
@@ -139,6 +140,7 @@ def template_lines(template: dict[str, Any]) -> list[Line]:
     if keys:
         fee = keys * p.KMS_KEY_USD_PER_MONTH
         lines.append(Line("KMS keys", keys, fee, fee, "$1 per customer-managed key"))
+    lines.extend(_recurring_lines(by_type.get("AWS::Scheduler::Schedule", [])))
     provisioned = [
         props
         for kind in ("AWS::Lambda::Alias", "AWS::Lambda::Version")
@@ -166,6 +168,42 @@ def template_lines(template: dict[str, Any]) -> list[Line]:
         n = len(by_type.get(kind, []))
         if n:
             lines.append(Line(what, n, 0.0, 0.0, "no charge while nothing runs"))
+    return lines
+
+
+# The hourly year-limit sweep (service/year_limits.py) on an idle stack: an invocation of
+# the invoker (assumed 0.2 s, generous against its two empty queries) and two consistent
+# queries of an empty bucket partition (one read unit each).
+SWEEP_SECONDS = 0.2
+SWEEP_READ_UNITS = 2
+_HOURLY = re.compile(r"^cron\(\d{1,2} \* \* \* \? \*\)$")
+
+
+def _recurring_lines(schedules: list[tuple[str, dict[str, Any]]]) -> list[Line]:
+    """The stack's own recurring schedules (topology `Recurring`): each fire bills the
+    Scheduler invocation, the invoker's request and time, and the sweep's reads."""
+    lines = []
+    for lid, props in schedules:
+        expression = str(props.get("ScheduleExpression", ""))
+        if not _HOURLY.match(expression):
+            raise ValueError(f"schedule {lid} ({expression}): price its fires before adding it")
+        fires = p.SECONDS_PER_MONTH / 3600
+        each = (
+            p.SCHEDULER_USD_PER_INVOCATION
+            + p.LAMBDA_USD_PER_REQUEST
+            + SWEEP_SECONDS * INVOKER_FUNCTION.memory_mb / 1024 * p.LAMBDA_USD_PER_GB_SECOND_ARM64
+            + SWEEP_READ_UNITS * p.DYNAMODB_USD_PER_RRU
+        )
+        lines.append(
+            Line(
+                f"recurring schedule {lid}",
+                1,
+                fires * each,
+                fires * each,
+                f"{fires:,.0f} fires/month ({expression}), each a Scheduler invocation, an "
+                f"invoker request of ~{SWEEP_SECONDS} s and {SWEEP_READ_UNITS} read units",
+            )
+        )
     return lines
 
 

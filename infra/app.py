@@ -8,7 +8,9 @@ sources only, for offline synth and review: such a template is not deployable.
 Context: `ezgh:stackName` (default EzghWorkflows), `ezgh:alarmTopicArn` (SNS topic for alarms),
 `ezgh:alarms` (default true; false makes none: each alarm is $0.10 a month, idle or not),
 `ezgh:stepsConcurrency` / `ezgh:apiConcurrency` (reserved concurrency of the public functions,
-see infra/stack.py PUBLIC_CONCURRENCY; 0 for none).
+see infra/stack.py PUBLIC_CONCURRENCY; 0 for none), `ezgh:apiRateLimit` / `ezgh:apiBurstLimit`
+(the API stage's throttling, infra/components/api.py `Throttle`), `ezgh:keyRateLimit` (requests
+a second per API key, `EZGH_KEY_RATE_LIMIT`; 0 for none).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from aws_cdk import App, Aspects  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from infra import bundle  # noqa: E402
+from infra.components.api import Throttle  # noqa: E402
 from infra.stack import PUBLIC_CONCURRENCY, EzghStack  # noqa: E402
 
 DEFAULT_STACK_NAME = "EzghWorkflows"
@@ -45,6 +48,8 @@ def build_app(*, code_dir: str, app: App | None = None) -> tuple[App, EzghStack]
         alarm_topic_arn=app.node.try_get_context("ezgh:alarmTopicArn"),
         alarms=str(app.node.try_get_context("ezgh:alarms")).lower() not in {"false", "0", "no"},
         reserved_concurrency=_reserved_concurrency(app),
+        throttle=_throttle(app),
+        key_rate_limit=_int_context(app, "ezgh:keyRateLimit"),
         description="EZGH Workflows: durable workflow engine (serverless, zero idle cost)",
     )
     Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
@@ -58,6 +63,23 @@ def _reserved_concurrency(app: App) -> dict[str, int]:
         value = app.node.try_get_context(f"ezgh:{key}Concurrency")
         chosen[key] = default if value is None else int(value)
     return chosen
+
+
+def _int_context(app: App, key: str) -> int | None:
+    value = app.node.try_get_context(key)
+    return None if value is None else int(value)
+
+
+def _throttle(app: App) -> Throttle:
+    """The API stage's throttling: `-c ezgh:apiRateLimit=N` (requests a second, all callers)
+    and `-c ezgh:apiBurstLimit=N`, each defaulting to `Throttle`'s."""
+    default = Throttle()
+    rate = app.node.try_get_context("ezgh:apiRateLimit")
+    burst = _int_context(app, "ezgh:apiBurstLimit")
+    return Throttle(
+        rate=default.rate if rate is None else float(rate),
+        burst=default.burst if burst is None else burst,
+    )
 
 
 def _skip_bundle(app: App) -> bool:

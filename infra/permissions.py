@@ -50,6 +50,10 @@ class Access:
     task_queues: tuple[str, ...] = ()
     # BatchWriteItem on the runs table: `DELETE .../runs/{id}` deletes a run's items.
     deletes_runs: bool = False
+    # BatchGetItem on these tables: `GET /jobs` reads a page of jobs' run items at once; an
+    # API key is live while every key of its chain of creators exists, read in one batch
+    # (`api_keys_store`), wherever a key is looked up.
+    batch_reads: tuple[str, ...] = ()
 
 
 ACCESS: dict[str, Access] = {
@@ -57,6 +61,7 @@ ACCESS: dict[str, Access] = {
     "api": Access(
         tables={"runs": "read_write", "registry": "read_write"},
         deletes_runs=True,
+        batch_reads=("runs", "registry"),
         payloads="read_write",
         send_to=("invocations",),
         token_secret=True,  # verifies the invocation tokens on step calls
@@ -104,8 +109,11 @@ ACCESS: dict[str, Access] = {
         schedules=True,
     ),
     # Calls the app: reads apps, leases and updates runs, re-sends early timers.
+    # A flow schedule's fire and an app's invoke of another app's workflow read the key they
+    # act for.
     "invoker": Access(
         tables={"runs": "read_write", "registry": "read"},
+        batch_reads=("registry",),
         payloads="read_write",
         send_to=("invocations",),
         schedules=True,
@@ -118,6 +126,7 @@ ACCESS: dict[str, Access] = {
     # records a subscription's last failure in the registry.
     "deliver": Access(
         tables={"runs": "read_write", "registry": "read_write"},
+        batch_reads=("registry",),  # a flow subscription's delivery reads the key it acts for
         payloads="read_write",
         send_to=("invocations",),
         user_queues=(
@@ -135,14 +144,19 @@ ACCESS: dict[str, Access] = {
         user_queues=("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"),
         token_secret=True,
     ),
-    # EzFlow's interpreter (the push app `ezgh-flows`): reads its job's run and steps, the
-    # flows, apps and queues of the job's project; writes the job index and failed items
-    # (registry), `queue.send`'s idempotency records (registry) and its messages to the
-    # EZGH queues; derives its signing key from the token secret. Everything else it does
-    # (steps, child runs and jobs, waits) goes through its step calls, as any app's.
+    # EzFlow's interpreter (the engine's own push app): reads its job's run and steps, the
+    # flows, commits, apps, queues and API keys of the job's project (a node acts for the
+    # key that started its job, read again at each node); writes the job index and failed
+    # items (runs table, in the job's partition) and `queue.send`'s idempotency records
+    # (registry); derives its signing key from the token secret; sends `queue.send`'s
+    # messages; invokes the sandbox (topology `SyncInvoke`, granted by the stack). Steps,
+    # child runs and jobs, waits go through its step calls, as any app's.
     "flows": Access(
-        tables={"runs": "read", "registry": "read_write"},
+        tables={"runs": "read_write", "registry": "read_write"},
+        batch_reads=("registry",),  # the key a node acts for
         token_secret=True,
         user_queues=("sqs:SendMessage",),
     ),
+    # A flow's user-directed code (JMESPath, HTTP requests): nothing at all but its logs.
+    "sandbox": Access(),
 }

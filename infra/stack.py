@@ -13,6 +13,7 @@ from ezgh_engine import config
 from ezgh_engine import topology as topology_module
 from ezgh_engine.adapters import sqs_queues, task_queues
 from ezgh_engine.adapters.event_sources import ENV_DELIVER_FUNCTION
+from ezgh_engine.api.app import route_keys
 from ezgh_engine.cli import teardown
 from ezgh_engine.service import pull
 from ezgh_engine.topology import (
@@ -27,7 +28,7 @@ from ezgh_engine.topology import (
 )
 
 from infra.components.alarms import Alarms
-from infra.components.api import Api
+from infra.components.api import Api, Throttle
 from infra.components.functions import Functions
 from infra.components.payloads import Payloads
 from infra.components.queues import Queues
@@ -81,6 +82,8 @@ class EzghStack(Stack):
         alarm_topic_arn: str | None = None,
         alarms: bool = True,
         reserved_concurrency: dict[str, int] | None = None,
+        throttle: Throttle | None = None,
+        key_rate_limit: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
@@ -103,15 +106,19 @@ class EzghStack(Stack):
             environment=self._environment(),
             reserved=PUBLIC_CONCURRENCY if reserved_concurrency is None else reserved_concurrency,
         )
-        self.api = Api(self, "Api", handler=self.functions.by_key[API_FUNCTION.key])
+        api_function = self.functions.by_key[API_FUNCTION.key]
+        self.api = Api(self, "Api", handler=api_function, routes=route_keys(), throttle=throttle)
+        if key_rate_limit is not None:  # service/rate_limits.py; its default otherwise
+            api_function.add_environment(config.ENV_KEY_RATE_LIMIT, str(key_rate_limit))
         # Subscriptions map queues to `deliver` at run time (adapters/event_sources.py).
         self.functions.by_key[API_FUNCTION.key].add_environment(
             ENV_DELIVER_FUNCTION, self.functions.by_key[DELIVER_FUNCTION.key].function_name
         )
-        for function in self.functions.by_key.values():
+        for key, function in self.functions.by_key.items():
             # Added after the API exists: the URL is a token built from the API's id, and the
             # API's integration references the function, so this order avoids a cycle.
-            function.add_environment(config.ENV_API_URL, self.api.url)
+            if not topology.function(key).sandboxed:
+                function.add_environment(config.ENV_API_URL, self.api.url)
         self.function_urls = self._function_urls()
         self.task_worker_role = self._task_worker_role()
 
@@ -125,6 +132,11 @@ class EzghStack(Stack):
         )
         self._grant_all()
         self._async_invokes()
+        for recurring in topology.recurring:  # Scheduler's role may invoke it (above)
+            target = self.functions.by_key[recurring.function]
+            made = self.scheduler.add_recurring(recurring, target.function_arn)
+            made.node.add_dependency(self.scheduler.role)
+        self._sync_invokes()
         self._suppress_stream_dlqs()
 
         dlqs = {k.capitalize(): q for k, q in self.queues.dlq_by_key.items()}
@@ -186,7 +198,9 @@ class EzghStack(Stack):
             )
             urls[spec.key] = url
             for key, function in self.functions.by_key.items():
-                if key != spec.key and (spec.url_readers is None or key in spec.url_readers):
+                readers = spec.url_readers
+                reads = readers is None and not self.topology.function(key).sandboxed
+                if key != spec.key and (reads or (readers is not None and key in readers)):
                     function.add_environment(spec.url_env_var, url.url)
         return urls
 
@@ -229,6 +243,13 @@ class EzghStack(Stack):
                 )
             )
             wildcards.append(rf"^Resource::<{self._logical_id(table)}\.Arn>/index/\*$")
+        for key in access.batch_reads:
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["dynamodb:BatchGetItem"],
+                    resources=[self.tables.by_key[key].table_arn],
+                )
+            )
         if access.deletes_runs:
             runs = self.tables.by_key[RUNS_TABLE.key]
             role.add_to_principal_policy(
@@ -344,6 +365,21 @@ class EzghStack(Stack):
                     self.functions.by_key[key].add_environment(
                         invoke.env_var, function.function_arn
                     )
+
+    def _sync_invokes(self) -> None:
+        """The functions called synchronously (topology `SyncInvoke`): `lambda:InvokeFunction`
+        on it for exactly the functions that call it, with its ARN in their environment."""
+        for spec in self.topology.functions:
+            if spec.sync_invoke is None:
+                continue
+            function = self.functions.by_key[spec.key]
+            statement = iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[function.function_arn]
+            )
+            for key in spec.sync_invoke.invoked_by:
+                caller = self.functions.by_key[key]
+                caller.add_to_role_policy(statement)
+                caller.add_environment(spec.sync_invoke.env_var, function.function_arn)
 
     def _grant_event_source_mappings(self, role: iam.IRole, wildcards: list[str]) -> None:
         """Manage mappings of the `deliver` function only (IAM's `lambda:FunctionArn` key).

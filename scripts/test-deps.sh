@@ -37,6 +37,26 @@ if [ "$(cat "$ddb_stamp" 2>/dev/null)" != "$DDB_LOCAL_VERSION" ]; then
   echo "$DDB_LOCAL_VERSION" >"$ddb_stamp"
 fi
 
+# The TypeScript SDK's compiler and Node's types (sdk-ts's devDependencies, its only
+# dependencies), exactly as sdk-ts/package-lock.json pins them; tests/ts type-checks, builds
+# and runs its tests with them. Again only when the lockfile changed.
+ts_stamp=sdk-ts/node_modules/.ezgh-lock
+ts_lock="$(sha256sum sdk-ts/package-lock.json | cut -d' ' -f1)"
+if [ "$(cat "$ts_stamp" 2>/dev/null)" != "$ts_lock" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: the TypeScript SDK's tests need Node.js 20+ and npm on PATH" \
+      "(Debian: apt-get install nodejs npm); install them and run setup again" >&2
+    exit 1
+  fi
+  echo "installing the TypeScript SDK's dev dependencies into sdk-ts/node_modules..."
+  if ! (cd sdk-ts && npm ci --no-audit --no-fund --loglevel=error) >/tmp/ezgh-sdk-ts-install.log 2>&1; then
+    cat /tmp/ezgh-sdk-ts-install.log >&2
+    echo "setup: npm ci in sdk-ts failed" >&2
+    exit 1
+  fi
+  echo "$ts_lock" >"$ts_stamp"
+fi
+
 # tests/console drive the web console in Debian's Chromium (Playwright never downloads one).
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing chromium (Debian's package) for tests/console..."

@@ -194,6 +194,7 @@ GROUP_SECONDS = {
     "tests/console": 46,
     "tests/e2e/test_dev_restart.py": 28,
     "tests/api/test_authorization_matrix.py": 27,
+    "tests/ts/test_sdk_ts.py": 20,  # tsc, an `ezgh dev` and Node's test runner
     CDK_GROUP: 25,  # tests/infra/test_stack.py 18, tests/bench/test_bench_idle.py 14, one synth
     "tests/local/test_persistence.py": 17,
     "tests/api/test_step_writes.py": 15,

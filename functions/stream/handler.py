@@ -11,5 +11,8 @@ logger = Logger(service="ezgh-stream")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    failed = handle_batch(event.get("Records", []))
+    def time_left() -> float:
+        return float(context.get_remaining_time_in_millis()) / 1000
+
+    failed = handle_batch(event.get("Records", []), time_left if context is not None else None)
     return {"batchItemFailures": [{"itemIdentifier": seq} for seq in failed]}

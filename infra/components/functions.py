@@ -87,8 +87,10 @@ class Functions(Construct):
             # The public entry points' cap (and guarantee): see PUBLIC_CONCURRENCY in stack.py.
             reserved_concurrent_executions=reserved or None,
             # No vpc: outside a VPC there is no NAT gateway, so idle cost stays zero.
+            # A sandboxed function (a flow's user-directed code) gets none of the engine's
+            # configuration: no table, queue or secret is named in its reach.
             environment={
-                **environment,
+                **({} if spec.sandboxed else environment),
                 "POWERTOOLS_SERVICE_NAME": f"ezgh-{spec.key}",
                 "POWERTOOLS_METRICS_NAMESPACE": "EZGH",
                 "LOG_LEVEL": log_level,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from ezgh_engine.topology import Queue
+from ezgh_engine.topology import SQS_MAX_RETENTION_SECONDS, Queue
 
 # The longest SQS allows: a poisoned message stays inspectable for two weeks.
-DLQ_RETENTION = Duration.days(14)
+DLQ_RETENTION = Duration.seconds(SQS_MAX_RETENTION_SECONDS)
 
 
 def secure_queue(scope: Construct, id: str, **props: object) -> sqs.Queue:
@@ -37,6 +37,8 @@ class Queues(Construct):
                 self,
                 name,
                 visibility_timeout=Duration.seconds(spec.visibility_timeout_seconds),
+                # A backlog (an outage of the consumer) is kept, not deleted after 4 days.
+                retention_period=Duration.seconds(spec.retention_seconds),
                 dead_letter_queue=sqs.DeadLetterQueue(
                     queue=dlq, max_receive_count=spec.max_receive_count
                 ),

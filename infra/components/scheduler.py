@@ -1,4 +1,5 @@
-"""EventBridge Scheduler: the group long timers live in and the role that delivers them."""
+"""EventBridge Scheduler: the group long timers live in, the role that delivers them, and
+the stack's own recurring schedules (topology `Recurring`: the hourly year-limit sweep)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+from ezgh_engine.adapters.messages import SCHEDULER_RETRY
+from ezgh_engine.topology import Recurring
 
 
 class Scheduler(Construct):
@@ -41,6 +44,28 @@ class Scheduler(Construct):
         # Not queue.grant_send_messages: that adds GetQueueAttributes and GetQueueUrl too.
         self.role.add_to_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[target.queue_arn])
+        )
+
+    def add_recurring(self, spec: Recurring, target_arn: str) -> scheduler.CfnSchedule:
+        """The stack's own recurring schedule `spec` (topology `Recurring`), in the timers'
+        group, firing `target_arn` (the function, invoked asynchronously by the role)."""
+        return scheduler.CfnSchedule(
+            self,
+            f"Recurring{spec.name.title().replace('-', '')}",
+            name=spec.name,
+            group_name=self.group_name,
+            schedule_expression=spec.expression,
+            schedule_expression_timezone="UTC",
+            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+            target=scheduler.CfnSchedule.TargetProperty(
+                arn=target_arn,
+                role_arn=self.role.role_arn,
+                input=spec.message,
+                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
+                    maximum_event_age_in_seconds=SCHEDULER_RETRY["MaximumEventAgeInSeconds"],
+                    maximum_retry_attempts=SCHEDULER_RETRY["MaximumRetryAttempts"],
+                ),
+            ),
         )
 
     def grant_manage_schedules(self, grantee: iam.IGrantable) -> None:

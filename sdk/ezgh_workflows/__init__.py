@@ -10,14 +10,19 @@ async def onboarding(ctx: Context) -> None:
 
 app = PushApp([onboarding])  # serve with uvicorn, or use app.lambda_handler
 ```
+
+`ezgh_workflows.testing` runs workflows in process on a clock that skips (docs/testing.md);
+`Replayer` replays recorded histories against the current code.
 """
 
 from ._internal.api import ApiError
 from ._internal.clients import QueuesClient, WorkflowsClient
 from ._internal.context import Context
 from ._internal.errors import NonRetryableError, RunCancelledError, StepError
+from ._internal.history import RunHistory
 from ._internal.protocol import SDK_VERSION as __version__
 from ._internal.push_app import PushApp
+from ._internal.replay import Replayer
 from ._internal.step_context import StepContext, step_context
 from ._internal.steps import BlockingCallback, BlockingSteps, Callback, Steps
 from ._internal.worker import Worker
@@ -32,7 +37,9 @@ __all__ = [
     "NonRetryableError",
     "PushApp",
     "QueuesClient",
+    "Replayer",
     "RunCancelledError",
+    "RunHistory",
     "StepContext",
     "StepError",
     "Steps",

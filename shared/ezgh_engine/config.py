@@ -26,6 +26,9 @@ ENV_PAYLOAD_THRESHOLD = "EZGH_PAYLOAD_INLINE_BYTES"
 ENV_INVOKE_TIMEOUT = "EZGH_INVOKE_TIMEOUT_SECONDS"
 ENV_INVOKE_ATTEMPTS = "EZGH_INVOKE_MAX_ATTEMPTS"
 ENV_INVOCATIONS_QUEUE_ARN = "EZGH_INVOCATIONS_QUEUE_ARN"  # Scheduler targets it directly
+# Requests a second one API key may make, all environments together (0: no limit).
+ENV_KEY_RATE_LIMIT = "EZGH_KEY_RATE_LIMIT"
+DEFAULT_KEY_RATE_LIMIT = 100
 # What the resources the engine creates at run time (EZGH queues, pull apps' task queues) are
 # named after: the stack's name when deployed (infra sets it and scopes IAM to it, so two
 # stacks in one account never touch each other's queues), "ezgh" locally.
@@ -48,7 +51,7 @@ class Settings:
     api_url: str
     # Where SDKs send step calls (the steps function's URL); the API's URL when not set.
     steps_url: str = ""
-    # The EzFlow interpreter function's URL (issue 16): where `ezgh-flows` is registered.
+    # The EzFlow interpreter function's URL: where the invoker calls the engine's own app.
     flows_url: str = ""
     allow_loopback_apps: bool = False
     # SQS can delay a message at most 15 minutes; longer waits use EventBridge Scheduler.
@@ -62,6 +65,8 @@ class Settings:
     # The invoker function's ARN where this function may invoke it asynchronously (issue 18:
     # starts without an SQS message, Scheduler targeting it); "" sends to the queue instead.
     invoker_function_arn: str = ""
+    # Per-key rate limit of the API (service/rate_limits.py): requests a second, 0 for none.
+    key_rate_limit: int = DEFAULT_KEY_RATE_LIMIT
 
     @cached_property
     def token_secret(self) -> str:
@@ -118,6 +123,7 @@ def settings() -> Settings:
         token_secret_env=os.environ.get(ENV_TOKEN_SECRET, ""),
         token_secret_arn=os.environ.get(ENV_TOKEN_SECRET_ARN, ""),
         invoker_function_arn=os.environ.get(_INVOKER_ARN_ENV, ""),
+        key_rate_limit=int(os.environ.get(ENV_KEY_RATE_LIMIT, str(DEFAULT_KEY_RATE_LIMIT))),
     )
 
 

@@ -52,8 +52,15 @@ class PayloadTooLarge(EngineError):
 
 
 class RateLimited(EngineError):
+    """429: the caller sends faster than its limit; `retry_after_seconds` goes out as the
+    answer's `Retry-After`."""
+
     status, code = 429, "rate_limited"
     retryable = True
+
+    def __init__(self, message: str, *, retry_after_seconds: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
 
 
 class StaleInvocation(Conflict):

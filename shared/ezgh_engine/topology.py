@@ -32,12 +32,18 @@ class Table:
     ttl_attribute: str = "ttl"
 
 
+# SQS's longest message retention (its default is 4 days): every queue of the engine, its
+# dead-letter queues and every EZGH queue keep a backlog this long.
+SQS_MAX_RETENTION_SECONDS = 14 * 24 * 3600
+
+
 @dataclass(frozen=True)
 class Queue:
     key: str
     env_var: str  # holds the queue URL
     visibility_timeout_seconds: int = 60
     max_receive_count: int = 10
+    retention_seconds: int = SQS_MAX_RETENTION_SECONDS
 
 
 @dataclass(frozen=True)
@@ -65,12 +71,25 @@ class AsyncInvoke:
 
 
 @dataclass(frozen=True)
+class SyncInvoke:
+    """A function other functions call synchronously (`lambda:InvokeFunction`,
+    `InvocationType=RequestResponse`) and wait for its answer: no URL, so nothing but the
+    roles of `invoked_by` (given `lambda:InvokeFunction` on it, and its ARN in `env_var`)
+    can reach it. The local runtime's Lambda API answers these calls too
+    (`local.lambda_async`)."""
+
+    invoked_by: tuple[str, ...]
+    env_var: str
+
+
+@dataclass(frozen=True)
 class Function:
     key: str
     handler: str  # dotted path "module:function", importable in the Lambda bundle and locally
     timeout_seconds: int = 30
     memory_mb: int = 512
-    # Served at a Lambda function URL of its own (auth NONE: the handler checks its tokens),
+    # Served at a Lambda function URL of its own (auth NONE: the handler checks its tokens
+    # or signatures before anything else),
     # whose base URL handlers find in `url_env_var`.
     url_env_var: str | None = None
     # The functions given that URL (None: every other function). Deployed, a function that
@@ -84,6 +103,12 @@ class Function:
     # Invoked asynchronously too (the stream starts runs, Scheduler fires long timers): see
     # `AsyncInvoke`. None: only its event sources and URL call it.
     async_invoke: AsyncInvoke | None = None
+    # Called synchronously by other functions (see `SyncInvoke`). None: it is not.
+    sync_invoke: SyncInvoke | None = None
+    # Runs code a user directs (a flow's expressions and HTTP calls): it gets none of the
+    # engine's configuration (tables, queues, bucket, the token secret, other functions'
+    # URLs and ARNs), only `SANDBOX_ENV`, and its role grants nothing but its logs.
+    sandboxed: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,11 +183,25 @@ def _passes(image: dict[str, Any], matches: tuple[Match, ...]) -> bool:
 
 
 @dataclass(frozen=True)
+class Recurring:
+    """A schedule of the stack itself (none of a user's): EventBridge Scheduler fires
+    `function` asynchronously with `message` (a `core.messages` body, JSON) at every
+    occurrence of `expression`, in the timers' schedule group. infra makes it a
+    `AWS::Scheduler::Schedule`; the local runtime creates it in its emulated Scheduler."""
+
+    name: str
+    expression: str  # Scheduler's `cron(...)`, UTC
+    function: str  # a topology function with `async_invoke` (Scheduler's role may invoke it)
+    message: str
+
+
+@dataclass(frozen=True)
 class Topology:
     tables: tuple[Table, ...]
     queues: tuple[Queue, ...]
     functions: tuple[Function, ...]
     sources: tuple[SqsSource | StreamSource, ...]
+    recurring: tuple[Recurring, ...] = ()
     bucket_env_var: str = "EZGH_PAYLOAD_BUCKET"
     scheduler_group_env_var: str = "EZGH_SCHEDULER_GROUP"
     scheduler_role_env_var: str = "EZGH_SCHEDULER_ROLE_ARN"
@@ -255,21 +294,49 @@ DELIVER_FUNCTION = Function(
     "deliver", "functions.deliver.handler:handler", timeout_seconds=30, local_concurrency=8
 )
 NOTIFY_FUNCTION = Function("notify", "functions.notify.handler:handler", timeout_seconds=30)
-# EzFlow's graph interpreter (issue 16): the push app `ezgh-flows` (workflow `flow`, written
-# with our SDK), served at a function URL of its own like any push app's Lambda. The engine
-# registers and syncs it in a project at first use (service/flow_hosting.interpreter_app), with
-# this URL. Its timeout is the invoker's wait for a push app (config.invoke_timeout_seconds).
+# EzFlow's graph interpreter: the engine's own push app (workflow `flow`, written with our
+# SDK) in every project, served at a function URL of its own like any push app's Lambda;
+# its handler refuses every request the engine did not sign before doing anything else.
+# The engine's app for it has no record (service/flow_hosting.py): the invoker finds it
+# by this URL. Its timeout is the invoker's wait for a push app
+# (config.invoke_timeout_seconds).
 FLOWS_FUNCTION = Function(
     "flows",
     "functions.flows.handler:handler",
     timeout_seconds=300,
     memory_mb=512,
     url_env_var="EZGH_FLOWS_URL",
-    # Where `ezgh-flows` is registered at first use: starting a job (api), a flow's queue
-    # subscription (deliver).
-    url_readers=("api", "deliver"),
+    # Who calls it: the invoker (a job's invocations and its parallel branches).
+    url_readers=("invoker",),
     local_concurrency=8,
 )
+
+# Every run ends by its one-year limit: this hourly sweep ends the runs past it
+# (service/year_limits.py), so no run holds a schedule of its own for it. Minute 7, not 0,
+# away from the top of the hour, where cron schedules bunch.
+YEAR_LIMIT_SWEEP = Recurring(
+    name="year-limits",
+    expression="cron(7 * * * ? *)",
+    function="invoker",
+    message='{"type":"year-limit-sweep","scheduledTime":"<aws.scheduler.scheduled-time>"}',
+)
+
+# A flow's user-directed code (JMESPath, `http.request`): the flows function calls it for
+# each node that renders a template, computes an expression or sends a request
+# (`adapters.sandbox`, `interpreter/usercode.py`). Sandboxed: neither the token secret nor
+# a table is within its reach. Its timeout covers `http.request`'s longest (60 s).
+SANDBOX_FUNCTION = Function(
+    "sandbox",
+    "functions.sandbox.handler:handler",
+    timeout_seconds=75,
+    memory_mb=256,
+    local_concurrency=8,
+    sync_invoke=SyncInvoke(invoked_by=("flows",), env_var="EZGH_SANDBOX_FUNCTION_ARN"),
+    sandboxed=True,
+)
+# The only engine variables a sandboxed function gets (besides the runtime's `AWS_*` and
+# `POWERTOOLS_*`): whether loopback and private hosts are allowed (`ezgh dev`).
+SANDBOX_ENV = ("EZGH_ALLOW_LOOPBACK_APPS",)
 
 TOPOLOGY = Topology(
     tables=(RUNS_TABLE, REGISTRY_TABLE),
@@ -282,6 +349,7 @@ TOPOLOGY = Topology(
         DELIVER_FUNCTION,
         NOTIFY_FUNCTION,
         FLOWS_FUNCTION,
+        SANDBOX_FUNCTION,
     ),
     sources=(
         # What service/stream.py reacts to: run items without a lease, steps that start to
@@ -308,6 +376,7 @@ TOPOLOGY = Topology(
         SqsSource(queue="invocations", function="invoker", batch_size=1),
         SqsSource(queue="notifications", function="notify", batch_size=1),
     ),
+    recurring=(YEAR_LIMIT_SWEEP,),
 )
 
 

@@ -33,6 +33,9 @@ ENV = {
     config.ENV_TOKEN_SECRET: "test-token-secret",
     # Pull workers' queue credentials (service/pull.queue_access): moto's STS assumes any role.
     "EZGH_TASK_WORKER_ROLE_ARN": "arn:aws:iam::123456789012:role/ezgh-task-worker",
+    # No per-key rate limit: a fast test's burst must not meet it by chance (its own tests,
+    # tests/api/test_rate_limits.py, set it; the local runtime keeps the default).
+    config.ENV_KEY_RATE_LIMIT: "0",
 }
 
 

@@ -15,6 +15,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run
+from ezgh_engine.service import callbacks
 
 from tests.api.conftest import make_event
 
@@ -121,3 +122,22 @@ def steps_of(run: Run) -> dict[str, tuple[str, int]]:
     found = runs_store.get_run(run.id)
     assert found is not None
     return {s.id: (s.status, s.attempt) for s in found.steps}
+
+
+def waiting_callback() -> tuple[Run, str, str]:
+    """A live run with one `waiting` callback step, written as the invoker writes it."""
+    run = new_run(workflow="approval", handled_seq=1)
+    ws.transact([ws.plain_put(items.run_values(run))])
+    step_id = "approve"
+    actions, url = callbacks.create_actions(
+        run.id,
+        run.project_id,
+        step_id,
+        "approve",
+        None,
+        order=ids.time_ordered_id(),
+        at=run.created_at,
+        expires=int(clock.now().timestamp()) + 3600,
+    )
+    assert ws.transact(actions)
+    return run, step_id, url.rsplit("/", 1)[1]

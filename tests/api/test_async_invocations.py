@@ -32,7 +32,7 @@ from ezgh_engine.topology import INVOKER_FUNCTION, TOPOLOGY
 from tests.api.steps_helpers import stored_run
 from tests.api.test_protocol_races import _sleeping
 
-APP = SimpleNamespace(kind="push", name="app", notifications=None)
+APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
 GROUP = "ezgh-test-timers"
 
 

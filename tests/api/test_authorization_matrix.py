@@ -8,7 +8,8 @@ table item, queue depth and event-source mapping is the same after the refusals.
 
 The operations come from `GET /v1/openapi.json`: one without an entry here fails the test.
 Permissions and resources: CONTRACT.md "API keys"; the choices the contract leaves open are
-in each service's docstring (reading apps, queues and subscriptions is open to every key).
+in each service's docstring (a key reads the apps, queues, subscriptions and API keys its
+grants name: a list answers only those, a read of another is refused).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import event_sources, push
 from ezgh_engine.adapters.flows_store import FailedItem
-from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW
+from ezgh_engine.core.flows.modules import MODULE_TYPES
 from ezgh_engine.service import flow_jobs
 from ezgh_engine.topology import TOPOLOGY
 
@@ -78,12 +79,15 @@ class World:
     def resource(self, name: str | None, *, other: bool = False) -> str | None:
         table = {
             "wf": ("alpha/a", "alpha/b"),
+            "appwf": ("alpha/a", "beta/other"),  # a workflow of app alpha, or of another
+            "betawf": ("beta/other", "beta/nope"),  # what alpha's code invokes
             "app": ("alpha", "beta"),
             "push": ("pusher", "beta"),
             "newapp": ("gamma", "beta"),
             "queue": (self.ids.get("q1"), self.ids.get("q2")),
             "queue2": (self.ids.get("q2"), self.ids.get("q1")),
             "flow": ("f1", "f2"),  # flows permissions name the flow by name
+            "flow2": ("f2", "f1"),
             "newflow": ("f3", "f2"),
         }
         if name is None:
@@ -138,10 +142,9 @@ GRAPH = {"nodes": [{"id": "start", "moduleType": "trigger.manual"}], "edges": []
 
 def build_flows(world: World) -> None:
     """Flows f1 and f2 with a committed graph, and on each a RUNNING job; on f1 also a FAILED
-    job with its failed item. The interpreter app is announced by a pull worker here: no
-    engine runs in tests/api, so the jobs never advance on their own."""
+    job with its failed item, and a schedule. No engine runs in tests/api, so the jobs never
+    advance on their own."""
     project = world.project
-    pull_app(project, INTERPRETER_APP, [INTERPRETER_WORKFLOW])
     for name in ("f1", "f2"):
         flow = project.call("POST", "/flows", body={"name": name})
         assert flow.status == 201, flow.body
@@ -167,6 +170,9 @@ def build_flows(world: World) -> None:
     )
     flow_jobs.record_failed_item(failed)
     world.ids["failed_item"] = failed.id
+    made = project.call("POST", "/flows/f1/schedules", body={"cron": "0 3 * * *"})
+    assert made.status == 201, made.body
+    world.ids["flow_schedule"] = made.body["id"]
 
 
 def start_job(project: Project, flow: str) -> str:
@@ -204,6 +210,17 @@ def _with(path: str, body: Any = None, **kwargs: Any) -> Callable[[World], Any]:
 
 
 OPEN: Needs = ((),)
+RESUME = "workflows.runs.resume"
+# Reading app alpha: a grant on it, or on one of its workflows (any workflows.* action).
+READS_APP: Needs = (
+    ((APPS, "app"),),
+    ((START, "appwf"),),
+    ((READ, "appwf"),),
+    ((CANCEL, "appwf"),),
+    ((RESUME, "appwf"),),
+)
+# Reading queue q1 (and its subscription): a grant of any queues.* action on it.
+READS_QUEUE: Needs = (((SUBS, "queue"),), ((SEND, "queue"),), ((MANAGE, "queue"),))
 RUN = "/runs/{run}"
 SCHEDULE = "/schedules/{schedule}"
 SUB = "/subscriptions/{sub}"
@@ -213,12 +230,12 @@ NEW_KEY = {"name": "made", "permissions": [{"action": READ, "resource": "alpha/a
 HTTPS = {"kind": "https", "url": "https://hooks.example.com/other"}
 
 MATRIX: dict[tuple[str, str], Entry] = {
-    # apps (reading is open to every key of the project)
-    ("GET", "/apps"): Entry(_get("/apps"), OPEN),
+    # apps: a key reads the apps its grants name (an app, or one of its workflows)
+    ("GET", "/apps"): Entry(_get("/apps"), READS_APP, hidden=lambda w: w.ids["alpha"]),
     ("POST", "/apps"): Entry(
         _with("/apps", {"name": "gamma", "kind": "pull"}), (((APPS, "newapp"),),), 201
     ),
-    ("GET", "/apps/{appId}"): Entry(_get("/apps/{alpha}"), OPEN),
+    ("GET", "/apps/{appId}"): Entry(_get("/apps/{alpha}"), READS_APP),
     ("PATCH", "/apps/{appId}"): Entry(
         _with("/apps/{alpha}", {"notifications": None}), (((APPS, "app"),),)
     ),
@@ -234,8 +251,10 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/apps/{appId}/tasks/access"): Entry(
         _with("/apps/{alpha}/tasks/access"), (((APPS, "app"),),)
     ),
-    # API keys: listing is open; creating or revoking a key needs what that key holds
-    ("GET", "/apiKeys"): Entry(_get("/apiKeys"), OPEN),
+    # API keys: creating, revoking or seeing a key in a list needs what that key holds
+    ("GET", "/apiKeys"): Entry(
+        _get("/apiKeys"), (((READ, "wf"),),), hidden=lambda w: w.ids["target_key"]
+    ),
     ("POST", "/apiKeys"): Entry(_with("/apiKeys", NEW_KEY), (((READ, "wf"),),), 201),
     ("DELETE", "/apiKeys/{id}"): Entry(_get("/apiKeys/{target_key}"), (((READ, "wf"),),), 204),
     # runs
@@ -277,10 +296,11 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/schedules/{scheduleId}/resume"): Entry(
         _with(SCHEDULE + "/resume"), (((START, "wf"),),)
     ),
-    # queues: reading is open; a new queue has no ID yet, so creating needs an unscoped grant
-    ("GET", "/queues"): Entry(_get("/queues"), OPEN),
+    # queues: a key reads the queues its grants name; a new queue has no ID yet, so creating
+    # needs an unscoped grant
+    ("GET", "/queues"): Entry(_get("/queues"), READS_QUEUE, hidden=lambda w: w.ids["q1"]),
     ("POST", "/queues"): Entry(_with("/queues", {"name": "q3"}), (((MANAGE, None),),), 201),
-    ("GET", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), OPEN),
+    ("GET", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), READS_QUEUE),
     ("DELETE", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), (((MANAGE, "queue"),),), 204),
     ("POST", "/queues/{queueId}/messages"): Entry(
         _with("/queues/{q1}/messages", {"messages": [{"body": "x"}]}), (((SEND, "queue"),),)
@@ -288,12 +308,14 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/queues/{queueId}/redrive"): Entry(
         _with("/queues/{q1}/redrive"), (((MANAGE, "queue"),),)
     ),
-    # subscriptions: reading is open; changing one needs subscriptions.create on its queue
-    ("GET", "/subscriptions"): Entry(_get("/subscriptions"), OPEN),
+    # subscriptions: read with their queue; changing one needs subscriptions.create on it
+    ("GET", "/subscriptions"): Entry(
+        _get("/subscriptions"), READS_QUEUE, hidden=lambda w: w.ids["sub"]
+    ),
     ("POST", "/subscriptions"): Entry(
         _with("/subscriptions", {"queueId": "<q2>", "target": HTTPS}), (((SUBS, "queue2"),),), 201
     ),
-    ("GET", "/subscriptions/{subId}"): Entry(_get(SUB), OPEN),
+    ("GET", "/subscriptions/{subId}"): Entry(_get(SUB), READS_QUEUE),
     ("PATCH", "/subscriptions/{subId}"): Entry(
         _with(SUB, {"maxConcurrency": 3}), (((SUBS, "queue"),),)
     ),
@@ -332,6 +354,16 @@ MATRIX |= {
     ("POST", "/jobs/{jobId}/cancel"): Entry(
         _with(JOB + "/cancel"), (((JOB_CANCEL, "flow"), (JOB_READ, "flow")),), 202
     ),
+    # flow schedules: start jobs in their creator's stead (reading: read or start)
+    ("POST", "/flows/{flowId}/schedules"): Entry(
+        _with(FLOW + "/schedules", {"cron": "0 4 * * *"}), (((JOB_START, "flow"),),), 201
+    ),
+    ("GET", "/flows/{flowId}/schedules"): Entry(
+        _get(FLOW + "/schedules"), (((JOB_READ, "flow"),), ((JOB_START, "flow"),))
+    ),
+    ("DELETE", "/flows/{flowId}/schedules/{scheduleId}"): Entry(
+        _get(FLOW + "/schedules/{flow_schedule}"), (((JOB_START, "flow"),),), 204
+    ),
     ("GET", "/failedItems"): Entry(
         _get("/failedItems"), (((JOB_READ, "flow"),),), hidden=lambda w: w.ids["failed_item"]
     ),
@@ -349,6 +381,8 @@ NOT_BY_API_KEY: dict[tuple[str, str], tuple[str, int]] = {
     ("POST", "/v1/invocations/steps"): ("/v1/invocations/steps", 401),  # invocation token
     ("POST", "/v1/invocations/outcome"): ("/v1/invocations/outcome", 401),
     ("POST", "/v1/invocations/heartbeat"): ("/v1/invocations/heartbeat", 401),
+    ("POST", "/v1/invocations/history"): ("/v1/invocations/history", 401),
+    ("POST", "/v1/invocations/payload"): ("/v1/invocations/payload", 401),
 }
 
 
@@ -395,7 +429,7 @@ def _engine_env(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     monkeypatch.setenv("EZGH_SCHEDULER_ROLE_ARN", "arn:aws:iam::123456789012:role/scheduler")
     monkeypatch.setenv(event_sources.ENV_EVENT_SOURCES, "local")
     # The push app's own HTTP answer to a sync (the network is not ours to reach here).
-    monkeypatch.setattr(push, "sync_app", lambda app: ["a"])
+    monkeypatch.setattr(push, "sync_app", lambda app: push.Synced(["a"], "1.5"))
     config.reset_settings()
     event_sources.LOCAL.clear()
     yield
@@ -519,3 +553,99 @@ def test_exactly_the_needed_permission_passes_and_nothing_else_does(
     for other in exact[1:]:  # the other alternatives pass too (reads: no state to undo)
         again = project.call(method, subpath, key=other, **kwargs)
         assert again.status == entry.ok, again.body
+
+
+# --- an app's code: it acts for the key recorded on its app -------------------------------
+
+
+def test_an_apps_code_starts_another_apps_workflow_only_with_start_on_it(
+    project: Project,
+) -> None:
+    """alpha's code invokes beta/other (`ctx.step.invoke(..., app="beta")`), acting for the key
+    whose worker last announced alpha. Exactly `workflows.runs.start` on beta/other passes;
+    every other single permission (scoped alike, or unscoped), and start on another workflow,
+    fail the step with `workflows.forbidden` and start no child run."""
+    from tests.api.test_app_scope import _announce, _children, _invoke
+
+    world = build_world(project)
+    alpha = {"id": world.ids["alpha"]}
+    entry = Entry(_get("/"), (((START, "betawf"),),))
+    update = (APPS, "alpha")  # what announcing a worker of alpha needs
+    refusing = _refusing_keys(world, entry)
+    for perms in refusing:
+        _announce(project, alpha, key(project, update, *perms))
+        run_id = start(project, alpha, "a")
+        invoked = _invoke(run_id)
+        assert invoked.status == "failed", (perms, invoked)
+        assert invoked.error.code == "workflows.forbidden", (perms, invoked.error)
+        assert _children(run_id) == [], perms
+    _announce(project, alpha, key(project, update, (START, "beta/other")))
+    run_id = start(project, alpha, "a")
+    assert _invoke(run_id).status == "waiting"
+    assert _children(run_id) == [project.call("GET", "/apps/beta").body["id"]]
+
+
+# --- every node type: what a graph names outright, checked at commit and at start ----------
+
+# Per module type: a node's config naming its resources outright, and the permissions a key
+# needs on them beyond flows.manage (commit) or flows.jobs.start (start) on the flow. The
+# same needs are checked again when the node runs (tests/e2e/test_flow_authority.py runs a
+# job of every node type with keys that hold them and keys that do not).
+NODES: dict[str, tuple[Callable[[World], dict[str, Any]], tuple[tuple[str, str], ...]]] = {
+    "trigger.manual": (lambda w: {}, ()),
+    "transform": (lambda w: {"expression": "input"}, ()),
+    "condition": (lambda w: {"expression": "input"}, ()),
+    "http.request": (lambda w: {"url": "https://hooks.example.com/in"}, ()),
+    "delay": (lambda w: {"seconds": 5}, ()),
+    "wait.event": (
+        lambda w: {"queueId": w.ids["q1"], "key": "k", "timeoutSeconds": 60},
+        ((SUBS, "queue"),),
+    ),
+    "queue.send": (
+        lambda w: {"queueId": w.ids["q1"], "messages": [{"body": "x"}]},
+        ((SEND, "queue"),),
+    ),
+    "workflow.invoke": (lambda w: {"appId": w.ids["alpha"], "workflow": "a"}, ((START, "wf"),)),
+    "flow.invoke": (lambda w: {"flowId": "f2"}, ((JOB_START, "flow2"),)),
+    "comment": (lambda w: {"text": "a note"}, ()),
+}
+
+
+def test_every_module_type_has_a_node_entry() -> None:
+    assert set(NODES) == set(MODULE_TYPES)
+
+
+def _graph(world: World, module_type: str) -> dict[str, Any]:
+    if module_type == "trigger.manual":
+        return {"nodes": [{"id": "n", "moduleType": module_type}], "edges": []}
+    node = {"id": "n", "moduleType": module_type, "config": NODES[module_type][0](world)}
+    edges = [] if module_type == "comment" else [{"source": "start", "target": "n"}]
+    return {"nodes": [{"id": "start", "moduleType": "trigger.manual"}, node], "edges": edges}
+
+
+@pytest.mark.parametrize("module_type", sorted(NODES))
+def test_a_node_is_committed_and_started_only_by_keys_that_hold_what_it_needs(
+    project: Project, module_type: str
+) -> None:
+    """A graph naming a resource outright: committed by a key with flows.manage and the
+    node's needs (201), refused (403, nothing changed) to one without them or with them on
+    another resource; the same for starting a job of it with flows.jobs.start."""
+    world = build_world(project)
+    graph = _graph(world, module_type)
+    needs = tuple(_grant(world, a, r) for a, r in NODES[module_type][1])
+    elsewhere = tuple((a, world.resource(r, other=True)) for a, r in NODES[module_type][1])
+    for base, path, body in (
+        (FLOWS, "/flows/f1/commits", {"graph": graph}),  # (the start below runs this commit)
+        (JOB_START, "/flows/f1/jobs", {}),
+    ):
+        flow = _grant(world, base, "flow")
+        refusing = [needs[:i] for i in range(len(needs))] + ([elsewhere] if needs else [])
+        keys = [(perms, key(project, flow, *perms)) for perms in refusing]
+        before = snapshot()
+        for perms, secret in keys:
+            answer = project.call("POST", path, key=secret, body=body)
+            assert answer.status == 403, (module_type, base, perms, answer.body)
+            assert "node n" in answer.body["error"]["message"], answer.body
+            assert snapshot() == before, f"a refused call with {perms} changed the state"
+        answer = project.call("POST", path, key=key(project, flow, *needs), body=body)
+        assert answer.status == 201, (module_type, base, answer.body)

@@ -19,6 +19,7 @@ from ezgh_engine.adapters import ddb
 from ezgh_engine.core import tokens, validation
 
 from tests.api.conftest import Project, call, make_event
+from tests.api.steps_helpers import lease_token, stored_run, waiting_callback
 
 
 def _nested(levels: int, leaf: str = "1") -> str:
@@ -79,9 +80,13 @@ def test_a_lone_surrogate_in_a_run_input_is_400(project: Project) -> None:
 
 
 def test_a_callback_body_too_deep_or_with_a_surrogate_is_400(aws_env: None) -> None:
+    _, _, token = waiting_callback()
     for raw in (_nested(10_000), _nested(65), '"\\ud800"'):
-        answer = call("POST", "/v1/callbacks/cb_unknown", raw_body=raw)
+        answer = call("POST", f"/v1/callbacks/{token}", raw_body=raw)
         assert _is_validation_error(answer), (raw[:20], answer.body)
+        # A URL that names no callback learns nothing of the body: 404 first.
+        unknown = call("POST", "/v1/callbacks/cb_unknown", raw_body=raw)
+        assert unknown.status == 404, unknown.body
 
 
 def test_a_step_call_too_deep_is_400(aws_env: None) -> None:
@@ -89,8 +94,9 @@ def test_a_step_call_too_deep_is_400(aws_env: None) -> None:
     from tests.api.conftest import LambdaContext
 
     raw = '{"ops": [{"op": "end", "stepId": "a#1", "output": ' + _nested(2_000) + "}]}"
+    token = lease_token(stored_run())
     event = make_event(
-        "POST", "/v1/invocations/steps", raw_body=raw, headers={"authorization": "Bearer x"}
+        "POST", "/v1/invocations/steps", raw_body=raw, headers={"authorization": f"Bearer {token}"}
     )
     answer = handler(event, LambdaContext())
     assert answer["statusCode"] == 400, answer["body"]

@@ -23,7 +23,7 @@ from tests.api.steps_helpers import new_run
 
 
 class _App:
-    kind, name, notifications = "push", "app", None
+    kind, name, notifications, protocol = "push", "app", None, "1.5"
 
 
 def _new_run() -> Run:

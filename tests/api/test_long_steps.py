@@ -24,7 +24,7 @@ from ezgh_engine.service import invoker, steps
 from tests.api.steps_helpers import stored_run
 from tests.api.test_protocol_races import _raw_run
 
-APP = SimpleNamespace(kind="push", name="app", notifications=None)
+APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
 
 
 def _start(token: str, step_id: str, name: str, attempt: int = 1) -> dict[str, Any]:

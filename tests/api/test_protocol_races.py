@@ -24,7 +24,7 @@ from tests.api.steps_helpers import (
     write_raw,
 )
 
-APP = SimpleNamespace(kind="push", name="app", notifications=None)
+APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
 
 
 def _raw_run(run_id: str) -> dict[str, Any]:

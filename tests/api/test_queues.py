@@ -363,3 +363,179 @@ def test_openapi_lists_the_queue_paths(api: Any) -> None:
         "/subscriptions/{subId}/pause",
     ):
         assert prefix + path in paths
+
+
+def _attributes(url: str) -> dict[str, str]:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    return dict(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"])
+
+
+@pytest.mark.parametrize("fifo", [False, True], ids=["standard", "fifo"])
+def test_a_queue_keeps_a_backlog_14_days_and_a_fifo_one_is_high_throughput(
+    project: Project, fifo: bool
+) -> None:
+    """SQS's default retention (4 days) deleted an older backlog unread; a FIFO queue without
+    high-throughput mode takes 300 calls a second in all, not per message group."""
+    queue = _queue(project, "backlog", fifo=fifo)
+    for suffix in ("", "-dlq"):
+        name = f"ezgh-q-{queue['id']}{suffix}{'.fifo' if fifo else ''}"
+        url = boto3.client("sqs", region_name="us-east-1").get_queue_url(QueueName=name)
+        got = _attributes(url["QueueUrl"])
+        assert got["MessageRetentionPeriod"] == str(14 * 24 * 3600), name
+        if fifo:
+            assert got["DeduplicationScope"] == "messageGroup", name
+            assert got["FifoThroughputLimit"] == "perMessageGroupId", name
+
+
+def test_repair_brings_a_queue_made_before_up_to_date(project: Project) -> None:
+    """A queue made by an older version keeps SQS's defaults until `ezgh ops repair` sets
+    them (a dry run lists it; applied, it is found up to date)."""
+    from ezgh_engine.service.repair import queue_upgrades
+
+    fifo = _queue(project, "old-fifo", fifo=True)
+    plain = _queue(project, "old-plain")
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    old = {"MessageRetentionPeriod": str(4 * 24 * 3600)}
+    old_fifo = {**old, "DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+    for url in (_url(fifo["id"], fifo=True), _dlq_url(fifo["id"], fifo=True)):
+        sqs.set_queue_attributes(QueueUrl=url, Attributes=old_fifo)
+    sqs.set_queue_attributes(QueueUrl=_url(plain["id"]), Attributes=old)
+    found = queue_upgrades(project.project_id)
+    assert sorted(u.queue.name for u in found) == ["old-fifo", "old-plain"]
+    assert "MessageRetentionPeriod=1209600" in found[0].summary()
+    assert _attributes(_url(plain["id"]))["MessageRetentionPeriod"] == old["MessageRetentionPeriod"]
+    assert [u.queue.name for u in queue_upgrades(project.project_id, apply=True)] == [
+        "old-fifo",
+        "old-plain",
+    ]
+    assert queue_upgrades(project.project_id) == []
+    assert _attributes(_url(fifo["id"], fifo=True))["FifoThroughputLimit"] == "perMessageGroupId"
+    assert queue_upgrades() == []  # every project's queues, from the registry
+
+
+def _dlq_url(queue_id: str, fifo: bool = False) -> str:
+    name = f"ezgh-q-{queue_id}-dlq{'.fifo' if fifo else ''}"
+    return str(
+        boto3.client("sqs", region_name="us-east-1").get_queue_url(QueueName=name)["QueueUrl"]
+    )
+
+
+# --- what a burst of deliveries reads ------------------------------------------------------
+
+
+def _start_subscription(project: Project) -> tuple[dict[str, Any], dict[str, Any]]:
+    queue = _queue(project, "burst")
+    app = _synced_app(project)
+    created = project.call(
+        "POST",
+        "/subscriptions",
+        body={
+            "queueId": queue["id"],
+            "target": {
+                "kind": "workflow",
+                "mode": "start",
+                "appId": app["id"],
+                "workflow": "chargeCustomer",
+            },
+        },
+    )
+    assert created.status == 201, created.body
+    return queue, app
+
+
+def _message(queue: dict[str, Any], n: int) -> dict[str, Any]:
+    return {
+        "messageId": f"msg-{n:04d}",
+        "body": json.dumps({"n": n}),
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1790000000000"},
+        "messageAttributes": {},
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:ezgh-q-{queue['id']}",
+    }
+
+
+@pytest.fixture
+def fresh_memory() -> Iterator[None]:
+    from ezgh_engine.adapters import queues_store, registry_store
+
+    registry_store.forget_cached_apps()
+    queues_store.forget_cached()
+    yield
+    registry_store.forget_cached_apps()
+    queues_store.forget_cached()
+
+
+def test_a_burst_of_start_messages_reads_the_registry_once(
+    project: Project, fresh_memory: None
+) -> None:
+    """Each message read the queue, its subscription (claim and record) and the app, all
+    consistently and all on the same keys: a burst of a thousand a second read each key a
+    thousand times a second. Now a warm environment reads them once per few seconds."""
+    from ezgh_engine.adapters import aws, registry_store
+    from ezgh_engine.service import deliver
+
+    queue, _ = _start_subscription(project)
+    registry_store.forget_cached_apps()
+    seen: list[dict[str, Any]] = []
+    stop = aws.observe(seen.append)
+    try:
+        for n in range(20):
+            assert deliver.deliver_record(_message(queue, n)) is True
+    finally:
+        stop()
+    registry = [r for r in seen if r["params"].get("TableName", "").endswith("registry")]
+    reads = [r["params"]["Key"]["pk"]["S"].split("#")[0] for r in registry]
+    assert sorted(reads) == ["APP", "QUEUE", "QUEUESUB", "SUB"]  # the first message's
+    runs = project.call("GET", "/runs").body["runs"]
+    assert len(runs) == 20
+
+
+def test_a_delivery_sees_an_app_change_made_here_at_once_and_elsewhere_within_seconds(
+    project: Project, fresh_memory: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stale for at most `APP_CACHE_SECONDS`, and only in the startable direction: an app
+    changed in this environment is read again at once, a refusal is read again before it
+    is answered, and one changed elsewhere is seen once its memory is that old."""
+    from ezgh_engine import clock
+    from ezgh_engine.adapters import registry_store
+    from ezgh_engine.service import deliver
+    from ezgh_engine.service.derived_runs import NotStartable, start_derived_run
+
+    queue, app = _start_subscription(project)
+    assert deliver.deliver_record(_message(queue, 0)) is True
+    stored = registry_store.get_app(project.project_id, app["id"])
+    assert stored is not None
+    # Elsewhere (another environment, behind this one's back): the workflow goes away.
+    boto3.client("dynamodb", region_name="us-east-1").update_item(
+        TableName=registry_store.table(),
+        Key=registry_store.item_key(f"APP#{app['id']}", "APP"),
+        UpdateExpression="SET workflows = :w, version = version + :one",
+        ExpressionAttributeValues={":w": {"L": []}, ":one": {"N": "1"}},
+    )
+    assert deliver.deliver_record(_message(queue, 1)) is True  # within the seconds: stale
+    now = clock.monotonic()
+    monkeypatch.setattr(clock, "monotonic", lambda: now + registry_store.APP_CACHE_SECONDS)
+    assert deliver.deliver_record(_message(queue, 2)) is False  # read again: refused
+    # Here: synced again through the store, seen at once (and the refusal was not kept).
+    registry_store.update_app_after_sync(stored, ["chargeCustomer"])
+    assert deliver.deliver_record(_message(queue, 3)) is True
+    registry_store.delete_app(stored)
+    with pytest.raises(NotStartable):
+        start_derived_run(
+            run_id="00000000-0000-4000-8000-00000000dead",
+            org_id=project.org_id,
+            project_id=project.project_id,
+            app_ref=app["id"],
+            workflow="chargeCustomer",
+            input={},
+        )
+
+
+def test_the_memory_keeps_the_newest_version_it_read() -> None:
+    from ezgh_engine.adapters.read_cache import ReadCache
+
+    cache: ReadCache[tuple[str, int]] = ReadCache(5.0, version=lambda v: v[1], owner=lambda v: v[0])
+    cache.put("k", ("a", 3))
+    cache.put("k", ("a", 2))  # an older read arriving late
+    assert cache.get("k", lambda: None) == ("a", 3)
+    cache.forget("a")
+    assert cache.get("k", lambda: ("a", 4)) == ("a", 4)

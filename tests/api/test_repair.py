@@ -9,11 +9,11 @@ from datetime import timedelta
 import boto3
 import pytest
 from ezgh_engine import clock, config
-from ezgh_engine.adapters import invocations_store, messages, runs_store
+from ezgh_engine.adapters import invocations_store, messages, runs_store, year_limit_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import App, Run
-from ezgh_engine.service import branches
+from ezgh_engine.service import branches, year_limits
 from ezgh_engine.service.repair import after_restart, held_leases, release_dead_leases, repair
 from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
 from ezgh_engine.topology import TOPOLOGY
@@ -34,11 +34,15 @@ def _scheduler_target(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _live(run: Run) -> Run:
-    """Store a live run as its start leaves it: with its one-year-limit timer armed (the
-    stream's `_year_limit_timer`, which these tests do not run)."""
+    """Store a live run as its start leaves it: counted in its year-limit bucket (the
+    stream's `year_limits.arm`, which these tests do not run)."""
     _put(items.run_values(run))
-    messages.schedule_timer(run.id, DEADLINE_STEP, clock.parse_iso(year_limit(run.created_at)))
+    year_limits.write_bucket(*_bucket(run))
     return run
+
+
+def _bucket(run: Run) -> tuple[str, str]:
+    return year_limit_store.hour_of(clock.parse_iso(run.created_at)), run.project_id
 
 
 def _timed_step(run: Run, step_id: str, status: str, wake_at: str) -> None:
@@ -320,30 +324,22 @@ def test_a_repaired_branch_message_delivered_twice_runs_its_step_once(
     assert repair(PROJECT, older_than_seconds=60) == []  # owed nothing more
 
 
-def _year_limit_schedules(run: Run) -> list[str]:
-    scheduler = boto3.client("scheduler", region_name="us-east-1")
-    group = settings().scheduler_group
-    names = messages.timer_schedule_names(run.id, DEADLINE_STEP, year_limit(run.created_at))
-    return [
-        s["Name"]
-        for s in scheduler.list_schedules(GroupName=group)["Schedules"]
-        if s["Name"] in names
-    ]
-
-
-def test_a_lost_year_limit_schedule_is_re_armed(aws_env: None) -> None:
-    """Every live run holds a `$deadline` timer for its one-year limit (a Scheduler schedule,
-    a year ahead); a deleted one is listed, then created again, and then found healthy."""
+def test_a_lost_year_limit_bucket_is_written_again(aws_env: None) -> None:
+    """Every live run is counted in its creation hour's year-limit bucket, which the hourly
+    sweep reads; a missing one is listed, written again, and then found healthy. No
+    Scheduler schedule is made for it."""
     run = _run()
-    _put(items.run_values(run))  # its start's year-limit schedule is gone
+    _put(items.run_values(run))  # its bucket was never written
     limit = year_limit(run.created_at)
     found = repair(PROJECT, older_than_seconds=60)
-    assert [(a.kind, a.step_id, a.wake_at) for a in found] == [("schedule", DEADLINE_STEP, limit)]
+    assert [(a.kind, a.step_id, a.wake_at) for a in found] == [("year-limit", DEADLINE_STEP, limit)]
     assert "one-year limit" in found[0].why
-    assert _year_limit_schedules(run) == []
+    assert not year_limit_store.bucket_exists(*_bucket(run))
     repair(PROJECT, apply=True, older_than_seconds=60)
-    assert len(_year_limit_schedules(run)) == 1
+    assert year_limit_store.bucket_exists(*_bucket(run))
     assert repair(PROJECT, older_than_seconds=60) == []
+    scheduler = boto3.client("scheduler", region_name="us-east-1")
+    assert scheduler.list_schedules(GroupName=settings().scheduler_group)["Schedules"] == []
 
 
 def test_a_year_limit_past_due_is_sent_now(aws_env: None) -> None:
@@ -365,7 +361,7 @@ def test_a_sleep_woken_without_its_run_write_is_timed_again(aws_env: None) -> No
     past = clock.iso(clock.now() - timedelta(hours=1))
     mark = invocations_store.wake_mark("nap", past)
     lost, asked, before = _run(), _run(), _run()
-    for run in (lost, asked, before):  # no year-limit schedules: only timers are looked at
+    for run in (lost, asked, before):  # no year-limit buckets: only timers are looked at
         _put({**items.run_values(run), "wk": mark if run is asked else None})
     for run in (lost, asked):
         _step(run, "nap", "sleep", "completed", wakeAt=past, endedAt=past, wk=mark)

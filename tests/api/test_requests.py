@@ -93,8 +93,10 @@ def test_a_base64_body_that_is_not_utf8_is_a_validation_error(project, path, enc
 def test_a_callback_body_that_is_not_utf8_is_a_validation_error(project):
     from functions.api.handler import handler
     from tests.api.conftest import LambdaContext, make_event
+    from tests.api.steps_helpers import waiting_callback
 
-    event = make_event("POST", "/v1/callbacks/whatever")
+    _, _, token = waiting_callback()
+    event = make_event("POST", f"/v1/callbacks/{token}")
     event["body"], event["isBase64Encoded"] = "1lnJBw==", True
     answer = handler(event, LambdaContext())
     assert answer["statusCode"] == 400, answer
@@ -125,12 +127,14 @@ def test_a_run_input_over_1_mib_encoded_is_payload_too_large(project, monkeypatc
     assert answer.status == 413 and answer.body["error"]["code"] == "payload_too_large"
 
 
-def test_unknown_routes_and_methods_are_not_found(project, api):
+def test_unknown_routes_are_not_found_and_unserved_methods_not_allowed(project, api):
     assert api("GET", "/v1/nothing").body == {
         "error": {"code": "not_found", "message": "no such path"}
     }
     assert api("GET", "/v1/nothing").status == 404
-    assert project.call("PUT", "/apps").status == 404
+    put = project.call("PUT", "/apps")
+    assert put.status == 405 and put.body["error"]["code"] == "method_not_allowed"
+    assert put.headers["Allow"] == "GET, POST"
 
 
 def test_an_unexpected_error_is_a_plain_500(project, monkeypatch):

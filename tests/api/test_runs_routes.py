@@ -13,6 +13,8 @@ from ezgh_engine.adapters import push
 from ezgh_engine.core.models import Run
 from ezgh_engine.service import runs, steps
 
+from tests.api.steps_helpers import lease_token, stored_run
+
 RUN = Run(
     id="11111111-1111-4111-8111-111111111111",
     org_id="o",
@@ -166,13 +168,18 @@ def test_step_calls_take_the_invocation_token(api, monkeypatch):
         steps, "apply_ops", lambda token, body: seen.append((token, body)) or {"results": []}
     )
     body = {"deploymentId": None, "ops": []}
+    token = lease_token(stored_run())
     answer = api(
-        "POST", "/v1/invocations/steps", body=body, headers={"authorization": "Bearer tok-1"}
+        "POST", "/v1/invocations/steps", body=body, headers={"authorization": f"Bearer {token}"}
     )
     assert answer.status == 200 and answer.body == {"results": []}
-    assert seen == [("tok-1", body)]
+    assert seen == [(token, body)]
     missing = api("POST", "/v1/invocations/steps", body=body)
     assert missing.status == 401 and missing.body["error"]["code"] == "unauthorized"
+    forged = api(
+        "POST", "/v1/invocations/steps", body=body, headers={"authorization": "Bearer tok-1"}
+    )
+    assert forged.status == 401 and seen == [(token, body)]  # refused before the route
 
 
 def test_start_run_through_the_real_service(project, monkeypatch):
@@ -183,7 +190,7 @@ def test_start_run_through_the_real_service(project, monkeypatch):
         "POST", "/runs", body={"appId": app["slug"], "workflow": "onboarding"}
     )
     assert not_synced.status == 409 and not_synced.body["error"]["code"] == "app_not_synced"
-    monkeypatch.setattr(push, "sync_app", lambda _app: ["onboarding"])
+    monkeypatch.setattr(push, "sync_app", lambda _app: push.Synced(["onboarding"], "1.5"))
     assert project.call("POST", f"/apps/{app['id']}/sync").status == 200
     body = {
         "appId": app["slug"],

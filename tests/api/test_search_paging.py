@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from ezgh_engine import ids
 from ezgh_engine.adapters import runs_store
-from ezgh_engine.core.flows.jobs import JobInput
+from ezgh_engine.core.flows.jobs import Actor, JobInput
 from ezgh_engine.core.models import Principal, Run
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -140,21 +140,25 @@ def test_a_scoped_search_pages_within_the_budget(monkeypatch: pytest.MonkeyPatch
 def test_jobs_by_a_rare_status_read_a_bounded_number_of_jobs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """`GET /jobs` reads at most its budget of index entries, and for those only their run
+    items (a batch), never a job's steps: a status few jobs have answers a short page."""
+    from ezgh_engine.adapters import flows_store
+    from ezgh_engine.core.flows.graph import parse_graph
     from ezgh_engine.service import flow_jobs
 
     def job_input(i: int) -> Any:
-        return JobInput("flow-1", "commit-1", "main", GRAPH, {"i": i}, "t")
+        return JobInput("flow-1", "commit-1", "2026-01-01T00:00:00.000Z", "main", {"i": i}, "t",
+                        Actor("key", "api"))  # fmt: skip
 
     newest_first = _store(30, {2}, workflow="flow", value=lambda i: job_input(i).to_run_input())
     for n, run_id in enumerate(reversed(newest_first)):
         at = (BASE + timedelta(seconds=n)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        flow_jobs.index_job(PROJECT, run_id, job_input(n), at)
+        flow_jobs.index_job(PROJECT, run_id, job_input(n), parse_graph(GRAPH), at)
     monkeypatch.setattr(flow_jobs, "JOBS_READ_BUDGET", 10, raising=False)
     reads: list[str] = []
-    original = runs_store.get_run
-    monkeypatch.setattr(
-        runs_store, "get_run", lambda run_id, **kw: reads.append(run_id) or original(run_id, **kw)
-    )
+    original = flows_store.run_items
+    monkeypatch.setattr(flows_store, "run_items", lambda ids: reads.extend(ids) or original(ids))
+    monkeypatch.setattr(runs_store, "get_run", lambda *a, **k: pytest.fail("a whole run read"))
     page, cursor = flow_jobs.search_jobs(ADMIN, status="FAILED", limit=5)
     assert page == [] and cursor and len(reads) == 10
     seen = []
@@ -164,3 +168,6 @@ def test_jobs_by_a_rare_status_read_a_bounded_number_of_jobs(
         assert len(reads) <= 10
         seen += [j["id"] for j in page]
     assert seen == [newest_first[30 - 1 - 2]]
+    reads.clear()
+    page, cursor = flow_jobs.search_jobs(ADMIN, limit=3)  # no status: read what it lists
+    assert [j["id"] for j in page] == newest_first[:3] and cursor and len(reads) <= 4

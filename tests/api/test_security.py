@@ -30,7 +30,7 @@ from ezgh_workflows import Context, PushApp, workflow
 from ezgh_workflows._internal import clock as sdk_clock
 
 from tests.api.conftest import Project, call
-from tests.api.steps_helpers import new_run
+from tests.api.steps_helpers import waiting_callback as _waiting_callback
 
 # --- push requests: the engine's signer against the SDK's Lambda entry point ---------------
 
@@ -97,25 +97,6 @@ def test_a_captured_request_replayed_later_is_refused_401(monkeypatch: pytest.Mo
 
 
 # --- callback tokens -----------------------------------------------------------------------
-
-
-def _waiting_callback() -> tuple[Run, str, str]:
-    """A live run with one `waiting` callback step, written as the invoker writes it."""
-    run = new_run(workflow="approval", handled_seq=1)
-    ws.transact([ws.plain_put(items.run_values(run))])
-    step_id = "approve"
-    actions, url = callbacks.create_actions(
-        run.id,
-        run.project_id,
-        step_id,
-        "approve",
-        None,
-        order=ids.time_ordered_id(),
-        at=run.created_at,
-        expires=int(clock.now().timestamp()) + 3600,
-    )
-    assert ws.transact(actions)
-    return run, step_id, url.rsplit("/", 1)[1]
 
 
 def _complete(token: str, body: Any) -> Any:

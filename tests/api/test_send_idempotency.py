@@ -137,7 +137,7 @@ def test_a_crash_between_the_start_and_its_answer_starts_no_second_run(
     app = project.call(
         "POST", "/apps", body={"name": "billing", "kind": "push", "url": "https://app.example.com/"}
     ).body
-    monkeypatch.setattr(push, "sync_app", lambda _app: ["onboarding"])
+    monkeypatch.setattr(push, "sync_app", lambda _app: push.Synced(["onboarding"], "1.5"))
     assert project.call("POST", f"/apps/{app['id']}/sync").status == 200
     body = {"appId": app["id"], "workflow": "onboarding", "input": {"user": 7}}
     headers = {"Idempotency-Key": "start-7"}

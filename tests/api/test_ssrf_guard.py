@@ -79,6 +79,9 @@ def test_ezgh_dev_allows_loopback_and_private(address: str) -> None:
         "0.0.0.0",
         "224.0.0.1",
         "100.64.0.1",
+        "fd00:ec2::254",  # instance metadata over IPv6 (a ULA address: private, not local)
+        "fd00:ec2::253",  # the VPC's DNS resolver
+        "fd00:ec2::123",  # the time service
     ],
 )
 def test_ezgh_dev_still_refuses_link_local_metadata_and_the_rest(address: str) -> None:
@@ -235,3 +238,35 @@ def test_a_push_app_url_at_a_non_global_address_is_refused_at_create(
 ) -> None:
     answer = project.call("POST", "/apps", body={"name": "x", "kind": "push", "url": url})
     assert answer.status == 400 and answer.body["error"]["code"] == "validation_error"
+
+
+@pytest.mark.parametrize("url", ["http://[fd00:ec2::254]/", "https://[fd00:ec2::254]:443/x"])
+def test_ezgh_dev_refuses_the_ipv6_metadata_address_as_a_push_url(
+    project: Project, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.setenv(config.ENV_ALLOW_LOOPBACK, "1")  # as under `ezgh dev`
+    config.reset_settings()
+    answer = project.call("POST", "/apps", body={"name": "x", "kind": "push", "url": url})
+    assert answer.status == 400 and answer.body["error"]["code"] == "validation_error"
+    assert "metadata" in answer.body["error"]["message"]
+    fine = project.call(
+        "POST", "/apps", body={"name": "y", "kind": "push", "url": "http://[fd00::5]/"}
+    )
+    assert fine.status == 201, fine.body  # other private IPv6 addresses stay allowed here
+
+
+def test_a_failed_call_names_the_apps_host_never_its_path_or_query(
+    project: Project, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An app's URL may carry a secret (`?code=...`): what a failure says, logged and shown
+    to whoever reads the run or the app, names its host only."""
+    monkeypatch.setattr(
+        push, "network_transport", lambda: httpx.MockTransport(lambda r: httpx.Response(503))
+    )
+    url = "https://app.example.com/hook/PATHSECRET?code=QUERYSECRET"
+    created = project.call("POST", "/apps", body={"name": "x", "kind": "push", "url": url})
+    assert created.status == 201
+    answer = project.call("POST", f"/apps/{created.body['id']}/sync")
+    assert answer.status == 409
+    assert "https://app.example.com answered HTTP 503" in answer.body["error"]["message"]
+    assert "SECRET" not in answer.raw and "SECRET" not in caplog.text

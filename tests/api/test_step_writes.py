@@ -518,7 +518,7 @@ def test_an_invoker_that_dies_before_its_commit_ends_the_run_once_when_redeliver
         return {"protocol": "1.4", "outcome": "completed", "output": "done",
                 "ops": [complete("a#1", "A")]}  # fmt: skip
 
-    app = SimpleNamespace(kind="push", name="app", notifications=None)
+    app = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
     monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: app)
     monkeypatch.setattr(invoker, "invoke_app", invoke_app)
     stop = _crash_at_commit(run)

@@ -26,7 +26,6 @@ def steps_call(method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
         ("POST", "/v1/organizations/o/projects/p/runs"),
         ("POST", "/v1/callbacks/abc"),
         ("POST", "/v1/invocations/outcome"),
-        ("GET", "/v1/invocations/steps"),
     ],
 )
 def test_anything_but_a_step_call_is_404_in_the_contract_shape(
@@ -37,6 +36,58 @@ def test_anything_but_a_step_call_is_404_in_the_contract_shape(
     assert set(body) == {"error"}
     assert body["error"]["code"] == "not_found"
     assert set(body["error"]) == {"code", "message"}
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "TRACE", "PROPFIND"])
+def test_another_method_on_the_step_path_is_405(aws_env: None, method: str) -> None:
+    status, body = steps_call(method, "/v1/invocations/steps", body={})
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"
+
+
+def _expired_token() -> str:
+    from ezgh_engine import clock, config
+    from ezgh_engine.core import tokens
+
+    claims = tokens.InvocationClaims("r", "p", 1, 1, clock.now_ms() - 1)
+    return tokens.mint(config.settings().token_secret, claims)
+
+
+JUNK = {
+    "another path": ("GET", "/", {}),
+    "another method": ("DELETE", "/v1/invocations/steps", {}),
+    "no token": ("POST", "/v1/invocations/steps", {}),
+    "not bearer": ("POST", "/v1/invocations/steps", {"authorization": "Basic eDp5"}),
+    "forged token": ("POST", "/v1/invocations/steps", {"authorization": "Bearer e30.c2ln"}),
+    "non-ASCII token": ("POST", "/v1/invocations/steps", {"authorization": "Bearer \u00e9.x"}),
+    "expired token": ("POST", "/v1/invocations/steps", None),
+}
+
+
+@pytest.mark.parametrize("junk", sorted(JUNK))
+def test_junk_is_refused_before_any_work(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, junk: str
+) -> None:
+    """No routing, no validation, no AWS request: the raw event is refused."""
+    from ezgh_engine.adapters import aws
+    from ezgh_engine.api.app import resolver
+
+    method, path, headers = JUNK[junk]
+    if headers is None:
+        headers = {"authorization": f"Bearer {_expired_token()}"}
+
+    def no_resolver(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("junk reached the resolver")
+
+    monkeypatch.setattr(resolver, "resolve", no_resolver)
+    requests: list[Any] = []
+    stop = aws.observe(requests.append)
+    try:
+        status, body = steps_call(method, path, raw_body="{" * 1000, headers=headers)
+    finally:
+        stop()
+    assert status in (401, 404, 405), body
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert requests == []
 
 
 def test_a_step_call_with_a_bad_token_is_401(aws_env: None) -> None:
@@ -79,8 +130,8 @@ def test_push_invocations_call_the_steps_url_and_pull_tasks_the_api(
     now = clock.iso(clock.now())
     run = Run("r", "o", "p", "a", "w", "running", None, 1, now, now, 1)
     try:
-        push = invoke_request(run, "inv", 60_000, clock.now_ms())
-        pull = invoke_request(run, "inv", 60_000, clock.now_ms(), pull=True)
+        push = invoke_request(run, "inv", 60_000, clock.now_ms(), app_protocol="1.5")
+        pull = invoke_request(run, "inv", 60_000, clock.now_ms(), pull=True, app_protocol="1.5")
         assert push["api"]["url"] == "https://steps.example.test"
         assert pull["api"]["url"] == config.settings().api_url
     finally:

@@ -74,6 +74,42 @@ def test_sign_in_link_keeps_the_key_in_session_storage_only(page, engine, link):
     assert _session_key(page) is None
 
 
+def test_a_link_asks_before_it_replaces_the_tabs_session(page, engine, link):
+    """A sign-in link opened in a tab that holds another session (someone else's link would
+    put the tab in their project) asks first; nothing of the link is stored until then."""
+    from ezgh_engine.api.routes_console import sign_in_link
+
+    with _api(engine) as http:
+        made = http.post("/apiKeys", json={"name": "other", "permissions": [{"action": "*"}]})
+        assert made.status_code == 201, made.text
+    other = made.json()["key"]
+    other_link = sign_in_link(engine.api_url, other, engine.org_id, engine.project_id)
+    page.goto(link)
+    page.wait_for_selector("h1:text('Runs')")
+    # In the same page (the fragment changes), and after a new load of the console.
+    for opened in ("in place", "loaded"):
+        if opened == "loaded":
+            page.goto("about:blank")
+        page.goto(other_link)
+        prompt = page.wait_for_selector("[data-testid=replace-session]")
+        assert "another API key" in prompt.inner_text()
+        assert "key=" not in page.url
+        assert _session_key(page) == engine.api_key  # nothing replaced yet
+        assert other not in page.evaluate("() => JSON.stringify(sessionStorage)")
+        shot(page, "replace-session")
+        page.get_by_test_id("link-keep").click()
+        page.wait_for_selector("h1:text('Runs')")
+        assert _session_key(page) == engine.api_key
+    page.goto(other_link)
+    page.get_by_test_id("link-switch").click()
+    page.wait_for_selector("h1:text('Runs')")
+    assert _session_key(page) == other
+    page.goto(other_link)  # the session it holds already: nothing to ask
+    page.wait_for_selector("h1:text('Runs')")
+    assert page.query_selector("[data-testid=replace-session]") is None
+    assert _session_key(page) == other
+
+
 def test_sign_in_form_shows_the_apis_error_for_a_wrong_key(page, engine):
     page.goto(f"{engine.api_url}/console")
     page.fill("input[name=org]", engine.org_id)
@@ -300,8 +336,9 @@ def test_a_read_only_key_sees_the_apis_refusal_not_a_crash(page, engine, client,
     with _api(engine) as http:
         made = http.post(
             "/apiKeys",
-            json={"name": "reader", "permissions": [{"action": "workflows.runs.read"}]},
-        )
+            json={"name": "reader", "permissions": [
+                {"action": "workflows.runs.read"}, {"action": "queues.messages.send"}]},
+        )  # fmt: skip
         assert made.status_code == 201, made.text
     reader = made.json()["key"]
     run = wait_ended(engine, client, client.start_run(app_id, "never-retry", {})["id"])
@@ -316,7 +353,7 @@ def test_a_read_only_key_sees_the_apis_refusal_not_a_crash(page, engine, client,
     assert button.is_disabled()
     assert client.get_run(run["id"])["attempt"] == 1
     shot(page, "forbidden")
-    # Reading queues is open to every key; redriving one is not.
+    # A key that may send to queues reads them; redriving one needs queues.manage.
     with _api(engine) as http:
         assert http.post("/queues", json={"name": "audit"}).status_code == 201
     page.click("#nav a[data-page=queues]")
@@ -411,8 +448,17 @@ def test_flow_job_graph(page, engine, link):
             {"id": "start", "moduleType": "trigger.manual"},
             {"id": "shape", "moduleType": "transform", "config": {"expression": "input.name"}},
             {"id": "greet", "moduleType": "transform", "config": {"expression": "in.shape"}},
+            {"id": "named", "moduleType": "condition", "config": {"expression": "in.greet"}},
+            {"id": "hello", "moduleType": "transform", "config": {"expression": "'hello'"}},
+            {"id": "who", "moduleType": "transform", "config": {"expression": "'who?'"}},
         ],
-        "edges": [{"source": "start", "target": "shape"}, {"source": "shape", "target": "greet"}],
+        "edges": [
+            {"source": "start", "target": "shape"},
+            {"source": "shape", "target": "greet"},
+            {"source": "greet", "target": "named"},
+            {"source": "named", "sourceHandle": "true", "target": "hello"},
+            {"source": "named", "sourceHandle": "false", "target": "who"},
+        ],
     }
     with _api(engine) as http:
         if http.get("/flows").status_code == 404:
@@ -430,15 +476,25 @@ def test_flow_job_graph(page, engine, link):
     page.wait_for_selector("#nav-flows:not([hidden])")
     page.click("#nav-flows")
     page.wait_for_selector("h2:text('Failed items') + table :text('No failed items.')")
+    row = page.locator("[data-testid=job]").filter(has_text=job["id"])
+    assert row.get_by_test_id("job-flow").inner_text() == "greet"  # the flow's name
     page.click(f"a[href='#/jobs/{job['id']}']")
     page.wait_for_selector("[data-testid=flow-graph] g.node")
+    assert page.get_by_test_id("job-flow").inner_text() == "greet"
     nodes = page.locator("[data-testid=flow-graph] g.node").evaluate_all(
         "gs => gs.map(g => [g.dataset.nodeId, g.dataset.status, g.getBBox().x + g.getCTM().e])"
     )
-    assert [(n, st) for n, st, _ in nodes] == [(n["id"], "COMPLETED") for n in graph["nodes"]]
+    statuses = {"who": "SKIPPED"}
+    assert [(n, st) for n, st, _ in nodes] == [
+        (n["id"], statuses.get(n["id"], "COMPLETED")) for n in graph["nodes"]
+    ]
     xs = [x for _, _, x in nodes]
-    assert xs == sorted(xs) and len(set(xs)) == 3  # one layer per step of the chain
-    assert page.locator("[data-testid=flow-graph] path.edge").count() == 2
+    assert xs == sorted(xs) and len(set(xs)) == 5  # one layer per step of the chain
+    assert page.locator("[data-testid=flow-graph] path.edge").count() == 5
+    labels = page.locator("[data-testid=flow-graph] [data-testid=edge-label]").evaluate_all(
+        "els => els.map(e => e.textContent)"
+    )
+    assert sorted(labels) == ["false", "true"]  # the condition's edges say which way
     page.click("[data-testid=flow-graph] g.node[data-node-id=greet]")
     assert '"Ada"' in page.get_by_test_id("action-detail").inner_text()
     shot(page, "flow-job")
@@ -474,8 +530,12 @@ def test_a_flow_job_links_to_the_child_run_of_its_workflow_invoke(page, engine, 
     page.get_by_test_id("child-run-link").click()
     page.wait_for_selector("[data-testid=run-title]:text('kid')")
     assert page.url.endswith(f"#/runs/{child}")
-    page.get_by_test_id("parent-link").click()  # the child run's parent is the job's run
-    page.wait_for_selector("[data-testid=run-title]:text('flow')")
+    page.get_by_test_id("parent-link").click()  # the child run's parent is the job
+    page.wait_for_selector(f"h1:text('Job {job['id']}')")
+    assert page.get_by_test_id("job-flow").inner_text() == "calls-kid"
+    page.goto(link)  # the runs list shows the child run, never the job
+    page.wait_for_selector(f"[data-run-id='{child}']")
+    assert page.locator(f"[data-run-id='{job['id']}']").count() == 0
 
 
 class _Hook:

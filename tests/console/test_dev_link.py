@@ -57,7 +57,7 @@ def test_ezgh_dev_serves_an_app_and_prints_a_link_that_signs_in(browser_context,
             f"{k}={v}" for k, v in values.items()
         ]
         assert "app onboarding:" in text and "status=synced" in text, text
-        assert "app ezgh-flows:" in text, text  # EzFlow's interpreter, served by default
+        assert "app ezgh:flows:" in text, text  # EzFlow's interpreter, served by default
         health = httpx.get(f"{values['EZGH_API_URL']}/v1/health")
         assert health.status_code == 200 and health.json() == {"status": "ok"}
         links = [line.split(": ", 2)[2].strip() for line in output if "console (signed in)" in line]

@@ -174,10 +174,11 @@ def _year_timers(run_id):
 
 def test_every_run_ends_by_its_one_year_limit(engine, client, app_id):
     """A run waiting on a callback without a timeout is never invoked again; it still ends
-    `timedOut` at its one-year limit (its timer was armed at its start), its wait with it."""
+    `timedOut` at its one-year limit (the hourly sweep ends it), its wait with it. It holds
+    no schedule of its own for it."""
     run = client.start_run(app_id, "waiter", {"kind": "callback"})
     wait_status(engine, client, run["id"], _pending("callback", "waiting"))
-    assert len(_year_timers(run["id"])) == 1
+    assert _year_timers(run["id"]) == []
     engine.clock.advance(timedelta(days=365))
     engine.wait_for(lambda: True, 1)
     assert client.get_run(run["id"])["status"] == "running"  # not before its limit
@@ -190,9 +191,20 @@ def test_every_run_ends_by_its_one_year_limit(engine, client, app_id):
     wait_status(engine, client, run["id"], _pending("callback", "cancelled"))
 
 
-def test_a_run_that_ends_leaves_no_year_limit_timer(engine, client, app_id):
-    """The limit's schedule goes when the run ends: the Scheduler holds one per live run."""
+def test_a_run_holds_no_year_limit_schedule_of_its_own(engine, client, app_id):
+    """No Scheduler call per run for its year limit (a burst of starts would be throttled at
+    Scheduler's request quota): the group holds the stack's hourly sweep, and no timer of
+    the run's."""
     run = client.start_run(app_id, "never-retry", {})
     done = wait_ended(engine, client, run["id"])
     assert done["status"] == "failed"
-    engine.wait_for(lambda: not _year_timers(run["id"]) or None, 10)
+    assert _year_timers(run["id"]) == []
+    from ezgh_engine.adapters import aws
+    from ezgh_engine.local.resources import SCHEDULER_GROUP
+    from ezgh_engine.topology import YEAR_LIMIT_SWEEP
+
+    names = [
+        s["Name"]
+        for s in aws.client("scheduler").list_schedules(GroupName=SCHEDULER_GROUP)["Schedules"]
+    ]
+    assert YEAR_LIMIT_SWEEP.name in names

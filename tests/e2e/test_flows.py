@@ -1,5 +1,6 @@
-"""Issue 16 end to end: flows, commits and jobs through the local runtime, the interpreter
-(`ezgh-flows`) served as the topology's `flows` function and registered by the engine."""
+"""Flows, commits and jobs end to end through the local runtime: the interpreter served as
+the topology's `flows` function (the engine's own app, no project's), user-directed code in
+its `sandbox` function."""
 
 from __future__ import annotations
 
@@ -14,18 +15,18 @@ from typing import Any
 
 import httpx
 import pytest
+from ezgh_engine.core.flows.jobs import MAX_DEPTH
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_engine.topology import INVOKER_FUNCTION
 
 pytestmark = pytest.mark.e2e
-APP = "ezgh-flows"
 ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
 
 
 @pytest.fixture(scope="module")
 def interpreter(runtime: LocalRuntime) -> Iterator[None]:
-    """The interpreter is the runtime's own `flows` function (the topology's), registered in
-    the project by the engine (`api` below, as `ezgh dev`); nothing to serve here."""
+    """The interpreter is the runtime's own `flows` function (the topology's), the engine's
+    app in every project; nothing to serve or register here."""
     assert "flows" in runtime.url_servers
     yield
 
@@ -74,7 +75,6 @@ class Api:
 
 @pytest.fixture()
 def api(interpreter: None, engine: LocalRuntime) -> Iterator[Api]:
-    engine.host_flows()  # as `ezgh dev` does; the engine would at the first flow or job
     client = Api(engine)
     yield client
     client.http.close()
@@ -151,23 +151,47 @@ def by_node(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # --- flows and commits ---------------------------------------------------------------------
 
 
-def test_the_engine_registers_its_interpreter_function_at_first_use(
-    api: Api, engine: LocalRuntime
-) -> None:
-    """`ezgh-flows` is the topology's `flows` function, registered and synced by the engine
-    itself (a project's first flow, or a job's start), signed with its derived key."""
+def test_the_interpreter_is_no_app_or_run_of_the_project(api: Api, engine: LocalRuntime) -> None:
+    """The engine's interpreter has no app record and its runs are no project's runs: no
+    app, run, schedule or subscription call names, reads, changes or starts it; an app a
+    user names like it is just an app; its function URL answers only signed requests."""
+    from ezgh_engine.core.flows.jobs import interpreter_app_id
+
+    engine_id = interpreter_app_id(engine.project_id)
+    api.flow("first", [trigger()], [])
+    job = api.wait(api.start("first", input={"x": 1})["id"])
+    assert job["status"] == "COMPLETED" and job["output"] == {"start": {"x": 1}}
+    assert all(a["id"] != engine_id for a in api("GET", "/apps")["apps"])
+    for ref in (engine_id, "ezgh-flows", "ezgh:flows"):
+        for method, path, body in (
+            ("GET", f"/apps/{ref}", None),
+            ("PATCH", f"/apps/{ref}", {"url": "http://127.0.0.1:9/evil"}),
+            ("POST", f"/apps/{ref}/sync", None),
+            ("DELETE", f"/apps/{ref}", None),
+            ("POST", "/runs", {"appId": ref, "workflow": "flow", "input": {"commitId": "x"}}),
+            ("POST", "/schedules", {"appId": ref, "workflow": "flow", "cron": "* * * * *"}),
+        ):
+            status, answer = api.call(method, path, json=body)
+            assert status == 404, (method, path, answer)
+    for path in ("", "/events", "/payloads/input"):
+        assert api.call("GET", f"/runs/{job['id']}{path}")[0] == 404
+    for action in ("cancel", "retry"):
+        assert api.call("POST", f"/runs/{job['id']}/{action}")[0] == 404
+    assert api.call("DELETE", f"/runs/{job['id']}")[0] == 404
+    assert job["id"] not in [r["id"] for r in api("GET", "/runs", params={"limit": 100})["runs"]]
+    assert api("GET", "/runs", params={"appId": engine_id})["runs"] == []
+    queue = api("POST", "/queues", json={"name": "hijack"})["id"]
+    target = {"kind": "workflow", "mode": "resume", "appId": engine_id, "workflow": "flow",
+              "correlationAttribute": "k"}  # fmt: skip
+    assert api.call("POST", "/subscriptions", json={"queueId": queue, "target": target})[0] == 404
+    # An app a user names like the interpreter is an app of the project like any other.
+    made = api("POST", "/apps", json={"name": "ezgh-flows", "kind": "pull"})
+    api("DELETE", f"/apps/{made['id']}")
+    assert api.wait(api.start("first")["id"])["status"] == "COMPLETED"
     url = engine.url_servers["flows"].url
-    app = api("GET", f"/apps/{APP}")
-    assert (app["url"], app["status"], app["workflows"]) == (url, "synced", ["flow"])
-    api("DELETE", f"/apps/{app['id']}")
-    api.flow("first", [trigger()], [])  # a flow registers it again
-    assert api("GET", f"/apps/{APP}")["id"] == app["id"]  # derived: one per project
-    api("DELETE", f"/apps/{app['id']}")
-    done = api.wait(api.start("first", input={"x": 1})["id"])  # so does a job's start
-    assert done["status"] == "COMPLETED" and done["output"] == {"start": {"x": 1}}
-    assert api("GET", f"/apps/{APP}")["status"] == "synced"
-    unsigned = httpx.post(url, json={"protocol": "1.4", "type": "sync"}, timeout=30)
-    assert unsigned.status_code == 401, unsigned.text
+    for method in ("GET", "POST"):
+        unsigned = httpx.request(method, url, json={"protocol": "1.4", "type": "sync"}, timeout=30)
+        assert unsigned.status_code == 401, unsigned.text
 
 
 def test_flows_crud_commits_and_module_types(api: Api) -> None:
@@ -443,22 +467,7 @@ def test_a_failing_node_leaves_one_failed_item_whose_retry_completes_the_job(
 def test_a_job_waits_for_a_message_by_key_across_an_engine_restart(
     api: Api, engine: LocalRuntime
 ) -> None:
-    app_id = api("GET", f"/apps/{APP}")["id"]
     queue = api("POST", "/queues", json={"name": "payments", "visibilityTimeoutSeconds": 2})
-    api(
-        "POST",
-        "/subscriptions",
-        json={
-            "queueId": queue["id"],
-            "target": {
-                "kind": "workflow",
-                "mode": "resume",
-                "appId": app_id,
-                "workflow": "flow",
-                "correlationAttribute": "orderId",
-            },
-        },
-    )
     api.flow(
         "pay",
         [
@@ -476,6 +485,8 @@ def test_a_job_waits_for_a_message_by_key_across_an_engine_restart(
         ],
         [edge("start", "paid"), edge("paid", "done")],
     )
+    target = {"kind": "flow", "mode": "resume", "flowId": "pay", "correlationAttribute": "orderId"}
+    api("POST", "/subscriptions", json={"queueId": queue["id"], "target": target})
     job = api.start("pay", input={"queue": queue["id"], "order": 9})
     waiting = api.wait(job["id"], lambda j: j["status"] == "WAITING")
     assert by_node(waiting)["paid"]["status"] == "WAITING"
@@ -603,15 +614,7 @@ def test_workflow_invoke_runs_a_code_workflow_of_another_app_as_a_child_run(
     assert child["parentRunId"] == job["id"] and child["appId"] == app_id
     assert child["workflow"] == "sequence" and child["status"] == "completed"
     assert child["input"] == {"n": 4, "trackingId": "trk-w"}
-    steps = api("GET", f"/runs/{job['id']}")["steps"]
-    assert sorted(s["name"] for s in steps) == [
-        "job",
-        "node:code",
-        "node:code:resolve",
-        "node:start",
-    ]
-    (invoke,) = [s for s in steps if s["name"] == "node:code"]
-    assert invoke["kind"] == "invoke" and invoke["childRunId"] == child["id"]
+    assert api.call("GET", f"/runs/{job['id']}")[0] == 404  # a job is no run of the project
 
 
 def test_cancelling_a_job_cancels_its_child_run(api: Api, engine: LocalRuntime) -> None:
@@ -628,13 +631,21 @@ def test_cancelling_a_job_cancels_its_child_run(api: Api, engine: LocalRuntime) 
     engine.wait_for(lambda: api("GET", f"/runs/{child_id}")["status"] == "cancelled", timeout=30)
 
 
-def test_workflow_invoke_of_an_unknown_workflow_fails_the_node(
+def test_workflow_invoke_of_an_unknown_workflow_is_refused_or_fails_the_node(
     api: Api, engine: LocalRuntime
 ) -> None:
-    _invoking(api, "no-such", engine.apps["e2e"].record["id"], "nope", {})
-    done = api.wait(api.start("no-such")["id"])
+    app_id = engine.apps["e2e"].record["id"]
+    api("POST", "/flows", json={"name": "no-such"})
+    node = {"id": "code", "moduleType": "workflow.invoke",
+            "config": {"appId": app_id, "workflow": "nope"}}  # fmt: skip
+    graph = {"nodes": [trigger(), node], "edges": [edge("start", "code")]}
+    status, body = api.call("POST", "/flows/no-such/commits", json={"graph": graph})
+    assert status == 400 and "node code: workflow nope not found" in body["error"]["message"]
+    node["config"]["workflow"] = "{{ input.workflow }}"  # known only when the node runs
+    api("POST", "/flows/no-such/commits", json={"graph": graph})
+    done = api.wait(api.start("no-such", input={"workflow": "nope"})["id"])
     assert done["status"] == "FAILED" and done["error"]["nodeId"] == "code"
-    assert "no synced app" in done["error"]["message"]
+    assert "workflow nope not found" in done["error"]["message"]
 
 
 # --- queue subscriptions targeting a flow ----------------------------------------------------
@@ -659,6 +670,7 @@ def test_each_message_starts_one_job_and_a_redelivery_none(api: Api, engine: Loc
         "kind": "flow",
         "mode": "start",
         "flowId": api("GET", "/flows/signup")["id"],
+        "keyId": engine_key_id(api),  # its jobs act for the key that made it
     }
     (sent,) = api("POST", f"/queues/{queue['id']}/messages", json={"messages": [{"body": "ada"}]})[
         "messages"
@@ -703,9 +715,12 @@ def test_a_flow_resume_subscription_resumes_only_that_flows_jobs(api: Api) -> No
     assert api("GET", f"/jobs/{other['id']}")["status"] == "WAITING"  # another flow's job
 
 
-def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
-    api: Api, engine: LocalRuntime
-) -> None:
+def engine_key_id(api: Api) -> str:
+    keys = api("GET", "/apiKeys")["apiKeys"]
+    return str(next(k["id"] for k in keys if k["name"] == "admin (bootstrap)"))
+
+
+def test_a_flow_schedule_starts_jobs_of_its_flow(api: Api, engine: LocalRuntime) -> None:
     from datetime import timedelta
 
     from ezgh_engine import clock, ids
@@ -713,14 +728,18 @@ def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
     api.flow("tick", [trigger(), transform("seen", "input.n")], [edge("start", "seen")])
     schedule = api(
         "POST",
-        "/schedules",
-        json={
-            "appId": api("GET", f"/apps/{APP}")["id"],
-            "workflow": "flow",
-            "cron": "*/5 * * * *",
-            "input": {"flowId": "tick", "input": {"n": 5}, "trackingId": "every-5"},
-        },
+        "/flows/tick/schedules",
+        json={"cron": "*/5 * * * *", "input": {"n": 5}, "trackingId": "every-5"},
     )
+    assert schedule["flowId"] == api("GET", "/flows/tick")["id"]
+    assert schedule["keyId"] == engine_key_id(api)
+    assert [s["id"] for s in api("GET", "/flows/tick/schedules")["schedules"]] == [schedule["id"]]
+    # /schedules neither shows nor changes a flow's schedule: the interpreter is no app.
+    assert schedule["id"] not in [s["id"] for s in api("GET", "/schedules")["schedules"]]
+    for method, path in (("GET", ""), ("PATCH", ""), ("POST", "/pause"), ("DELETE", "")):
+        body = {"input": {"flowId": "other"}} if method == "PATCH" else None
+        status, _ = api.call(method, f"/schedules/{schedule['id']}{path}", json=body)
+        assert status == 404, (method, path)
     engine.clock.advance(
         clock.parse_iso(schedule["nextRunAt"]) - clock.now() + timedelta(seconds=1)
     )
@@ -732,3 +751,278 @@ def test_a_schedule_of_the_interpreter_starts_jobs_of_a_flow(
     assert done["trackingId"] == "every-5" and done["flowId"] == api("GET", "/flows/tick")["id"]
     assert done["commitId"] == api("GET", "/flows/tick/commits")["commits"][0]["id"]
     assert [j["id"] for j in api("GET", "/jobs", params={"flowId": "tick"})["jobs"]] == [job_id]
+    assert api.call("DELETE", f"/flows/tick/schedules/{schedule['id']}")[0] == 204
+    assert api("GET", "/flows/tick/schedules")["schedules"] == []
+
+
+# --- authority: what a narrow key tries, refused -------------------------------------------
+
+
+def narrow(api: Api, engine: LocalRuntime, *permissions: tuple[str, str | None]) -> Api:
+    """An API client with a key holding exactly `permissions`."""
+    body = {
+        "name": "narrow",
+        "permissions": [{"action": a, **({"resource": r} if r else {})} for a, r in permissions],
+    }
+    return Api(engine, api("POST", "/apiKeys", json=body)["key"])
+
+
+FLOWS_ON = ("flows.manage", "flows.jobs.start", "flows.jobs.read")
+
+
+def queue_depth(engine: LocalRuntime, queue_id: str) -> int:
+    from ezgh_engine.adapters import aws
+    from ezgh_engine.service.queues import find_queue
+
+    url = find_queue(engine.project_id, queue_id).url
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    got = aws.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=names)
+    return sum(int(v) for v in got["Attributes"].values())
+
+
+def victims(api: Api, engine: LocalRuntime) -> dict[str, Any]:
+    """Another app's workflow, a queue and a flow the narrow keys are not given."""
+    queue = api("POST", "/queues", json={"name": "q-victim"})["id"]
+    api.flow(
+        "f-victim", [trigger(), transform("secret", "'victim ran'")], [edge("start", "secret")]
+    )
+    return {"app": engine.apps["e2e"].record["id"], "queue": queue}
+
+
+def _runs_of(api: Api, app_id: str) -> int:
+    return len(api("GET", "/runs", params={"appId": app_id, "limit": 100})["runs"])
+
+
+def test_a_flow_key_cannot_reach_another_app_queue_or_flow_through_its_nodes(
+    api: Api, engine: LocalRuntime
+) -> None:
+    """`flows.*` on one flow: a commit naming another app's workflow, another queue or
+    another flow outright is refused (403); named through templates, the commit and the
+    start pass, and the node fails with 403 before it acts: no child run, no message, no
+    job of the other flow."""
+    target = victims(api, engine)
+    attacker = narrow(api, engine, *((a, "f-attacker") for a in FLOWS_ON))
+    attacker("POST", "/flows", json={"name": "f-attacker"})
+    direct = {
+        "workflow.invoke": {"appId": target["app"], "workflow": "sequence", "input": {"n": 1}},
+        "queue.send": {"queueId": target["queue"], "messages": [{"body": "stolen"}]},
+        "flow.invoke": {"flowId": "f-victim"},
+        "wait.event": {"queueId": target["queue"], "key": "k", "timeoutSeconds": 60},
+    }
+    for module_type, config in direct.items():
+        graph = {
+            "nodes": [trigger(), {"id": "x", "moduleType": module_type, "config": config}],
+            "edges": [edge("start", "x")],
+        }
+        status, body = attacker.call("POST", "/flows/f-attacker/commits", json={"graph": graph})
+        assert status == 403 and body["error"]["code"] == "forbidden", (module_type, body)
+        assert "node x" in body["error"]["message"]
+    templated = {
+        "workflow.invoke": {"appId": "{{ input.app }}", "workflow": "sequence", "input": {"n": 1}},
+        "queue.send": {"queueId": "{{ input.queue }}", "messages": [{"body": "stolen"}]},
+        "flow.invoke": {"flowId": "{{ input.flow }}"},
+        "wait.event": {"queueId": "{{ input.queue }}", "key": "k", "timeoutSeconds": 60},
+    }
+    runs_before = _runs_of(api, target["app"])
+    for module_type, config in templated.items():
+        graph = {
+            "nodes": [trigger(), {"id": "x", "moduleType": module_type, "config": config}],
+            "edges": [edge("start", "x")],
+        }
+        attacker("POST", "/flows/f-attacker/commits", json={"graph": graph})
+        inputs = {"app": target["app"], "queue": target["queue"], "flow": "f-victim"}
+        done = attacker.wait(attacker.start("f-attacker", input=inputs)["id"])
+        assert done["status"] == "FAILED" and done["error"]["nodeId"] == "x", (module_type, done)
+        assert "403 forbidden" in done["error"]["message"], done["error"]
+        assert "output" not in by_node(done)["x"]
+    assert _runs_of(api, target["app"]) == runs_before
+    assert queue_depth(engine, target["queue"]) == 0
+    assert api("GET", "/jobs", params={"flowId": "f-victim"})["jobs"] == []
+    for key_call in (  # and directly, the same key is refused as it always was
+        ("POST", "/runs", {"appId": target["app"], "workflow": "sequence"}),
+        ("POST", f"/queues/{target['queue']}/messages", {"messages": [{"body": "x"}]}),
+        ("POST", "/flows/f-victim/jobs", {}),
+    ):
+        assert attacker.call(key_call[0], key_call[1], json=key_call[2])[0] == 403
+
+
+def test_run_and_app_keys_on_the_interpreters_names_reach_nothing(
+    api: Api, engine: LocalRuntime
+) -> None:
+    """`workflows.runs.*` and `workflows.apps.update` on every name the interpreter ever had
+    start, read, change and delete nothing of it; a graph in a run's input runs nowhere."""
+    from ezgh_engine.core.flows.jobs import interpreter_app_id
+
+    target = victims(api, engine)
+    job = api.wait(api.start("f-victim")["id"])
+    engine_id = interpreter_app_id(engine.project_id)
+    names = ("ezgh-flows", "ezgh:flows", engine_id)
+    perms = [
+        (a, f"{n}/flow") for n in names for a in ("workflows.runs.start", "workflows.runs.read")
+    ]
+    perms += [("workflows.apps.update", n) for n in names]
+    key = narrow(api, engine, *perms)
+    graph = {"nodes": [{"id": "wf", "moduleType": "workflow.invoke",
+                        "config": {"appId": target["app"], "workflow": "sequence"}}], "edges": []}  # fmt: skip
+    runs_before = _runs_of(api, target["app"])
+    for ref in names:
+        started = {"appId": ref, "workflow": "flow", "input": {"commitId": "x", "graph": graph}}
+        assert key.call("POST", "/runs", json=started)[0] == 404
+        assert key.call("PATCH", f"/apps/{ref}", json={"url": "http://127.0.0.1:9/"})[0] == 404
+        assert key.call("DELETE", f"/apps/{ref}")[0] == 404
+    assert key.call("GET", f"/runs/{job['id']}")[0] == 404
+    assert key("GET", "/runs")["runs"] == []
+    assert _runs_of(api, target["app"]) == runs_before
+    assert api.wait(api.start("f-victim")["id"])["status"] == "COMPLETED"  # unharmed
+
+
+def test_a_revoked_key_fails_its_jobs_next_node_before_it_acts(
+    api: Api, engine: LocalRuntime
+) -> None:
+    queue = api("POST", "/queues", json={"name": "out"})["id"]
+    api.flow(
+        "later",
+        [
+            trigger(),
+            {"id": "hold", "moduleType": "wait.event", "config": {"timeoutSeconds": 3600}},
+            {
+                "id": "send",
+                "moduleType": "queue.send",
+                "config": {"queueId": queue, "messages": [{"body": "late"}]},
+            },
+        ],
+        [edge("start", "hold"), edge("hold", "send")],
+    )
+    body = {"name": "soon-gone", "permissions": [
+        {"action": "flows.jobs.start", "resource": "later"},
+        {"action": "flows.jobs.read", "resource": "later"},
+        {"action": "queues.messages.send", "resource": queue}]}  # fmt: skip
+    made = api("POST", "/apiKeys", json=body)
+    holder = Api(engine, made["key"])
+    job = holder.start("later")
+    waiting = api.wait(job["id"], lambda j: "resumeUrl" in by_node(j).get("hold", {}))
+    api("DELETE", f"/apiKeys/{made['id']}")
+    assert httpx.post(by_node(waiting)["hold"]["resumeUrl"], json={}).status_code == 200
+    done = api.wait(job["id"])
+    assert done["status"] == "FAILED" and done["error"]["nodeId"] == "send", done
+    assert "403 forbidden" in done["error"]["message"] and "revoked" in done["error"]["message"]
+    assert queue_depth(engine, queue) == 0
+    (item,) = api("GET", "/failedItems", params={"jobId": job["id"]})["failedItems"]
+    assert item["nodeId"] == "send" and item["error"]["name"] == "ForbiddenError"
+
+
+def test_schedules_and_subscriptions_act_for_their_creator_and_stop_when_it_is_revoked(
+    api: Api, engine: LocalRuntime
+) -> None:
+    from datetime import timedelta
+
+    from ezgh_engine import clock, ids
+
+    api.flow("tock", [trigger(), transform("seen", "input")], [edge("start", "seen")])
+    queue = api("POST", "/queues", json={"name": "tocks"})["id"]
+    body = {"name": "creator", "permissions": [
+        {"action": "flows.jobs.start", "resource": "tock"},
+        {"action": "queues.subscriptions.create", "resource": queue}]}  # fmt: skip
+    made = api("POST", "/apiKeys", json=body)
+    creator = Api(engine, made["key"])
+    schedule = creator("POST", "/flows/tock/schedules", json={"cron": "*/5 * * * *"})
+    target = {"kind": "flow", "mode": "start", "flowId": "tock"}
+    sub = creator("POST", "/subscriptions", json={"queueId": queue, "target": target})
+    assert schedule["keyId"] == sub["target"]["keyId"] == made["id"]
+    api("DELETE", f"/apiKeys/{made['id']}")
+    engine.clock.advance(
+        clock.parse_iso(schedule["nextRunAt"]) - clock.now() + timedelta(seconds=1)
+    )
+    engine.scheduler.kick()
+    api("POST", f"/queues/{queue}/messages", json={"messages": [{"body": "m"}]})
+    engine.wait_for(
+        lambda: (
+            (api("GET", f"/subscriptions/{sub['id']}").get("lastFailure") or {})
+            .get("message", "")
+            .startswith("Job not started: 403")
+        ),
+        timeout=30,
+    )
+    engine.wait_idle(timeout=30)
+    assert api("GET", "/jobs", params={"flowId": "tock"})["jobs"] == []
+    job_id = ids.derived_id("schedule", schedule["id"], schedule["nextRunAt"])
+    assert api.call("GET", f"/jobs/{job_id}")[0] == 404
+
+
+def test_resource_bombs_fail_their_node_naming_the_limit(api: Api) -> None:
+    bomb = "input" + " | [@, @]" * 21
+    api.flow("bomb", [trigger(), transform("boom", bomb)], [edge("start", "boom")])
+    done = api.wait(api.start("bomb", input={"a": "x" * 300})["id"])
+    assert done["status"] == "FAILED" and done["error"]["nodeId"] == "boom"
+    assert "4194304 bytes" in done["error"]["message"], done["error"]
+    # A flow that invokes itself: its chain of jobs stops at the depth limit, naming it
+    # (a tree's size is bounded too: tests/unit/test_flows_modules.py).
+    api.flow(
+        "loop",
+        [trigger(), {"id": "again", "moduleType": "flow.invoke", "config": {"flowId": "loop"}}],
+        [edge("start", "again")],
+    )
+    root = api.wait(api.start("loop")["id"], timeout=300)
+    assert root["status"] == "FAILED"
+    jobs = api("GET", "/jobs", params={"flowId": "loop", "limit": 100})["jobs"]
+    assert len(jobs) == MAX_DEPTH + 1
+    # The deepest job's own node says why (the others fail with their child's error).
+    own = "node again (flow.invoke) failed: ModuleError: flow.invoke: a job tree is at most"
+    deepest = [j for j in jobs if j["error"]["message"].startswith(own)]
+    assert len(deepest) == 1 and deepest[0]["error"]["nodeId"] == "again"
+
+
+def test_a_commit_refuses_an_unknown_jmespath_function(api: Api) -> None:
+    api("POST", "/flows", json={"name": "typo"})
+    graph = {"nodes": [trigger(), transform("m", "multiply(input.a, `2`)")],
+             "edges": [edge("start", "m")]}  # fmt: skip
+    status, body = api.call("POST", "/flows/typo/commits", json={"graph": graph})
+    assert status == 400 and "node m" in body["error"]["message"]
+    assert "unknown function multiply()" in body["error"]["message"]
+
+
+def test_every_node_type_runs_for_a_key_that_holds_what_it_needs(
+    api: Api, engine: LocalRuntime, target: Target
+) -> None:
+    """The node matrix run through jobs: each module type, its resources named through
+    templates (so only the node's own check can decide), started by a key holding exactly
+    `flows.jobs.start` on the flow and what the node needs: it runs (a key without the
+    needs is refused at the node: the test above)."""
+    from ezgh_engine.core.flows.modules import MODULE_TYPES
+
+    queue = api("POST", "/queues", json={"name": "q-ok"})["id"]
+    api.flow("child-ok", [trigger()], [])
+    app_id = engine.apps["e2e"].record["id"]
+    nodes: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {
+        "transform": ({"expression": "input.n"}, []),
+        "condition": ({"expression": "input.n"}, []),
+        "http.request": ({"url": target.url + "/ok/{{ input.n }}"}, []),
+        "delay": ({"seconds": "{{ input.n }}"}, []),
+        "wait.event": (
+            {"queueId": "{{ input.queue }}", "key": "k", "timeoutSeconds": 3600},
+            [("queues.subscriptions.create", queue)],
+        ),
+        "queue.send": (
+            {"queueId": "{{ input.queue }}", "messages": [{"body": "ok"}]},
+            [("queues.messages.send", queue)],
+        ),
+        "workflow.invoke": (
+            {"appId": "{{ input.app }}", "workflow": "sequence", "input": {"n": 2}},
+            [("workflows.runs.start", "e2e/sequence")],
+        ),
+        "flow.invoke": ({"flowId": "{{ input.flow }}"}, [("flows.jobs.start", "child-ok")]),
+    }
+    assert set(nodes) | {"trigger.manual", "comment"} == set(MODULE_TYPES)
+    for module_type, (config, needs) in nodes.items():
+        name = f"n-{module_type.replace('.', '-')}"
+        api.flow(
+            name,
+            [trigger(), {"id": "x", "moduleType": module_type, "config": config}],
+            [edge("start", "x")],
+        )
+        key = narrow(api, engine, ("flows.jobs.start", name), ("flows.jobs.read", name), *needs)
+        inputs = {"n": 1, "queue": queue, "app": app_id, "flow": "child-ok"}
+        wanted = "WAITING" if module_type == "wait.event" else "COMPLETED"
+        settled = (lambda j: j["status"] != "RUNNING") if wanted == "WAITING" else None
+        done = key.wait(key.start(name, input=inputs)["id"], settled)
+        assert done["status"] == wanted, (module_type, done.get("error"), done["actions"])

@@ -1,5 +1,5 @@
-"""`ezgh ops repair` (issue 15): re-arm a lost invocation message and lost timer schedules
-(a sleep's, and the run's one-year limit's)."""
+"""`ezgh ops repair` (issue 15): re-arm a lost invocation message, a lost timer schedule (a
+sleep's) and a lost year-limit bucket."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from ezgh_engine.adapters import aws
+from ezgh_engine import clock
+from ezgh_engine.adapters import aws, year_limit_store
 from ezgh_engine.cli.main import main
 from ezgh_engine.config import settings
+from ezgh_engine.topology import YEAR_LIMIT_SWEEP
 
 from tests.e2e.test_durable_runs import wait_ended, wait_sleeping
 
@@ -39,34 +41,40 @@ def _steps(answer: dict[str, Any], run_id: str) -> list[tuple[str, str]]:
     return sorted((r["kind"], r["stepId"]) for r in answer["repairs"] if r["runId"] == run_id)
 
 
+def _timers(scheduler: Any, group: str) -> list[dict[str, Any]]:
+    """The group's schedules but the stack's own hourly sweep (topology `YEAR_LIMIT_SWEEP`)."""
+    listed = scheduler.list_schedules(GroupName=group)["Schedules"]
+    return [s for s in listed if s["Name"] != YEAR_LIMIT_SWEEP.name]
+
+
 def test_repair_re_arms_a_lost_timer_schedule(engine, client, app_id):
     run = client.start_run(app_id, "onboarding", {})
     sleeping = wait_sleeping(engine, client, run["id"])
     scheduler = aws.client("scheduler")
     group = settings().scheduler_group
-    timers = engine.wait_for(
-        lambda: (lambda got: got if len(got) >= 2 else None)(
-            scheduler.list_schedules(GroupName=group)["Schedules"]
-        )
-    )
-    # The sleep's timer and the run's one-year limit's: both lost.
-    assert len(timers) == 2, timers
-    for schedule in timers:
-        scheduler.delete_schedule(GroupName=group, Name=schedule["Name"])
+    timers = engine.wait_for(lambda: _timers(scheduler, group) or None)
+    # The sleep's timer (the run's year limit holds no schedule: the hourly sweep keeps it),
+    # and the run's year-limit bucket: both lost.
+    assert len(timers) == 1, timers
+    scheduler.delete_schedule(GroupName=group, Name=timers[0]["Name"])
+    bucket = (year_limit_store.hour_of(clock.parse_iso(run["createdAt"])), engine.project_id)
+    engine.wait_for(lambda: year_limit_store.bucket_exists(*bucket) or None)
+    year_limit_store.delete_bucket(*bucket)
     [sleep_id] = [s["id"] for s in sleeping["steps"] if s["status"] == "sleeping"]
-    lost = sorted([("schedule", "$deadline"), ("schedule", sleep_id)])
+    lost = sorted([("year-limit", "$deadline"), ("schedule", sleep_id)])
     assert _repair() == (1, _repair()[1])  # a dry run changes nothing, and says so
     code, answer = _repair()
     assert code == 1 and _steps(answer, run["id"]) == lost, answer
-    assert not scheduler.list_schedules(GroupName=group)["Schedules"]
+    assert not _timers(scheduler, group)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["ops", "repair", "--older-than", "0"]) == 1
-    assert f"would re-arm schedule $deadline of run {run['id']}: " in out.getvalue()
+    assert f"would re-arm year-limit $deadline of run {run['id']}: " in out.getvalue()
     assert "one-year limit" in out.getvalue()
     code, answer = _repair("--yes")
     assert code == 0 and answer["applied"] and _steps(answer, run["id"]) == lost
-    assert len(scheduler.list_schedules(GroupName=group)["Schedules"]) == 2
+    assert len(_timers(scheduler, group)) == 1
+    assert year_limit_store.bucket_exists(*bucket)
     assert _repair() == (0, {"applied": False, "repairs": []})  # healthy now
     engine.clock.advance(timedelta(days=3, minutes=1))
     done = wait_ended(engine, client, run["id"])

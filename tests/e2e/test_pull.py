@@ -54,7 +54,22 @@ async def quick(ctx: Context) -> Any:
     return await ctx.step.run("double", work)
 
 
-WORKFLOWS = [crashy, long_step, quick]
+CHUNK = 1024 * 1024 - 2  # a string of 1 MiB encoded: the largest step result the docs allow
+
+
+@workflow("eight-mib")
+async def eight_mib(ctx: Context) -> Any:
+    """Eight steps of 1 MiB, each followed by a sleep: each task after the first replays the
+    values recorded before it (the last one all eight)."""
+    values = []
+    for i in range(int(ctx.input.get("steps", 8))):
+        size = int(ctx.input.get("size", CHUNK))
+        values.append(await ctx.step.run(f"chunk-{i}", lambda i=i, n=size: chr(97 + i) * n))
+        await ctx.step.sleep(f"pause-{i}", 1)
+    return [[value[0], len(value)] for value in values]
+
+
+WORKFLOWS = [crashy, long_step, quick, eight_mib]
 
 
 class DeadWorker(Worker):
@@ -256,3 +271,56 @@ def test_a_superseded_task_received_directly_is_dropped_by_its_claim(engine, cli
     assert done["status"] == "completed" and done["output"] == 12
     engine.wait_for(lambda: queued() == 0 and worker.ways["direct"] >= 3, timeout=20)
     assert CountingWorker.ran["late"] == 1 and worker.ways["api"] == 0
+
+
+@pytest.fixture()
+def task_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every task a worker receives from its queue (as SQS counts it)."""
+    from ezgh_workflows._internal import task_queue
+
+    sizes: list[int] = []
+    receive = task_queue.TaskQueue.receive
+
+    def noted(self: Any, wait_seconds: int) -> tuple[str, str] | None:
+        got = receive(self, wait_seconds)
+        if got is not None:
+            sizes.append(len(got[0].encode()))
+        return got
+
+    monkeypatch.setattr(task_queue.TaskQueue, "receive", noted)
+    return sizes
+
+
+def test_eight_outputs_of_a_mib_complete_through_a_pull_worker(engine, client, pull, task_sizes):
+    """Protocol 1.5: each task is one SQS message within its 256 KiB, however large the
+    history (the values recorded before travel as references the worker reads)."""
+    pull.worker(worker_id="big")
+    engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
+    run = client.start_run(pull.app_id, "eight-mib", {})
+    done = client.wait_for_run(run["id"], timeout=120, interval=0.2)
+    assert done["status"] == "completed", done
+    assert done["output"] == [[chr(97 + i), CHUNK] for i in range(8)]
+    assert len(task_sizes) >= 9 and max(task_sizes) <= 256 * 1024, task_sizes
+
+
+class OldWorker(Worker):
+    """A worker on an SDK before 1.5: its announce says no protocol."""
+
+    def _announce(self) -> None:
+        self.app = self._api.request(
+            "POST",
+            f"/apps/{self.app_id}/workers",
+            json={"workerId": self.worker_id, "workflows": list(self._workflows)},
+        )
+
+
+def test_a_task_too_large_for_an_old_worker_fails_the_run_clearly(engine, client, pull):
+    """A worker that did not say 1.5 gets every value inline, as before; a task past SQS's
+    message size cannot be sent, and the run fails saying so at once."""
+    pull.worker(OldWorker, worker_id="old")
+    engine.wait_for(lambda: client.get_app(pull.app_id)["status"] == "synced", timeout=10)
+    run = client.start_run(pull.app_id, "eight-mib", {"steps": 1, "size": 300_000})
+    done = client.wait_for_run(run["id"], timeout=60, interval=0.2)
+    assert done["status"] == "failed", done
+    assert done["error"]["code"] == "workflows.request_too_large"
+    assert [s["status"] for s in done["steps"]] == ["completed", "completed"]

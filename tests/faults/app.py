@@ -11,7 +11,11 @@ from typing import Any
 from ezgh_engine import clock
 from ezgh_engine.local.faults import FaultPlan, FaultyApp
 from ezgh_workflows import Context, NonRetryableError, PushApp, StepError, step_context, workflow
-from ezgh_workflows._internal.transport import http_transport_factory
+from ezgh_workflows._internal.transport import (
+    RETRY_FOR_SECONDS,
+    HttpStepTransport,
+    http_transport_factory,
+)
 
 _lock = threading.Lock()
 # (run, step) -> engine times (ms) at which its body began, one per execution
@@ -206,7 +210,21 @@ _plan_box: list[FaultPlan] = [FaultPlan()]
 
 
 def _transport(api: Any, deployment_id: str | None) -> Any:
-    return _plan_box[0].wrap_transport(http_transport_factory)(api, deployment_id)
+    return _plan_box[0].wrap_transport(_scaled_transport)(api, deployment_id)
+
+
+def _scaled_transport(api: Any, deployment_id: str | None) -> Any:
+    """The SDK's step transport, its retry waits and time scaled as the engine's clients'
+    backoff is (`FaultPlan.backoff_scale`: the campaign's invoke timeout is 6 s, not 300)."""
+    scale = _plan_box[0].backoff_scale
+    if scale == 1:
+        return http_transport_factory(api, deployment_id)
+    return HttpStepTransport(
+        api,
+        deployment_id,
+        backoff=tuple(wait * scale for wait in (0.1, 0.4, 1.2)),
+        retry_for_seconds=RETRY_FOR_SECONDS * scale,
+    )
 
 
 app = PushApp([interp], transport_factory=_transport)

@@ -23,6 +23,10 @@ from tests.faults import app as fault_app
 # wall-clock (the invoker's wait on the app) and a trivial invocation took over 2 s on a
 # machine at load 20, failing steps the program never meant to be long.
 INVOKE_TIMEOUT_SECONDS = "6"
+# Retry waits (botocore's in the functions, the SDK's in the app) shrink as the invoke
+# timeout does, from the 300 s it is deployed with: a step whose end a throttle holds for a
+# few seconds would otherwise overrun the 6 s and fail `StepTimedOut`.
+BACKOFF_SCALE = float(INVOKE_TIMEOUT_SECONDS) / 300
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: thread dump
 
 

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.faults import controls
+from tests.faults.conftest import BACKOFF_SCALE
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
 
@@ -49,6 +50,7 @@ def test_controls_under_faults_end_every_run_as_its_control_says(runtime, reques
             idem_claim_fail=0.1,
             idem_answer_fail=0.15,
             idem_crash=0.15,
+            backoff_scale=BACKOFF_SCALE,  # throttle bursts in 5 % of slots, as the rest
         )
         figures = controls.run_controlled_batch(runtime, drawn, plan, label=f"k{i}")
         if figures.problems:
@@ -69,7 +71,7 @@ def test_controls_under_faults_end_every_run_as_its_control_says(runtime, reques
         "long_steps": total.long_steps,
         "idempotent_sends": total.sends,
         "faults": dict(total.faults),
-        "faults_total": sum(total.faults.values()),
+        "faults_total": sum(n for k, n in total.faults.items() if ":" not in k),
     }
     print("\ncontrolled fault suite figures:", json.dumps(report, indent=2))
     if total.notes:
@@ -96,7 +98,9 @@ def test_deleting_the_app_midway_ends_every_live_run_failed(runtime, request):
     )
     @given(drawn=controls.batch(5), at=st.integers(1, 3))
     def campaign(drawn, at):
-        plan = FaultPlan.everything(fault_seed * 1000 + 900, 0.03, throttle=0.01, kill=0.05)
+        plan = FaultPlan.everything(
+            fault_seed * 1000 + 900, 0.03, throttle=0.01, kill=0.05, backoff_scale=BACKOFF_SCALE
+        )
         figures = controls.run_controlled_batch(
             runtime, drawn, plan, label="app", delete_app_round=at
         )

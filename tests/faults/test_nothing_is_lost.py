@@ -13,12 +13,16 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.faults import dsl
+from tests.faults.conftest import BACKOFF_SCALE
 from tests.faults.harness import Figures, run_batch
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
 
 BATCH = 10  # programs run at once against one engine
 FAULT_PROBABILITY = 0.06
+# The share of 20-second slots of engine time that are a throttle burst of one service
+# (DynamoDB, Lambda, Scheduler or SQS: 20-50 % of its requests answered throttled).
+THROTTLE_BURSTS = 0.8
 
 
 def test_generated_runs_lose_nothing_under_faults(runtime, request):
@@ -44,6 +48,8 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
             fault_seed * 1000 + i,
             FAULT_PROBABILITY,
             throttle=0.02,  # per DynamoDB call: many per step
+            throttle_burst=THROTTLE_BURSTS,  # per 20 s of engine time: 20-50 % of a service
+            backoff_scale=BACKOFF_SCALE,
             kill=0.15,  # per recorded step end, timers per fire: rarer events
             timer_duplicate=0.3,
             timer_late=0.3,
@@ -69,7 +75,12 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
         "step_executions": total.step_executions,
         "re_executions_at_least_once": total.re_executions,
         "faults": {kind: total.faults.get(kind, 0) for kind in KINDS},
-        "faults_total": sum(total.faults.values()),
+        "throttled_in_bursts": {
+            k.split(":", 1)[1]: n
+            for k, n in total.faults.items()
+            if k.startswith("throttle_burst:")
+        },
+        "faults_total": sum(n for k, n in total.faults.items() if ":" not in k),
     }
     print("\nfault suite figures:", json.dumps(report, indent=2))
     if total.notes:  # a slow machine: named, never counted as lost

@@ -36,7 +36,7 @@ def test_off_means_never_and_paused_means_never():
     with plan.paused():
         assert not any(_decisions(plan))
     assert all(_decisions(plan))
-    assert set(plan.report()) == set(KINDS)
+    assert set(KINDS) <= set(plan.report())
 
 
 def test_throttling_raises_a_throttling_client_error_for_dynamodb_only():
@@ -87,6 +87,7 @@ def test_idempotency_faults_strike_the_claim_the_answer_and_the_process():
     assert plan.report()["idem_crash"] == 1
     assert plan.child_state() == {
         "throttle": 0.0,
+        "throttle_burst": 0.0,
         "idem_claim_fail": 0.0,
         "idem_answer_fail": 0.0,
         "idem_crash": 1.0,
@@ -107,3 +108,52 @@ def test_idempotency_faults_strike_each_claim_afresh():
         except FunctionDied:
             died += 1
     assert 5 < died < 35
+
+
+def test_throttle_bursts_strike_one_service_at_20_to_50_percent_in_a_slot():
+    """A burst is a pure function of the seed and the engine time (every process sees the
+    same); in one, about its share of one service's requests is answered throttled, as AWS
+    answers, in a function's process only."""
+    from datetime import UTC, datetime, timedelta
+
+    from botocore.awsrequest import AWSResponse
+    from ezgh_engine import clock
+    from ezgh_engine.local import faults
+
+    plan = faults.FaultPlan(seed=7, throttle_burst=0.5)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    slots = [start + timedelta(seconds=faults.BURST_SLOT_SECONDS * i) for i in range(200)]
+    bursts = [plan.burst_at(t) for t in slots]
+    assert bursts == [faults.FaultPlan(seed=7, throttle_burst=0.5).burst_at(t) for t in slots]
+    found = [b for b in bursts if b is not None]
+    assert 60 < len(found) < 140
+    assert {service for service, _ in found} == set(faults.BURST_SERVICES)
+    assert all(0.2 <= rate <= 0.5 for _, rate in found)
+    assert faults.FaultPlan(seed=7).burst_at(start) is None
+
+    moment = next(t for t, b in zip(slots, bursts, strict=True) if b and b[0] == "dynamodb")
+    _, rate = plan.burst_at(moment) or ("", 0.0)
+
+    class Fixed:
+        def now(self) -> datetime:
+            return moment
+
+    request = type("Request", (), {"url": "http://x.invalid/", "body": b"{}"})()
+    previous = clock.get_clock()
+    clock.set_clock(Fixed())
+    try:
+        assert plan._maybe_throttle_burst("dynamodb", "GetItem", request) is None  # runtime
+        plan.may_exit = True  # a function's process
+        answers = [plan._maybe_throttle_burst("dynamodb", "GetItem", request) for _ in range(400)]
+        others = [plan._maybe_throttle_burst("sqs", "SendMessage", request) for _ in range(50)]
+    finally:
+        clock.set_clock(previous)
+    throttled = [a for a in answers if a is not None]
+    assert all(isinstance(a, AWSResponse) and a.status_code == 400 for a in throttled)
+    assert abs(len(throttled) / len(answers) - rate) < 0.1
+    assert others == [None] * 50
+    assert (
+        plan.report()["throttle_burst:dynamodb"]
+        == len(throttled)
+        == plan.report()["throttle_burst"]
+    )

@@ -9,8 +9,15 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import httpx
+from ezgh_workflows._internal import payload_cache
 from ezgh_workflows._internal.protocol import ApiInfo
-from ezgh_workflows._internal.transport import STEPS_PATH, StepTransport, http_transport_factory
+from ezgh_workflows._internal.transport import (
+    HISTORY_PATH,
+    PAYLOAD_PATH,
+    STEPS_PATH,
+    HttpStepTransport,
+    StepTransport,
+)
 
 from tests.golden.canon import Canon
 from tests.golden.exchanges import Transcript
@@ -37,17 +44,8 @@ def _invoke_body(raw: bytes) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) and payload.get("type") == "invoke" else None
 
 
-class _RecordingTransport:
-    def __init__(self, inner: StepTransport, token: str, app: RecordingApp) -> None:
-        self.inner, self.token, self.app = inner, token, app
-
-    async def send(self, ops: list[Any]) -> list[dict[str, Any]]:
-        results = await self.inner.send(ops)
-        self.app.transcript.call(self.token, ops, results)
-        return results
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+READS = {HISTORY_PATH: "history", PAYLOAD_PATH: "payload"}
+PATHS = {"history": HISTORY_PATH, "payload": PAYLOAD_PATH}
 
 
 class RecordingApp:
@@ -66,7 +64,22 @@ class RecordingApp:
         self.inner.signing_key = key
 
     def _transport(self, api: ApiInfo, deployment_id: str | None) -> StepTransport:
-        return _RecordingTransport(http_transport_factory(api, deployment_id), api.token, self)
+        """The SDK's own HTTP transport, each of its calls noted as it went on the wire."""
+        transcript = self.transcript
+
+        async def note(response: httpx.Response) -> None:
+            await response.aread()
+            body = json.loads(response.request.content)
+            path = response.request.url.path
+            if response.status_code != 200:
+                return
+            if path == STEPS_PATH:
+                transcript.call(api.token, body["ops"], response.json()["results"])
+            else:
+                transcript.read(api.token, READS[path], body, response.json())
+
+        client = httpx.AsyncClient(timeout=30, event_hooks={"response": [note]})
+        return HttpStepTransport(api, deployment_id, client=client)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -77,6 +90,9 @@ class RecordingApp:
         transcript = self.transcript
         if body is not None:
             transcript.request(body)
+            # Each invocation as a cold process meets it: what it reads by reference is
+            # then one fixed sequence (a warm one keeps values read before: `payload_cache`).
+            payload_cache.CACHE = payload_cache.PayloadCache()
         sent: list[bytes] = []
 
         async def replay() -> MutableMapping[str, Any]:
@@ -135,10 +151,12 @@ class ReplayingApp:
         await send({"type": "http.response.body", "body": data})
 
     def _sync(self, raw: bytes) -> dict[str, Any]:
+        from ezgh_workflows._internal.protocol import PROTOCOL_VERSION
+
         from tests.golden.workflows import WORKFLOWS
 
         return {
-            "protocol": "1.4",
+            "protocol": PROTOCOL_VERSION,  # the recordings' (made with the real SDK)
             "sdk": "golden-replay",
             "deploymentId": None,
             "workflows": [{"name": w.name} for w in WORKFLOWS],
@@ -154,12 +172,15 @@ class ReplayingApp:
                 # Fail the run: the test sees the difference at once, not a run invoked again
                 # and again.
                 error = {"code": "user", "name": "GoldenMismatch", "message": "not recorded"}
-                return {"protocol": "1.4", "outcome": "failed", "error": error}
+                return {"protocol": "1.5", "outcome": "failed", "error": error}
             self.left.remove(recorded)
             url = body["api"]["url"].rstrip("/") + STEPS_PATH
             headers = {"Authorization": f"Bearer {body['api']['token']}"}
             async with httpx.AsyncClient(timeout=30, transport=self.transport) as client:
                 for call in recorded["calls"]:
+                    if "read" in call:
+                        await self._read(client, body["api"], call)
+                        continue
                     ops = self.canon.to_real(call["ops"])
                     reply = await client.post(
                         url, json={"deploymentId": None, "ops": ops}, headers=headers
@@ -171,3 +192,15 @@ class ReplayingApp:
                             f"\n recorded {call['results']}"
                         )
             return self.canon.to_real(recorded["answer"])
+
+    async def _read(self, client: httpx.AsyncClient, api: dict[str, Any], call: Any) -> None:
+        """Make a recorded history or payload read; the engine must answer as recorded."""
+        url = api["url"].rstrip("/") + PATHS[call["read"]]
+        headers = {"Authorization": f"Bearer {api['token']}"}
+        reply = await client.post(url, json=self.canon.to_real(call["body"]), headers=headers)
+        answer = self.canon.to_canonical(reply.json())
+        if reply.status_code != 200 or answer != call["answer"]:
+            self.problems.append(
+                f"{call['read']} read {call['body']}: answered {reply.status_code} {answer}"
+                f"\n recorded {call['answer']}"
+            )

@@ -6,7 +6,11 @@ another's: IDs, times, tokens and URLs differ by run, the rest must not.
 - every ISO time becomes `TIME` (so races, which order by time, are not golden material),
   but a sleep step's `wakeAt` becomes its distance from its `startedAt` (`"+3600s"`): the
   duration is what the engine must get right;
-- tokens and invocation IDs become placeholders; the engine's URL becomes `ENGINE_URL`.
+- tokens and invocation IDs become placeholders; the engine's URL becomes `ENGINE_URL`;
+- a history cursor (protocol 1.5: sealed, random) becomes ``<cursor-n>``, numbered by first
+  appearance as IDs are, and back again;
+- a long string of one repeated character (a large value) becomes ``<'x' * 70000>``, and
+  back again, so a recording of a value kept in S3 stays short.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from typing import Any
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")
 LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:\d+")
+CURSOR = re.compile(r"^c1\.[A-Za-z0-9_-]+$")
+CANONICAL_CURSOR = re.compile(r"^<cursor-\d+>$")
+REPEATED = re.compile(r"^(.)\1{999,}$", re.DOTALL)
+CANONICAL_REPEATED = re.compile(r"^<'(.)' \* (\d+)>$", re.DOTALL)
 TIME = "2026-01-01T00:00:00.000Z"
 ENGINE_URL = "http://127.0.0.1:1"
 TOKEN = "<token>"
@@ -44,7 +52,8 @@ class Canon:
     def _uuid(self, match: re.Match[str]) -> str:
         real = match.group(0)
         if real not in self.forward:
-            self.seed(real, canonical_uuid(len(self.forward) + 1))
+            ids = sum(not CURSOR.match(known) for known in self.forward)
+            self.seed(real, canonical_uuid(ids + 1))
         return self.forward[real]
 
     def to_canonical(self, value: Any) -> Any:
@@ -60,10 +69,20 @@ class Canon:
         if isinstance(value, list):
             return [self.to_canonical(item) for item in value]
         if isinstance(value, str):
+            if CURSOR.match(value):
+                return self._cursor(value)
+            if REPEATED.match(value):
+                return f"<{value[0]!r} * {len(value)}>"
             text = UUID.sub(self._uuid, value)
             text = ISO_TIME.sub(TIME, text)
             return LOOPBACK_URL.sub(ENGINE_URL, text)
         return value
+
+    def _cursor(self, real: str) -> str:
+        if real not in self.forward:
+            cursors = sum(bool(CURSOR.match(known)) for known in self.forward)
+            self.seed(real, f"<cursor-{cursors + 1}>")
+        return self.forward[real]
 
     def to_real(self, value: Any) -> Any:
         """A canonical document with the IDs this replay met put back (unknown ones kept)."""
@@ -72,6 +91,11 @@ class Canon:
         if isinstance(value, list):
             return [self.to_real(item) for item in value]
         if isinstance(value, str):
+            if CANONICAL_CURSOR.match(value):
+                return self.backward.get(value, value)
+            repeated = CANONICAL_REPEATED.match(value)
+            if repeated:
+                return repeated.group(1) * int(repeated.group(2))
             return UUID.sub(self._real_uuid, value)
         return value
 

@@ -5,7 +5,9 @@ on the local runtime with the real SDK, recorded in canonical form (`canon`):
 
     {"workflow", "input",
      "invocations": [{"request": <invoke body>,
-                      "calls": [{"ops": [...], "results": [...]}],   # step calls, in order
+                      "calls": [{"ops": [...], "results": [...]}   # step calls and (1.5)
+                                | {"read": "history"|"payload",    # reads, in order
+                                   "body": {...}, "answer": {...}}],
                       "answer": <the app's answer>}],               # in arrival order
      "run": {"status", "output", "error"}}
 
@@ -40,6 +42,11 @@ def load(workflow: str) -> dict[str, Any]:
     return json.loads(path_of(workflow).read_text())
 
 
+def input_of(exchange: dict[str, Any]) -> Any:
+    """The scenario's input, as its run was started with (the exchange keeps it canonical)."""
+    return Canon().to_real(exchange["input"])
+
+
 def names() -> list[str]:
     return sorted(p.stem for p in DIR.glob("*.json"))
 
@@ -65,6 +72,13 @@ class Transcript:
         with self.lock:
             entry = {"ops": self.canon.to_canonical(ops)}
             entry["results"] = self.canon.to_canonical(results)
+            self._by_token[token]["calls"].append(entry)
+
+    def read(self, token: str, what: str, body: Any, answer: Any) -> None:
+        """A history or payload read (protocol 1.5) and the engine's answer."""
+        with self.lock:
+            entry = {"read": what, "body": self.canon.to_canonical(body)}
+            entry["answer"] = self.canon.to_canonical(answer)
             self._by_token[token]["calls"].append(entry)
 
     def answer(self, token: str, answer: Any) -> None:
@@ -96,7 +110,7 @@ def run_scenario(
     ended = drive(runtime, client, run["id"])
     return {
         "workflow": workflow,
-        "input": input,
+        "input": Canon().to_canonical(input),  # a large input: `<'y' * 70000>`
         "invocations": transcript.invocations,
         "run": ended_state(transcript.canon, ended),
     }

@@ -68,7 +68,7 @@ def test_the_engine_sends_the_recorded_requests_and_answers(
     replaying = ReplayingApp(exchange, canon)
     app.current = replaying
     app_id = str(runtime.apps["golden"].record["id"])
-    run = client.start_run(app_id, exchange["workflow"], exchange["input"])
+    run = client.start_run(app_id, exchange["workflow"], exchanges.input_of(exchange))
     ended = exchanges.drive(runtime, client, run["id"])
     assert replaying.problems == []
     assert replaying.left == [], "recorded invocations the engine did not make"

@@ -33,7 +33,7 @@ def test_the_engine_in_process_answers_the_gather_as_recorded(in_process: Plant)
     with engine_of(in_process) as engine:
         replaying = ReplayingApp(exchange, canon, transport=StepsTransport(engine, None))
         engine.serve(make_app(signing_key=KEY))  # what the app syncs: the golden workflows
-        run_id = engine.start(exchange["workflow"], exchange["input"])
+        run_id = engine.start(exchange["workflow"], exchanges.input_of(exchange))
         engine.app_asgi = replaying
 
         # The interleaving recorded: both branches' requests built before either ran, and

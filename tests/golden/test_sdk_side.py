@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from ezgh_workflows._internal import clock, signing
-from ezgh_workflows._internal.protocol import ApiInfo
+from ezgh_workflows._internal import clock, payload_cache, signing
+from ezgh_workflows._internal.protocol import ApiInfo, RecordedStep, parse_history_page
 
 from tests.golden import exchanges
 from tests.golden.canon import UUID, Canon
@@ -28,15 +28,31 @@ class ScriptedTransport:
         self.canon = canon
         self.problems: list[str] = []
 
+    def _next(self, made: Any) -> dict[str, Any]:
+        if not self.calls:
+            self.problems.append(f"an unrecorded call {made}")
+            raise AssertionError("unrecorded call")
+        return dict(self.calls.pop(0))
+
     async def send(self, ops: list[Any]) -> list[dict[str, Any]]:
         sent = self.canon.to_canonical(json.loads(json.dumps(ops)))
-        if not self.calls:
-            self.problems.append(f"an unrecorded step call {sent}")
-            raise AssertionError("unrecorded step call")
-        call = self.calls.pop(0)
-        if sent != call["ops"]:
-            self.problems.append(f"step call {sent}\n recorded {call['ops']}")
-        return self.canon.to_real(call["results"])
+        call = self._next(sent)
+        if sent != call.get("ops"):
+            self.problems.append(f"step call {sent}\n recorded {call}")
+        return self.canon.to_real(call["results"]) if "results" in call else []
+
+    async def _read(self, what: str, body: dict[str, Any]) -> Any:
+        made = {"read": what, "body": self.canon.to_canonical(body)}
+        call = self._next(made)
+        if made != {"read": call.get("read"), "body": call.get("body")}:
+            self.problems.append(f"{made}\n recorded {call}")
+        return self.canon.to_real(call.get("answer"))
+
+    async def read_history(self, cursor: str) -> tuple[list[RecordedStep], str | None]:
+        return parse_history_page(await self._read("history", {"cursor": cursor}))
+
+    async def read_payload(self, ref: str) -> Any:
+        return (await self._read("payload", {"ref": ref}))["value"]
 
     async def aclose(self) -> None:
         return None
@@ -80,6 +96,7 @@ def test_the_sdk_makes_the_recorded_calls_and_answer(name: str, n: int) -> None:
         return scripted
 
     app = make_app(signing_key=KEY, transport_factory=factory)
+    payload_cache.CACHE = payload_cache.PayloadCache()  # each recorded request met a cold SDK
     answer = asyncio.run(_post(app, request))
     assert answer.status_code == 200, answer.text
     assert scripted.problems == []

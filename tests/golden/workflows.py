@@ -80,7 +80,16 @@ async def child(ctx: Context) -> Any:
     return {"child": result}
 
 
-WORKFLOWS = [sequence, sleep, retry, failure, step_failure, values, gather, child]
+@workflow("golden-large")
+async def large(ctx: Context) -> Any:
+    """An input and a step result over 64 KiB, kept in S3: from protocol 1.5 the replay's
+    request gives them as references, which the SDK reads."""
+    big = await ctx.step.run("big", lambda: "x" * 70_000)
+    await ctx.step.sleep("nap", "1h")
+    return [len(ctx.input), len(big)]
+
+
+WORKFLOWS = [sequence, sleep, retry, failure, step_failure, values, gather, child, large]
 
 #: What each golden exchange starts (workflow name → input), in recording order.
 SCENARIOS: dict[str, Any] = {
@@ -92,6 +101,7 @@ SCENARIOS: dict[str, Any] = {
     "golden-values": {},
     "golden-gather": {},
     "golden-child": {},
+    "golden-large": "y" * 70_000,
 }
 
 

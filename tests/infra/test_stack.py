@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,13 @@ from aws_cdk.assertions import Annotations, Match, Template  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 from ezgh_engine import config  # noqa: E402
 from ezgh_engine.adapters import sqs_queues  # noqa: E402
+from ezgh_engine.api.app import route_keys  # noqa: E402
 from ezgh_engine.cli import teardown  # noqa: E402
 from ezgh_engine.topology import (  # noqa: E402
     API_FUNCTION,
+    FLOWS_FUNCTION,
     INVOCATIONS_QUEUE,
+    SANDBOX_FUNCTION,
     TOPOLOGY,
     SqsSource,
     StreamSource,
@@ -40,6 +44,7 @@ from ezgh_engine.topology import (  # noqa: E402
 
 from infra import bundle  # noqa: E402
 from infra.app import build_app  # noqa: E402
+from infra.components.api import Throttle  # noqa: E402
 from infra.components.functions import lambda_handler  # noqa: E402
 from infra.components.sources import STREAM_RETRY_ATTEMPTS  # noqa: E402
 from infra.permissions import ACCESS  # noqa: E402
@@ -179,6 +184,27 @@ def test_queue_has_its_own_dlq(stack: EzghStack, template: dict[str, Any], spec:
     assert p["VisibilityTimeout"] == spec.visibility_timeout_seconds
 
 
+def test_every_queue_keeps_messages_14_days(template: dict[str, Any]) -> None:
+    """SQS's longest retention on every queue of the stack, the DLQs as the queues (its
+    default, 4 days, would delete a backlog of an invoker outage unread)."""
+    for queue in resources(template, "AWS::SQS::Queue").values():
+        assert queue["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_the_year_limit_sweep_is_an_hourly_schedule_of_the_invoker(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    from ezgh_engine.topology import YEAR_LIMIT_SWEEP
+
+    (schedule,) = resources(template, "AWS::Scheduler::Schedule").values()
+    p = schedule["Properties"]
+    assert p["ScheduleExpression"] == YEAR_LIMIT_SWEEP.expression
+    assert p["Target"]["Input"] == YEAR_LIMIT_SWEEP.message
+    invoker = logical_id(stack, stack.functions.by_key[YEAR_LIMIT_SWEEP.function])
+    assert p["Target"]["Arn"] == getatt(invoker)
+    assert p["FlexibleTimeWindow"] == {"Mode": "OFF"}
+
+
 def test_every_queue_is_encrypted_and_tls_only(template: dict[str, Any]) -> None:
     queues = resources(template, "AWS::SQS::Queue")
     # topology queues + their DLQs + one failure queue per stream source
@@ -252,6 +278,9 @@ def test_function_matches_topology(stack: EzghStack, template: dict[str, Any], s
     assert p["MemorySize"] == spec.memory_mb
     assert p["Handler"] == lambda_handler(spec)
     env = p["Environment"]["Variables"]
+    if spec.sandboxed:  # a flow's user-directed code: none of the engine's configuration
+        assert {k for k in env if k.startswith("EZGH_")} == set(), env
+        return
     needed = {t.env_var for t in TOPOLOGY.tables} | {q.env_var for q in TOPOLOGY.queues}
     needed |= {
         config.ENV_INVOCATIONS_QUEUE_ARN,
@@ -286,17 +315,101 @@ def test_topology_handler_imports(spec: Any) -> None:
 # --- API ----------------------------------------------------------------------------------
 
 
-def test_default_route_to_api_function(stack: EzghStack, template: dict[str, Any]) -> None:
+def test_every_route_goes_to_the_api_function(stack: EzghStack, template: dict[str, Any]) -> None:
+    """`$default` and a route per route of the api function's resolver, all to one
+    integration, whose one Lambda permission covers every route."""
     routes = resources(template, "AWS::ApiGatewayV2::Route")
-    assert [r["Properties"]["RouteKey"] for r in routes.values()] == ["$default"]
-    (integration,) = resources(template, "AWS::ApiGatewayV2::Integration").values()
+    keys = [r["Properties"]["RouteKey"] for r in routes.values()]
+    assert sorted(keys) == sorted(["$default", *route_keys()])
+    (integration_lid, integration), *more = resources(
+        template, "AWS::ApiGatewayV2::Integration"
+    ).items()
+    assert not more
     assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
     api_fn = logical_id(stack, stack.functions.by_key[API_FUNCTION.key])
     assert integration["Properties"]["IntegrationUri"] == getatt(api_fn)
+    for route in routes.values():
+        target = route["Properties"]["Target"]
+        assert target == {"Fn::Join": ["", ["integrations/", {"Ref": integration_lid}]]}
+    (permission,) = [
+        p["Properties"]
+        for p in resources(template, "AWS::Lambda::Permission").values()
+        if p["Properties"].get("Principal") == "apigateway.amazonaws.com"
+    ]
+    assert json.dumps(permission["SourceArn"]).endswith('"/*/*"]]}')
     (stage,) = resources(template, "AWS::ApiGatewayV2::Stage").values()
     assert "AccessLogSettings" in stage["Properties"]
     url = getatt(logical_id(stack, stack.api.http_api), "ApiEndpoint")
     assert template["Outputs"]["ApiUrl"]["Value"] == url
+
+
+def test_route_keys_are_distinct_for_api_gateway() -> None:
+    """API Gateway refuses two routes that differ only in their parameters' names (at
+    deploy time: synth would not say)."""
+    shapes = [re.sub(r"\{[^}]+\}", "{}", key) for key in route_keys()]
+    assert len(shapes) == len(set(shapes))
+    assert "POST /v1/callbacks/{token}" in route_keys()
+
+
+# What each access-log variable logs for one request that carries every secret a request can:
+# a callback's token in its path, an API key in its Authorization header, a query string.
+# A variable not listed fails the test: say what it logs before using it.
+_TOKEN = "cbTOKENsecret0123456789abcdefghijklmnopqrstu"
+_API_KEY = "ezgh_KEYsecret0123456789"
+_REQUEST = {
+    "$context.requestId": "Abc123=",
+    "$context.identity.sourceIp": "198.51.100.7",
+    "$context.requestTime": "06/Dec/2026:10:00:00 +0000",
+    "$context.httpMethod": "POST",
+    "$context.routeKey": "POST /v1/callbacks/{token}",
+    "$context.status": "200",
+    "$context.responseLatency": "12",
+    "$context.integrationErrorMessage": "-",
+    # Never in the format: these hold the request's secrets.
+    "$context.path": f"/v1/callbacks/{_TOKEN}",
+    "$context.identity.userAgent": "curl/8",
+    "$context.authorizer.error": "-",
+}
+
+
+def test_the_access_log_holds_no_secret(template: dict[str, Any]) -> None:
+    """The access log names the route (`{token}`), never the path: a callback's path is its
+    token, and the log group is readable by anyone who reads logs."""
+    (stage,) = resources(template, "AWS::ApiGatewayV2::Stage").values()
+    line = stage["Properties"]["AccessLogSettings"]["Format"]
+    used = set(re.findall(r"\$context\.[A-Za-z.]+", line))
+    assert used <= set(_REQUEST), f"say what {used - set(_REQUEST)} logs"
+    for variable in sorted(used, key=len, reverse=True):
+        line = line.replace(variable, _REQUEST[variable])
+    record = json.loads(line)
+    assert record["route"] == "POST /v1/callbacks/{token}"
+    assert _TOKEN not in line and _API_KEY not in line and "?" not in line
+
+
+def test_the_stage_throttles_every_route(template: dict[str, Any]) -> None:
+    (stage,) = resources(template, "AWS::ApiGatewayV2::Stage").values()
+    default = Throttle()
+    assert stage["Properties"]["DefaultRouteSettings"] == {
+        "ThrottlingBurstLimit": default.burst,
+        "ThrottlingRateLimit": default.rate,
+    }
+
+
+def test_throttling_and_the_key_rate_limit_are_context_options(template: dict[str, Any]) -> None:
+    named, options = _synth_named(
+        "StackT",
+        **{"ezgh:apiRateLimit": 50, "ezgh:apiBurstLimit": 80, "ezgh:keyRateLimit": 7},
+    )
+    (stage,) = resources(options, "AWS::ApiGatewayV2::Stage").values()
+    assert stage["Properties"]["DefaultRouteSettings"] == {
+        "ThrottlingBurstLimit": 80,
+        "ThrottlingRateLimit": 50,
+    }
+    api = props(options, logical_id(named, named.functions.by_key[API_FUNCTION.key]))
+    assert api["Environment"]["Variables"][config.ENV_KEY_RATE_LIMIT] == "7"
+    # By default the function keeps the engine's own default (service/rate_limits.py).
+    for function in resources(template, "AWS::Lambda::Function").values():
+        assert config.ENV_KEY_RATE_LIMIT not in function["Properties"]["Environment"]["Variables"]
 
 
 @pytest.mark.parametrize(
@@ -318,12 +431,45 @@ def test_function_url_serves_the_functions_that_declare_one(
     url_lid = logical_id(stack, stack.function_urls[spec.key])
     for key, function in stack.functions.by_key.items():
         env = props(template, logical_id(stack, function))["Environment"]["Variables"]
-        if key == spec.key or (spec.url_readers is not None and key not in spec.url_readers):
+        readers = spec.url_readers
+        sandboxed = TOPOLOGY.function(key).sandboxed
+        if key == spec.key or (readers is None and sandboxed) or (readers and key not in readers):
             assert spec.url_env_var not in env
         else:
             assert env[spec.url_env_var] == getatt(url_lid, "FunctionUrl")
     output = "StepsUrl" if spec.key == "steps" else f"{spec.key.capitalize()}Url"
     assert template["Outputs"][output]["Value"] == getatt(url_lid, "FunctionUrl")
+
+
+def test_the_sandbox_is_invoked_by_the_flows_function_only_and_grants_nothing(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    """A flow's user-directed code: no function URL, `lambda:InvokeFunction` on it for the
+    flows function's role alone (its ARN in that function's environment), and a role that
+    may write its logs and traces and nothing else."""
+    sandbox = stack.functions.by_key[SANDBOX_FUNCTION.key]
+    arn = getatt(logical_id(stack, sandbox))
+    assert SANDBOX_FUNCTION.key not in stack.function_urls
+    invokers = set()
+    for key, function in stack.functions.by_key.items():
+        role = logical_id(stack, function.role)
+        for policy in resources(template, "AWS::IAM::Policy").values():
+            if {"Ref": role} not in policy["Properties"]["Roles"]:
+                continue
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                if "lambda:InvokeFunction" in statement["Action"] and arn in (
+                    statement["Resource"] if isinstance(statement["Resource"], list)
+                    else [statement["Resource"]]
+                ):  # fmt: skip
+                    invokers.add(key)
+                if key == SANDBOX_FUNCTION.key:
+                    actions = statement["Action"]
+                    actions = actions if isinstance(actions, list) else [actions]
+                    assert all(a.split(":")[0] in ("logs", "xray") for a in actions), actions
+    assert invokers == {FLOWS_FUNCTION.key}
+    env = props(template, logical_id(stack, stack.functions.by_key[FLOWS_FUNCTION.key]))
+    assert SANDBOX_FUNCTION.sync_invoke is not None
+    assert env["Environment"]["Variables"][SANDBOX_FUNCTION.sync_invoke.env_var] == arn
 
 
 def test_template_has_no_dependency_cycle(template: dict[str, Any]) -> None:
@@ -554,7 +700,9 @@ def _role_statements(stack: EzghStack, template: dict[str, Any], key: str) -> li
 def test_runtime_queues_are_named_after_the_stack(
     stack: EzghStack, template: dict[str, Any]
 ) -> None:
-    for fn in stack.functions.by_key.values():
+    for key, fn in stack.functions.by_key.items():
+        if TOPOLOGY.function(key).sandboxed:
+            continue  # it makes no queue (nor anything else of the engine's)
         env = props(template, logical_id(stack, fn))["Environment"]["Variables"]
         assert env[config.ENV_STACK_PREFIX] == stack.stack_name
     assert template["Outputs"][teardown.PREFIX_OUTPUT]["Value"] == stack.stack_name

@@ -126,9 +126,9 @@ def test_scheduler_thread_fires_without_being_asked(target: tuple[str, str]) -> 
 def test_a_scan_asks_aws_nothing_until_a_schedule_is_due(
     target: tuple[str, str], skip_clock: clock.SkipClock
 ) -> None:
-    """Every live run holds a far schedule (its one-year limit): a scan reads the list in
-    moto's store and fetches a one-time schedule only once it comes due, so hundreds of
-    them cost no request per scan."""
+    """Many far schedules (long sleeps and waits): a scan reads the list in moto's store
+    and fetches a one-time schedule only once it comes due, so hundreds of them cost no
+    request per scan."""
     url, arn = target
     now = clock.now()
     for n in range(3):

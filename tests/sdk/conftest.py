@@ -3,6 +3,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
+# The test kit's fixture, also where the SDK was installed before it declared its plugin.
+from ezgh_workflows.pytest_plugin import workflow_env as workflow_env
 from sdk_engine import Engine, Plant, engine_of, plant
 
 from tests.ddblocal import BACKENDS

@@ -57,7 +57,13 @@ from ezgh_engine.topology import TOPOLOGY
 from ezgh_workflows import PushApp, Workflow
 from ezgh_workflows._internal import signing
 from ezgh_workflows._internal.protocol import ApiInfo
-from ezgh_workflows._internal.transport import STEPS_PATH, HttpStepTransport, StepTransport
+from ezgh_workflows._internal.transport import (
+    HISTORY_PATH,
+    PAYLOAD_PATH,
+    STEPS_PATH,
+    HttpStepTransport,
+    StepTransport,
+)
 from moto import mock_aws
 
 from tests.api.conftest import (
@@ -301,6 +307,8 @@ class Engine:
         self.plant = plant
         self.clock = clock.SkipClock()
         self.calls: list[list[dict[str, Any]]] = []
+        # The history and payload reads the SDK made (protocol 1.5): (what, body).
+        self.reads: list[tuple[str, dict[str, Any]]] = []
         self.deployment_ids: list[str | None] = []
         self.deliveries: list[Delivery] = []
         self.conflict = False  # a newer invocation takes the run over before each step call
@@ -328,11 +336,14 @@ class Engine:
         client = httpx.AsyncClient(transport=StepsTransport(self, deployment_id))
         return HttpStepTransport(api, deployment_id, backoff=(), client=client)
 
-    def step_call(self, body: dict[str, Any], token: str) -> httpx.Response:
-        """One step call as the steps Lambda answers it."""
+    def step_call(self, body: dict[str, Any], token: str, path: str = STEPS_PATH) -> httpx.Response:
+        """One step call (or, at `path`, a history or payload read) as the steps Lambda
+        answers it."""
         from functions.steps.handler import handler
 
-        ops = body.get("ops")
+        ops = body.get("ops") if path == STEPS_PATH else None
+        if path != STEPS_PATH:
+            self.reads.append((path.rsplit("/", 1)[-1], copy.deepcopy(body)))
         if isinstance(ops, list):
             self.calls.append(copy.deepcopy(ops))
             self.deployment_ids.append(body.get("deploymentId"))
@@ -341,7 +352,7 @@ class Engine:
             if self.before_call is not None:
                 self.before_call(ops)
         event = make_event(
-            "POST", STEPS_PATH, raw_body=json.dumps(body), headers={"authorization": token}
+            "POST", path, raw_body=json.dumps(body), headers={"authorization": token}
         )
         answer = handler(event, LambdaContext())
         return httpx.Response(answer["statusCode"], content=answer["body"].encode())
@@ -592,7 +603,11 @@ class Engine:
         from ezgh_engine.service.wire import invoke_request
 
         run = self.run(run_id)
-        return invoke_request(run, ids.time_ordered_id(), 600_000, clock.now_ms())
+        app = registry_store.get_app(self.plant.project.project_id, self.plant.app_id)
+        protocol = app.protocol if app is not None else None
+        return invoke_request(
+            run, ids.time_ordered_id(), 600_000, clock.now_ms(), app_protocol=protocol
+        )
 
 
 class StepsTransport(httpx.AsyncBaseTransport):
@@ -602,11 +617,11 @@ class StepsTransport(httpx.AsyncBaseTransport):
         self.engine = engine
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        assert request.url.path == STEPS_PATH, request.url
+        assert request.url.path in (STEPS_PATH, HISTORY_PATH, PAYLOAD_PATH), request.url
         body = json.loads(await request.aread())
         # In a thread, as a network call would be: the SDK's loop goes on meanwhile.
         return await asyncio.to_thread(
-            self.engine.step_call, body, request.headers["authorization"]
+            self.engine.step_call, body, request.headers["authorization"], request.url.path
         )
 
 

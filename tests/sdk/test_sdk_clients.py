@@ -177,11 +177,33 @@ def test_worker_needs_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         )
 
 
-def _transport(rec: Recorder) -> HttpStepTransport:
+def _transport(rec: Recorder, retry_for_seconds: float = 0.5) -> HttpStepTransport:
     client = httpx.AsyncClient(transport=httpx.MockTransport(rec))
     return HttpStepTransport(
-        ApiInfo("http://engine.test/", "tok"), "dep", backoff=(0, 0), client=client
+        ApiInfo("http://engine.test/", "tok"),
+        "dep",
+        backoff=(0, 0),
+        retry_for_seconds=retry_for_seconds,
+        client=client,
     )
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The step transport's waits, taken on a fake monotonic clock instead of slept."""
+    from ezgh_workflows._internal import clock
+    from ezgh_workflows._internal import transport as module
+
+    slept: list[float] = []
+    now = [1000.0]
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(module.asyncio, "sleep", sleep)
+    monkeypatch.setattr(clock, "monotonic", lambda: now[0])
+    return slept
 
 
 def test_step_transport_retries_server_errors() -> None:
@@ -194,18 +216,87 @@ def test_step_transport_retries_server_errors() -> None:
     request = rec.requests[0]
     assert request.url == "http://engine.test/v1/invocations/steps"
     assert request.headers["authorization"] == "Bearer tok"
-    assert json.loads(request.content) == {"deploymentId": "dep", "ops": ops}
+    assert json.loads(request.content) == {"deploymentId": "dep", "ops": ops, "protocol": "1.5"}
 
 
-def test_step_transport_gives_up_and_aborts() -> None:
-    rec = Recorder([httpx.Response(503)] * 3)
+def test_step_transport_gives_up_and_aborts(waits: list[float]) -> None:
+    rec = Recorder([httpx.Response(503)] * 1000)
     with pytest.raises(TransportError):
-        asyncio.run(_transport(rec).send([]))
+        asyncio.run(_transport(rec, retry_for_seconds=0).send([]))
+    assert len(rec.requests) == 1
     conflict = httpx.Response(409, json={"error": {"code": "invalid_state", "message": "lease"}})
     with pytest.raises(AbortInvocation, match="invalid_state"):
         asyncio.run(_transport(Recorder([conflict])).send([]))
     with pytest.raises(TransportError):
         asyncio.run(_transport(Recorder([httpx.Response(400, json={})])).send([]))
+
+
+OK = httpx.Response(200, json={"results": [{"stepId": "a#1", "result": "ok"}]})
+RECORD = [{"op": "record", "stepId": "a#1", "name": "a", "kind": "value", "output": 1}]
+
+
+def test_a_throttled_step_call_waits_its_retry_after_and_goes_through(waits: list[float]) -> None:
+    """A 429 (the engine's `rate_limited`, or Lambda throttling the steps function's URL) is
+    sent again after at least its `Retry-After`, like a 503 `unavailable`."""
+    throttled = httpx.Response(
+        429, headers={"Retry-After": "2"}, json={"error": {"code": "rate_limited"}}
+    )
+    busy = httpx.Response(503, headers={"Retry-After": "1"})
+    rec = Recorder([throttled, busy, httpx.Response(429), OK])
+    results = asyncio.run(_transport(rec, retry_for_seconds=30).send(RECORD))
+    assert results == [{"stepId": "a#1", "result": "ok"}]
+    assert len(rec.requests) == 4
+    assert waits[0] >= 2 and waits[1] >= 1
+    assert len(waits) == 3
+
+
+def test_a_step_call_throttled_for_long_keeps_trying_for_its_time_then_fails(
+    waits: list[float],
+) -> None:
+    """Retries go on past the first few, the waits growing (jittered, at most 5 s) until
+    `retry_for_seconds` would be passed; then the call fails."""
+    rec = Recorder([httpx.Response(429)] * 99)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(rec))
+    transport = HttpStepTransport(ApiInfo("http://e.test/", "t"), "dep", client=client)
+    with pytest.raises(TransportError, match="HTTP 429"):
+        asyncio.run(transport.send(RECORD))  # the defaults: 0.1, 0.4, 1.2 s, then doubling
+    assert 15 < sum(waits) < 30
+    assert len(rec.requests) == len(waits) + 1 > 6
+    assert max(waits) <= 5
+
+
+def test_a_network_error_or_another_5xx_is_tried_once_per_step_of_the_schedule(
+    waits: list[float],
+) -> None:
+    """Only a busy engine (429, 503) gets the longer patience; a 500, a 502 or a dropped
+    connection is tried again as often as the schedule has steps (three by default)."""
+    for failing in ([httpx.Response(500)] * 9, [httpx.Response(502)] * 9):
+        rec = Recorder(failing)
+        client = httpx.AsyncClient(transport=httpx.MockTransport(rec))
+        transport = HttpStepTransport(ApiInfo("http://e.test/", "t"), "dep", client=client)
+        waits.clear()
+        with pytest.raises(TransportError):
+            asyncio.run(transport.send(RECORD))
+        assert len(rec.requests) == 4 and len(waits) == 3
+
+
+def test_a_retry_after_beyond_what_the_sdk_waits_fails_at_once(waits: list[float]) -> None:
+    rec = Recorder([httpx.Response(429, headers={"Retry-After": "3600"}), OK])
+    with pytest.raises(TransportError):
+        asyncio.run(_transport(rec, retry_for_seconds=30).send(RECORD))
+    assert waits == []
+
+
+def test_a_step_call_never_waits_past_its_deadline(waits: list[float]) -> None:
+    from ezgh_workflows._internal import clock
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(Recorder([httpx.Response(503)] * 99)))
+    transport = HttpStepTransport(
+        ApiInfo("http://e.test/", "t"), "dep", deadline=clock.monotonic() + 3, client=client
+    )
+    with pytest.raises(TransportError):
+        asyncio.run(transport.send(RECORD))
+    assert sum(waits) < 3
 
 
 def test_a_step_call_over_a_real_connection_attempts_no_failing_import(
@@ -256,3 +347,25 @@ def test_a_step_call_over_a_real_connection_attempts_no_failing_import(
 
     assert asyncio.run(call_twice()) == [{"stepId": "a#1", "result": "ok"}]
     assert failed == []
+
+
+def test_get_run_and_list_apps_read_every_page() -> None:
+    """A run whose steps do not fit one answer comes with `nextStepsCursor`, a list with
+    `nextCursor`: the client reads on and answers them whole."""
+    rec = Recorder(
+        [
+            httpx.Response(
+                200, json={"id": "r1", "steps": [{"id": "a#1"}], "nextStepsCursor": "c1"}
+            ),
+            httpx.Response(
+                200, json={"id": "r1", "steps": [{"id": "b#1"}], "nextStepsCursor": None}
+            ),
+            httpx.Response(200, json={"apps": [{"name": "a"}], "nextCursor": "k1"}),
+            httpx.Response(200, json={"apps": [{"name": "b"}], "nextCursor": None}),
+        ]
+    )
+    client = _client(WorkflowsClient, rec)
+    assert client.get_run("r1") == {"id": "r1", "steps": [{"id": "a#1"}, {"id": "b#1"}]}
+    assert client.list_apps() == {"apps": [{"name": "a"}, {"name": "b"}]}
+    assert [r.url.params.get("stepsCursor") for r in rec.requests[:2]] == [None, "c1"]
+    assert [r.url.params.get("cursor") for r in rec.requests[2:]] == [None, "k1"]

@@ -31,7 +31,7 @@ def test_sync_lists_workflows(engine: Engine, monkeypatch: pytest.MonkeyPatch) -
     answer = post(make_app(engine, hello), SYNC)
     assert answer.status_code == 200
     assert answer.json() == {
-        "protocol": "1.4",
+        "protocol": "1.5",
         "sdk": "ezgh-workflows-python/0.3.0",
         "deploymentId": "dep-7",
         "workflows": [{"name": "hello"}],
@@ -160,7 +160,7 @@ def test_get_describes_and_other_methods_are_405(engine: Engine) -> None:
         [{"type": "http.request", "body": b""}],
     )
     assert sent[0]["status"] == 200
-    assert json.loads(sent[1]["body"])["protocol"] == "1.4"
+    assert json.loads(sent[1]["body"])["protocol"] == "1.5"
     sent = _asgi(
         app,
         {"type": "http", "method": "PUT", "headers": []},

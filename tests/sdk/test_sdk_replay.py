@@ -24,7 +24,7 @@ def test_repeated_names_get_counted_ids(engine: Engine) -> None:
     inline = outcome["ops"][0]["inline"]  # made by the engine: the recorded step's own
     assert engine.steps["send#3"]["startedAt"] == inline["startedAt"]
     assert outcome == {
-        "protocol": "1.4",
+        "protocol": "1.5",
         "deploymentId": None,
         "outcome": "completed",
         "output": [0, 1, 2],

@@ -192,7 +192,7 @@ def test_sleep_suspends_with_waits(engine: Engine) -> None:
 
     outcome = _run_steps(engine, wf)
     assert outcome == {
-        "protocol": "1.4",
+        "protocol": "1.5",
         "deploymentId": None,
         "outcome": "suspended",
         "waits": [{"stepId": "cooldown#1", "name": "cooldown", "kind": "sleep", "seconds": 259200}],

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ezgh_engine.core.flows.jobs import JobInput, job_input, job_status, job_view, step_name
+from ezgh_engine.core.flows.jobs import (
+    Actor,
+    JobInput,
+    job_input,
+    job_status,
+    job_summary,
+    job_view,
+    node_of,
+    step_name,
+    wait_step_name,
+)
 from ezgh_engine.core.models import Run, RunError, Step
 
 GRAPH = {
@@ -21,8 +31,15 @@ GRAPH = {
         {"source": "c", "sourceHandle": "false", "target": "no"},
     ],
 }
-JOB = JobInput("flow-1", "commit-1", "main", GRAPH, {"ok": True}, "trk-9")
-AT = "2026-01-01T00:00:00.000Z"
+JOB = JobInput(
+    "flow-1",
+    "commit-1",
+    AT := "2026-01-01T00:00:00.000Z",
+    "main",
+    {"ok": True},
+    "trk-9",
+    Actor("key-1", "api"),
+)
 
 
 def _step(name: str, kind: Any = "run", status: Any = "completed", **extra: Any) -> Step:
@@ -80,22 +97,24 @@ def test_actions_carry_inputs_timing_tracking_and_the_resume_url() -> None:
         _step("job"),  # the interpreter's own step: no action
         _done("node:t", {"ok": True}),
         _done("node:c", {"result": True}),
-        _step("node:yes", kind="callback", status="waiting"),
+        _step("wait:yes", kind="callback", status="waiting"),
     ]
-    view = job_view(_run("running", steps), JOB, lambda step: f"http://127.0.0.1/cb/{step.id}")
+    view = job_view(
+        _run("running", steps), JOB, GRAPH, lambda step: f"http://127.0.0.1/cb/{step.id}"
+    )
     assert view["status"] == "WAITING" and view["trackingId"] == "trk-9"
     actions = {a["nodeId"]: a for a in view["actions"]}
     assert list(actions) == ["t", "c", "yes", "no"]  # graph order; the comment never runs
     assert actions["t"]["durationMs"] == 1500 and actions["t"]["output"] == {"ok": True}
     assert actions["c"]["input"] == {"t": {"ok": True}}
     assert actions["yes"]["status"] == "WAITING"
-    assert actions["yes"]["resumeUrl"] == "http://127.0.0.1/cb/node:yes#1"
+    assert actions["yes"]["resumeUrl"] == "http://127.0.0.1/cb/wait:yes#1"
     assert actions["no"]["status"] == "SKIPPED"
     assert {a["trackingId"] for a in actions.values()} == {"trk-9"}
 
 
 def test_a_failed_job_names_its_node() -> None:
-    error = RunError("user", "NodeFailedError", "node no failed")
+    error = RunError("user", "NodeFailedError", "node no (transform) failed: ModuleError: bad")
     steps = [
         _done("node:t", {"ok": False}),
         _done("node:c", {"result": False}),
@@ -104,6 +123,7 @@ def test_a_failed_job_names_its_node() -> None:
     view = job_view(
         _run("failed", steps, error=error, ended_at="2026-01-01T00:00:02.000Z"),
         JOB,
+        GRAPH,
         lambda step: None,
     )
     assert view["status"] == "FAILED" and view["error"]["nodeId"] == "no"
@@ -116,10 +136,24 @@ def test_a_failed_job_names_its_node() -> None:
     }
 
 
-def test_a_run_started_with_a_flow_reference_reads_its_resolved_input() -> None:
-    reference = {"flowId": "flow-1", "input": {"ok": True}}
-    run = _run("running", [_done("job", JOB.to_run_input())])
-    run = Run(**{**run.__dict__, "input": reference})
+def test_the_run_input_is_the_engines_job_input_and_carries_no_graph() -> None:
+    run = _run("running", [])
     assert job_input(run) == JOB
-    unresolved = Run(**{**run.__dict__, "steps": ()})
-    assert job_input(unresolved).flow_id == "flow-1" and job_input(unresolved).commit_id == ""
+    assert "graph" not in run.input and run.input["actor"] == {"keyId": "key-1", "via": "api"}
+    forged = JobInput.from_run_input({**run.input, "actor": {"keyId": 7}})
+    assert forged.actor is None  # a malformed actor acts for no key (the node is refused)
+
+
+def test_wait_nodes_steps_have_their_own_prefix_and_the_same_node() -> None:
+    assert wait_step_name("yes") == "wait:yes"
+    assert node_of("wait:yes") == node_of("node:yes") == node_of("node:yes:config") == "yes"
+    assert node_of("job") is None
+
+
+def test_a_listed_job_names_its_failed_node_without_its_steps() -> None:
+    error = RunError("user", "NodeFailedError", "node no (transform) failed: ModuleError: bad")
+    run = _run("failed", [], error=error, ended_at="2026-01-01T00:00:02.000Z")
+    listed = job_summary(run, JOB, waiting=False)
+    assert listed["status"] == "FAILED" and listed["error"]["nodeId"] == "no"
+    assert "actions" not in listed
+    assert job_summary(_run("running", []), JOB, waiting=True)["status"] == "WAITING"

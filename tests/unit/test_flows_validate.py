@@ -189,6 +189,46 @@ def test_a_node_without_incoming_edges_is_refused() -> None:
             {"id": "x", "moduleType": "http.request", "config": {"url": "http://x/{{ in.[ }}"}},
             "invalid JMESPath",
         ),
+        (
+            {"id": "x", "moduleType": "transform", "config": {"expression": "multiply(in, `2`)"}},
+            "unknown function multiply()",
+        ),
+        (
+            {
+                "id": "x",
+                "moduleType": "queue.send",
+                "config": {"queueId": "{{ upper(input.q) }}", "messages": [{"body": "b"}]},
+            },
+            "unknown function upper()",
+        ),
+        (
+            {"id": "x", "moduleType": "condition", "config": {"expression": "length(in, in)"}},
+            "function length() takes 1 argument(s), got 2",
+        ),
+        (
+            {
+                "id": "x",
+                "moduleType": "http.request",
+                "config": {"url": "http://x/", "retries": "{{ input.n }}"},
+            },
+            "config.retries must be an integer",
+        ),
+        (
+            {"id": "x", "moduleType": "http.request", "config": {"url": "hooks.invalid/x"}},
+            "config.url must be an absolute http(s) URL",
+        ),
+        (
+            {"id": "x", "moduleType": "delay", "config": {"until": "next tuesday"}},
+            "config.until must be an ISO 8601 time",
+        ),
+        (
+            {
+                "id": "x",
+                "moduleType": "wait.event",
+                "config": {"timeoutSeconds": 5, "queueId": "q", "key": "a key"},
+            },
+            "config.key must match",
+        ),
     ],
 )
 def test_each_module_checks_its_config(node: dict[str, Any], fragment: str) -> None:

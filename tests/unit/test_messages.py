@@ -30,7 +30,23 @@ WIRE = [
         wire.TaskWatch("r1", 2, 5),
         {"type": "task-watch", "runId": "r1", "seq": 2, "epoch": 5},
     ),
+    (
+        wire.YearLimitSweep("<aws.scheduler.scheduled-time>"),
+        {"type": "year-limit-sweep", "scheduledTime": "<aws.scheduler.scheduled-time>"},
+    ),
 ]
+
+
+def test_the_year_limit_sweep_schedule_sends_that_message() -> None:
+    """The stack's hourly schedule (topology, made by infra and the local runtime) carries
+    the body the consumer parses."""
+    from ezgh_engine.topology import TOPOLOGY, YEAR_LIMIT_SWEEP
+
+    assert YEAR_LIMIT_SWEEP in TOPOLOGY.recurring
+    assert json.loads(YEAR_LIMIT_SWEEP.message) == wire.dump(
+        wire.YearLimitSweep("<aws.scheduler.scheduled-time>")
+    )
+    assert TOPOLOGY.function(YEAR_LIMIT_SWEEP.function).async_invoke is not None
 
 
 @pytest.mark.parametrize(("message", "body"), WIRE, ids=lambda v: getattr(v, "TYPE", ""))

@@ -90,3 +90,21 @@ def test_each_outcome_the_sdk_answers_parses_on_the_engine_side(
     assert answer["protocol"] == protocol.PROTOCOL_VERSION
     parsed = engine_outcomes.parse(answer, datetime(2026, 1, 1, tzinfo=UTC))
     assert parsed.kind == kind
+
+
+def test_the_sdk_calls_the_paths_the_steps_function_serves() -> None:
+    """Step calls and (1.5) the history and payload reads: the SDK's paths are the ones the
+    steps function lets through, and the API serves them too (a pull worker's `api.url`)."""
+    from ezgh_workflows._internal import transport
+
+    from functions.steps.handler import INVOCATION_PATHS
+
+    sdk_paths = {transport.STEPS_PATH, transport.HISTORY_PATH, transport.PAYLOAD_PATH}
+    assert sdk_paths == INVOCATION_PATHS
+
+
+def test_an_app_gets_the_requests_of_the_version_it_said() -> None:
+    assert protocol.spoken_with("1.5") == protocol.PROTOCOL_VERSION == sdk.PROTOCOL_VERSION
+    assert protocol.spoken_with("2.0") == protocol.PROTOCOL_VERSION
+    for older in ("1.4", "1.3", "1.2", None, "", "x"):
+        assert protocol.spoken_with(older) == "1.4"

@@ -49,8 +49,17 @@ class WorkflowsClient(ApiClient):
         return self.request("POST", "/runs", json=body)
 
     def get_run(self, run_id: str) -> Any:
-        """The run, with its steps."""
-        return self.request("GET", f"/runs/{segment(run_id)}")
+        """The run, with all its steps. One answer holds what fits Lambda's 6 MB: a run whose
+        steps do not fit is read page by page (``stepsCursor``) and answered whole here. A
+        value that did not fit is a reference (``inputRef``, ``outputRef``): `get_payload`."""
+        path = f"/runs/{segment(run_id)}"
+        run = self.request("GET", path)
+        following = run.pop("nextStepsCursor", None) if isinstance(run, dict) else None
+        while following:
+            page = self.request("GET", path, params={"stepsCursor": following})
+            run["steps"] = [*run.get("steps", []), *page.get("steps", [])]
+            following = page.get("nextStepsCursor")
+        return run
 
     def search_runs(self, **filters: Any) -> Any:
         """``{runs, nextCursor}``. Filters: ``app_id``, ``workflow``, ``status``, ``run_key``,
@@ -73,7 +82,9 @@ class WorkflowsClient(ApiClient):
         return self.request("GET", f"/runs/{segment(run_id)}/events", params=params)
 
     def get_payload(self, run_id: str, path: str) -> Any:
-        """A large value stored outside the run (``output``, or a step's ``outputRef``)."""
+        """A value an answer gave as a reference: a run's ``inputRef`` or ``outputRef``, or a
+        step's ``outputRef`` (a value kept outside the run, or one an answer had no room
+        for)."""
         # An outputRef is already percent-encoded: keep its escapes as they are.
         return self.request("GET", f"/runs/{segment(run_id)}/payloads/{quote(path, safe='/%')}")
 
@@ -104,8 +115,21 @@ class WorkflowsClient(ApiClient):
         return self.request("GET", f"/apps/{segment(app_id)}")
 
     def list_apps(self) -> Any:
-        """``{apps}``: the project's apps."""
-        return self.request("GET", "/apps")
+        """``{apps}``: every app of the project (read page by page when one answer does not
+        hold them all)."""
+        return self.all_pages("/apps", "apps")
+
+    def all_pages(self, path: str, name: str, params: dict[str, Any] | None = None) -> Any:
+        """``{name: [...]}``: a list the API answers page by page (``nextCursor``), whole."""
+        found: list[Any] = []
+        cursor = None
+        while True:
+            query = {**(params or {}), **({"cursor": cursor} if cursor else {})}
+            page = self.request("GET", path, params=query or None)
+            found += page.get(name, [])
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return {name: found}
 
     def update_app(self, app_id: str, **fields: Any) -> Any:
         """Update ``url`` and/or ``notifications`` (``None`` clears them)."""

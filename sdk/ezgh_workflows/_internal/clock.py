@@ -6,6 +6,7 @@ replace them with ``monkeypatch.setattr(clock, "now", ...)`` instead of sleeping
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from datetime import UTC, datetime
@@ -26,6 +27,17 @@ def monotonic() -> float:
     return time.monotonic()
 
 
+def random_fraction() -> float:
+    """A uniform random number in [0, 1) (retry jitter)."""
+    return random.random()
+
+
 def new_uuid() -> str:
     """A random UUID (version 4) as a string."""
     return str(uuid.uuid4())
+
+
+def random_source(seed: int | None = None) -> random.Random:
+    """A source of random numbers: repeatable with a ``seed`` (the test kit's IDs and retry
+    jitter), else seeded by the operating system."""
+    return random.Random(seed)

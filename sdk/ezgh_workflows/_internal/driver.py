@@ -27,9 +27,10 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any
 
-from . import clock, protocol, values
+from . import clock, payload_cache, protocol, values
 from .context import Context
 from .errors import (
     AbortInvocation,
@@ -38,10 +39,11 @@ from .errors import (
     NondeterminismError,
     StepInStepError,
     SuspendInvocation,
+    TransportError,
     ValueRuleError,
     WorkflowRuleError,
 )
-from .identity import StepIds
+from .identity import StepIds, is_patch_marker
 from .pending import FRESH, Finished, PendingStep, apply_resolution, run_error, set_result
 from .protocol import InvokeRequest, RecordedStep
 from .runner import (
@@ -55,7 +57,7 @@ from .runner import (
 from .step_calls import StepCalls
 from .step_context import current_step
 from .steps import BlockingSteps, StepRequest, Steps
-from .transport import StepTransport
+from .transport import StateReader, StepTransport
 from .workflow import Workflow
 from .workflow_loop import WorkflowLoop
 
@@ -70,6 +72,10 @@ DRAIN_SECONDS = 5.0
 # are then sent by a step call first. Half, not all, because the engine's wait began before
 # ours did (the request's transit, the app's cold start), and an extra call costs little.
 LATE_ANSWER_FRACTION = 0.5
+# An answer carries the held step ends only while they are small: past this their own step
+# call sends them first, so an answer is its output (at most 1 MiB) and little more, within
+# what the engine takes of a pull worker's outcome (2 MiB) and a Lambda's answer (6 MB).
+ANSWER_HELD_BYTES = 256 * 1024
 
 
 class Invocation:
@@ -85,7 +91,9 @@ class Invocation:
         self._workflow = workflow
         self._request = request
         self._began = clock.monotonic()
-        self._calls = StepCalls(transport, hold=request.holds_step_ends)
+        self._transport = transport
+        self._calls = StepCalls(transport, hold=request.holds_step_ends, run_id=request.run.id)
+        self._input = request.run.input
         self._deployment_id = deployment_id
         self._recorded = {step.id: step for step in request.steps}
         self._ids = StepIds()
@@ -122,6 +130,11 @@ class Invocation:
         self.check_can_call_step()
         pending = self._register(request)
         return pending.step_id, await pending.future
+
+    def history_continues(self) -> bool:
+        """Whether the run's record holds steps (patch markers aside) the workflow has not
+        asked for yet: the run went past this point on other code (`Steps.patched`)."""
+        return any(not self._ids.asked(i) and not is_patch_marker(i) for i in self._recorded)
 
     def violate(self, error: WorkflowRuleError) -> WorkflowRuleError:
         if self._violation is None:
@@ -183,13 +196,21 @@ class Invocation:
         """Run the invocation to its outcome (a protocol answer body)."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        try:
+            await self._read_state()
+        except AbortInvocation as exc:
+            await self._calls.aclose()
+            return protocol.aborted(exc.reason, self._deployment_id)
+        except BaseException:
+            await self._calls.aclose()
+            raise
         # Only the methods workflow code reaches are implemented (no I/O): typeshed marks the
         # rest abstract, asyncio itself does not.
         self._workflow_loop = WorkflowLoop(self._loop, self.wake)  # type: ignore[abstract]
         self._main = self._start_workflow()
         try:
             answer = await self._drive()
-            if self._answer_may_go_unread():
+            if self._answer_may_go_unread() or self._calls.held_bytes() > ANSWER_HELD_BYTES:
                 await self._calls.flush_before_answer()
         except AbortInvocation as exc:
             await self._stop_workflow(exc)
@@ -202,6 +223,45 @@ class Invocation:
             self._workflow_loop.close()
             await self._calls.aclose()
         return protocol.with_ops(answer, self._calls.take_held())
+
+    # -- what the request gave as references (1.5) ----------------------------------------
+
+    def _reader(self) -> StateReader:
+        if not isinstance(self._transport, StateReader):
+            raise TransportError(
+                "the invoke request gives values or history as references (protocol 1.5), "
+                "and this step transport cannot read them"
+            )
+        return self._transport
+
+    async def _read_state(self) -> None:
+        """Before the workflow runs: the rest of the history, page by page (a step the
+        request or an earlier page listed is as that one says: the engine lists every step
+        not ended in the request, or in the first page), and an input given as a reference."""
+        request = self._request
+        cursor = request.steps_cursor
+        while cursor:
+            steps, cursor = await self._reader().read_history(cursor)
+            for step in steps:
+                self._recorded.setdefault(step.id, step)
+        if request.steps_cursor:
+            cancelled = (s.status == "cancelled" for s in self._recorded.values())
+            self._cancel_delivered = any(cancelled)
+        if request.run.input_ref:
+            self._input = await self._read_payload(request.run.input_ref)
+
+    async def _with_output(self, recorded: RecordedStep) -> RecordedStep:
+        """`recorded` with its output read, when the request gave it as a reference: read
+        when the workflow reaches the step, so a long history of large values is never all
+        in memory at once because of the SDK."""
+        if recorded.output_ref is None or recorded.status != "completed":
+            return recorded
+        value = await self._read_payload(recorded.output_ref)
+        return replace(recorded, output=value, output_ref=None)
+
+    async def _read_payload(self, ref: str) -> Any:
+        """A value by reference (`payload_cache.read`: once per process and run)."""
+        return await payload_cache.read(self._reader(), self._request.run.id, ref)
 
     def _answer_may_go_unread(self) -> bool:
         """The engine may have stopped waiting for the answer (protocol section 11): a step
@@ -292,7 +352,7 @@ class Invocation:
             return Resolution(value=recorded.url)  # creating it answers its URL, whatever since
         if pending.ended:
             assert recorded is not None
-            return Resolution.from_record(recorded)
+            return Resolution.from_record(await self._with_output(recorded))
         if self._branch is not None:  # a branch invocation runs its one step, nothing else
             if pending.step_id != self._branch:
                 return None
@@ -388,12 +448,12 @@ class Invocation:
         steps = Steps(self)
         if self._workflow.is_async:
             ctx: Context[Any] = Context(
-                input=run.input, run_id=run.id, attempt=run.attempt, step=steps
+                input=self._input, run_id=run.id, attempt=run.attempt, step=steps
             )
             coro = self._run_async(ctx)
             return self._workflow_loop.create_task(coro, name=f"ezgh:{run.workflow}")
         blocking = BlockingSteps(steps, self._workflow_loop)
-        ctx = Context(input=run.input, run_id=run.id, attempt=run.attempt, step=blocking)
+        ctx = Context(input=self._input, run_id=run.id, attempt=run.attempt, step=blocking)
         future: asyncio.Future[Finished] = self._loop.create_future()
         self._thread = threading.Thread(
             target=self._run_blocking, args=(ctx, future), name=f"ezgh:{run.workflow}", daemon=True

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from .protocol_rules import MAX_ERROR_FIELD_BYTES, MAX_ERROR_MESSAGE_BYTES, clip
+
 ErrorBody = dict[str, str]
 
 
 def error_body(code: str, name: str, message: str) -> ErrorBody:
-    """The wire shape of an error: ``{code, name, message}``."""
-    return {"code": code, "name": name, "message": message}
+    """The wire shape of an error: ``{code, name, message}``, each cut to what the engine
+    keeps (``protocol_rules``), so a long exception message never fails its step's call."""
+    return {
+        "code": clip(code, MAX_ERROR_FIELD_BYTES),
+        "name": clip(name, MAX_ERROR_FIELD_BYTES),
+        "message": clip(message, MAX_ERROR_MESSAGE_BYTES),
+    }
 
 
 class StepError(Exception):

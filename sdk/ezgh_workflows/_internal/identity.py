@@ -3,6 +3,9 @@
 A step without ``id=`` is ``<name>#<n>``, ``n`` counting from 1 the steps of that name asked
 for so far (steps with an explicit ID do not count). An explicit ID matches
 ``^[A-Za-z0-9._:-]{1,128}$`` and names one step for the whole run.
+
+A patch marker (``ctx.step.patched(patch_id)``) is a ``value`` step with the explicit ID
+``patched:<patch_id>``: replay and the replay gate know it by that prefix.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from .errors import DuplicateStepNameError
 
 NAME_MAX_BYTES = 256
 _EXPLICIT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+PATCH_PREFIX = "patched:"
 
 
 def validate_name(name: object) -> str:
@@ -34,6 +38,24 @@ def validate_explicit_id(step_id: object) -> str:
     return step_id
 
 
+def patch_step_id(patch_id: object) -> str:
+    """The step ID of patch ``patch_id``'s marker; `ValueError` for an ID that does not
+    match ``^[A-Za-z0-9._:-]{1,120}$``."""
+    if not isinstance(patch_id, str) or not patch_id:
+        raise ValueError(f"invalid patch id {patch_id!r}: a non-empty str")
+    step_id = PATCH_PREFIX + patch_id
+    if not _EXPLICIT_ID.fullmatch(step_id):
+        raise ValueError(
+            f"invalid patch id {patch_id!r}: must match ^[A-Za-z0-9._:-]{{1,{128 - len(PATCH_PREFIX)}}}$"
+        )
+    return step_id
+
+
+def is_patch_marker(step_id: str) -> bool:
+    """Whether a recorded step is a patch marker (`patch_step_id`)."""
+    return step_id.startswith(PATCH_PREFIX)
+
+
 class StepIds:
     """Allocates step IDs for one invocation, in the order the workflow asks for steps."""
 
@@ -53,3 +75,10 @@ class StepIds:
             )
         self._explicit.add(explicit_id)
         return explicit_id
+
+    def asked(self, step_id: str) -> bool:
+        """Whether the workflow has asked for the step ``step_id`` so far."""
+        name, sep, count = step_id.rpartition("#")
+        if sep and count.isdigit():
+            return self._counts.get(name, 0) >= int(count)
+        return step_id in self._explicit

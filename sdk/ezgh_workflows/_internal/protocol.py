@@ -1,4 +1,4 @@
-"""Wire shapes of the invocation protocol 1.3 (docs/protocol.md): requests, outcomes, ops."""
+"""Wire shapes of the invocation protocol 1.5 (docs/protocol.md): requests, outcomes, ops."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import ErrorBody
 
-PROTOCOL_VERSION = "1.4"
+PROTOCOL_VERSION = "1.5"
 # From 1.3 an invocation's answer may carry `ops`: the step ends held since its last call.
 HELD_ENDS_SINCE = (1, 3)
 SDK_VERSION = "0.3.0"
@@ -40,6 +40,9 @@ class RecordedStep:
     branch: bool = False
     # A callback step's URL.
     url: str | None = None
+    # 1.5: an output kept outside the run's items, read with the payload call when the
+    # workflow needs it (`output` is then None).
+    output_ref: str | None = None
 
     @property
     def pending_retry(self) -> bool:
@@ -54,6 +57,9 @@ class RunInfo:
     input: Json
     attempt: int
     status: str
+    # 1.5: an input kept outside the run's item, read with the payload call before the
+    # workflow starts (`input` is then None).
+    input_ref: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,9 @@ class InvokeRequest:
     # How long the engine waits for this request's answer (`answerWithinSeconds`; None when
     # it did not say, as for a pull worker's task, which has no such limit).
     answer_within_seconds: float | None = None
+    # 1.5: the history does not fit the request: `steps` lists the steps not ended (or none)
+    # and this cursor opens the rest, page by page (the history call).
+    steps_cursor: str | None = None
 
     @property
     def holds_step_ends(self) -> bool:
@@ -114,6 +123,7 @@ def parse_recorded_step(body: Any, where: str = "step") -> RecordedStep:
         ended_at=_opt_str(body, "endedAt"),
         branch=bool(body.get("branch")) if isinstance(body, dict) else False,
         url=_opt_str(body, "url"),
+        output_ref=_opt_str(body, "outputRef"),
     )
 
 
@@ -138,12 +148,14 @@ def parse_invoke(body: Any) -> InvokeRequest:
             input=run.get("input"),
             attempt=int(run.get("attempt") or 1),
             status=str(run.get("status") or "running"),
+            input_ref=_opt_str(run, "inputRef"),
         ),
         steps=tuple(parse_recorded_step(s, f"steps[{i}]") for i, s in enumerate(steps)),
         api=ApiInfo(url=_field(api, "url", str, "api"), token=_field(api, "token", str, "api")),
         branch_step_id=_branch(body),
         protocol=str(body.get("protocol") or "1.2"),
         answer_within_seconds=_opt_positive(body, "answerWithinSeconds"),
+        steps_cursor=_opt_str(body, "stepsCursor"),
     )
 
 
@@ -241,6 +253,15 @@ def op_fail_wait(step_id: str, name: str, kind: str, error: ErrorBody) -> Op:
 
 def op_record(step_id: str, name: str, output: Json) -> Op:
     return {"op": "record", "stepId": step_id, "name": name, "kind": "value", "output": output}
+
+
+def parse_history_page(body: Any) -> tuple[list[RecordedStep], str | None]:
+    """A history call's answer (1.5): its steps and the cursor of the next page, if any."""
+    steps = body.get("steps") if isinstance(body, dict) else None
+    if not isinstance(steps, list):
+        raise ProtocolError("a history page has no list of steps")
+    parsed = [parse_recorded_step(s, f"history.steps[{i}]") for i, s in enumerate(steps)]
+    return parsed, _opt_str(body, "nextCursor")
 
 
 def recorded_in(result: Any) -> RecordedStep | None:

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import protocol, values
-from .errors import NonRetryableError, RunCancelledError, StepError, ValueRuleError
+from .errors import (
+    NonRetryableError,
+    RunCancelledError,
+    StepError,
+    ValueRuleError,
+    error_body,
+)
 from .protocol import RecordedStep
 from .protocol_rules import DEFAULT_RETRIES, STEP_ENDED_STATUSES, may_retry
 from .step_calls import StepCalls
@@ -55,7 +61,7 @@ async def record_value(calls: StepCalls, step_id: str, request: StepRequest) -> 
     assert request.make_value is not None
     value = request.make_value()
     result = (await calls.send([protocol.op_record(step_id, request.name, value)]))[0]
-    recorded = protocol.recorded_in(result)
+    recorded = await calls.recorded(result)
     return Resolution.from_record(recorded) if recorded else Resolution(value=value)
 
 
@@ -63,7 +69,7 @@ async def create_callback(calls: StepCalls, step_id: str, request: StepRequest) 
     """A ``callback`` step: the engine records it ``waiting`` and answers its URL."""
     op = protocol.op_callback(step_id, request.name, request.timeout_seconds)
     result = (await calls.send([op]))[0]
-    recorded = protocol.recorded_in(result)
+    recorded = await calls.recorded(result)
     url = recorded.url if recorded is not None else result.get("url")
     return Resolution(value=url)
 
@@ -71,7 +77,7 @@ async def create_callback(calls: StepCalls, step_id: str, request: StepRequest) 
 async def cancel_step(calls: StepCalls, step_id: str, request: StepRequest) -> Resolution:
     """In a cancelling run: record the step ``cancelled`` (or use what ended it first)."""
     op = {"op": "cancel", "stepId": step_id, "name": request.name, "kind": request.kind}
-    recorded = protocol.recorded_in((await calls.send([op]))[0])
+    recorded = await calls.recorded((await calls.send([op]))[0])
     if recorded is not None and recorded.status in STEP_ENDED_STATUSES:
         return Resolution.from_record(recorded)
     return Resolution(error=RunCancelledError())
@@ -81,7 +87,7 @@ async def reject_step(calls: StepCalls, step_id: str, request: StepRequest) -> R
     """Record a step that can't be (a sleep over a year) as failed, with its error."""
     assert request.reject is not None
     op = protocol.op_fail_wait(step_id, request.name, request.kind, request.reject)
-    recorded = protocol.recorded_in((await calls.send([op]))[0])
+    recorded = await calls.recorded((await calls.send([op]))[0])
     if recorded is not None:
         return Resolution.from_record(recorded)
     return Resolution(error=StepError.from_body(step_id, request.reject))
@@ -100,7 +106,7 @@ async def run_step(
     assert request.fn is not None
     expected = recorded.attempt + 1 if recorded is not None else 1
     results = await calls.send([protocol.op_start(step_id, request.name, attempt=expected)])
-    already = protocol.recorded_in(results[0])
+    already = await calls.recorded(results[0])
     if already is not None:
         return Resolution.from_record(already)
     attempt = int(results[0].get("attempt") or 1)
@@ -121,7 +127,7 @@ async def run_step(
         result = (await calls.send([op]))[0] if retried else await calls.end(op)
     if result is None:
         return outcome
-    already = protocol.recorded_in(result)
+    already = await calls.recorded(result)
     if already is not None:
         return Resolution.from_record(already)
     if result.get("result") == "retry":
@@ -149,7 +155,9 @@ async def _call(fn: StepFn, context: StepContext) -> tuple[Resolution, bool]:
 
 
 def _user_error(step_id: str, exc: Exception) -> StepError:
-    return StepError(step_id=step_id, code="user", error_name=type(exc).__name__, message=str(exc))
+    """The step's error as it is recorded (its message cut as `error_body` cuts it), so the
+    workflow sees the same on its first run and on replay."""
+    return StepError.from_body(step_id, error_body("user", type(exc).__name__, str(exc)))
 
 
 async def call_step_fn(fn: StepFn) -> Any:

@@ -14,13 +14,16 @@ invocation aborts and the engine replays the run with the recorded one.
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import replace
 from typing import Any
 
+from . import payload_cache, protocol
 from .errors import AbortInvocation, TransportError
-from .protocol import Op
+from .protocol import Op, RecordedStep
 from .protocol_rules import end_differs
-from .transport import StepTransport
+from .transport import StateReader, StepTransport
 
 # At most this many ends are held before they are sent on their own (the engine takes up to
 # 25 ops a call, and an answer carries at most 25).
@@ -32,9 +35,10 @@ logger = logging.getLogger("ezgh_workflows")
 class StepCalls:
     """Sends ops through a `StepTransport`; holds step ends back when ``hold`` is true."""
 
-    def __init__(self, transport: StepTransport, *, hold: bool) -> None:
+    def __init__(self, transport: StepTransport, *, hold: bool, run_id: str = "") -> None:
         self._transport = transport
         self._hold = hold
+        self._run_id = run_id
         self._held: list[Op] = []
         self._hold_in_round = True
 
@@ -49,7 +53,7 @@ class StepCalls:
         held, self._held = self._held, []
         results = await self._transport.send([*held, *ops])
         for op, result in zip(held, results, strict=False):
-            check_held_result(op, result)
+            check_held_result(op, await self._with_output(result))
         return results[len(held) :]
 
     async def end(self, op: Op) -> dict[str, Any] | None:
@@ -77,6 +81,32 @@ class StepCalls:
         except TransportError as exc:
             logger.warning("sending the held step ends failed (%s); the answer carries them", exc)
             self._held = [*held, *self._held]
+
+    async def _with_output(self, result: Any) -> Any:
+        """A ``recorded`` result whose output the engine gave as a reference (1.5), with the
+        output read: what `check_held_result` compares with the end it carried."""
+        step = result.get("step") if isinstance(result, dict) else None
+        if not isinstance(step, dict) or not isinstance(step.get("outputRef"), str):
+            return result
+        full = await self.recorded(result)
+        output = full.output if full is not None else None
+        plain = {k: v for k, v in step.items() if k != "outputRef"}
+        return {**result, "step": {**plain, "output": output}}
+
+    async def recorded(self, result: Any) -> RecordedStep | None:
+        """The recorded step of a ``recorded`` result (``None`` for ``started``/``ok``), its
+        output read when the engine gave it as a reference (1.5)."""
+        step = protocol.recorded_in(result)
+        if step is None or step.output_ref is None or step.status != "completed":
+            return step
+        if not isinstance(self._transport, StateReader):
+            raise TransportError(f"step {step.id!r} was answered by reference; cannot read it")
+        value = await payload_cache.read(self._transport, self._run_id, step.output_ref)
+        return replace(step, output=value, output_ref=None)
+
+    def held_bytes(self) -> int:
+        """The encoded size of the ends held now (what the answer would carry)."""
+        return sum(len(json.dumps(op, ensure_ascii=False).encode()) for op in self._held)
 
     def take_held(self) -> list[Op]:
         """The held ends, for the invocation's answer; none are held afterwards."""

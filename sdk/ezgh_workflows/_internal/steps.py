@@ -24,7 +24,7 @@ from .errors import (
     SuspendInvocation,
     WorkflowRuleError,
 )
-from .identity import validate_explicit_id, validate_name
+from .identity import patch_step_id, validate_explicit_id, validate_name
 from .step_args import (
     MAX_MESSAGE_WAIT_SECONDS,
     MESSAGE_KEY,
@@ -76,6 +76,10 @@ class StepHost(Protocol):
 
     def violate(self, error: WorkflowRuleError) -> WorkflowRuleError:
         """Remember a rule violation (the run fails with it) and return it to raise."""
+        ...
+
+    def history_continues(self) -> bool:
+        """Whether the run's record holds steps the workflow has not asked for yet."""
         ...
 
 
@@ -134,6 +138,7 @@ class Steps:
 
     def __init__(self, host: StepHost) -> None:
         self._host = host
+        self._patches: dict[str, bool] = {}
 
     @overload
     def run(
@@ -197,7 +202,10 @@ class Steps:
     ) -> Coroutine[Any, Any, Any]:
         """Run ``workflow`` of this app (or of ``app``, another app of the same project, by
         ID, slug or name) as a child run and wait for its output. A child that failed, was
-        cancelled or timed out raises `StepError` here."""
+        cancelled or timed out raises `StepError` here. Another app's workflow starts only
+        where the API key this app acts for (the one that last registered, synced or
+        announced it) holds ``workflows.runs.start`` on ``<app name>/<workflow>``; else the
+        step fails with ``workflows.forbidden``."""
         wait = {"workflow": check_workflow(workflow), "input": check_json(input, "input")}
         if app is not None:
             wait["app"] = check_app_ref(app)
@@ -264,6 +272,30 @@ class Steps:
         """A random UUID string, recorded once, the same on replay."""
         request = StepRequest("value", validate_name(name), make_value=clock.new_uuid)
         return self._text(self._checked(request))
+
+    async def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new code path of patch ``patch_id``: change a workflow
+        that has runs in flight with ``if await ctx.step.patched("x"): <new> else: <old>``.
+
+        True for a run that reaches this point for the first time (a new run, or one whose
+        record ends before here); False for a run that went past it on the old code (its
+        record holds steps the workflow has not asked for yet). The answer is recorded as a
+        ``value`` step with the ID ``patched:<patch_id>``, so every replay takes the same
+        path; later calls with the same ID in the run answer the same. Once no run on the
+        old path remains (``ezgh workflows replay-check``), remove the old path and the call.
+        """
+        step_id = patch_step_id(patch_id)
+        if patch_id in self._patches:
+            return self._patches[patch_id]
+        host = self._host
+        request = StepRequest(
+            "value", step_id, step_id, make_value=lambda: not host.history_continues()
+        )
+        _, value = await self._host.submit(self._checked(request))
+        if not isinstance(value, bool):
+            raise self._mismatch(step_id, value, "a patch decision (patched)")
+        self._patches[patch_id] = value
+        return value
 
     def _checked(self, request: StepRequest) -> StepRequest:
         self._host.check_can_call_step()
@@ -411,6 +443,11 @@ class BlockingSteps:
     def uuid(self, name: str) -> str:
         """A recorded random UUID string."""
         result: str = self._block(self._steps.uuid(name))
+        return result
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes patch ``patch_id``'s new code path (see `Steps.patched`)."""
+        result: bool = self._block(self._steps.patched(patch_id))
         return result
 
     def _block(self, coroutine: Coroutine[Any, Any, Any]) -> Any:

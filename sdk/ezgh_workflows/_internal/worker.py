@@ -148,7 +148,12 @@ class Worker:
     # -- engine calls -----------------------------------------------------------------------
 
     def _announce(self) -> None:
-        body = {"workerId": self.worker_id, "workflows": list(self._workflows)}
+        # `protocol`: tasks come in the newest version both sides speak (1.5: references).
+        body = {
+            "workerId": self.worker_id,
+            "workflows": list(self._workflows),
+            "protocol": protocol.PROTOCOL_VERSION,
+        }
         delay = 0.5
         while not self._stop.is_set():
             try:

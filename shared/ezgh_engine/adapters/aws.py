@@ -7,6 +7,7 @@ in Lambda and to moto's server under `ezgh dev` and the tests.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Callable
 from functools import cache
@@ -15,26 +16,153 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-_CONFIG = Config(
-    retries={"max_attempts": 5, "mode": "adaptive"},
-    connect_timeout=5,
-    read_timeout=30,
-    max_pool_connections=50,
-    account_id_endpoint_mode="disabled",
+# --- retries: one decision for every client the engine makes ------------------------------
+# botocore's `standard` mode (AWS's recommended mode, the same rules in every SDK): it retries
+# throttles (`ThrottlingException`, `ProvisionedThroughputExceededException`,
+# `RequestLimitExceeded`, `TooManyRequestsException`, `RequestThrottled`, `SlowDown`, any 429
+# the model does not name), transient errors (500/502/503/504, timeouts, dropped
+# connections) and errors the service model marks retryable, with truncated exponential
+# backoff and full jitter: before retry i (0-based) it sleeps rand(0, 1) x min(b x 2^i, 20 s),
+# b being 1 s after a throttle and 25-50 ms after another error, raised to an
+# `x-amz-retry-after` the service asks for. A retry quota (500 tokens per client, 5 a
+# throttle retry, 14 another, paid back by successes) stops retrying while a service keeps
+# failing, so a process does not multiply an outage's load.
+#
+# Not `adaptive`: on top of `standard` it rate-limits the whole client (a token bucket that a
+# throttle shrinks, which may also hold back first attempts). AWS's guide ("Retry behavior",
+# AWS SDKs and Tools) calls it fit for clients pooled per throttled resource only, not for
+# clients that serve several: a throttle of one resource then delays the others. The
+# engine's DynamoDB client serves two tables and every key, and DynamoDB throttles per
+# partition: one hot run item must not slow the rest of the environment.
+#
+# Attempts (the first one included) by what the caller does when they run out:
+# - DynamoDB, SQS, S3 and the rest: 5, i.e. up to 1+2+4+8 = 15 s of throttle backoff
+#   (7.5 s expected when every attempt is throttled, about 1 s at a 50 % throttle rate), so
+#   a request still fits the API's 29 s; what fails after them is left to a redelivery
+#   (docs/guarantees.md, "Throttles").
+# - Lambda (`Invoke` of the invoker) and Scheduler (`CreateSchedule`, `DeleteSchedule`): 3,
+#   up to 3 s: their callers on the stream have a way round a throttle that outlasts them
+#   (`adapters.messages`: the invocations queue instead), so the shard does not wait.
+DEFAULT_MAX_ATTEMPTS = 5
+MAX_ATTEMPTS = {"lambda": 3, "scheduler": 3}
+_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 30}
+
+
+# A client made with a longer `read_timeout` (a synchronous invoke of a function that may run
+# that long) tries twice at most: a retry runs the function again.
+LONG_CALL_MAX_ATTEMPTS = 2
+
+
+def client_config(service: str, read_timeout: int | None = None) -> Config:
+    """The engine's client configuration for `service` (retries as decided above)."""
+    attempts = MAX_ATTEMPTS.get(service, DEFAULT_MAX_ATTEMPTS)
+    timeouts = dict(_TIMEOUTS)
+    if read_timeout is not None:
+        attempts, timeouts["read_timeout"] = LONG_CALL_MAX_ATTEMPTS, read_timeout
+    return Config(
+        # `total_max_attempts` counts the first attempt; botocore's `max_attempts` key
+        # counts retries only (5 there is 6 attempts), unlike the config file's setting.
+        retries={"total_max_attempts": attempts, "mode": "standard"},
+        max_pool_connections=50,
+        account_id_endpoint_mode="disabled",
+        **timeouts,
+    )
+
+
+# The error codes AWS answers a throttled request with (botocore's `standard` list, which it
+# retries): what is still raised after the retries is a throttle, for the caller to leave to
+# a redelivery or answer `rate_limited`.
+THROTTLE_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "EC2ThrottledException",
+    }
 )
+# A DynamoDB transaction refused for capacity is no throttle to botocore: it answers
+# `TransactionCanceledException` (not retried), the reason per item `ThrottlingError` (an
+# on-demand table or index scaling) or `ProvisionedThroughputExceeded`.
+TRANSACTION_THROTTLE_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded"})
+
+
+def is_throttle(error: BaseException) -> bool:
+    """Whether `error` is an AWS answer that means "too many requests, try again later"
+    (after botocore's retries), a transaction cancelled for capacity included."""
+    return is_throttle_answer(getattr(error, "response", None))
+
+
+def is_throttle_answer(response: Any) -> bool:
+    """`is_throttle` of a parsed AWS answer (a `ClientError`'s `response`)."""
+    if not isinstance(response, dict):
+        return False
+    code = str((response.get("Error") or {}).get("Code", ""))
+    if code in THROTTLE_CODES:
+        return True
+    if code != "TransactionCanceledException":
+        return False
+    reasons = {str(r.get("Code")) for r in response.get("CancellationReasons") or ()}
+    if not reasons:  # some emulators only put the reasons in the message
+        message = str((response.get("Error") or {}).get("Message", ""))
+        reasons = {r.strip() for r in message.partition("[")[2].rpartition("]")[0].split(",")}
+    return bool(reasons & TRANSACTION_THROTTLE_REASONS) and "ConditionalCheckFailed" not in reasons
+
+
+def _retry_cancelled_for_capacity(
+    response: Any = None, attempts: int = 0, **_: Any
+) -> float | None:
+    """botocore's `needs-retry` hook for `TransactWriteItems`: a transaction DynamoDB
+    cancelled for capacity only (every reason a throttle or `None`: nothing was written) is
+    retried as `standard` retries a throttle, with the same backoff and jitter and the same
+    number of attempts. Anything else is botocore's to decide (None)."""
+    if response is None or attempts >= DEFAULT_MAX_ATTEMPTS:
+        return None
+    parsed = response[1] if isinstance(response, tuple) and len(response) > 1 else None
+    if not isinstance(parsed, dict):
+        return None
+    error = parsed.get("Error") or {}
+    if error.get("Code") != "TransactionCanceledException":
+        return None
+    if not is_throttle_answer(parsed):
+        return None
+    from ezgh_engine import ids
+
+    return ids.random_fraction() * min(2.0 ** (attempts - 1), 20.0)
+
+
 _lock = threading.Lock()
 
 
 @cache
-def client(service: str) -> Any:
-    """A shared boto3 client (boto3 clients are thread-safe; sessions are not)."""
+def client(service: str, read_timeout: int | None = None) -> Any:
+    """A shared boto3 client (boto3 clients are thread-safe; sessions are not). With
+    `read_timeout`, one that waits that long for an answer and retries once at most (a
+    synchronous Lambda invoke whose function may run that long)."""
     with _lock:
-        made = boto3.session.Session().client(service, config=_CONFIG)
+        config = client_config(service, read_timeout)
+        made = boto3.session.Session().client(service, config=config)
+        if service == "dynamodb":
+            made.meta.events.register(
+                "needs-retry.dynamodb.TransactWriteItems",
+                _retry_cancelled_for_capacity,
+                unique_id="ezgh-retry-cancelled-for-capacity",
+            )
         _made.append(made)
         if _observers:
             _attach(made)
         if _interceptors:
             _attach_interceptor(made)
+        if _responders:
+            _attach_responder(made)
         return made
 
 
@@ -45,6 +173,7 @@ def reset_clients() -> None:
         _made.clear()
         _attached.clear()
         _intercepted.clear()
+        _answered.clear()
 
 
 # --- request observers (bench/, diagnostics) ---------------------------------------------
@@ -222,3 +351,131 @@ def _intercept_call(model: Any, params: Any, **_: Any) -> None:
     service = model.service_model.service_name
     for callback in list(_interceptors):
         callback(service, model.name, params if isinstance(params, dict) else {})
+
+
+# --- answers in AWS's place (fault injection, tests) --------------------------------------
+# `respond(callback)` calls `callback(service, operation, request)` with each HTTP request the
+# engine's clients are about to send (every attempt, retries included: botocore's
+# `before-send`). An `AWSResponse` it answers is taken as the service's answer and the request
+# is not sent: botocore parses it, and its retries apply as to a real answer (a throttle is
+# retried with backoff, then raised). None: the request goes out. `throttled_answer` makes
+# the answer AWS gives a throttled request. Nothing is registered while nobody responds.
+
+Responder = Callable[[str, str, Any], Any]
+_responders: list[Responder] = []
+_answered: set[int] = set()
+
+
+def respond(callback: Responder) -> Callable[[], None]:
+    """Let `callback` answer requests of the engine's boto3 clients (before and after this
+    call) in AWS's place; answer a function that stops it."""
+    with _lock:
+        _responders.append(callback)
+        for made in _made:
+            _attach_responder(made)
+
+    def stop() -> None:
+        with _lock:
+            if callback in _responders:
+                _responders.remove(callback)
+            if not _responders:
+                for made in _made:
+                    if id(made) in _answered:
+                        _answered.discard(id(made))
+                        made.meta.events.unregister("before-send", unique_id="ezgh-respond")
+
+    return stop
+
+
+def _attach_responder(made: Any) -> None:
+    if id(made) in _answered:
+        return
+    _answered.add(id(made))
+    made.meta.events.register_first("before-send", _answer_request, unique_id="ezgh-respond")
+
+
+# Where an answered request points: botocore still calls every `before-send` handler, and an
+# in-process moto's (tests) would carry the request out; it leaves this host alone.
+_ANSWERED_URL = "http://answered.invalid/"
+
+
+def _answer_request(request: Any, event_name: str = "", **_: Any) -> Any:
+    parts = event_name.split(".")  # before-send.<service id>.<operation>
+    service, operation = (parts[1], parts[2]) if len(parts) >= 3 else ("", "")
+    for callback in list(_responders):
+        answer = callback(service, operation, request)
+        if answer is not None:
+            request.url = _ANSWERED_URL
+            return answer
+    return None
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self, **_: Any) -> Any:
+        yield self._data
+
+
+def throttled_answer(service: str, operation: str, request: Any = None, nth: int = 0) -> Any:
+    """The answer AWS gives a throttled request of `service` (a botocore service ID:
+    `dynamodb`, `sqs`, `lambda`, `scheduler`, `s3`), as its protocol carries it. A throttled
+    `TransactWriteItems` answers either way DynamoDB does (`nth` alternates): the whole call
+    throttled, or the transaction cancelled with a `ThrottlingError` reason per item."""
+    from botocore.awsrequest import AWSResponse
+
+    headers: dict[str, str] = {"x-amzn-RequestId": "ezgh-throttled"}
+    status, body = 400, b""
+    if service == "dynamodb":
+        headers["Content-Type"] = "application/x-amz-json-1.0"
+        shape = "com.amazonaws.dynamodb.v20120810#"
+        if operation == "TransactWriteItems" and nth % 2:
+            items = _transact_items(request)
+            reason = {
+                "Code": "ThrottlingError",
+                "Message": "Throughput exceeds the current capacity",
+            }
+            error = {
+                "__type": shape + "TransactionCanceledException",
+                "Message": "Transaction cancelled, please refer cancellation reasons for specific "
+                f"reasons [{', '.join(['ThrottlingError'] * items)}]",
+                "CancellationReasons": [reason] * items,
+            }
+        else:
+            code = ("ProvisionedThroughputExceededException", "ThrottlingException")[nth % 2]
+            error = {
+                "__type": shape + code,
+                "message": "Rate of requests exceeds the allowed throughput.",
+            }
+        body = json.dumps(error).encode()
+    elif service == "sqs":
+        headers["Content-Type"] = "application/x-amz-json-1.0"
+        headers["x-amzn-query-error"] = "RequestThrottled;Sender"
+        body = json.dumps(
+            {"__type": "com.amazonaws.sqs#RequestThrottled", "message": "Rate exceeded."}
+        ).encode()
+    elif service in ("lambda", "scheduler"):
+        status = 429
+        headers["Content-Type"] = "application/json"
+        code = "TooManyRequestsException" if service == "lambda" else "ThrottlingException"
+        headers["x-amzn-ErrorType"] = f"{code}:"
+        body = json.dumps({"message": "Rate exceeded", "Type": "User"}).encode()
+    elif service == "s3":
+        status = 503
+        headers["Content-Type"] = "application/xml"
+        body = (
+            b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
+            b"<Message>Please reduce your request rate.</Message></Error>"
+        )
+    else:
+        raise ValueError(f"no throttled answer for {service!r}")
+    url = getattr(request, "url", "") or ""
+    return AWSResponse(url, status, headers, _Body(body))
+
+
+def _transact_items(request: Any) -> int:
+    try:
+        return max(1, len(json.loads(request.body or b"{}").get("TransactItems") or ()))
+    except (ValueError, AttributeError, TypeError):
+        return 1

@@ -13,6 +13,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from ezgh_engine import ids
+from ezgh_engine.adapters import aws
 from ezgh_engine.config import settings
 from ezgh_engine.core import sealing
 from ezgh_engine.errors import TransientError, ValidationError
@@ -95,15 +96,14 @@ def cancellation_codes(exc: ClientError) -> list[str]:
 
 
 def raise_transient(exc: ClientError) -> None:
-    """Turn throttling and transaction conflicts into a retryable engine error."""
+    """Turn throttling (a transaction cancelled for capacity included: `aws.is_throttle`)
+    and transaction conflicts into a retryable engine error."""
     code = error_code(exc)
-    if code in {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "TransactionConflictException",
-    } or "TransactionConflict" in cancellation_codes(exc):
+    if (
+        aws.is_throttle(exc)
+        or code in {"InternalServerError", "TransactionConflictException"}
+        or "TransactionConflict" in cancellation_codes(exc)
+    ):
         raise TransientError(f"DynamoDB is busy ({code}); try again") from exc
 
 

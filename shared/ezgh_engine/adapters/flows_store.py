@@ -1,27 +1,34 @@
-"""DynamoDB access for EzFlow in the `registry` table. Item layout:
+"""DynamoDB access for EzFlow. Item layout:
 
-| pk | sk | what |
-| --- | --- | --- |
-| `FLOW#<id>` | `FLOW` | a flow (gsi1: `FLOWS#<project>` / name) |
-| `FLOWNAME#<project>#<name>`, `FLOWSLUG#<slug>` | same | pointers to the flow's id |
-| `FLOW#<id>` | `COMMIT#<createdAt>#<commitId>` | an immutable commit with its graph |
-| `FLOW#<id>` | `BRANCH#<branch>` | a branch's latest commit (its sort key) |
-| `JOB#<runId>` | `JOB` | a job's index entry (gsi1: `JOBS#<project>` / createdAt#id) |
-| `FAILED#<id>` | `FAILED` | a failed item (gsi1: `FAILEDS#<project>` / createdAt#id) |
+| table | pk | sk | what |
+| --- | --- | --- | --- |
+| registry | `FLOW#<id>` | `FLOW` | a flow (gsi1: `FLOWS#<project>` / name) |
+| registry | `FLOWNAME#<project>#<name>`, `FLOWSLUG#<slug>` | same | pointers to the flow's id |
+| registry | `FLOW#<id>` | `COMMIT#<createdAt>#<commitId>` | an immutable commit with its graph |
+| registry | `FLOW#<id>` | `BRANCH#<branch>` | a branch's latest commit (its sort key) |
+| runs | `RUN#<jobId>` | `JOB` | a job's index entry (gsi1: `JOBS#<project>` / createdAt#id) |
+| runs | `RUN#<jobId>` | `FAILED#<attempt>#<nodeId>` | a failed item (gsi1: `FAILEDS#<project>` / createdAt#id) |
 
-A job is a run of the interpreter app: the run holds its state; the index entry only makes
-jobs searchable by flow and trackingId. Every write is conditional.
+A job is a run of the interpreter: the run holds its state; the index entry makes jobs
+searchable by flow and trackingId. The index entry and the failed items live in the job's
+run partition, so they go with the run: 30 days after the job ends (the run item's TTL;
+`service/retention.py` deletes the rest of the partition), with a TTL of their own as a
+backstop. Every write is conditional.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import json
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ezgh_engine import clock
+from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
 from ezgh_engine.adapters.registry_store import (
     ddb,
@@ -30,6 +37,10 @@ from ezgh_engine.adapters.registry_store import (
     item_key,
     table,
 )
+from ezgh_engine.config import settings
+from ezgh_engine.core.events import STEP_PREFIX
+from ezgh_engine.core.flows.jobs import WAIT_PREFIX
+from ezgh_engine.core.validation import is_uuid
 from ezgh_engine.errors import Conflict, PayloadTooLarge, ValidationError
 
 MAX_GRAPH_BYTES = 300 * 1024  # a DynamoDB item holds 400 KB
@@ -92,6 +103,8 @@ class JobEntry:
     branch: str
     tracking_id: str
     created_at: str
+    # Whether its commit has wait nodes (delay, wait.event): only then can it be WAITING.
+    waits: bool = True
 
 
 @dataclass(frozen=True)
@@ -204,6 +217,13 @@ def get_flow(project_id: str, ref: str) -> Flow | None:
     return flow if flow and flow.project_id == project_id else None
 
 
+def get_flow_by_id(project_id: str, flow_id: str) -> Flow | None:
+    """The flow with this UUID (one read), or None when absent or another project's."""
+    item = get_item(f"FLOW#{flow_id}", "FLOW")
+    flow = _flow(item) if item else None
+    return flow if flow and flow.project_id == project_id else None
+
+
 def list_flows(project_id: str) -> list[Flow]:
     """Every flow of the project, by name."""
     items: list[dict[str, Any]] = []
@@ -310,7 +330,7 @@ def add_commit(commit: Commit) -> Commit:
             ]
         )
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise Conflict(f"commit to flow {commit.flow_id} raced another; retry") from err
         raise
     return commit
@@ -323,6 +343,30 @@ def branch_head(flow_id: str, branch: str) -> Commit | None:
         return None
     item = get_item(f"FLOW#{flow_id}", head["commitSk"]["S"])
     return _commit(item) if item else None
+
+
+_COMMITS: collections.OrderedDict[tuple[str, str, str], Commit] = collections.OrderedDict()
+_COMMITS_KEPT = 32
+_COMMITS_LOCK = threading.Lock()
+
+
+def get_commit(flow_id: str, created_at: str, commit_id: str) -> Commit | None:
+    """A commit by its flow, time and ID (its key), or None. Commits never change, so the
+    last ones a process read are kept (the interpreter reads its job's graph at every
+    invocation); an absent one is read again next time."""
+    key = (flow_id, created_at, commit_id)
+    with _COMMITS_LOCK:
+        if key in _COMMITS:
+            _COMMITS.move_to_end(key)
+            return _COMMITS[key]
+    item = get_item(f"FLOW#{flow_id}", f"COMMIT#{created_at}#{commit_id}")
+    commit = _commit(item) if item else None
+    if commit is not None and commit.id == commit_id:
+        with _COMMITS_LOCK:
+            _COMMITS[key] = commit
+            while len(_COMMITS) > _COMMITS_KEPT:
+                _COMMITS.popitem(last=False)
+    return commit
 
 
 def _encode(key: dict[str, Any] | None) -> str | None:
@@ -386,13 +430,42 @@ def list_commits(
             return found, None
 
 
-# --- jobs ----------------------------------------------------------------------------------
+# --- jobs and failed items (the runs table, in the job's run partition) ---------------------
+
+# A backstop: the run's removal deletes them first (as a run's step items).
+_JOB_ITEM_TTL_SECONDS = 396 * 24 * 3600
+
+
+def _runs() -> str:
+    return settings().runs_table
+
+
+def _runs_ddb() -> Any:
+    return aws.client("dynamodb")
+
+
+def _put_once(item: dict[str, Any]) -> None:
+    """Write `item` to the runs table unless its key exists (a repeated put is a no-op)."""
+    item["ttl"] = {"N": str(int(clock.now().timestamp()) + _JOB_ITEM_TTL_SECONDS)}
+    try:
+        _runs_ddb().put_item(
+            TableName=_runs(), Item=item, ConditionExpression="attribute_not_exists(pk)"
+        )
+    except ClientError as err:
+        if not is_condition_failure(err):
+            raise
+
+
+def _runs_item(pk: str, sk: str) -> dict[str, Any] | None:
+    answer = _runs_ddb().get_item(TableName=_runs(), Key=item_key(pk, sk), ConsistentRead=True)
+    item: dict[str, Any] | None = answer.get("Item")
+    return item
 
 
 def put_job(job: JobEntry) -> None:
     """Index a job once (a second put of the same job is a no-op)."""
     item = {
-        **item_key(f"JOB#{job.id}", "JOB"),
+        **item_key(f"RUN#{job.id}", "JOB"),
         "id": _s(job.id),
         "projectId": _s(job.project_id),
         "flowId": _s(job.flow_id),
@@ -400,14 +473,11 @@ def put_job(job: JobEntry) -> None:
         "branch": _s(job.branch),
         "trackingId": _s(job.tracking_id),
         "createdAt": _s(job.created_at),
+        "waits": {"BOOL": job.waits},
         "gsi1pk": _s(f"JOBS#{job.project_id}"),
         "gsi1sk": _s(f"{job.created_at}#{job.id}"),
     }
-    try:
-        ddb().put_item(TableName=table(), Item=item, ConditionExpression="attribute_not_exists(pk)")
-    except ClientError as err:
-        if not is_condition_failure(err):
-            raise
+    _put_once(item)
 
 
 def _job(item: dict[str, Any]) -> JobEntry:
@@ -419,11 +489,12 @@ def _job(item: dict[str, Any]) -> JobEntry:
         branch=item["branch"]["S"],
         tracking_id=item["trackingId"]["S"],
         created_at=item["createdAt"]["S"],
+        waits=bool(item.get("waits", {}).get("BOOL", True)),
     )
 
 
 def get_job(project_id: str, job_id: str) -> JobEntry | None:
-    item = get_item(f"JOB#{job_id}", "JOB")
+    item = _runs_item(f"RUN#{job_id}", "JOB")
     job = _job(item) if item else None
     return job if job and job.project_id == project_id else None
 
@@ -437,8 +508,9 @@ def scan_index(
     cursor: str | None,
     page_size: int = 100,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of a gsi1 partition, newest first, with equality filters and a time range on
-    `createdAt`; (items, cursor of the next page or None)."""
+    """One page of a runs-table gsi1 partition (jobs, failed items), newest first, with
+    equality filters and a time range on `createdAt`; (items, cursor of the next page or
+    None). DynamoDB reads at most `page_size` entries before filtering."""
     values: dict[str, Any] = {":p": _s(partition)}
     condition = "gsi1pk = :p"
     if after or before:
@@ -452,7 +524,7 @@ def scan_index(
         values[f":f{i}"] = _s(value)
         clauses.append(f"#f{i} = :f{i}")
     kwargs: dict[str, Any] = {
-        "TableName": table(),
+        "TableName": _runs(),
         "IndexName": "gsi1",
         "KeyConditionExpression": condition,
         "ExpressionAttributeValues": values,
@@ -467,7 +539,7 @@ def scan_index(
         if "gsi1sk" not in start:
             raise ValidationError("cursor: not a cursor this API gave")
         kwargs["ExclusiveStartKey"] = start
-    page = ddb().query(**kwargs)
+    page = _runs_ddb().query(**kwargs)
     return page.get("Items", []), _encode(page.get("LastEvaluatedKey"))
 
 
@@ -480,13 +552,52 @@ def cursor_at(item: dict[str, Any]) -> str | None:
     return _encode({k: item[k] for k in ("pk", "sk", "gsi1pk", "gsi1sk")})
 
 
-# --- failed items --------------------------------------------------------------------------
+def run_items(job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The run items of these jobs (one BatchGetItem per 100, consistent reads), by ID;
+    a job whose run is gone has none."""
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(job_ids), 100):
+        keys = [item_key(f"RUN#{j}", "RUN") for j in dict.fromkeys(job_ids[start : start + 100])]
+        request: dict[str, Any] = {_runs(): {"Keys": keys, "ConsistentRead": True}}
+        for _ in range(8):  # unprocessed keys (throttling) go again
+            answer = _runs_ddb().batch_get_item(RequestItems=request)
+            for item in answer.get("Responses", {}).get(_runs(), []):
+                found[item["id"]["S"]] = item
+            request = answer.get("UnprocessedKeys") or {}
+            if not request:
+                break
+    return found
+
+
+def wait_steps(job_id: str) -> list[dict[str, Any]]:
+    """The step items of a job's wait nodes (delay, wait.event: named `wait:<nodeId>`),
+    without the others (one query of just those items)."""
+    answer = _runs_ddb().query(
+        TableName=_runs(),
+        KeyConditionExpression="pk = :p AND begins_with(sk, :w)",
+        ExpressionAttributeValues={":p": _s(f"RUN#{job_id}"), ":w": _s(STEP_PREFIX + WAIT_PREFIX)},
+        ConsistentRead=True,
+    )
+    items: list[dict[str, Any]] = answer.get("Items", [])
+    return items
+
+
+def failed_item_key(failed_id: str) -> tuple[str, str] | None:
+    """Where a failed item is, from its ID `<jobId>.<attempt>.<nodeId>` (None: no such
+    form)."""
+    job_id, _, rest = failed_id.partition(".")
+    attempt, _, node_id = rest.partition(".")
+    if not (is_uuid(job_id) and attempt.isdigit() and node_id):
+        return None
+    return f"RUN#{job_id}", f"FAILED#{attempt}#{node_id}"
 
 
 def put_failed_item(failed: FailedItem) -> None:
     """Record a failed node execution once (its ID is derived from job, attempt and node)."""
+    key = failed_item_key(failed.id)
+    assert key is not None, failed.id
     item = {
-        **item_key(f"FAILED#{failed.id}", "FAILED"),
+        **item_key(*key),
         "id": _s(failed.id),
         "projectId": _s(failed.project_id),
         "jobId": _s(failed.job_id),
@@ -500,11 +611,7 @@ def put_failed_item(failed: FailedItem) -> None:
         "gsi1pk": _s(f"FAILEDS#{failed.project_id}"),
         "gsi1sk": _s(f"{failed.created_at}#{failed.id}"),
     }
-    try:
-        ddb().put_item(TableName=table(), Item=item, ConditionExpression="attribute_not_exists(pk)")
-    except ClientError as err:
-        if not is_condition_failure(err):
-            raise
+    _put_once(item)
 
 
 def failed_from_item(item: dict[str, Any]) -> FailedItem:
@@ -524,17 +631,20 @@ def failed_from_item(item: dict[str, Any]) -> FailedItem:
 
 
 def get_failed_item(project_id: str, failed_id: str) -> FailedItem | None:
-    item = get_item(f"FAILED#{failed_id}", "FAILED")
+    key = failed_item_key(failed_id)
+    item = _runs_item(*key) if key else None
     failed = failed_from_item(item) if item else None
     return failed if failed and failed.project_id == project_id else None
 
 
 def mark_retried(failed: FailedItem, at: str) -> FailedItem:
     """Set `retriedAt` once; a second retry of the same item is `409 invalid_state`."""
+    key = failed_item_key(failed.id)
+    assert key is not None, failed.id
     try:
-        ddb().update_item(
-            TableName=table(),
-            Key=item_key(f"FAILED#{failed.id}", "FAILED"),
+        _runs_ddb().update_item(
+            TableName=_runs(),
+            Key=item_key(*key),
             UpdateExpression="SET retriedAt = :at",
             ConditionExpression="attribute_exists(pk) AND attribute_not_exists(retriedAt)",
             ExpressionAttributeValues={":at": _s(at)},
@@ -546,9 +656,3 @@ def mark_retried(failed: FailedItem, at: str) -> FailedItem:
             ) from err
         raise
     return replace(failed, retried_at=at)
-
-
-def find_app_id(project_id: str, name: str) -> str | None:
-    """The ID of the project's app with this name (the interpreter app), or None."""
-    item = get_item(f"APPNAME#{project_id}#{name}", "APPNAME")
-    return item["appId"]["S"] if item else None

@@ -11,20 +11,30 @@ AWS) are an SQS `DelaySeconds`; longer ones are a one-time EventBridge Scheduler
 schedule whose target is the invoker function (or, where its ARN is not known, the queue). A
 timer that arrives early is sent again with the time left (see `service.timers`). Bodies are
 `core.messages`' typed messages, dumped there.
+
+A throttle never holds the caller (the stream's shard) longer than the client's retries:
+an asynchronous invoke still throttled goes to the queue instead (the same message, the same
+consumer); a schedule that cannot be made goes to the queue delayed as long as SQS allows and
+comes back early, to be scheduled again then (`resend_timer`); a schedule that cannot be
+deleted is left to fire, find nothing to do, and delete itself.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
+from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import messages as wire
+
+log = logging.getLogger(__name__)
 
 # Scheduler fires within a minute of the time; ask it a little early and let an SQS delay
 # carry the rest, so a long sleep ends on time to about a second.
@@ -49,9 +59,15 @@ def start(message: wire.Message) -> None:
     if not arn:
         send(message)
         return
-    client("lambda").invoke(
-        FunctionName=arn, InvocationType="Event", Payload=wire.dumps(message).encode()
-    )
+    try:
+        client("lambda").invoke(
+            FunctionName=arn, InvocationType="Event", Payload=wire.dumps(message).encode()
+        )
+    except ClientError as exc:
+        if not aws.is_throttle(exc):
+            raise
+        log.warning("invoke throttled (%s): %s goes through the queue", _code(exc), message.TYPE)
+        send(message)
 
 
 def send_invocation(run_id: str, seq: int, delay_seconds: int = 0) -> None:
@@ -99,6 +115,9 @@ def drop_timer(run_id: str, step_id: str, wake_at: str) -> None:
             GroupName=settings().scheduler_group,
         )
     except ClientError as exc:
+        if aws.is_throttle(exc):  # it fires, finds its run ended, and deletes itself
+            log.warning("schedule of %s %s kept: delete throttled", run_id, step_id)
+            return
         if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
             raise
 
@@ -121,9 +140,20 @@ def _create_schedule(timer: wire.Timer, fire_at: datetime, run_id: str, step_id:
             Target=scheduler_target(timer),
         )
     except ClientError as exc:
+        if aws.is_throttle(exc):
+            # Round the throttle through the queue: the timer arrives early and is scheduled
+            # again from there (`resend_timer`), or fires on time if it is near by then.
+            hop = settings().sqs_max_delay_seconds
+            log.warning("schedule of %s throttled: the timer waits %s s in the queue", run_id, hop)
+            send(timer, hop)
+            return
         # The same run and step always make the same name: a second request is a duplicate.
         if exc.response.get("Error", {}).get("Code") != "ConflictException":
             raise
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 # Scheduler's most patient retry policy (its default; a Lambda target is an asynchronous

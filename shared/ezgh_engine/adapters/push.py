@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 from collections.abc import Callable
@@ -20,12 +21,15 @@ import httpx
 
 from ezgh_engine import clock
 from ezgh_engine.config import settings
-from ezgh_engine.core import tokens
+from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import App
+from ezgh_engine.core.queues import redacted_url
 from ezgh_engine.errors import EngineError, ValidationError
 from ezgh_engine.protocol import PROTOCOL_VERSION
 
 SYNC_TIMEOUT_SECONDS = 30.0
+# A protocol version as an app says it (`"1.5"`).
+VERSION_RE = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){0,3}$")
 
 
 class AppUnreachable(EngineError):
@@ -33,6 +37,20 @@ class AppUnreachable(EngineError):
 
     status, code = 502, "app_unreachable"
     retryable = True
+
+
+class RequestTooLarge(AppUnreachable):
+    """The app refused the request as too large (HTTP 413: a Lambda function URL's 6 MB, a
+    proxy's body limit). The same request is refused again: no retry helps."""
+
+
+@dataclass(frozen=True)
+class Synced:
+    """A push app's sync answer: the workflows it hosts, and the newest protocol version it
+    speaks (None when it said none)."""
+
+    workflows: list[str]
+    protocol: str | None
 
 
 class AppTimedOut(AppUnreachable):
@@ -108,6 +126,10 @@ _LOCAL_NETWORKS = tuple(
     for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# The cloud's own services inside a VPC, refused even under `ezgh dev` (as link-local is):
+# AWS's IPv6 instance metadata (fd00:ec2::254), DNS resolver (::253) and time service
+# (::123) sit in this block of the private range fc00::/7 that `ezgh dev` otherwise allows.
+_CLOUD_SERVICES = (ipaddress.ip_network("fd00:ec2::/32"),)
 # Special-purpose blocks (IANA registries) that some Python versions count as global.
 _NOT_GLOBAL = tuple(
     ipaddress.ip_network(n)
@@ -141,6 +163,8 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
 def _one_allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_local: bool) -> bool:
     if ip.is_multicast or ip.is_unspecified:
         return False
+    if any(ip in net for net in _CLOUD_SERVICES if ip.version == net.version):
+        return False
     special = any(ip in net for net in _NOT_GLOBAL if ip.version == net.version)
     if ip.is_global and not special:
         return True
@@ -151,7 +175,8 @@ def address_allowed(address: str, *, allow_local: bool = False) -> bool:
     """Whether the engine may connect to `address` (pure). Deployed: only global unicast
     addresses (not private, shared 100.64/10, loopback, link-local, reserved or multicast),
     judged on every IPv4 address an IPv6 one carries too. `ezgh dev` (`allow_local`) also
-    allows loopback and the private networks, never link-local (the metadata service)."""
+    allows loopback and the private networks, never link-local or the cloud's own service
+    addresses (`_CLOUD_SERVICES`: the metadata service over IPv6)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -276,22 +301,32 @@ class PinnedTransport(httpx.BaseTransport):
         self._inner.close()
 
 
+def pinned_request(target: Target, method: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
+    """A request to a checked target's pinned address (the URL's host stays in the Host
+    header, SNI and certificate checks); redirects are never followed. `kwargs` are
+    httpx's (`headers`, `content`, `json`)."""
+    transport = PinnedTransport(target.address, network_transport())
+    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=False) as client:
+        return client.request(method, target.url, **kwargs)
+
+
 def pinned_post(
     target: Target, *, content: bytes, headers: dict[str, str], timeout: float
 ) -> httpx.Response:
     """POST to a checked target's pinned address; redirects are never followed."""
-    transport = PinnedTransport(target.address, network_transport())
-    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=False) as client:
-        return client.post(target.url, content=content, headers=headers)
+    return pinned_request(target, "POST", timeout=timeout, content=content, headers=headers)
 
 
 def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     if not app.url:
         raise AppUnreachable(f"app {app.name} has no URL")
+    # What a failure names of the URL: its scheme and host. Its path and query string may
+    # hold a secret (`?code=...`), and these messages are logged and shown to run readers.
+    shown = redacted_url(app.url)
     try:
         target = check_target(app.url)
     except ValidationError as exc:
-        raise AppUnreachable(f"app {app.name} at {app.url}: {exc.message}") from None
+        raise AppUnreachable(f"app {app.name} at {shown}: {exc.message}") from None
     raw = json.dumps(body, separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
@@ -302,36 +337,49 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         answer = pinned_post(target, content=raw, headers=headers, timeout=timeout)
     except httpx.ReadTimeout:
         raise AppTimedOut(
-            f"app {app.name} at {app.url} did not answer within {timeout:g} s"
+            f"app {app.name} at {shown} did not answer within {timeout:g} s"
         ) from None
     except httpx.HTTPError as exc:
         raise AppUnreachable(
-            f"could not reach app {app.name} at {app.url}: {type(exc).__name__}"
+            f"could not reach app {app.name} at {shown}: {type(exc).__name__}"
         ) from None
+    if answer.status_code == 413:
+        raise RequestTooLarge(
+            f"app {app.name} at {app.url} refused a request of {len(raw)} bytes as too large"
+        )
     if answer.status_code != 200:
         # The status only: the body is the target's, and an API error must not reflect it.
-        raise AppUnreachable(f"app {app.name} at {app.url} answered HTTP {answer.status_code}")
+        raise AppUnreachable(f"app {app.name} at {shown} answered HTTP {answer.status_code}")
     try:
         data = answer.json()
     except (ValueError, RecursionError):
         raise AppUnreachable(
-            f"app {app.name} at {app.url} answered a body that is not JSON"
+            f"app {app.name} at {shown} answered a body that is not JSON"
         ) from None
     if not isinstance(data, dict):
-        raise AppUnreachable(f"app {app.name} at {app.url} answered a body that is not an object")
+        raise AppUnreachable(f"app {app.name} at {shown} answered a body that is not an object")
     return data
 
 
-def sync_app(app: App) -> list[str]:
-    """Ask a push app which workflows it hosts."""
+def sync_app(app: App) -> Synced:
+    """Ask a push app which workflows it hosts, and which protocol it speaks. The names are
+    held to the rules a pull app's workers are (`validation.check_app_workflows`): an
+    answer that breaks them is `AppUnreachable` naming `workflows`, before anything is
+    written."""
     data = _post(app, {"protocol": PROTOCOL_VERSION, "type": "sync"}, SYNC_TIMEOUT_SECONDS)
     workflows = data.get("workflows")
     if not isinstance(workflows, list):
         raise AppUnreachable(f"app {app.name} answered sync without a workflows list")
-    names = [w.get("name") if isinstance(w, dict) else w for w in workflows]
-    if not all(isinstance(n, str) and n for n in names):
+    given = [w.get("name") if isinstance(w, dict) else w for w in workflows]
+    if not all(isinstance(n, str) and n for n in given):
         raise AppUnreachable(f"app {app.name} answered sync with a malformed workflows list")
-    return [str(n) for n in names]
+    names = list(dict.fromkeys(str(n) for n in given))
+    try:
+        validation.check_app_workflows(names)
+    except ValidationError as exc:
+        raise AppUnreachable(f"app {app.name} answered sync with {exc.message}") from None
+    said = data.get("protocol")
+    return Synced(names, said if isinstance(said, str) and VERSION_RE.match(said) else None)
 
 
 def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
+from ezgh_engine.adapters.read_cache import ReadCache
 from ezgh_engine.adapters.registry_store import _query_gsi1, ddb, get_item, item_key, table
 from ezgh_engine.core.queues import QueueRecord, Subscription
 from ezgh_engine.errors import Conflict, NotFound
@@ -71,9 +73,33 @@ def create_queue(queue: QueueRecord) -> QueueRecord:
     return queue
 
 
-def get_queue_by_id(queue_id: str) -> QueueRecord | None:
-    item = get_item(f"QUEUE#{queue_id}", "QUEUE")
-    return _queue_from(item) if item else None
+# Deliveries read their queue and its subscription through `cached=True`, as they read the
+# target app (`registry_store.get_app_cached`): for up to CACHE_SECONDS after a change made
+# in another environment, a message may still go to the subscription's previous target, or
+# to a subscription or queue deleted meanwhile (whose mapping is going away with it).
+CACHE_SECONDS = 5.0
+_queues: ReadCache[QueueRecord] = ReadCache(
+    CACHE_SECONDS, version=lambda q: 0, owner=lambda q: q.id
+)
+_subscriptions: ReadCache[Subscription] = ReadCache(
+    CACHE_SECONDS, version=lambda s: s.version, owner=lambda s: s.queue_id
+)
+
+
+def forget_cached() -> None:
+    """Forget the queues and subscriptions read a moment ago (tests)."""
+    _queues.clear()
+    _subscriptions.clear()
+
+
+def get_queue_by_id(queue_id: str, *, cached: bool = False) -> QueueRecord | None:
+    """The queue, read now, or with `cached` as read up to `CACHE_SECONDS` ago."""
+
+    def read() -> QueueRecord | None:
+        item = get_item(f"QUEUE#{queue_id}", "QUEUE")
+        return _queue_from(item) if item else None
+
+    return _queues.get(queue_id, read) if cached else read()
 
 
 def get_queue(project_id: str, ref: str) -> QueueRecord | None:
@@ -90,18 +116,38 @@ def list_queues(project_id: str) -> list[QueueRecord]:
     return [_queue_from(i) for i in _query_gsi1(f"QUEUES#{project_id}")]
 
 
+def all_queues() -> list[QueueRecord]:
+    """Every project's queues: a Scan of the registry (operators' commands only)."""
+    kwargs: dict[str, Any] = {
+        "TableName": table(),
+        "FilterExpression": "sk = :queue",
+        "ExpressionAttributeValues": {":queue": _s("QUEUE")},
+    }
+    out: list[QueueRecord] = []
+    while True:
+        page = ddb().scan(**kwargs)
+        out.extend(_queue_from(i) for i in page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return out
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
 def delete_queue(queue: QueueRecord) -> None:
-    ddb().transact_write_items(
-        TransactItems=[
-            {"Delete": {"TableName": table(), "Key": item_key(f"QUEUE#{queue.id}", "QUEUE")}},
-            {
-                "Delete": {
-                    "TableName": table(),
-                    "Key": item_key(f"QUEUENAME#{queue.project_id}#{queue.name}", "QUEUENAME"),
-                }
-            },
-        ]
-    )
+    try:
+        ddb().transact_write_items(
+            TransactItems=[
+                {"Delete": {"TableName": table(), "Key": item_key(f"QUEUE#{queue.id}", "QUEUE")}},
+                {
+                    "Delete": {
+                        "TableName": table(),
+                        "Key": item_key(f"QUEUENAME#{queue.project_id}#{queue.name}", "QUEUENAME"),
+                    }
+                },
+            ]
+        )
+    finally:
+        _queues.forget(queue.id)
+        _subscriptions.forget(queue.id)
 
 
 # --- subscriptions -------------------------------------------------------------------------
@@ -160,12 +206,18 @@ def get_subscription(project_id: str, sub_id: str) -> Subscription | None:
     return sub if sub and sub.project_id == project_id else None
 
 
-def subscription_for_queue(queue_id: str) -> Subscription | None:
-    claim = get_item(f"QUEUESUB#{queue_id}", "QUEUESUB")
-    if not claim:
-        return None
-    item = get_item(f"SUB#{claim['subscriptionId']['S']}", "SUB")
-    return _sub_from(item) if item else None
+def subscription_for_queue(queue_id: str, *, cached: bool = False) -> Subscription | None:
+    """The queue's subscription, read now, or with `cached` as read up to `CACHE_SECONDS`
+    ago."""
+
+    def read() -> Subscription | None:
+        claim = get_item(f"QUEUESUB#{queue_id}", "QUEUESUB")
+        if not claim:
+            return None
+        item = get_item(f"SUB#{claim['subscriptionId']['S']}", "SUB")
+        return _sub_from(item) if item else None
+
+    return _subscriptions.get(queue_id, read) if cached else read()
 
 
 def list_subscriptions(project_id: str) -> list[Subscription]:
@@ -174,27 +226,30 @@ def list_subscriptions(project_id: str) -> list[Subscription]:
 
 def save_subscription(sub: Subscription) -> Subscription:
     """Write over the stored one if unchanged since read (its version); Conflict otherwise."""
-    saved = replace(sub, version=sub.version + 1)
     try:
-        ddb().update_item(
-            TableName=table(),
-            Key=item_key(f"SUB#{sub.id}", "SUB"),
-            UpdateExpression="SET #d = :d, version = :nv",
-            ConditionExpression="version = :v",
-            ExpressionAttributeNames={"#d": "data"},
-            ExpressionAttributeValues={
-                ":d": _s(_sub_data(saved)),
-                ":nv": {"N": str(saved.version)},
-                ":v": {"N": str(sub.version)},
-            },
-        )
-    except ClientError as err:
-        if is_condition_failure(err):
-            raise Conflict(
-                f"subscription {sub.id} changed or was deleted meanwhile; retry"
-            ) from err
-        raise
-    return saved
+        saved = replace(sub, version=sub.version + 1)
+        try:
+            ddb().update_item(
+                TableName=table(),
+                Key=item_key(f"SUB#{sub.id}", "SUB"),
+                UpdateExpression="SET #d = :d, version = :nv",
+                ConditionExpression="version = :v",
+                ExpressionAttributeNames={"#d": "data"},
+                ExpressionAttributeValues={
+                    ":d": _s(_sub_data(saved)),
+                    ":nv": {"N": str(saved.version)},
+                    ":v": {"N": str(sub.version)},
+                },
+            )
+        except ClientError as err:
+            if is_condition_failure(err):
+                raise Conflict(
+                    f"subscription {sub.id} changed or was deleted meanwhile; retry"
+                ) from err
+            raise
+        return saved
+    finally:
+        _subscriptions.forget(sub.queue_id)
 
 
 def record_failure(sub_id: str, message: str, message_id: str, at: str) -> None:
@@ -218,24 +273,27 @@ def record_failure(sub_id: str, message: str, message_id: str, at: str) -> None:
 
 def delete_subscription(sub: Subscription) -> None:
     try:
-        ddb().transact_write_items(
-            TransactItems=[
-                {
-                    "Delete": {
-                        "TableName": table(),
-                        "Key": item_key(f"SUB#{sub.id}", "SUB"),
-                        "ConditionExpression": "attribute_exists(pk)",
-                    }
-                },
-                {
-                    "Delete": {
-                        "TableName": table(),
-                        "Key": item_key(f"QUEUESUB#{sub.queue_id}", "QUEUESUB"),
-                    }
-                },
-            ]
-        )
-    except ClientError as err:
-        if cancellation_codes(err):
-            raise NotFound(f"subscription {sub.id} not found") from err
-        raise
+        try:
+            ddb().transact_write_items(
+                TransactItems=[
+                    {
+                        "Delete": {
+                            "TableName": table(),
+                            "Key": item_key(f"SUB#{sub.id}", "SUB"),
+                            "ConditionExpression": "attribute_exists(pk)",
+                        }
+                    },
+                    {
+                        "Delete": {
+                            "TableName": table(),
+                            "Key": item_key(f"QUEUESUB#{sub.queue_id}", "QUEUESUB"),
+                        }
+                    },
+                ]
+            )
+        except ClientError as err:
+            if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
+                raise NotFound(f"subscription {sub.id} not found") from err
+            raise
+    finally:
+        _subscriptions.forget(sub.queue_id)

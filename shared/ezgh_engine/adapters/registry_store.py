@@ -1,5 +1,6 @@
-"""DynamoDB access to the `registry` table: projects, API keys and apps, with the item
-layout of docs/architecture.md ("registry"). Idempotency records are in `idempotency_store`.
+"""DynamoDB access to the `registry` table: projects and apps, with the item layout of
+docs/architecture.md ("registry"). API keys are in `api_keys_store`, idempotency records in
+`idempotency_store`.
 
 Every write is conditional, so two racing requests never both win. Secrets are never stored
 in clear: an API key is kept as its SHA-256 only, an app's signing key sealed (AES-GCM under
@@ -9,7 +10,7 @@ the engine's secret, bound to the app's item: `signingKeySealed`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -17,42 +18,13 @@ from botocore.exceptions import ClientError
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.ddb import cancellation_codes, is_condition_failure
+from ezgh_engine.adapters.read_cache import ReadCache
 from ezgh_engine.config import settings
 from ezgh_engine.core import sealing
-from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.core.flows.jobs import interpreter_app_id
+from ezgh_engine.core.models import App, Notifications
 from ezgh_engine.core.validation import is_uuid
 from ezgh_engine.errors import Conflict, NotFound
-
-Permission = tuple[str, str | None]  # (action, resource or None for all)
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """An API key's record (never its secret)."""
-
-    id: str
-    org_id: str
-    project_id: str
-    name: str
-    permissions: tuple[Permission, ...]
-    created_at: str
-
-    def to_api(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "permissions": permissions_to_api(self.permissions),
-            "createdAt": self.created_at,
-        }
-
-    def principal(self) -> Principal:
-        return Principal(self.org_id, self.project_id, self.id, self.permissions)
-
-
-def permissions_to_api(perms: tuple[Permission, ...]) -> list[dict[str, str]]:
-    """`[{action, resource?}]`, the API's shape of a permission list."""
-    return [{"action": a, **({"resource": r} if r is not None else {})} for a, r in perms]
-
 
 # --- low-level helpers ---------------------------------------------------------------------
 
@@ -126,107 +98,6 @@ def ensure_project(org_id: str, project_id: str) -> None:
             raise Conflict(f"project {project_id} belongs to another organization") from err
 
 
-# --- API keys ------------------------------------------------------------------------------
-
-
-def _key_from_item(item: dict[str, Any]) -> ApiKey:
-    perms = json.loads(item["permissions"]["S"])
-    return ApiKey(
-        id=item["id"]["S"],
-        org_id=item["orgId"]["S"],
-        project_id=item["projectId"]["S"],
-        name=item["name"]["S"],
-        permissions=tuple((p["action"], p.get("resource")) for p in perms),
-        created_at=item["createdAt"]["S"],
-    )
-
-
-def create_api_key(
-    org_id: str, project_id: str, name: str, permissions: tuple[Permission, ...]
-) -> tuple[ApiKey, str]:
-    """Store a new key and answer it with its secret (the only time the secret exists)."""
-    secret = f"ezgh_{ids.secret_token(32)}"
-    digest = ids.sha256_hex(secret)
-    key = ApiKey(ids.new_id(), org_id, project_id, name, permissions, clock.iso(clock.now()))
-    record = {
-        **item_key(f"APIKEY#{digest}", "APIKEY"),
-        "id": _s(key.id),
-        "orgId": _s(org_id),
-        "projectId": _s(project_id),
-        "name": _s(name),
-        "permissions": _s(json.dumps(permissions_to_api(permissions))),
-        "createdAt": _s(key.created_at),
-        "gsi1pk": _s(f"KEYS#{project_id}"),
-        "gsi1sk": _s(key.id),
-    }
-    pointer = {
-        **item_key(f"APIKEYID#{key.id}", "APIKEYID"),
-        "hash": _s(digest),
-        "projectId": _s(project_id),
-    }
-    ddb().transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table(),
-                    "Item": item,
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            }
-            for item in (record, pointer)
-        ]
-    )
-    return key, secret
-
-
-def find_api_key(secret: str) -> ApiKey | None:
-    """The key whose secret is `secret`, or None (unknown or revoked)."""
-    item = get_item(f"APIKEY#{ids.sha256_hex(secret)}", "APIKEY")
-    return _key_from_item(item) if item else None
-
-
-def get_api_key(project_id: str, key_id: str) -> ApiKey | None:
-    """A key of `project_id` by its ID, or None."""
-    pointer = get_item(f"APIKEYID#{key_id}", "APIKEYID")
-    if not pointer or pointer["projectId"]["S"] != project_id:
-        return None
-    item = get_item(f"APIKEY#{pointer['hash']['S']}", "APIKEY")
-    return _key_from_item(item) if item else None
-
-
-def list_api_keys(project_id: str) -> list[ApiKey]:
-    """Every key of the project, oldest ID order (no secrets, they are not stored)."""
-    return [_key_from_item(i) for i in _query_gsi1(f"KEYS#{project_id}")]
-
-
-def delete_api_key(project_id: str, key_id: str) -> None:
-    """Revoke a key: both items go in one transaction. Unknown key: NotFound."""
-    pointer = get_item(f"APIKEYID#{key_id}", "APIKEYID")
-    if not pointer or pointer["projectId"]["S"] != project_id:
-        raise NotFound(f"API key {key_id} not found")
-    deletes = [
-        item_key(f"APIKEY#{pointer['hash']['S']}", "APIKEY"),
-        item_key(f"APIKEYID#{key_id}", "APIKEYID"),
-    ]
-    try:
-        ddb().transact_write_items(
-            TransactItems=[
-                {
-                    "Delete": {
-                        "TableName": table(),
-                        "Key": k,
-                        "ConditionExpression": "attribute_exists(pk)",
-                    }
-                }
-                for k in deletes
-            ]
-        )
-    except ClientError as err:
-        if cancellation_codes(err):
-            raise NotFound(f"API key {key_id} not found") from err
-        raise
-
-
 # --- apps ----------------------------------------------------------------------------------
 
 
@@ -276,6 +147,10 @@ def _app_item(app: App) -> dict[str, Any]:
         item["url"] = _s(app.url)
     if app.notifications is not None:
         item["notifications"] = _s(json.dumps(app.notifications.to_api()))
+    if app.protocol is not None:
+        item["protocol"] = _s(app.protocol)
+    if app.key_id is not None:
+        item["keyId"] = _s(app.key_id)
     return item
 
 
@@ -303,6 +178,8 @@ def _app_from_item(item: dict[str, Any]) -> App:
         created_at=item["createdAt"]["S"],
         notifications=notifications,
         version=int(item["version"]["N"]),
+        protocol=item["protocol"]["S"] if "protocol" in item else None,
+        key_id=item["keyId"]["S"] if "keyId" in item else None,
     )
 
 
@@ -348,14 +225,46 @@ def _get_app_by_id(app_id: str) -> App | None:
 def get_app(project_id: str, app_ref: str) -> App | None:
     """The app named by its UUID, its `wfa_` slug or its name, or None (unknown, or of
     another project). Every `{appId}` in a path is read through here, so all accept the
-    three forms alike (as queues accept an ID or a name)."""
+    three forms alike (as queues accept an ID or a name). The engine's interpreter is never
+    found here, by any form (`service.flow_hosting`)."""
     app_id: str | None = app_ref
     if app_ref.startswith("wfa_"):
         app_id = _app_id_of(f"APPSLUG#{app_ref}", "APPSLUG")
     elif not is_uuid(app_ref):
         app_id = _app_id_of(f"APPNAME#{project_id}#{app_ref}", "APPNAME")
+    if app_id == interpreter_app_id(project_id):
+        return None  # the engine's interpreter (a record an earlier engine wrote): not an app
     app = _get_app_by_id(app_id) if app_id else None
-    return app if app and app.project_id == project_id else None
+    if app is None or app.project_id != project_id:
+        return None
+    _apps.put((project_id, app_ref), app)  # a fresh read: what the memory serves from now
+    return app
+
+
+# --- apps read a moment ago (the hot read paths) -------------------------------------------
+# Per environment, for APP_CACHE_SECONDS: a queue subscription's deliveries, scheduled starts
+# and run-ended notifications read their app through `get_app_cached` (a burst of messages
+# read one app item once per message, consistently). What may be stale, for up to that long
+# after a change made in another environment: an app deleted or unsynced still looks
+# startable (the run started then fails `workflows.app_deleted` at its first invocation:
+# the invoker reads its app consistently, always), and notification settings are the
+# previous ones. A change made in this environment is seen at once (`_apps.forget`); a
+# refusal is never served from memory (`derived_runs` reads again before refusing).
+APP_CACHE_SECONDS = 5.0
+_apps: ReadCache[App] = ReadCache(
+    APP_CACHE_SECONDS, version=lambda app: app.version, owner=lambda app: app.id
+)
+
+
+def get_app_cached(project_id: str, app_ref: str) -> App | None:
+    """`get_app`, or the app as this environment read it less than `APP_CACHE_SECONDS`
+    ago (see above for what that may miss)."""
+    return _apps.get((project_id, app_ref), lambda: get_app(project_id, app_ref))
+
+
+def forget_cached_apps() -> None:
+    """Forget every app read a moment ago (tests that write items behind the store's back)."""
+    _apps.clear()
 
 
 def _app_id_of(pk: str, sk: str) -> str | None:
@@ -364,8 +273,9 @@ def _app_id_of(pk: str, sk: str) -> str | None:
 
 
 def list_apps(project_id: str) -> list[App]:
-    """Every app of the project, by name."""
-    return [_app_from_item(i) for i in _query_gsi1(f"APPS#{project_id}")]
+    """Every app of the project, by name (never the engine's interpreter)."""
+    hidden = interpreter_app_id(project_id)
+    return [_app_from_item(i) for i in _query_gsi1(f"APPS#{project_id}") if i["id"]["S"] != hidden]
 
 
 def save_app(app: App) -> App:
@@ -385,33 +295,47 @@ def save_app(app: App) -> App:
         if is_condition_failure(err):
             raise Conflict(f"app {app.id} changed or was deleted meanwhile; retry") from err
         raise
+    finally:
+        _apps.forget(app.id)
     return saved
 
 
-def update_app_after_sync(app: App, workflows: list[str]) -> App:
-    """Record what a sync learnt: the app's workflows, and status `synced`.
+def update_app_after_sync(
+    app: App, workflows: list[str], protocol: str | None = None, *, key_id: str | None = None
+) -> App:
+    """Record what a sync learnt: the app's workflows, status `synced`, the protocol version
+    it speaks (when given; a worker's announce without one leaves it), and with `key_id` the
+    key whose sync (or worker's announce) it was, which the app's code now acts for.
 
     Only these fields change (no version check), so a sync never loses a concurrent PATCH
     of the URL or notifications; the version still moves on.
     """
+    update = "SET workflows = :w, #s = :s, version = version + :one"
+    values = {":w": {"L": [_s(w) for w in workflows]}, ":s": _s("synced"), ":one": {"N": "1"}}
+    names = {"#s": "status"}
+    if protocol is not None:
+        update += ", #p = :p"
+        names["#p"] = "protocol"
+        values[":p"] = _s(protocol)
+    if key_id is not None:
+        update += ", keyId = :k"
+        values[":k"] = _s(key_id)
     try:
         answer = ddb().update_item(
             TableName=table(),
             Key=item_key(f"APP#{app.id}", "APP"),
-            UpdateExpression="SET workflows = :w, #s = :s, version = version + :one",
+            UpdateExpression=update,
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={
-                ":w": {"L": [_s(w) for w in workflows]},
-                ":s": _s("synced"),
-                ":one": {"N": "1"},
-            },
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
         )
     except ClientError as err:
         if is_condition_failure(err):
             raise NotFound(f"app {app.id} not found") from err
         raise
+    finally:
+        _apps.forget(app.id)
     return _app_from_item(answer["Attributes"])
 
 
@@ -422,7 +346,10 @@ def delete_app(app: App) -> None:
         item_key(f"APPNAME#{app.project_id}#{app.name}", "APPNAME"),
         item_key(f"APPSLUG#{app.slug}", "APPSLUG"),
     ]
-    delete_with_pointers(keys, f"app {app.id}")
+    try:
+        delete_with_pointers(keys, f"app {app.id}")
+    finally:
+        _apps.forget(app.id)
 
 
 def delete_with_pointers(keys: list[dict[str, Any]], what: str) -> None:
@@ -433,6 +360,6 @@ def delete_with_pointers(keys: list[dict[str, Any]], what: str) -> None:
     try:
         ddb().transact_write_items(TransactItems=deletes)
     except ClientError as err:
-        if cancellation_codes(err):
+        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
             raise NotFound(f"{what} not found") from err
         raise

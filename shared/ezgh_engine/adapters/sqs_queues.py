@@ -1,6 +1,15 @@
 """SQS for EZGH queues: each one is an SQS queue `<stack>-q-<queueId>[.fifo]` with its own
 dead-letter queue `<stack>-q-<queueId>-dlq[.fifo]`, `<stack>` being `config.stack_prefix()`
-("ezgh" locally). The stack scopes the functions' IAM grants to `<stack>-q-*`."""
+("ezgh" locally). The stack scopes the functions' IAM grants to `<stack>-q-*`.
+
+Both keep messages 14 days, SQS's longest (its default is 4: a backlog older than that
+would be deleted unread). A FIFO queue runs in high-throughput mode: deduplication and
+throughput per message group (`DeduplicationScope=messageGroup`,
+`FifoThroughputLimit=perMessageGroupId`), so its limit is per group, not 300 calls a second
+for the whole queue. A deduplication ID then counts within its group: a resend goes to the
+same group, so it is still recognised. Queues made before these settings get them from
+`ezgh ops repair` (`outdated`, `apply_attributes`).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ from ezgh_engine.core.queues import (
     QueueRecord,
 )
 from ezgh_engine.errors import TransientError
+from ezgh_engine.topology import SQS_MAX_RETENTION_SECONDS
 
 QUEUE_INFIX = "-q-"
 # SendMessageBatch carries at most 256 KiB in all; larger requests go in several calls.
@@ -59,6 +69,22 @@ def _arn(url: str) -> str:
     )
 
 
+# SQS's longest retention, 14 days, for every EZGH queue and its dead-letter queue.
+RETENTION_SECONDS = SQS_MAX_RETENTION_SECONDS
+
+
+def settled_attributes(fifo: bool) -> dict[str, str]:
+    """The attributes every EZGH queue (and its DLQ) holds and `apply_attributes` restores:
+    14 days' retention; a FIFO queue's high-throughput mode."""
+    attributes = {"MessageRetentionPeriod": str(RETENTION_SECONDS)}
+    if fifo:
+        attributes |= {
+            "DeduplicationScope": "messageGroup",
+            "FifoThroughputLimit": "perMessageGroupId",
+        }
+    return attributes
+
+
 def create(
     queue_id: str, *, fifo: bool, max_receive_count: int, visibility_timeout_seconds: int
 ) -> tuple[str, str, str, str]:
@@ -67,7 +93,7 @@ def create(
     fifo_attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if fifo else {}
     dlq_url = _sqs().create_queue(
         QueueName=dlq_name,
-        Attributes={**({"FifoQueue": "true"} if fifo else {}), "MessageRetentionPeriod": "1209600"},
+        Attributes={**({"FifoQueue": "true"} if fifo else {}), **settled_attributes(fifo)},
     )["QueueUrl"]
     dlq_arn = _arn(dlq_url)
     redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
@@ -75,11 +101,39 @@ def create(
         QueueName=name,
         Attributes={
             **fifo_attrs,
+            **settled_attributes(fifo),
             "VisibilityTimeout": str(visibility_timeout_seconds),
             "RedrivePolicy": json.dumps(redrive),
         },
     )["QueueUrl"]
     return url, _arn(url), dlq_url, dlq_arn
+
+
+def outdated(queue: QueueRecord) -> dict[str, dict[str, str]]:
+    """Per SQS queue URL of `queue` (the queue, its DLQ), the settled attributes it lacks
+    (a queue made before them), as `{name: (wanted value)}`; empty when it has them all. A
+    queue gone from SQS is left out."""
+    wanted = settled_attributes(queue.fifo)
+    out: dict[str, dict[str, str]] = {}
+    for url in (queue.url, queue.dlq_url):
+        try:
+            held = _sqs().get_queue_attributes(QueueUrl=url, AttributeNames=list(wanted))
+        except ClientError as err:
+            if "NonExistentQueue" in str(err) or "QueueDoesNotExist" in str(err):
+                continue
+            raise
+        attributes = held.get("Attributes", {})
+        missing = {k: v for k, v in wanted.items() if attributes.get(k) != v}
+        if missing:
+            out[url] = missing
+    return out
+
+
+def apply_attributes(changes: dict[str, dict[str, str]]) -> None:
+    """Set what `outdated` found missing (idempotent; SQS applies a retention change to the
+    messages a queue holds already, within about 15 minutes)."""
+    for url, attributes in changes.items():
+        _sqs().set_queue_attributes(QueueUrl=url, Attributes=attributes)
 
 
 def delete(queue: QueueRecord) -> None:

@@ -3,12 +3,13 @@ mapped in `api.errors`, and its OpenAPI document at `GET /v1/openapi.json`."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
-from ezgh_engine.api import errors
+from ezgh_engine.api import errors, gate
 from ezgh_engine.api import models as m
 from ezgh_engine.api.routes_apps import router as apps_router
 from ezgh_engine.api.routes_console import router as console_router
@@ -23,11 +24,11 @@ VERSION = "1.0.0"
 
 
 def _parse_body(raw: str) -> Any:
-    """`errors.parse_json_body` with the limit of the request's path (a step call's is
-    larger: `errors.MAX_STEP_CALL_BYTES`)."""
-    step_call = resolver.current_event.path == errors.STEP_CALLS_PATH
+    """`errors.parse_json_body` with the limit of the request's path (a step call's and a
+    pull worker's outcome are larger: `errors.MAX_STEP_CALL_BYTES`)."""
+    large = resolver.current_event.path in errors.LARGE_BODY_PATHS
     return errors.parse_json_body(
-        raw, errors.MAX_STEP_CALL_BYTES if step_call else errors.MAX_BODY_BYTES
+        raw, errors.MAX_STEP_CALL_BYTES if large else errors.MAX_BODY_BYTES
     )
 
 
@@ -37,6 +38,8 @@ resolver = APIGatewayHttpResolver(
     json_body_deserializer=_parse_body,
 )
 errors.install(resolver)
+# Authentication (and an API key's rate) before validation, on every route.
+gate.install(resolver)
 
 
 @resolver.get(
@@ -75,3 +78,17 @@ resolver.include_router(pull_router)  # issue 5: pull apps
 resolver.include_router(queues_router)  # issue 4: queues and subscriptions
 resolver.include_router(console_router)  # issue 17: the web console's static files
 resolver.include_router(flows_router)  # issue 16: EzFlow graph workflows
+
+
+def route_keys() -> list[str]:
+    """Each route's HTTP API route key (`"POST /v1/callbacks/{token}"`), in the resolver's
+    order: infra gives the HTTP API these routes, all to the api function, so that its
+    access log names the route (with `{token}`, never the token) instead of the path.
+    A route whose path is a regular expression (a payload's nested path) has none: it is
+    served through `$default`."""
+    routes = [*resolver._static_routes, *resolver._dynamic_routes]
+    return [
+        f"{route.method} {route.openapi_path}"
+        for route in routes
+        if re.fullmatch(r"[A-Za-z0-9/{}._-]+", route.openapi_path)
+    ]

@@ -2,7 +2,9 @@
 
 - `EngineError` and subclasses: their own status and code.
 - Request validation (pydantic, Powertools): 400 `validation_error`, naming the field.
-- An unknown route: 404 `not_found`.
+- An unknown path: 404 `not_found`; a path served, with a method it does not serve (TRACE,
+  PROPFIND, PUT on a read-only path, ...): 405 `method_not_allowed` with `Allow`.
+- A key over its rate (`RateLimited`): 429 `rate_limited` with `Retry-After`.
 - A dependency that throttles (a DynamoDB, SQS or S3 throttle after botocore's retries, a
   transaction conflict: `TransientError`): 429 `rate_limited` with `Retry-After`, the
   contract's answer to "try again later". Step calls (`/v1/invocations/...`, the engine's own
@@ -26,7 +28,13 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from botocore.exceptions import ClientError
 
 from ezgh_engine.core import validation
-from ezgh_engine.errors import EngineError, PayloadTooLarge, TransientError, ValidationError
+from ezgh_engine.errors import (
+    EngineError,
+    PayloadTooLarge,
+    RateLimited,
+    TransientError,
+    ValidationError,
+)
 
 logger = Logger(service="ezgh-api")
 
@@ -36,6 +44,10 @@ MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the contract's limit on bodies and JSON v
 # rides the call that starts the next step (issue 19: refused 413, it failed the invocation).
 STEP_CALLS_PATH = "/v1/invocations/steps"
 MAX_STEP_CALL_BYTES = 2 * MAX_BODY_BYTES
+# The bodies that may carry a value of 1 MiB and more: step calls, and a pull worker's
+# outcome (its output of up to 1 MiB, and the step ends it holds: the SDK keeps those under
+# 256 KiB, sending more by a step call first).
+LARGE_BODY_PATHS = frozenset({STEP_CALLS_PATH, "/v1/invocations/outcome"})
 
 # A body may wrap its JSON values a few levels deep (an outcome's `ops[i].output`); each value
 # is then held to `validation.MAX_DEPTH` itself.
@@ -48,20 +60,6 @@ _LOCATIONS = ("body", "query", "path", "header", "cookie")
 # What a throttled caller waits before trying again (seconds): DynamoDB's adaptive
 # capacity and SQS/S3 throttles clear within about a second.
 RETRY_AFTER_SECONDS = 1
-
-# Error codes of AWS calls that mean "too many requests, try again".
-THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "Throttling",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "SlowDown",
-    }
-)
 
 # Paths of the engine-to-SDK protocol: their clients resend a 5xx, not a 429.
 PROTOCOL_PREFIX = "/v1/invocations/"
@@ -89,10 +87,11 @@ def busy_response(path: str, message: str) -> Response[Any]:
 
 
 def is_throttle(exc: ClientError) -> bool:
-    """An AWS error that means the caller should slow down and try again."""
-    from ezgh_engine.adapters import ddb
+    """An AWS error that means the caller should slow down and try again (`aws.is_throttle`,
+    the one list of throttle codes, or a transaction conflict)."""
+    from ezgh_engine.adapters import aws, ddb
 
-    return ddb.error_code(exc) in THROTTLE_CODES or (
+    return aws.is_throttle(exc) or (
         "TransactionConflict" in ddb.cancellation_codes(exc)
         or ddb.error_code(exc) == "TransactionConflictException"
     )
@@ -152,7 +151,10 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
 def _on_engine_error(err: EngineError) -> Response[Any]:
     if err.status >= 500:
         logger.exception("engine error", extra={"code": err.code})
-    return error_response(err.status, err.code, err.message)
+    headers = None
+    if isinstance(err, RateLimited):
+        headers = {"Retry-After": str(err.retry_after_seconds)}
+    return error_response(err.status, err.code, err.message, headers)
 
 
 def _on_validation(err: RequestValidationError) -> Response[Any]:
@@ -163,8 +165,10 @@ def _on_content_type(_: RequestUnsupportedContentType) -> Response[Any]:
     return error_response(400, "validation_error", "Content-Type must be application/json")
 
 
-def _on_not_found(_: NotFoundError) -> Response[Any]:
-    return error_response(404, "not_found", "no such path")
+def served_methods(resolver: APIGatewayHttpResolver, path: str) -> list[str]:
+    """The methods some route of the resolver serves at `path`, sorted."""
+    routes = [*getattr(resolver, "_static_routes", ()), *getattr(resolver, "_dynamic_routes", ())]
+    return sorted({r.method for r in routes if r.rule.match(path)})
 
 
 def _on_unexpected(_: Exception) -> Response[Any]:
@@ -186,6 +190,17 @@ def install(resolver: APIGatewayHttpResolver) -> None:
         logger.warning("dependency busy", extra={"error": err.message})
         return busy_response(path(), err.message)
 
+    def on_not_found(_: NotFoundError) -> Response[Any]:
+        allowed = served_methods(resolver, path())
+        if not allowed:
+            return error_response(404, "not_found", "no such path")
+        return error_response(
+            405,
+            "method_not_allowed",
+            f"this path serves {', '.join(allowed)}",
+            {"Allow": ", ".join(allowed)},
+        )
+
     def on_client_error(err: ClientError) -> Response[Any]:
         if is_throttle(err):
             from ezgh_engine.adapters import ddb
@@ -199,5 +214,5 @@ def install(resolver: APIGatewayHttpResolver) -> None:
     resolver.exception_handler(ClientError)(on_client_error)
     resolver.exception_handler(RequestValidationError)(_on_validation)
     resolver.exception_handler(RequestUnsupportedContentType)(_on_content_type)
-    resolver.not_found(_on_not_found)
+    resolver.not_found(on_not_found)
     resolver.exception_handler(Exception)(_on_unexpected)

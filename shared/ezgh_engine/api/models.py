@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel, Field
 
 from ezgh_engine.core.validation import MAX_DEPTH
@@ -16,6 +17,11 @@ from ezgh_engine.core.validation import MAX_DEPTH
 AppName = Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$", description="^[a-z0-9-]{1,64}$")]
 WorkflowName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 RunKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+# A list answered whole before answers had a size: it pages by size (`api.pages`).
+PageCursor = Annotated[
+    str | None,
+    Query(max_length=4096, description="the nextCursor of the page before (pages by size)"),
+]
 RunStatus = Literal["running", "cancelling", "completed", "failed", "cancelled", "timedOut"]
 NotifyOn = Literal["completed", "failed", "cancelled", "timedOut"]
 
@@ -104,6 +110,7 @@ class CreatedAppAnswer(AppAnswer):
 
 class AppList(BaseModel):
     apps: list[AppAnswer]
+    nextCursor: str | None = None
 
 
 class Permission(BaseModel):
@@ -116,6 +123,11 @@ class ApiKeyAnswer(BaseModel):
     name: str
     permissions: list[Permission]
     createdAt: str
+    createdBy: str | None = Field(
+        default=None,
+        description="the key that minted it (revoking that key revokes this one); null for a "
+        "bootstrap key",
+    )
 
 
 class CreatedApiKeyAnswer(ApiKeyAnswer):
@@ -124,6 +136,7 @@ class CreatedApiKeyAnswer(ApiKeyAnswer):
 
 class ApiKeyList(BaseModel):
     apiKeys: list[ApiKeyAnswer]
+    nextCursor: str | None = None
 
 
 class RunError(BaseModel):
@@ -147,11 +160,15 @@ class StepAnswer(BaseModel):
 
 
 class RunAnswer(BaseModel):
+    """A value that does not fit the answer (Lambda's 6 MB) is a reference read with
+    GetPayload: `inputRef` instead of `input`, `outputRef` instead of `output`."""
+
     id: str
     appId: str
     workflow: str
     status: RunStatus
     input: Any = None
+    inputRef: str | None = None
     output: Any = None
     outputRef: str | None = None
     error: RunError | None = None
@@ -163,6 +180,10 @@ class RunAnswer(BaseModel):
     startedAt: str
     endedAt: str | None = None
     steps: list[StepAnswer] | None = None
+    nextStepsCursor: str | None = Field(
+        default=None,
+        description="GetRun: more steps follow; pass it as stepsCursor for the next ones",
+    )
 
 
 class RunList(BaseModel):

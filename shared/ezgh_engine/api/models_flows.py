@@ -55,6 +55,7 @@ class FlowAnswer(BaseModel):
 
 class FlowList(BaseModel):
     flows: list[FlowAnswer]
+    nextCursor: str | None = None
 
 
 class CommitAnswer(BaseModel):
@@ -139,3 +140,34 @@ class FailedItemAnswer(BaseModel):
 class FailedItemList(BaseModel):
     failedItems: list[FailedItemAnswer]
     nextCursor: str | None = None
+
+
+class CreateFlowScheduleRequest(BaseModel):
+    """A flow schedule: a job of the flow at each time of a 5-field cron (timezone an IANA
+    name, default UTC), acting for the key that creates it."""
+
+    cron: str
+    timezone: str | None = None
+    input: Any = None
+    trackingId: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    branch: Branch | None = None
+
+
+class FlowScheduleAnswer(BaseModel):
+    id: str
+    slug: str
+    flowId: str
+    cron: str
+    timezone: str
+    input: Any = None
+    trackingId: str | None = None
+    branch: str | None = None
+    keyId: str | None = None
+    status: Literal["active", "paused"]
+    nextRunAt: str | None = None
+    createdAt: str
+    updatedAt: str
+
+
+class FlowScheduleList(BaseModel):
+    schedules: list[FlowScheduleAnswer]

@@ -6,15 +6,18 @@ in `api.errors`; permissions are decided in the services.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
+from ezgh_engine.api import pages
 from ezgh_engine.api.auth import principal_for
 from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.api.models import PageCursor
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.service import apps, auth
@@ -25,6 +28,11 @@ PREFIX = "/v1/organizations/<orgId>/projects/<projectId>"
 IdempotencyKey = Annotated[
     str | None, Header(alias="idempotency-key", description="replays the first answer for 48 h")
 ]
+
+
+def _by(field: str) -> Callable[[dict[str, Any]], str]:
+    """A list's order: the field its items are sorted by (`pages.by_size`)."""
+    return lambda item: str(item[field])
 
 
 def _caller(org_id: str, project_id: str) -> Principal:
@@ -59,11 +67,17 @@ def create_app(
     f"{PREFIX}/apps",
     security=m.API_KEY,
     summary="List apps",
-    responses=m.doc(200, m.AppList, "the project's apps"),
+    description=(
+        "The apps this key may read: those it holds a workflows.* grant on (on the app's "
+        "name or one of its workflows), or all with such a grant on every resource"
+    ),
+    responses=m.doc(200, m.AppList, "the project's apps this key may read"),
 )
-def list_apps(orgId: str, projectId: str) -> Response[Any]:
+def list_apps(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, {"apps": [a.to_api() for a in apps.list_apps(principal)]})
+    found = [a.to_api() for a in apps.list_apps(principal)]
+    scope = f"apps:{principal.project_id}"
+    return json_response(200, pages.by_size("apps", found, _by("name"), cursor=cursor, scope=scope))
 
 
 @router.get(
@@ -74,7 +88,7 @@ def list_apps(orgId: str, projectId: str) -> Response[Any]:
 )
 def get_app(orgId: str, projectId: str, appId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, apps.get_app(principal, appId).to_api())
+    return json_response(200, apps.read_app(principal, appId).to_api())
 
 
 @router.patch(
@@ -152,11 +166,26 @@ def create_api_key(
     f"{PREFIX}/apiKeys",
     security=m.API_KEY,
     summary="List API keys (no secrets)",
-    responses=m.doc(200, m.ApiKeyList, "the project's keys"),
+    description=(
+        "A page of the keys this key may manage (every permission of each one is one this "
+        "key holds, as creating or revoking it needs): an admin key sees every key"
+    ),
+    responses=m.doc(200, m.ApiKeyList, "a page of the project's keys"),
 )
-def list_api_keys(orgId: str, projectId: str) -> Response[Any]:
+def list_api_keys(
+    orgId: str,
+    projectId: str,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query()] = None,
+) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, {"apiKeys": [k.to_api() for k in auth.list_api_keys(principal)]})
+
+    def fetch(count: int) -> tuple[list[dict[str, Any]], str | None]:
+        found, following = auth.list_api_keys(principal, limit=count, cursor=cursor)
+        return [k.to_api() for k in found], following
+
+    found, following = pages.fewer(fetch, limit)
+    return json_response(200, {"apiKeys": found, "nextCursor": following})
 
 
 @router.delete(

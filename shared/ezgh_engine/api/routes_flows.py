@@ -11,13 +11,15 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
 from ezgh_engine.api import models_flows as fm
+from ezgh_engine.api import pages
 from ezgh_engine.api.auth import principal_for
 from ezgh_engine.api.errors import check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.api.models import PageCursor
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
-from ezgh_engine.service import flow_jobs, flows
+from ezgh_engine.service import flow_jobs, flow_schedules, flows
 
 router = APIGatewayHttpRouter()
 
@@ -71,9 +73,12 @@ def create_flow(
     summary="List flows",
     responses=m.doc(200, fm.FlowList, "the project's flows, by name"),
 )
-def list_flows(orgId: str, projectId: str) -> Response[Any]:
-    found = flows.list_flows(_caller(orgId, projectId))
-    return json_response(200, {"flows": [f.to_api() for f in found]})
+def list_flows(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
+    principal = _caller(orgId, projectId)
+    found = [f.to_api() for f in flows.list_flows(principal)]
+    scope = f"flows:{principal.project_id}"
+    page = pages.by_size("flows", found, lambda f: str(f["name"]), cursor=cursor, scope=scope)
+    return json_response(200, page)
 
 
 @router.get(
@@ -147,10 +152,14 @@ def list_commits(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    found, nxt = flows.list_commits(
-        _caller(orgId, projectId), flowId, branch=branch, limit=limit, cursor=cursor
-    )
-    return json_response(200, {"commits": [c.to_api() for c in found], "nextCursor": nxt})
+    principal = _caller(orgId, projectId)
+
+    def fetch(n: int) -> tuple[list[dict[str, Any]], str | None]:
+        found, nxt = flows.list_commits(principal, flowId, branch=branch, limit=n, cursor=cursor)
+        return [c.to_api() for c in found], nxt
+
+    commits, following = pages.fewer(fetch, limit)  # within one answer's size
+    return json_response(200, {"commits": commits, "nextCursor": following})
 
 
 @router.post(
@@ -179,6 +188,60 @@ def start_job(
     return answer_once(principal, f"POST /flows/{flowId}/jobs", idempotency_key, raw, run)
 
 
+@router.post(
+    f"{FLOW}/schedules",
+    security=m.API_KEY,
+    summary="Create a flow schedule: a job at each time of a cron, for the creating key",
+    responses=m.doc(201, fm.FlowScheduleAnswer, "the schedule"),
+)
+def create_flow_schedule(
+    orgId: str,
+    projectId: str,
+    flowId: str,
+    body: Annotated[fm.CreateFlowScheduleRequest, Body()],
+    idempotency_key: IdempotencyKey = None,
+) -> Response[Any]:
+    principal = _caller(orgId, projectId)
+    check_value_size(body.input, "input")
+    raw = body.model_dump(mode="json")
+
+    def run() -> Answer:
+        made = flow_schedules.create_schedule(
+            principal,
+            flowId,
+            cron_expression=body.cron,
+            timezone=body.timezone,
+            input=body.input,
+            tracking_id=body.trackingId,
+            branch=body.branch,
+        )
+        return 201, flow_schedules.to_api(made)
+
+    return answer_once(principal, f"POST /flows/{flowId}/schedules", idempotency_key, raw, run)
+
+
+@router.get(
+    f"{FLOW}/schedules",
+    security=m.API_KEY,
+    summary="List a flow's schedules",
+    responses=m.doc(200, fm.FlowScheduleList, "the flow's schedules"),
+)
+def list_flow_schedules(orgId: str, projectId: str, flowId: str) -> Response[Any]:
+    found = flow_schedules.list_schedules(_caller(orgId, projectId), flowId)
+    return json_response(200, {"schedules": [flow_schedules.to_api(s) for s in found]})
+
+
+@router.delete(
+    f"{FLOW}/schedules/<scheduleId>",
+    security=m.API_KEY,
+    summary="Delete a flow schedule",
+    responses=m.doc(204, None, "deleted"),
+)
+def delete_flow_schedule(orgId: str, projectId: str, flowId: str, scheduleId: str) -> Response[Any]:
+    flow_schedules.delete_schedule(_caller(orgId, projectId), flowId, scheduleId)
+    return no_content()
+
+
 @router.get(
     f"{PREFIX}/jobs",
     security=m.API_KEY,
@@ -196,17 +259,23 @@ def search_jobs(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    found, nxt = flow_jobs.search_jobs(
-        _caller(orgId, projectId),
-        flow_ref=flowId,
-        status=status,
-        tracking_id=trackingId,
-        created_after=iso_time(createdAfter, "createdAfter"),
-        created_before=iso_time(createdBefore, "createdBefore"),
-        limit=limit,
-        cursor=cursor,
-    )
-    return json_response(200, {"jobs": found, "nextCursor": nxt})
+    principal = _caller(orgId, projectId)
+    after, before = iso_time(createdAfter, "createdAfter"), iso_time(createdBefore, "createdBefore")
+
+    def fetch(n: int) -> tuple[list[dict[str, Any]], str | None]:
+        return flow_jobs.search_jobs(
+            principal,
+            flow_ref=flowId,
+            status=status,
+            tracking_id=trackingId,
+            created_after=after,
+            created_before=before,
+            limit=n,
+            cursor=cursor,
+        )
+
+    jobs, following = pages.fewer(fetch, limit)  # within one answer's size
+    return json_response(200, {"jobs": jobs, "nextCursor": following})
 
 
 @router.get(
@@ -243,10 +312,16 @@ def list_failed_items(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
-    found, nxt = flow_jobs.list_failed_items(
-        _caller(orgId, projectId), flow_ref=flowId, job_id=jobId, limit=limit, cursor=cursor
-    )
-    return json_response(200, {"failedItems": [f.to_api() for f in found], "nextCursor": nxt})
+    principal = _caller(orgId, projectId)
+
+    def fetch(n: int) -> tuple[list[dict[str, Any]], str | None]:
+        found, nxt = flow_jobs.list_failed_items(
+            principal, flow_ref=flowId, job_id=jobId, limit=n, cursor=cursor
+        )
+        return [f.to_api() for f in found], nxt
+
+    items, following = pages.fewer(fetch, limit)  # within one answer's size
+    return json_response(200, {"failedItems": items, "nextCursor": following})
 
 
 @router.post(

@@ -15,6 +15,7 @@ from ezgh_engine.api import models as m
 from ezgh_engine.api.auth import bearer_token, principal_for
 from ezgh_engine.api.errors import validation_message
 from ezgh_engine.api.responses import json_response, no_content
+from ezgh_engine.core.validation import MAX_APP_WORKFLOWS
 from ezgh_engine.errors import Unauthorized, ValidationError
 from ezgh_engine.service import pull
 
@@ -26,7 +27,10 @@ WorkflowName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 class AnnounceRequest(BaseModel):
     workerId: Annotated[str, Field(min_length=1, max_length=128)]
-    workflows: Annotated[list[WorkflowName], Field(max_length=1000)]
+    workflows: Annotated[list[WorkflowName], Field(max_length=MAX_APP_WORKFLOWS)]
+    # The newest invocation protocol the worker speaks (1.5 and later say it): the app's
+    # tasks are written in it (docs/protocol.md, "Versions").
+    protocol: Annotated[str, Field(pattern=r"^[0-9]{1,4}(\.[0-9]{1,4}){0,3}$")] | None = None
 
 
 class PollRequest(BaseModel):
@@ -44,7 +48,13 @@ def announce(
     orgId: str, projectId: str, appId: str, body: Annotated[AnnounceRequest, Body()]
 ) -> Response[Any]:
     principal = principal_for(router.current_event, orgId, projectId)
-    app = pull.announce(principal, appId, worker_id=body.workerId, workflows=body.workflows)
+    app = pull.announce(
+        principal,
+        appId,
+        worker_id=body.workerId,
+        workflows=body.workflows,
+        protocol=body.protocol,
+    )
     return json_response(200, app.to_api())
 
 

@@ -13,8 +13,10 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, Field
 
 from ezgh_engine.api import models as m
+from ezgh_engine.api import pages
 from ezgh_engine.api.auth import principal_for
 from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.api.models import PageCursor
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.service import queues, subscriptions
@@ -48,6 +50,7 @@ class QueueAnswer(BaseModel):
 
 class QueueList(BaseModel):
     queues: list[QueueAnswer]
+    nextCursor: str | None = None
 
 
 class SendMessagesRequest(BaseModel):
@@ -129,6 +132,7 @@ class CreatedSubscriptionAnswer(SubscriptionAnswer):
 
 class SubscriptionList(BaseModel):
     subscriptions: list[SubscriptionAnswer]
+    nextCursor: str | None = None
 
 
 def _caller(org_id: str, project_id: str) -> Principal:
@@ -175,11 +179,15 @@ def create_queue(
     f"{PREFIX}/queues",
     security=m.API_KEY,
     summary="List queues",
-    responses=m.doc(200, QueueList, "the project's queues"),
+    description="The queues this key holds a queues.* grant on (or all, unscoped)",
+    responses=m.doc(200, QueueList, "the project's queues this key may read"),
 )
-def list_queues(orgId: str, projectId: str) -> Response[Any]:
+def list_queues(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, {"queues": [q.to_api() for q in queues.list_queues(principal)]})
+    found = [q.to_api() for q in queues.list_queues(principal)]
+    scope = f"queues:{principal.project_id}"
+    page = pages.by_size("queues", found, lambda q: str(q["name"]), cursor=cursor, scope=scope)
+    return json_response(200, page)
 
 
 @router.get(
@@ -190,7 +198,7 @@ def list_queues(orgId: str, projectId: str) -> Response[Any]:
 )
 def get_queue(orgId: str, projectId: str, queueId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, queues.get_queue(principal, queueId).to_api())
+    return json_response(200, queues.read_queue(principal, queueId).to_api())
 
 
 @router.delete(
@@ -281,15 +289,26 @@ def create_subscription(
     f"{PREFIX}/subscriptions",
     security=m.API_KEY,
     summary="List subscriptions",
-    responses=m.doc(200, SubscriptionList, "the project's subscriptions"),
+    description="The subscriptions of the queues this key may read",
+    responses=m.doc(200, SubscriptionList, "the project's subscriptions this key may read"),
 )
 def list_subscriptions(
-    orgId: str, projectId: str, queueId: Annotated[str | None, Query()] = None
+    orgId: str,
+    projectId: str,
+    queueId: Annotated[str | None, Query()] = None,
+    cursor: PageCursor = None,
 ) -> Response[Any]:
     principal = _caller(orgId, projectId)
     subs = subscriptions.list_subscriptions(principal, queueId)
-    answers = [subscriptions.to_api(principal, s) for s in subs]
-    return json_response(200, {"subscriptions": answers})
+    found = [subscriptions.to_api(principal, s) for s in subs]
+    scope = f"subscriptions:{principal.project_id}:{queueId or ''}"
+    page = pages.by_size("subscriptions", found, _created, cursor=cursor, scope=scope)
+    return json_response(200, page)
+
+
+def _created(sub: dict[str, Any]) -> str:
+    """The subscriptions' order (oldest first, as the store's index sorts them)."""
+    return f"{sub['createdAt']}#{sub['id']}"
 
 
 @router.get(
@@ -300,7 +319,7 @@ def list_subscriptions(
 )
 def get_subscription(orgId: str, projectId: str, subId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    sub = subscriptions.get_subscription(principal, subId)
+    sub = subscriptions.read_subscription(principal, subId)
     return json_response(200, subscriptions.to_api(principal, sub))
 
 

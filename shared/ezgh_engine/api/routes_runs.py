@@ -14,6 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Que
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
+from ezgh_engine.api import pages
 from ezgh_engine.api.auth import bearer_token, principal_for
 from ezgh_engine.api.errors import MAX_BODY_BYTES, check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
@@ -22,7 +23,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
 from ezgh_engine.errors import PayloadTooLarge, Unauthorized
-from ezgh_engine.service import callbacks, runs, steps
+from ezgh_engine.service import callbacks, invocation_state, run_views, runs, steps, wire
 
 router = APIGatewayHttpRouter()
 
@@ -58,7 +59,7 @@ def start_run(
             run_key=body.runKey,
             timeout_seconds=body.timeoutSeconds,
         )
-        return (201 if created else 200), started.to_api()
+        return (201 if created else 200), run_views.run_answer(started)
 
     return answer_once(principal, "POST /runs", idempotency_key, body.model_dump(mode="json"), run)
 
@@ -89,30 +90,49 @@ def search_runs(
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    found, next_cursor = runs.search_runs(
-        principal,
-        app_ref=appId,
-        workflow=workflow,
-        status=status,
-        run_key=runKey,
-        created_after=iso_time(createdAfter, "createdAfter"),
-        created_before=iso_time(createdBefore, "createdBefore"),
-        limit=limit,
-        cursor=cursor,
-    )
-    return json_response(
-        200, {"runs": [r.to_api(with_steps=False) for r in found], "nextCursor": next_cursor}
-    )
+    after, before = iso_time(createdAfter, "createdAfter"), iso_time(createdBefore, "createdBefore")
+
+    def fetch(n: int) -> tuple[list[dict[str, Any]], str | None]:
+        found, next_cursor = runs.search_runs(
+            principal,
+            app_ref=appId,
+            workflow=workflow,
+            status=status,
+            run_key=runKey,
+            created_after=after,
+            created_before=before,
+            limit=n,
+            cursor=cursor,
+        )
+        return run_views.list_answer(found), next_cursor
+
+    # Values that do not fit are references (`run_views`); the records alone always do, but
+    # a page of them is asked for again, smaller, if ever they did not.
+    found, following = pages.fewer(fetch, limit)
+    return json_response(200, {"runs": found, "nextCursor": following})
 
 
 @router.get(
     RUN,
     security=m.API_KEY,
     summary="GetRun",
+    description=(
+        "The run with its steps. Values are inline while the answer stays within Lambda's "
+        "6 MB, in order (the input, the output, each step's result); the others are "
+        "references read with GetPayload (inputRef, outputRef). When the steps' records "
+        "alone do not fit, the answer holds the first ones and nextStepsCursor: pass it as "
+        "stepsCursor for the run with the next ones."
+    ),
     responses=m.doc(200, m.RunAnswer, "the run with its steps"),
 )
-def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
-    return json_response(200, runs.get_run(_caller(orgId, projectId), runId).to_api())
+def get_run(
+    orgId: str,
+    projectId: str,
+    runId: str,
+    stepsCursor: Annotated[str | None, Query(max_length=4096)] = None,
+) -> Response[Any]:
+    run = runs.get_run(_caller(orgId, projectId), runId)
+    return json_response(200, run_views.run_answer(run, steps_cursor=stepsCursor))
 
 
 @router.post(
@@ -126,7 +146,9 @@ def get_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     responses=m.doc(202, m.RunAnswer, "cancelling"),
 )
 def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
-    return json_response(202, runs.cancel_run(_caller(orgId, projectId), runId).to_api())
+    return json_response(
+        202, run_views.run_answer(runs.cancel_run(_caller(orgId, projectId), runId))
+    )
 
 
 @router.post(
@@ -140,7 +162,9 @@ def cancel_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
     responses=m.doc(200, m.RunAnswer, "running again"),
 )
 def retry_run(orgId: str, projectId: str, runId: str) -> Response[Any]:
-    return json_response(200, runs.retry_run(_caller(orgId, projectId), runId).to_api())
+    return json_response(
+        200, run_views.run_answer(runs.retry_run(_caller(orgId, projectId), runId))
+    )
 
 
 @router.delete(RUN, security=m.API_KEY, summary="DeleteRun", responses=m.doc(204, None, "deleted"))
@@ -203,7 +227,35 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     token = bearer_token(router.current_event)
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
-    return json_response(200, steps.apply_ops(token, body))
+    with wire.answering(body.get("protocol")):  # 1.5: large recorded outputs by reference
+        return json_response(200, steps.apply_ops(token, body))
+
+
+def _invocation_token() -> str:
+    token = bearer_token(router.current_event)
+    if token is None:
+        raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
+    return token
+
+
+@router.post(
+    "/v1/invocations/history",
+    security=m.INVOCATION_TOKEN,
+    summary="A page of an invocation's history (protocol 1.5; invocation token)",
+    responses=m.doc(200, None, "{steps: [...], nextCursor}"),
+)
+def read_history(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
+    return json_response(200, invocation_state.read_history(_invocation_token(), body))
+
+
+@router.post(
+    "/v1/invocations/payload",
+    security=m.INVOCATION_TOKEN,
+    summary="A value an invoke request gave as a reference (protocol 1.5; invocation token)",
+    responses=m.doc(200, None, "{value: <json>}"),
+)
+def read_payload(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
+    return json_response(200, invocation_state.read_payload(_invocation_token(), body))
 
 
 @router.post(
@@ -217,9 +269,10 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     },
 )
 def complete_callback(token: str) -> Response[Any]:
+    found = callbacks.find(token)  # the URL's token first: 404 before any body check
     # Any JSON value is a body here, not only an object: read it as sent.
     raw = router.current_event.decoded_body or ""
     if len(raw.encode()) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"the body is larger than {MAX_BODY_BYTES} bytes (1 MiB)")
     body = validation.parse_json(raw, "the body") if raw.strip() else None
-    return json_response(200, callbacks.complete(token, body))
+    return json_response(200, callbacks.complete(token, body, found))

@@ -11,9 +11,11 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, Field
 
 from ezgh_engine.api import models as m
+from ezgh_engine.api import pages
 from ezgh_engine.api.auth import principal_for
 from ezgh_engine.api.errors import check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
+from ezgh_engine.api.models import PageCursor
 from ezgh_engine.api.responses import json_response, no_content
 from ezgh_engine.core.models import Principal
 from ezgh_engine.service import schedules
@@ -56,6 +58,7 @@ class ScheduleAnswer(BaseModel):
 
 class ScheduleList(BaseModel):
     schedules: list[ScheduleAnswer]
+    nextCursor: str | None = None
 
 
 def _caller(org_id: str, project_id: str) -> Principal:
@@ -99,9 +102,17 @@ def create_schedule(
     summary="List schedules",
     responses=m.doc(200, ScheduleList, "the project's schedules, oldest first"),
 )
-def list_schedules(orgId: str, projectId: str) -> Response[Any]:
-    found = schedules.list_schedules(_caller(orgId, projectId))
-    return json_response(200, {"schedules": [schedules.to_api(s) for s in found]})
+def list_schedules(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
+    principal = _caller(orgId, projectId)
+    found = [schedules.to_api(s) for s in schedules.list_schedules(principal)]
+    scope = f"schedules:{principal.project_id}"
+    page = pages.by_size("schedules", found, _created, cursor=cursor, scope=scope)
+    return json_response(200, page)
+
+
+def _created(schedule: dict[str, Any]) -> str:
+    """The schedules' order (oldest first, as the store's index sorts them)."""
+    return f"{schedule['createdAt']}#{schedule['id']}"
 
 
 @router.get(

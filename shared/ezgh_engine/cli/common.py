@@ -136,6 +136,30 @@ class Api:
             return {}
         return answer.json()
 
+    def all_pages(self, path: str, name: str, params: dict[str, Any] | None = None) -> Any:
+        """`{name: [...]}`: a list the API answers page by page by size (`nextCursor`),
+        whole."""
+        found: list[Any] = []
+        cursor = None
+        while True:
+            page = self.request("GET", path, params={**(params or {}), "cursor": cursor})
+            found += page.get(name, [])
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return {name: found}
+
+    def run(self, run_id: str) -> Any:
+        """GetRun with every step: a run whose steps do not fit one answer is read page by
+        page (`stepsCursor`)."""
+        path = f"/runs/{segment(run_id)}"
+        run = self.request("GET", path)
+        following = run.pop("nextStepsCursor", None)
+        while following:
+            page = self.request("GET", path, params={"stepsCursor": following})
+            run["steps"] = [*run.get("steps", []), *page.get("steps", [])]
+            following = page.get("nextStepsCursor")
+        return run
+
 
 def parse_json(text: str, flag: str) -> Any:
     try:

@@ -40,8 +40,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="MODULE:ATTR",
-        help="serve this PushApp, register and sync it (repeatable; EzFlow's interpreter "
-        "app ezgh-flows is the topology's flows function, always registered)",
+        help="serve this PushApp, register and sync it (repeatable; EzFlow's interpreter, "
+        "the topology's flows function, is always served: the engine's own app, no project's)",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)

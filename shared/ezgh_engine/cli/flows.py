@@ -75,7 +75,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    flows = Api(args).request("GET", "/flows")
+    flows = Api(args).all_pages("/flows", "flows")
     return emit(args, flows, lambda d: table(d.get("flows", []), FLOW_COLUMNS))
 
 

@@ -51,7 +51,7 @@ def resolve_subscription(api: Api, ref: str) -> dict[str, Any]:
             if exc.status != 404:
                 raise
     queue = resolve_queue(api, ref)
-    subs = api.request("GET", "/subscriptions", params={"queueId": queue["id"]})
+    subs = api.all_pages("/subscriptions", "subscriptions", {"queueId": queue["id"]})
     found = subs.get("subscriptions", [])
     if not found:
         raise CliError(f"404 not_found: queue {ref!r} has no subscription", 404, "not_found")
@@ -72,7 +72,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    queues = Api(args).request("GET", "/queues")
+    queues = Api(args).all_pages("/queues", "queues")
     return emit(args, queues, lambda d: table(d.get("queues", []), QUEUE_COLUMNS))
 
 
@@ -171,7 +171,7 @@ def _sub_create(args: argparse.Namespace) -> int:
 def _sub_list(args: argparse.Namespace) -> int:
     api = Api(args)
     params = {"queueId": resolve_queue(api, args.queue)["id"]} if args.queue else None
-    subs = api.request("GET", "/subscriptions", params=params)
+    subs = api.all_pages("/subscriptions", "subscriptions", params)
     return emit(args, subs, lambda d: table(d.get("subscriptions", []), SUB_COLUMNS))
 
 

@@ -1,4 +1,5 @@
-"""`ezgh ops repair`: re-arm the invocations and timers the runs table says are owed.
+"""`ezgh ops repair`: re-arm the invocations and timers the runs table says are owed, and
+give EZGH queues made by an older version the settings of this one.
 
     ezgh ops repair [--project-id UUID] [--older-than 300] [--yes] [--json] [--stack EzghWorkflows]
 
@@ -19,10 +20,13 @@ from ezgh_engine.cli.common import add_yes, configure_stack, operator_command, t
 
 @operator_command("repair")
 def _repair(args: argparse.Namespace) -> int:
-    from ezgh_engine.service.repair import repair
+    from ezgh_engine.service.repair import queue_upgrades, repair
 
     configure_stack(args.stack)
-    actions = repair(args.project_id, apply=args.yes, older_than_seconds=args.older_than)
+    actions: list[Any] = [
+        *repair(args.project_id, apply=args.yes, older_than_seconds=args.older_than),
+        *queue_upgrades(args.project_id, apply=args.yes),
+    ]
     if args.json:
         print(
             json.dumps({"applied": args.yes, "repairs": [a.to_json() for a in actions]}, indent=2)
@@ -42,7 +46,8 @@ def register(commands: Any) -> None:
     """Add `repair` under `ezgh ops`."""
     parser = commands.add_parser(
         "repair",
-        help="re-arm owed invocations and lost timers of active runs (dry run without --yes)",
+        help="re-arm owed invocations and lost timers of active runs, and bring older queues' "
+        "settings up to date (dry run without --yes)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[

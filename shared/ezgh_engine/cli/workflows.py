@@ -1,4 +1,5 @@
-"""`ezgh workflows apps|runs|schedules …`: the Workflows API from the command line.
+"""`ezgh workflows apps|runs|schedules …`: the Workflows API from the command line, and
+`replay-check` and `runs export` (cli/replay_check.py).
 
 Apps may be named by name, UUID or `wfa_` slug; schedules by UUID or `wfs_` slug; queues (for
 `--notify-queue`) by name or ID. Tables for people, `--json` for scripts.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ezgh_engine.cli import replay_check
 from ezgh_engine.cli.common import (
     UUID_RE,
     Api,
@@ -37,7 +39,7 @@ def resolve_app(api: Api, ref: str) -> dict[str, Any]:
     """An app by UUID, slug or name."""
     if UUID_RE.match(ref) or ref.startswith("wfa_"):
         return dict(api.request("GET", f"/apps/{segment(ref)}"))
-    for app in api.request("GET", "/apps").get("apps", []):
+    for app in api.all_pages("/apps", "apps").get("apps", []):
         if app.get("name") == ref:
             return dict(app)
     raise CliError(f"404 not_found: no app named {ref!r}", 404, "not_found")
@@ -46,7 +48,7 @@ def resolve_app(api: Api, ref: str) -> dict[str, Any]:
 def resolve_queue_id(api: Api, ref: str) -> str:
     """A queue's ID from its name or ID (`GET /queues`)."""
     try:
-        queues = api.request("GET", "/queues").get("queues", [])
+        queues = api.all_pages("/queues", "queues").get("queues", [])
     except CliError as exc:
         if UUID_RE.match(ref) and exc.status in (404, 403):
             return ref
@@ -67,7 +69,7 @@ def _show_app(app: dict[str, Any]) -> None:
 
 
 def apps_list(args: argparse.Namespace) -> int:
-    apps = Api(args).request("GET", "/apps")
+    apps = Api(args).all_pages("/apps", "apps")
     return emit(args, apps, lambda d: table(d.get("apps", []), APP_COLUMNS))
 
 
@@ -170,6 +172,7 @@ def _show_run(run: dict[str, Any]) -> None:
             "scheduleId",
             "parentRunId",
             "input",
+            "inputRef",
             "output",
             "outputRef",
             "error",
@@ -198,7 +201,7 @@ def runs_start(args: argparse.Namespace) -> int:
 
 
 def runs_get(args: argparse.Namespace) -> int:
-    return emit(args, Api(args).request("GET", f"/runs/{segment(args.run_id)}"), _show_run)
+    return emit(args, Api(args).run(args.run_id), _show_run)
 
 
 def runs_list(args: argparse.Namespace) -> int:
@@ -264,7 +267,7 @@ def schedules_create(args: argparse.Namespace) -> int:
 
 
 def schedules_list(args: argparse.Namespace) -> int:
-    answer = Api(args).request("GET", "/schedules")
+    answer = Api(args).all_pages("/schedules", "schedules")
     return emit(args, answer, lambda d: table(d.get("schedules", []), SCHEDULE_COLUMNS))
 
 
@@ -357,6 +360,7 @@ def register(subparsers: Any) -> None:
     leaf(runs, "cancel", runs_cancel, "cancel a run").add_argument("run_id")
     leaf(runs, "retry", runs_retry, "retry a failed or timed-out run").add_argument("run_id")
     leaf(runs, "events", runs_events, "list a run's events").add_argument("run_id")
+    replay_check.register(runs, resources, leaf, resolve_app)
 
     schedules = resources.add_parser("schedules", help="cron schedules").add_subparsers(
         dest="action", metavar="ACTION", required=True

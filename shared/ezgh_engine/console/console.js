@@ -5,7 +5,8 @@
 //   attributes); nothing from the API is ever parsed as HTML.
 // - The key lives in sessionStorage only (gone when the browser session ends). A link may carry
 //   it in the URL fragment (#key=…&org=…&project=…), which browsers never send to a server;
-//   the page moves it to sessionStorage and removes it from the address bar at once.
+//   the page removes it from the address bar at once and moves it to sessionStorage, after
+//   asking if the tab already holds another session.
 // - An API error is shown as the API words it: `code: message`.
 "use strict";
 
@@ -137,7 +138,15 @@
     route();
   }
 
-  /** A sign-in link's fragment: store it and wipe it from the address bar and history. */
+  // A sign-in link's credentials while the tab asks whether they may replace its session.
+  // Only here, in memory: nothing is stored until the user says so.
+  let pendingLink = null;
+
+  /**
+   * A sign-in link's fragment: wipe it from the address bar and history at once, then sign
+   * in with it, unless the tab holds another session: a link must not replace that silently
+   * (a link from someone else would put the tab in their project), so the page asks first.
+   */
   function takeFragmentCredentials() {
     const fragment = location.hash.replace(/^#/, "");
     if (!/(^|&)key=/.test(fragment)) return;
@@ -146,8 +155,17 @@
     const org = params.get("org");
     const project = params.get("project");
     history.replaceState(null, "", location.pathname + location.search + "#/runs");
-    if (key && org && project) saveCredentials(key, org, project);
-    else showBanner("The sign-in link needs key, org and project.");
+    if (!(key && org && project)) {
+      showBanner("The sign-in link needs key, org and project.");
+      return;
+    }
+    const held = credentials();
+    if (held && (held.key !== key || held.org !== org || held.project !== project)) {
+      pendingLink = { key, org, project };
+      return;
+    }
+    pendingLink = null;
+    saveCredentials(key, org, project);
   }
 
   // --- the API -----------------------------------------------------------------------------
@@ -202,6 +220,31 @@
       );
     }
     return data;
+  }
+
+  /** A list the API answers page by page by size (`nextCursor`), whole: `{name: [...]}`. */
+  async function allPages(path, name) {
+    const found = [];
+    let cursor = null;
+    do {
+      const page = await api("GET", path + query({ cursor }));
+      found.push(...(page[name] || []));
+      cursor = page.nextCursor;
+    } while (cursor);
+    return { [name]: found };
+  }
+
+  /** GetRun with every step: a run whose steps do not fit one answer comes in pages. */
+  async function getRun(runId) {
+    const run = await api("GET", `/runs/${enc(runId)}`);
+    let cursor = run.nextStepsCursor;
+    delete run.nextStepsCursor;
+    while (cursor) {
+      const page = await api("GET", `/runs/${enc(runId)}${query({ stepsCursor: cursor })}`);
+      run.steps = (run.steps || []).concat(page.steps || []);
+      cursor = page.nextStepsCursor;
+    }
+    return run;
   }
 
   function query(params) {
@@ -279,6 +322,7 @@
     document.getElementById("sign-out").hidden = !signedIn;
     document.getElementById("who").textContent = signedIn ? `project ${signedIn.project}` : "";
     clear(main);
+    if (pendingLink) return pageReplaceSession(v, signedIn, pendingLink);
     if (!signedIn) return pageSignIn(v);
     const hash = location.hash || "#/runs";
     for (const a of document.querySelectorAll("#nav a")) {
@@ -334,6 +378,38 @@
     return Promise.resolve(v);
   }
 
+  /** Asked when a sign-in link arrives in a tab that holds another session. */
+  function pageReplaceSession(v, held, link) {
+    const same = held.org === link.org && held.project === link.project;
+    const keep = h("button", { type: "button", class: "primary", "data-testid": "link-keep", text: "Keep my session" });
+    const take = h("button", { type: "button", "data-testid": "link-switch", text: "Sign in with the link" });
+    keep.addEventListener("click", () => {
+      pendingLink = null;
+      route();
+    });
+    take.addEventListener("click", () => {
+      pendingLink = null;
+      saveCredentials(link.key, link.org, link.project);
+      detectFlows();
+      location.hash = "#/runs";
+      route();
+    });
+    main.appendChild(h(
+      "div",
+      { class: "card signin", "data-testid": "replace-session" },
+      h("h1", { text: "Replace this tab's session?" }),
+      h("p", { text: `This tab is signed in to project ${held.project} (organization ${held.org}).` }),
+      h("p", {
+        text: same
+          ? "The link you opened signs in to the same project with another API key."
+          : `The link you opened signs in to project ${link.project} (organization ${link.org}).`,
+      }),
+      h("p", { class: "muted", text: "Sign in with a link only if you trust whoever gave it to you." }),
+      h("div", { class: "row" }, keep, take),
+    ));
+    return Promise.resolve(v);
+  }
+
   // --- runs --------------------------------------------------------------------------------
 
   // Kept across navigation so "back" from a run returns to the same filters and page.
@@ -341,7 +417,7 @@
 
   async function appNames() {
     try {
-      const data = await api("GET", "/apps");
+      const data = await allPages("/apps", "apps");
       const names = {};
       for (const app of data.apps || []) names[app.id] = app.name;
       return { apps: data.apps || [], names };
@@ -492,8 +568,22 @@
   const expanded = new Set(); // step IDs whose details are open, across refreshes
 
   async function pageRun(v, runId) {
-    const run = await api("GET", `/runs/${enc(runId)}`);
+    const run = await getRun(runId);
     if (!current(v)) return;
+    // A code workflow a flow's job invoked: its parent is a job (GET /jobs), not a run.
+    let parentIsJob = false;
+    if (run.parentRunId) {
+      try {
+        await api("GET", `/jobs/${enc(run.parentRunId)}`);
+        parentIsJob = true;
+      } catch (_) {
+        parentIsJob = false;
+      }
+    }
+    const { names } = await appNames();
+    if (!current(v)) return;
+    run.appName = names[run.appId];
+    run.parentIsJob = parentIsJob;
     let events = null;
     let eventsError = null;
     try {
@@ -529,9 +619,9 @@
       ["Run ID", h("span", { class: "mono", text: run.id })],
       ["Status", h("span", { "data-testid": "run-status" }, badge(run.status))],
       ["Attempt", h("span", { "data-testid": "run-attempt", text: run.attempt })],
-      ["App", h("span", { class: "mono", text: run.appId })],
+      ["App", run.appName ? h("span", { title: run.appId, text: run.appName }) : h("span", { class: "mono", text: run.appId })],
       ["Run key", run.runKey ? h("span", { class: "mono", text: run.runKey }) : null],
-      ["Parent run", run.parentRunId ? h("a", { href: `#/runs/${enc(run.parentRunId)}`, class: "mono", "data-testid": "parent-link", text: run.parentRunId }) : null],
+      [run.parentIsJob ? "Parent job" : "Parent run", run.parentRunId ? h("a", { href: `#/${run.parentIsJob ? "jobs" : "runs"}/${enc(run.parentRunId)}`, class: "mono", "data-testid": "parent-link", text: run.parentRunId }) : null],
       ["Schedule", run.scheduleId ? h("span", { class: "mono", text: run.scheduleId }) : null],
       ["Created", fmtTime(run.createdAt)],
       ["Started", fmtTime(run.startedAt)],
@@ -634,7 +724,8 @@
   }
 
   function runValues(run) {
-    const blocks = [h("div", {}, h("h2", { text: "Input" }), jsonBlock(run.input, "run-input"))];
+    const blocks = [run.inputRef ? payloadLoader(run.id, run.inputRef, "Input")
+      : h("div", {}, h("h2", { text: "Input" }), jsonBlock(run.input, "run-input"))];
     if (run.outputRef) blocks.push(payloadLoader(run.id, run.outputRef, "Output"));
     else if ("output" in run) blocks.push(h("div", {}, h("h2", { text: "Output" }), jsonBlock(run.output, "run-output")));
     if (run.error) blocks.push(h("div", {}, h("h2", { text: "Error" }), jsonBlock(run.error, "run-error")));
@@ -689,7 +780,7 @@
   }
 
   async function pageQueues(v) {
-    const data = await api("GET", "/queues");
+    const data = await allPages("/queues", "queues");
     if (!current(v)) return;
     const queues = data.queues || [];
     main.appendChild(h("h1", { text: "Queues" }));
@@ -739,7 +830,7 @@
   }
 
   async function pageApps(v) {
-    const data = await api("GET", "/apps");
+    const data = await allPages("/apps", "apps");
     if (!current(v)) return;
     main.appendChild(h("h1", { text: "Apps" }));
     main.appendChild(table(["Name", "Kind", "Status", "Workflows", "URL", "Created", ""],
@@ -756,7 +847,7 @@
   }
 
   async function pageSchedules(v) {
-    const data = await api("GET", "/schedules");
+    const data = await allPages("/schedules", "schedules");
     if (!current(v)) return;
     const reload = () => current(v) && route();
     main.appendChild(h("h1", { text: "Schedules" }));
@@ -776,16 +867,31 @@
       "No schedules."));
   }
 
-  function describeTarget(t) {
+  /** A subscription's target in words, apps and flows by name (`names`: ID → name). */
+  function describeTarget(t, names) {
     if (!t || typeof t !== "object") return String(t);
+    const key = t.correlationAttribute ? `, key ${t.correlationAttribute}` : "";
     if (t.kind === "https") return `https → ${t.url}`;
-    if (t.kind === "workflow") return `workflow ${t.mode}: ${t.workflow} (app ${t.appId})${t.correlationAttribute ? `, key ${t.correlationAttribute}` : ""}`;
-    if (t.kind === "flow") return `flow ${t.mode}: ${t.flowId}`;
+    if (t.kind === "workflow") return `workflow ${t.mode}: ${t.workflow} (app ${names[t.appId] || t.appId})${key}`;
+    if (t.kind === "flow") return `flow ${t.mode}: ${names[t.flowId] || t.flowId}${key}`;
     return JSON.stringify(t);
   }
 
+  /** Flow ID → name, for the flows this key may read (none when it may read none). */
+  async function flowNames() {
+    try {
+      const data = await allPages("/flows", "flows");
+      const names = {};
+      for (const fl of data.flows || []) names[fl.id] = fl.name;
+      return names;
+    } catch (_) {
+      return {};
+    }
+  }
+
   async function pageSubscriptions(v) {
-    const data = await api("GET", "/subscriptions");
+    const data = await allPages("/subscriptions", "subscriptions");
+    const names = { ...(await appNames()).names, ...(await flowNames()) };
     if (!current(v)) return;
     const reload = () => current(v) && route();
     main.appendChild(h("h1", { text: "Subscriptions" }));
@@ -794,7 +900,7 @@
         const paused = sub.paused === true || sub.state === "paused";
         return h("tr", { "data-testid": "subscription" },
           h("td", { class: "mono", text: sub.id }), h("td", { class: "mono", text: sub.queueId }),
-          h("td", { text: describeTarget(sub.target) }), h("td", {}, badge(sub.state || (paused ? "paused" : "active"))),
+          h("td", { "data-testid": "sub-target", text: describeTarget(sub.target, names) }), h("td", {}, badge(sub.state || (paused ? "paused" : "active"))),
           h("td", { "data-testid": "sub-status", text: sub.status }),
           h("td", {}, sub.lastFailure ? jsonBlock(sub.lastFailure) : h("span", { class: "muted", text: "—" })),
           h("td", {}, actionButton(paused ? "Resume" : "Pause", {}, async () => {
@@ -819,7 +925,7 @@
   }
 
   async function pageFlows(v) {
-    const data = await api("GET", "/flows");
+    const data = await allPages("/flows", "flows");
     if (!current(v)) return;
     main.appendChild(h("h1", { text: "Flows" }));
     main.appendChild(table(["Flow", "Branch", "Created"],
@@ -837,10 +943,15 @@
       return;
     }
     if (!current(v)) return;
+    const flowName = {};
+    for (const fl of data.flows || []) flowName[fl.id] = fl.name;
     main.appendChild(table(["Job", "Flow", "Status", "Tracking ID", "Started", "Finished"],
       (jobs.jobs || []).map((j) => h("tr", { "data-testid": "job" },
         h("td", {}, h("a", { href: `#/jobs/${enc(j.id)}`, class: "mono", text: j.id })),
-        h("td", { class: "mono", text: j.flowId }), h("td", {}, badge(j.status)),
+        h("td", { "data-testid": "job-flow" }, flowName[j.flowId]
+          ? h("a", { href: `#/flows/${enc(j.flowId)}`, title: j.flowId, text: flowName[j.flowId] })
+          : h("span", { class: "mono", text: j.flowId })),
+        h("td", {}, badge(j.status)),
         h("td", { class: "mono", text: j.trackingId || "" }), h("td", {}, fmtTime(j.startedAt)), h("td", {}, fmtTime(j.finishedAt)))),
       "No jobs."));
     const failed = await failedItems(v);
@@ -908,6 +1019,12 @@
     const job = await api("GET", `/jobs/${enc(jobId)}`);
     if (!current(v)) return;
     let graph = { nodes: [], edges: [] };
+    let flowName = null;
+    try {
+      flowName = (await api("GET", `/flows/${enc(job.flowId)}`)).name;
+    } catch (_) {
+      flowName = null; // a deleted flow's job shows the flow's ID
+    }
     try {
       const commits = await api("GET", `/flows/${enc(job.flowId)}/commits${query({ branch: job.branch })}`);
       const commit = (commits.commits || []).find((c) => c.id === job.commitId);
@@ -935,8 +1052,11 @@
     main.append(
       h("div", { class: "card" }, h("a", { href: "#/flows", text: "← Flows" }),
         h("div", { class: "row" }, h("h1", { text: `Job ${job.id}` }), badge(job.status)),
-        h("dl", { class: "kv" }, [["Flow", job.flowId], ["Commit", job.commitId], ["Branch", job.branch], ["Tracking ID", job.trackingId]]
-          .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]),
+        h("dl", { class: "kv" }, [h("dt", { text: "Flow" }), h("dd", { "data-testid": "job-flow" }, flowName
+          ? h("a", { href: `#/flows/${enc(job.flowId)}`, title: job.flowId, text: flowName })
+          : h("span", { class: "mono", text: job.flowId }))],
+          [["Commit", job.commitId], ["Branch", job.branch], ["Tracking ID", job.trackingId]]
+            .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]),
           job.parentJobId ? [h("dt", { text: "Parent job" }), h("dd", {}, h("a", { href: `#/jobs/${enc(job.parentJobId)}`, class: "mono", "data-testid": "parent-job-link", text: job.parentJobId }))] : null)),
       h("div", { class: "card" }, flowGraph(graph, byNode, showAction)), detail,
       h("div", { class: "card grid2" }, h("div", {}, h("h2", { text: "Input" }), jsonBlock(job.input)),
@@ -982,6 +1102,10 @@
       const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, mx = (x1 + x2) / 2;
       root.appendChild(s("path", { class: "edge", "marker-end": "url(#arrow)", d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}` },
         s("title", { text: `${e.source}${e.sourceHandle ? `.${e.sourceHandle}` : ""} → ${e.target}` })));
+      if (e.sourceHandle) { // a condition's `true` / `false`: which way the edge leaves it
+        root.appendChild(s("text", { class: `edge-label h-${String(e.sourceHandle).replace(/[^A-Za-z]/g, "")}`, "data-testid": "edge-label",
+          x: x1 + 6, y: y1 + (y2 < y1 ? -6 : y2 > y1 ? 14 : -6), text: String(e.sourceHandle) }));
+      }
     }
     for (const n of nodes) {
       const p = pos[n.id];

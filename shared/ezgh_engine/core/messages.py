@@ -79,7 +79,16 @@ class TaskWatch:
     epoch: int
 
 
-Message = Invoke | Timer | Branch | Cron | TaskWatch
+@dataclass(frozen=True)
+class YearLimitSweep:
+    """End the runs past their one-year limit (the stack's hourly schedule fires it;
+    Scheduler fills `scheduledTime`)."""
+
+    TYPE: ClassVar[str] = "year-limit-sweep"
+    scheduled_time: str | None = None
+
+
+Message = Invoke | Timer | Branch | Cron | TaskWatch | YearLimitSweep
 
 # Per class: (wire name, attribute, reader) for each field, in wire order.
 _Field = tuple[str, str, Callable[[Any], Any]]
@@ -108,6 +117,7 @@ _FIELDS: dict[type[Any], tuple[_Field, ...]] = {
     Branch: (("runId", "run_id", _str), ("stepId", "step_id", _str)),
     Cron: (("scheduleId", "schedule_id", _str), ("scheduledTime", "scheduled_time", _optional_str)),
     TaskWatch: (("runId", "run_id", _str), ("seq", "seq", _int), ("epoch", "epoch", _int)),
+    YearLimitSweep: (("scheduledTime", "scheduled_time", _optional_str),),
 }
 _BY_TYPE: dict[str, type[Any]] = {cls.TYPE: cls for cls in _FIELDS}
 

@@ -8,9 +8,17 @@ them as JSON text (or an S3 reference when large).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal
 
-from ezgh_engine.core.protocol_rules import RUN_ENDED_STATUSES, RUN_LIVE_STATUSES
+from ezgh_engine.core.grants import ALL, Grant, action_kind
+from ezgh_engine.core.protocol_rules import (
+    MAX_ERROR_FIELD_BYTES,
+    MAX_ERROR_MESSAGE_BYTES,
+    RUN_ENDED_STATUSES,
+    RUN_LIVE_STATUSES,
+    clip,
+)
 
 RunStatus = Literal["running", "cancelling", "completed", "failed", "cancelled", "timedOut"]
 # Owned by `protocol_rules` (the SDK decides with the same sets).
@@ -26,34 +34,56 @@ PENDING_STEP_STATUSES: frozenset[str] = frozenset({"sleeping", "waiting", "retry
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: an API key of one project, with its permissions."""
+    """Who is calling: an API key of one project, with its permissions.
+
+    Grants are read kind-aware (`core.grants`): a check asks for an action on a resource of
+    that action's kind, so a grant's name of one kind never matches a resource of another.
+    """
 
     org_id: str
     project_id: str
     key_id: str
     permissions: tuple[tuple[str, str | None], ...]  # (action, resource or None for all)
+    # The keys that minted this one, the root first (a key it mints records them and it).
+    key_chain: tuple[str, ...] = ()
+
+    @cached_property
+    def grants(self) -> tuple[Grant, ...]:
+        """The permissions as they are read (kind and name of each resource)."""
+        return tuple(Grant.of(action, resource) for action, resource in self.permissions)
 
     def allows(self, action: str, resource: str | None = None) -> bool:
-        """Whether a grant covers `action` on `resource`.
+        """Whether a grant covers `action` on `resource` (of the action's kind).
 
         No resource means the whole project (an action on no one resource, or one whose
         resource is unknown): only a grant without a resource covers it, never a scoped one.
         """
-        return any(
-            granted in ("*", action) and (scope is None or scope == resource)
-            for granted, scope in self.permissions
-        )
+        return any(grant.covers(action, resource) for grant in self.grants)
+
+    def includes(self, action: str, resource: str | None) -> bool:
+        """Whether the key holds the grant `(action, resource)` itself (creating or revoking
+        a key with it needs that): `*` only from `*`, a resource of the same kind."""
+        wanted = Grant.of(action, resource)
+        return any(grant.includes(wanted) for grant in self.grants)
 
     def resources(self, action: str) -> frozenset[str] | None:
         """The resources the key holds `action` on: None when a grant covers every resource
-        (so the caller need not filter), else the scoped grants' resources (maybe none)."""
+        (so the caller need not filter), else the scoped grants' resources of the action's
+        kind (maybe none)."""
+        kind = action_kind(action)
         scopes: set[str] = set()
-        for granted, scope in self.permissions:
-            if granted in ("*", action):
-                if scope is None:
+        for grant in self.grants:
+            if grant.action in (ALL, action):
+                if grant.name is None:
                     return None
-                scopes.add(scope)
+                if grant.kind == kind:
+                    scopes.add(grant.name)
         return frozenset(scopes)
+
+    def sees(self, kind: str, name: str) -> bool:
+        """Whether the key may read the `app` (by name) or `queue` (by ID) `name`: a list
+        shows it, a read answers it (`Grant.sees`)."""
+        return any(grant.sees(kind, name) for grant in self.grants)
 
     def holds(self, action: str) -> bool:
         """Whether the key holds `action` on at least one resource (or on all)."""
@@ -91,6 +121,14 @@ class App:
     created_at: str
     notifications: Notifications | None = None
     version: int = 1
+    # The newest invocation protocol the app speaks, as its last sync answer (a push app) or
+    # its workers' last announce (a pull app) said; None: it said none (before 1.5).
+    protocol: str | None = None
+    # The API key the app's code acts for: the key that last set what code it runs (created
+    # it, changed its URL, synced it, or announced one of its workers). Its code invokes
+    # another app's workflow only where this key may start it (None: an app registered
+    # before apps recorded one, whose code invokes no other app until it is synced again).
+    key_id: str | None = None
 
     def to_api(self) -> dict[str, Any]:
         """The API shape, without the signing key (shown only when the app is created)."""
@@ -118,16 +156,17 @@ class RunError:
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> RunError:
+        """An error as an app sent it, cut to what a run or step keeps (`protocol_rules`)."""
         return cls(
-            code=str(data.get("code") or "user"),
-            name=str(data.get("name") or "Error"),
-            message=str(data.get("message") or ""),
+            code=clip(str(data.get("code") or "user"), MAX_ERROR_FIELD_BYTES),
+            name=clip(str(data.get("name") or "Error"), MAX_ERROR_FIELD_BYTES),
+            message=clip(str(data.get("message") or ""), MAX_ERROR_MESSAGE_BYTES),
         )
 
 
 # A step's error when its run's cancel, or its run's end, ended it before it did.
 CANCELLED_ERROR = RunError("workflows.cancelled", "RunCancelledError", "the run was cancelled")
-# Statuses of a step not ended yet (an ended run has none: `Run._step_view`).
+# Statuses of a step not ended yet (an ended run has none: `Run.step_view`).
 STEP_PENDING_STATUSES = frozenset({"running", "retrying", "sleeping", "waiting"})
 
 
@@ -258,10 +297,10 @@ class Run:
             if value is not None:
                 body[key] = value
         if with_steps:
-            body["steps"] = [self._step_view(s).to_api() for s in self.steps]
+            body["steps"] = [self.step_view(s).to_api() for s in self.steps]
         return body
 
-    def _step_view(self, step: Step) -> Step:
+    def step_view(self, step: Step) -> Step:
         """A step as the run's readers see it. A run that ends leaves no step pending: its
         end is written first, and each pending step is cancelled by a write of its own after
         it (`waits.cancel_leftovers`, at the run's end time); between the two, show what

@@ -25,11 +25,43 @@ DEFAULT_RETRIES = 3
 MAX_RETRIES = 100
 
 
+# A failed attempt's retry waits exponentially from 1 s, doubling, capped at 10 minutes,
+# scaled by a random factor in [0.5, 1) ("equal jitter"): the engine schedules it, the
+# SDK's test kit (`ezgh_workflows.testing`) skips its clock over the same wait.
+RETRY_BASE_SECONDS = 1.0
+RETRY_FACTOR = 2.0
+RETRY_MAX_DELAY_SECONDS = 600.0
+
+
+def retry_delay_seconds(attempt: int, jitter: float) -> float:
+    """Seconds before the attempt after failed ``attempt`` (from 1), for ``jitter`` in
+    [0, 1): steps that failed together don't all come back at the same moment."""
+    ceiling = min(RETRY_MAX_DELAY_SECONDS, RETRY_BASE_SECONDS * RETRY_FACTOR ** max(0, attempt - 1))
+    return ceiling * (0.5 + 0.5 * jitter)
+
+
 def may_retry(attempt: int, retries: int) -> bool:
     """Whether a retryable failure of ``attempt`` (from 1) of a step allowed ``retries``
     retries runs again: the SDK sends such a fail at once (not held), the engine schedules
     the retry."""
     return attempt <= min(retries, MAX_RETRIES)
+
+
+# A recorded error's `code` and `name`, and its `message`, at most (UTF-8 bytes): an error is
+# kept in its step's or its run's item (DynamoDB keeps 400 KB per item). Longer ones are cut
+# where they are made, the SDK before it sends them and the engine when it receives them.
+MAX_ERROR_FIELD_BYTES = 256
+MAX_ERROR_MESSAGE_BYTES = 8192
+CUT_MARK = " [cut]"
+
+
+def clip(text: str, limit: int) -> str:
+    """`text`, cut to at most `limit` UTF-8 bytes (ending with `CUT_MARK` when cut)."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    room = limit - len(CUT_MARK.encode())
+    return data[:room].decode("utf-8", "ignore") + CUT_MARK
 
 
 def end_differs(op: Mapping[str, Any], result: Mapping[str, Any]) -> bool:

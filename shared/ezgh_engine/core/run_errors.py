@@ -21,3 +21,22 @@ def too_many_pending_steps(count: int) -> RunError:
         f"{count} steps pending at once; a run may have at most {MAX_PENDING_STEPS:,} "
         "(await them in smaller groups)",
     )
+
+
+REQUEST_TOO_LARGE = "workflows.request_too_large"
+
+
+def request_too_large(size: int, where: str) -> RunError:
+    """The run's invoke request no longer reaches its app: the app speaks a protocol before
+    1.5, whose request holds every recorded value inline, and `where` refused its `size`
+    bytes (a pull task over SQS's 256 KiB, a push app's 413). The same request would be
+    refused again; an app on an SDK speaking 1.5 reads large values and long histories
+    itself (docs/protocol.md section 1.3), and RetryRun then resumes the run."""
+    return RunError(
+        REQUEST_TOO_LARGE,
+        "RequestTooLarge",
+        f"the run's invoke request of {size} bytes is too large for {where}; the app speaks "
+        "a protocol before 1.5, which sends every recorded value inline: upgrade its SDK "
+        "(protocol 1.5 sends large values as references and long histories in pages), "
+        "then retry the run",
+    )

@@ -19,6 +19,13 @@ DEPTH_RULE = f"nested at most {MAX_DEPTH} levels deep"
 
 RUN_KEY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# The workflows one app hosts at most (a push app's sync, a pull app's workers together):
+# the app's item holds their names (1,000 of 64 characters: 66 KB of DynamoDB's 400 KB).
+MAX_APP_WORKFLOWS = 1000
+# A value kept whole in a DynamoDB item of the registry (a schedule's input): DynamoDB's
+# 400 KB per item, less room for the item's other fields. A larger one
+# is refused before anything is written (413), never a 500 from the write.
+MAX_ITEM_VALUE_BYTES = 384 * 1024
 APP_NAME_RE = re.compile(r"^[a-z0-9-]{1,64}$")
 EXPLICIT_STEP_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 AUTO_STEP_ID_RE = re.compile(r"^(?P<name>.+)#(?P<n>[1-9][0-9]*)$", re.DOTALL)
@@ -138,3 +145,29 @@ def encode_value(value: Any, field: str = "value") -> str:
     if len(text.encode()) > MAX_VALUE_BYTES:
         raise PayloadTooLarge(f"{field} is larger than 1 MiB")
     return text
+
+
+def encode_item_value(value: Any, field: str, limit: int = MAX_ITEM_VALUE_BYTES) -> str:
+    """`encode_value`, held to what one DynamoDB item keeps (`MAX_ITEM_VALUE_BYTES`):
+    `PayloadTooLarge` (413) naming `field` past it."""
+    text = encode_value(value, field)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise PayloadTooLarge(
+            f"{field} is {size} bytes as JSON; at most {limit} bytes ({limit // 1024} KiB) are "
+            "kept here (DynamoDB keeps 400 KB per item)"
+        )
+    return text
+
+
+def check_app_workflows(names: list[str], field: str = "workflows") -> None:
+    """`ValidationError` naming `field` unless `names` are workflow names (as a pull app's
+    workers announce them), at most `MAX_APP_WORKFLOWS`."""
+    if len(names) > MAX_APP_WORKFLOWS:
+        raise ValidationError(
+            f"{field}: {len(names)} workflows; an app hosts at most {MAX_APP_WORKFLOWS}"
+        )
+    bad = [name for name in names if not isinstance(name, str) or not WORKFLOW_NAME_RE.match(name)]
+    if bad:
+        shown = [str(name)[:80] for name in bad[:5]]
+        raise ValidationError(f"{field}: invalid names {shown} (^[A-Za-z0-9_-]{{1,64}}$)")

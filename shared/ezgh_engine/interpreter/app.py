@@ -1,13 +1,17 @@
 """The interpreter app: the workflow `flow` that runs a committed graph, node by node.
 
+A job's run input is the engine's alone (`core.flows.jobs.JobInput`: the flow and commit,
+the job's input, the key it acts for): no API call starts a run of this app. The graph is
+never taken from that input: the interpreter loads the commit it names from the store (a
+commit never changes, so every invocation reads the same graph) and checks it again.
+
 Every node runs as a task that first awaits its upstream nodes' tasks, then asks the pure
 planning (`core.flows.planning`) whether it runs or is SKIPPED and with which input; so nodes
 whose inputs are ready run in parallel (their steps are awaited together), and on replay the
 same recorded outputs give the same decisions. A node whose step fails (after its retries)
 leaves a FailedItem and fails the job, naming the node.
 
-`ezgh dev` serves it as a push app (`ezgh_engine.interpreter.app:ezgh_flows`) and registers it
-as `ezgh-flows`; in AWS it is a function of the stack (docs/flows.md).
+`ezgh dev` serves it at the topology's `flows` function, as it is deployed (docs/flows.md).
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from typing import Any
 from ezgh_workflows import Context, NonRetryableError, PushApp, StepError, workflow
 
 from ezgh_engine import clock
-from ezgh_engine.core.flows.graph import Node, parse_graph
-from ezgh_engine.core.flows.jobs import INTERPRETER_WORKFLOW, JOB_STEP, JobInput, step_name
+from ezgh_engine.core.flows.graph import Graph, Node
+from ezgh_engine.core.flows.jobs import INTERPRETER_WORKFLOW, JOB_STEP, JobInput, is_main_step
 from ezgh_engine.core.flows.planning import COMPLETED, SKIPPED, Done, Plan
-from ezgh_engine.interpreter.modules import NodeCall, run_node
+from ezgh_engine.interpreter.modules import ENGINE_RETRIES, JobContext, NodeCall, run_node
 
 
 class NodeFailedError(Exception):
@@ -34,48 +38,54 @@ class NodeFailedError(Exception):
         self.node_id = node.id
 
 
-def _resolve_and_index(job_id: str, given: Any) -> Any:
-    """The job's full input, indexed for search. A run input that names a flow without its
-    graph (`{flowId, input?, trackingId?, branch?}`: a schedule of `ezgh-flows/flow`, or a
-    StartRun) is resolved here, once, to the branch's latest commit; the recorded answer keeps
-    the job on that commit for good."""
+class JobError(NonRetryableError):
+    """The job cannot run at all (its run or its commit is gone)."""
 
-    def resolve() -> Any:
-        from ezgh_engine import ids
-        from ezgh_engine.adapters import flows_store, runs_store
+
+def _begin(job_id: str, job: JobInput) -> Any:
+    """The job's first step: its project, read from its run, and the job indexed for
+    `GET /jobs` (idempotent: a job the API started is indexed already)."""
+
+    def begin() -> Any:
+        from ezgh_engine.adapters import runs_store
         from ezgh_engine.service.flow_jobs import index_job
 
         run = runs_store.get_run(job_id, with_steps=False)
         if run is None:
-            raise NonRetryableError(f"job {job_id} not found")
-        job = JobInput.from_run_input(given)
-        if not job.commit_id:
-            data = given if isinstance(given, dict) else {}
-            flow = flows_store.get_flow(run.project_id, str(data.get("flowId", "")))
-            if flow is None:
-                raise NonRetryableError(f"flow {data.get('flowId')!r} not found")
-            branch = str(data.get("branch") or flow.active_branch)
-            head = flows_store.branch_head(flow.id, branch)
-            if head is None:
-                raise NonRetryableError(f"flow {flow.name} has no commit on branch {branch}")
-            tracking = str(data.get("trackingId") or ids.new_id())
-            job = JobInput(flow.id, head.id, branch, head.graph, data.get("input"), tracking)
-        index_job(run.project_id, job_id, job, run.created_at)
-        return job.to_run_input()
+            raise JobError(f"job {job_id} not found")
+        graph = load_graph(job)
+        index_job(run.project_id, job_id, job, graph, run.created_at)
+        return {"orgId": run.org_id, "projectId": run.project_id}
 
-    return resolve
+    return begin
 
 
-def _record_failure(job_id: str, attempt: int, call: NodeCall, cause: StepError) -> None:
+def load_graph(job: JobInput) -> Graph:
+    """The graph of the job's commit, from the store (checked as a commit is)."""
+    from ezgh_engine.adapters import flows_store
+    from ezgh_engine.core.flows.validate import check_graph
+    from ezgh_engine.errors import ValidationError
+
+    commit = flows_store.get_commit(job.flow_id, job.commit_at, job.commit_id)
+    if commit is None:
+        raise JobError(f"commit {job.commit_id} of flow {job.flow_id} not found")
+    try:
+        return check_graph(commit.graph)
+    except ValidationError as err:
+        raise JobError(f"commit {job.commit_id}: {err.message}") from None
+
+
+def _record_failure(call: NodeCall, attempt: int, cause: StepError) -> None:
     """Leave a FailedItem (idempotent: its ID is derived from job, attempt and node)."""
     from ezgh_engine.adapters import runs_store
     from ezgh_engine.adapters.flows_store import FailedItem
     from ezgh_engine.service.flow_jobs import failed_item_id, record_failed_item
 
+    job_id = call.context.job_id
     run = runs_store.get_run(job_id)
     if run is None:
         return
-    tries = [s.attempt for s in run.steps if s.name == step_name(call.node.id)]
+    tries = [s.attempt for s in run.steps if is_main_step(s.name, call.node.id)]
     record_failed_item(
         FailedItem(
             id=failed_item_id(job_id, attempt, call.node.id),
@@ -99,10 +109,12 @@ def _retrieve(task: asyncio.Future[None]) -> None:
 
 @workflow(INTERPRETER_WORKFLOW)
 async def flow(ctx: Context) -> Any:
-    """Run the committed graph in the run's input; the output is keyed by sink node ids."""
-    resolved = await ctx.step.run(JOB_STEP, _resolve_and_index(ctx.run_id, ctx.input), retries=3)
-    job = JobInput.from_run_input(resolved)
-    plan = Plan(parse_graph(job.graph))
+    """Run the job's committed graph; the output is keyed by sink node ids."""
+    job = JobInput.from_run_input(ctx.input)
+    begun = await ctx.step.run(JOB_STEP, _begin(ctx.run_id, job), retries=ENGINE_RETRIES)
+    plan = Plan(load_graph(job))
+    invokes = sum(1 for n in plan.graph.nodes if n.module_type == "flow.invoke")
+    context = JobContext(job, ctx.run_id, begun["orgId"], begun["projectId"], invokes)
     done: dict[str, Done] = {}
     tasks: dict[str, asyncio.Future[None]] = {}
 
@@ -113,11 +125,11 @@ async def flow(ctx: Context) -> Any:
         if plan.decide(node_id, done) == "skip":
             done[node_id] = Done(SKIPPED)
             return
-        call = NodeCall(job, ctx.run_id, plan.node(node_id), plan.node_input(node_id, done))
+        call = NodeCall(context, plan.node(node_id), plan.node_input(node_id, done))
         try:
             output = await run_node(ctx, call)
         except StepError as err:
-            _record_failure(ctx.run_id, ctx.attempt, call, err)
+            _record_failure(call, ctx.attempt, err)
             raise NodeFailedError(call.node, err) from None
         done[node_id] = Done(COMPLETED, output)
 

@@ -1,11 +1,9 @@
-"""How the engine hosts its interpreter: the push app `ezgh-flows` at the stack's `flows`
-function (topology.FLOWS_FUNCTION), registered in each project at first use.
-
-Every project's `ezgh-flows` record is signed with one key derived from the stack's token
-secret, so the one function verifies the engine's calls for every project without a lookup,
-and no key is ever handed out: the engine writes the record itself (service/flow_jobs.py).
-Whoever holds the token secret can mint invocation tokens anyway; the derived key adds no
-power to it.
+"""How the engine signs its calls to its interpreter, the `flows` function
+(topology.FLOWS_FUNCTION): with one key derived from the stack's token secret, so the one
+function verifies the engine's calls for every project without a lookup, and no key is ever
+handed out or stored (the interpreter app has no record: service/flow_hosting.py). Whoever
+holds the token secret can mint invocation tokens anyway; the derived key adds no power to
+it.
 """
 
 from __future__ import annotations

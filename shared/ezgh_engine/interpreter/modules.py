@@ -1,8 +1,13 @@
 """What each module type does when its node runs, as steps of the interpreter's run.
 
-Every node's main step is named `node:<nodeId>` (`core.flows.jobs.step_name`); its config is
-rendered with JMESPath over `{input, in, trackingId}` inside the step where that can fail, so a
-bad template fails the node (and leaves a failed item) rather than the interpreter.
+Every node's main step is named `node:<nodeId>` (a wait node's wait `wait:<nodeId>`,
+`core.flows.jobs`); helper steps are `node:<nodeId>:<part>`. Inside its first step, before
+anything else, a node checks the job's authority (`service.flow_authority`: the key the
+job acts for, read again now) and has the sandbox (`adapters.sandbox`) render its config:
+so a revoked or narrowed key fails the node with `403 forbidden` before it acts, and a
+user's expression or URL never runs in this function, which holds the token secret and
+reads the registry. A bad template fails the node (and leaves a failed item), never the
+interpreter.
 """
 
 from __future__ import annotations
@@ -12,26 +17,38 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from ezgh_workflows import Context, NonRetryableError, step_context
 
 from ezgh_engine import clock
 from ezgh_engine.core.flows.graph import Node
-from ezgh_engine.core.flows.jobs import JobInput, step_name
-from ezgh_engine.core.flows.planning import pure_output
-from ezgh_engine.core.flows.templating import TemplateError, render, scope
+from ezgh_engine.core.flows.jobs import (
+    INTERPRETER_WORKFLOW,
+    MAX_DEPTH,
+    Actor,
+    JobInput,
+    step_name,
+    wait_step_name,
+)
+from ezgh_engine.core.flows.templating import scope
 from ezgh_engine.core.models import Principal
 
 HTTP_RETRIES = 3
-HTTP_TIMEOUT_SECONDS = 30
+ENGINE_RETRIES = 3  # a step whose only failures are the engine's (the sandbox, a table)
 
 
 class ModuleError(NonRetryableError):
     """A node's module refused its input or config (no retry helps)."""
 
 
+class ForbiddenError(NonRetryableError):
+    """403 forbidden: the key the job acts for may not do what the node does (no more)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"403 forbidden: {message}")
+
+
 class HttpServerError(Exception):
-    """A 5xx answer: retried with the step's retries."""
+    """A 5xx or 429 answer, or a network error: retried with the step's retries."""
 
 
 class HttpClientError(NonRetryableError):
@@ -39,94 +56,123 @@ class HttpClientError(NonRetryableError):
 
 
 @dataclass(frozen=True)
-class NodeCall:
-    """A node about to run: its job, its input and where its expressions look."""
+class JobContext:
+    """The job a node belongs to: its input as the engine wrote it, and its project (read
+    from its run once, in the job's first step)."""
 
     job: JobInput
     job_id: str
+    org_id: str
+    project_id: str
+    invokes: int  # the job's flow.invoke nodes: they share its tree budget
+
+
+@dataclass(frozen=True)
+class NodeCall:
+    """A node about to run: its job, its input and where its expressions look."""
+
+    context: JobContext
     node: Node
     input: dict[str, Any]
+
+    @property
+    def job(self) -> JobInput:
+        return self.context.job
 
     @property
     def scope(self) -> dict[str, Any]:
         return scope(self.job.input, self.input, self.job.tracking_id)
 
-    def config(self) -> dict[str, Any]:
-        """The node's config with its templates rendered; ModuleError on a bad template."""
-        try:
-            rendered = render(self.node.config, self.scope)
-        except TemplateError as err:
-            raise ModuleError(str(err)) from None
-        return rendered if isinstance(rendered, dict) else {}
+
+# --- authority and the sandbox ---------------------------------------------------------------
+
+
+def _sandbox(request: dict[str, Any]) -> Any:
+    """The sandbox's answer to `request`: its value, or the error it maps to."""
+    from ezgh_engine.adapters import sandbox
+    from ezgh_engine.errors import PayloadTooLarge
+
+    try:
+        answer = sandbox.call(request)
+    except PayloadTooLarge as err:
+        raise ModuleError(err.message) from None
+    if "ok" in answer:
+        return answer["ok"]
+    error = answer.get("error") or {}
+    kind, message = error.get("kind"), str(error.get("message") or "the sandbox failed")
+    if kind == "server":
+        raise HttpServerError(message)
+    if kind == "client":
+        raise HttpClientError(message)
+    raise ModuleError(message)
+
+
+def rendered_config(call: NodeCall) -> dict[str, Any]:
+    """The node's config with its templates rendered (by the sandbox)."""
+    if not call.node.config:
+        return {}
+    value = _sandbox({"op": "render", "config": call.node.config, "scope": call.scope})
+    return value if isinstance(value, dict) else {}
+
+
+def authorize(call: NodeCall, config: dict[str, Any] | None = None) -> Principal:
+    """The key the job acts for, as it is now, once it may still run the job and (with the
+    rendered `config`) do what this node does; `ForbiddenError` (403) otherwise, and
+    `ModuleError` for a resource the config names that does not exist."""
+    from ezgh_engine.errors import Forbidden
+    from ezgh_engine.service import flow_authority as authority
+
+    context = call.context
+    try:
+        principal = authority.acting_principal(context.project_id, call.job.actor)
+        authority.require_job_start(principal, call.job.flow_id, call.job.flow_name)
+        if config is not None:
+            authority.require_node(principal, call.node, config)
+    except Forbidden as err:
+        raise ForbiddenError(err.message) from None
+    except authority.Unresolved as err:
+        raise ModuleError(f"{call.node.module_type}: {err}") from None
+    return principal
 
 
 def _pure(call: NodeCall) -> Callable[[], Any]:
     def compute() -> Any:
-        try:
-            return pure_output(call.node, call.scope)
-        except TemplateError as err:
-            raise ModuleError(str(err)) from None
+        authorize(call)
+        if call.node.module_type == "trigger.manual":
+            return call.job.input
+        node = {"id": call.node.id, "moduleType": call.node.module_type, "config": call.node.config}
+        return _sandbox({"op": "pure", "node": node, "scope": call.scope})
 
     return compute
 
 
-def _project(job_id: str) -> Principal:
-    """The engine acting for the job, inside the job's own project."""
-    from ezgh_engine.adapters import runs_store
-
-    run = runs_store.get_run(job_id, with_steps=False)
-    if run is None:
-        raise ModuleError(f"job {job_id} not found")
-    return Principal(run.org_id, run.project_id, f"flows-interpreter:{job_id}", (("*", None),))
-
-
-# --- http.request --------------------------------------------------------------------------
-
-
 def _request(call: NodeCall) -> Callable[[], Any]:
     def send() -> Any:
-        from ezgh_engine.adapters.push import check_app_url
-        from ezgh_engine.errors import ValidationError
-
-        config = call.config()
-        url = str(config.get("url", ""))
-        try:
-            check_app_url(url)  # the push apps' rules: no metadata, no private hosts deployed
-        except ValidationError as err:
-            raise ModuleError(f"http.request {url!r}: {err.message}") from None
-        headers = {str(k): str(v) for k, v in (config.get("headers") or {}).items()}
-        headers["X-Tracking-Id"] = call.job.tracking_id
-        # The same on every attempt of this node: a receiver can drop a repeated request.
-        headers.setdefault("Idempotency-Key", step_context().idempotency_key)
-        body = config.get("body")
-        kwargs: dict[str, Any] = {"headers": headers}
-        if isinstance(body, dict | list | int | float | bool):
-            kwargs["json"] = body
-        elif body is not None:
-            kwargs["content"] = str(body)
-        timeout = float(config.get("timeoutSeconds") or HTTP_TIMEOUT_SECONDS)
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            answer = client.request(str(config.get("method") or "GET"), url, **kwargs)
-        if answer.status_code >= 500 or answer.status_code == 429:
-            raise HttpServerError(f"{answer.status_code} from {url}")
-        if answer.status_code >= 400:
-            raise HttpClientError(f"{answer.status_code} from {url}: {answer.text[:300]}")
-        return {
-            "status": answer.status_code,
-            "headers": dict(answer.headers),
-            "body": _body(answer),
-        }
+        authorize(call)  # a URL needs no grant; the job must still be its key's to run
+        return _sandbox(
+            {
+                "op": "http",
+                "config": call.node.config,
+                "scope": call.scope,
+                "trackingId": call.job.tracking_id,
+                # The same on every attempt of this node: a receiver can drop a repeat.
+                "idempotencyKey": step_context().idempotency_key,
+            }
+        )
 
     return send
 
 
-def _body(answer: httpx.Response) -> Any:
-    if "json" in answer.headers.get("content-type", ""):
-        try:
-            return answer.json()
-        except ValueError:
-            pass
-    return answer.text
+def _checked_config(call: NodeCall) -> Callable[[], Any]:
+    """A wait node's config, rendered and authorized, recorded before it waits: its wait is
+    then decided from recorded values only."""
+
+    def check() -> Any:
+        config = rendered_config(call)
+        authorize(call, config)
+        return config
+
+    return check
 
 
 # --- queue.send ----------------------------------------------------------------------------
@@ -138,8 +184,8 @@ def _queue_send(call: NodeCall) -> Callable[[], Any]:
         from ezgh_engine.errors import EngineError
         from ezgh_engine.service import queues
 
-        config = call.config()
-        principal = _project(call.job_id)
+        config = rendered_config(call)
+        principal = authorize(call, config)
         messages = []
         for message in config.get("messages") or []:
             message = dict(message) if isinstance(message, dict) else {"body": message}
@@ -169,13 +215,29 @@ def _queue_send(call: NodeCall) -> Callable[[], Any]:
 # --- flow.invoke and workflow.invoke ---------------------------------------------------------
 
 
+def child_budget(budget: int, invokes: int) -> int:
+    """What each of a job's `invokes` flow.invoke nodes hands its child job of the job's
+    tree budget: together, never more than the job was given (so a tree never exceeds
+    `TREE_BUDGET` jobs however it recurses)."""
+    return (budget - invokes) // max(invokes, 1)
+
+
 def _resolve_flow(call: NodeCall) -> Callable[[], Any]:
     def resolve() -> Any:
         from ezgh_engine.adapters import flows_store
 
-        config = call.config()
-        principal = _project(call.job_id)
-        flow = flows_store.get_flow(principal.project_id, str(config.get("flowId")))
+        config = rendered_config(call)
+        authorize(call, config)
+        job = call.job
+        if job.depth + 1 > MAX_DEPTH:
+            raise ModuleError(f"flow.invoke: a job tree is at most {MAX_DEPTH} jobs deep")
+        budget = child_budget(job.budget, call.context.invokes)
+        if budget < 0:
+            raise ModuleError(
+                "flow.invoke: this job's tree may start no more jobs (a root job's tree holds "
+                "at most 100 jobs)"
+            )
+        flow = flows_store.get_flow(call.context.project_id, str(config.get("flowId")))
         if flow is None:
             raise ModuleError(f"flow.invoke: flow {config.get('flowId')} not found")
         head = flows_store.branch_head(flow.id, flow.active_branch)
@@ -183,10 +245,20 @@ def _resolve_flow(call: NodeCall) -> Callable[[], Any]:
             raise ModuleError(
                 f"flow.invoke: flow {flow.name} has no commit on {flow.active_branch}"
             )
-        child_input = config.get("input", call.input)
-        return JobInput(
-            flow.id, head.id, head.branch, head.graph, child_input, call.job.tracking_id
-        ).to_run_input()
+        actor = Actor(job.actor.key_id, f"job:{call.context.job_id}") if job.actor else None
+        child = JobInput(
+            flow_id=flow.id,
+            commit_id=head.id,
+            commit_at=head.created_at,
+            branch=head.branch,
+            input=config.get("input", call.input),
+            tracking_id=job.tracking_id,
+            actor=actor,
+            depth=job.depth + 1,
+            budget=budget,
+            flow_name=flow.name,
+        )
+        return child.to_run_input()
 
     return resolve
 
@@ -195,9 +267,9 @@ def _resolve_app(call: NodeCall) -> Callable[[], Any]:
     def resolve() -> Any:
         from ezgh_engine.adapters import registry_store
 
-        config = call.config()
-        principal = _project(call.job_id)
-        app = registry_store.get_app(principal.project_id, str(config.get("appId")))
+        config = rendered_config(call)
+        authorize(call, config)
+        app = registry_store.get_app(call.context.project_id, str(config.get("appId")))
         workflow = str(config.get("workflow"))
         if app is None or app.status != "synced" or workflow not in app.workflows:
             raise ModuleError(
@@ -217,10 +289,31 @@ async def invoke_workflow(ctx: Context, call: NodeCall) -> Any:
     child, and the child's end resumes the job. The app and workflow are checked once, in a
     recorded step, so a replay invokes the same one."""
     name = step_name(call.node.id)
-    target = await ctx.step.run(f"{name}:resolve", _resolve_app(call), retries=3)
+    target = await ctx.step.run(f"{name}:resolve", _resolve_app(call), retries=ENGINE_RETRIES)
     return await ctx.step.invoke(
         name, workflow=target["workflow"], input=target["input"], app=target["appId"]
     )
+
+
+async def _wait(ctx: Context, call: NodeCall) -> Any:
+    """A delay or a wait.event: its config checked in a recorded step, then its wait."""
+    node, name = call.node, wait_step_name(call.node.id)
+    config = await ctx.step.run(
+        step_name(node.id, "config"), _checked_config(call), retries=ENGINE_RETRIES
+    )
+    if node.module_type == "delay":
+        if config.get("until") is not None:
+            await ctx.step.sleep_until(name, clock.parse_iso(str(config["until"])))
+        else:
+            await ctx.step.sleep(name, float(config.get("seconds") or 0))
+        return None
+    timeout = float(config["timeoutSeconds"])
+    if config.get("queueId") is not None:
+        return await ctx.step.wait_for_message(
+            name, queue_id=str(config["queueId"]), key=str(config["key"]), timeout_seconds=timeout
+        )
+    callback = await ctx.step.create_callback(name, timeout_seconds=timeout)
+    return await callback.wait()
 
 
 # --- dispatch ------------------------------------------------------------------------------
@@ -231,33 +324,19 @@ async def run_node(ctx: Context, call: NodeCall) -> Any:
     node, name = call.node, step_name(call.node.id)
     kind = node.module_type
     if kind in ("trigger.manual", "transform", "condition"):
-        return await ctx.step.run(name, _pure(call), retries=0)
+        return await ctx.step.run(name, _pure(call), retries=ENGINE_RETRIES)
     if kind == "http.request":
-        retries = node.config.get("retries", HTTP_RETRIES)
-        return await ctx.step.run(name, _request(call), retries=int(retries))
+        retries = node.config.get("retries", HTTP_RETRIES)  # a literal (`validate`)
+        retries = retries if isinstance(retries, int) else HTTP_RETRIES
+        return await ctx.step.run(name, _request(call), retries=retries)
     if kind == "queue.send":
-        return await ctx.step.run(name, _queue_send(call), retries=3)
+        return await ctx.step.run(name, _queue_send(call), retries=ENGINE_RETRIES)
     if kind == "flow.invoke":
-        child = await ctx.step.run(f"{name}:resolve", _resolve_flow(call), retries=3)
-        return await ctx.step.invoke(name, workflow="flow", input=child)
+        resolve = _resolve_flow(call)
+        child = await ctx.step.run(f"{name}:resolve", resolve, retries=ENGINE_RETRIES)
+        return await ctx.step.invoke(name, workflow=INTERPRETER_WORKFLOW, input=child)
     if kind == "workflow.invoke":
         return await invoke_workflow(ctx, call)
-    config = call.config()  # the waits are decided here, from recorded values only
-    if kind == "delay":
-        if config.get("until") is not None:
-            await ctx.step.sleep_until(name, clock.parse_iso(str(config["until"])))
-        else:
-            await ctx.step.sleep(name, float(config.get("seconds") or 0))
-        return None
-    if kind == "wait.event":
-        timeout = float(config["timeoutSeconds"])
-        if config.get("queueId") is not None:
-            return await ctx.step.wait_for_message(
-                name,
-                queue_id=str(config["queueId"]),
-                key=str(config["key"]),
-                timeout_seconds=timeout,
-            )
-        callback = await ctx.step.create_callback(name, timeout_seconds=timeout)
-        return await callback.wait()
+    if kind in ("delay", "wait.event"):
+        return await _wait(ctx, call)
     raise ModuleError(f"module type {kind} cannot run")

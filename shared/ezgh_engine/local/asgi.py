@@ -143,8 +143,7 @@ def serve_asgi(app: AsgiApp, host: str = "127.0.0.1", port: int = 0) -> ServedHt
     loop.run(lifespan.startup(), timeout=15)
 
     class Handler(BaseHandler):
-        def _handle(self) -> None:
-            body = self.read_body()
+        def serve(self, body: bytes) -> None:
             path, _, query = self.path.partition("?")
             address: Any = self.server.server_address
             server_host, server_port = address[0], address[1]
@@ -179,8 +178,6 @@ def serve_asgi(app: AsgiApp, host: str = "127.0.0.1", port: int = 0) -> ServedHt
                     b"Internal Server Error",
                 )
             self.answer(status, headers, raw)
-
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
 
     def stop_loop() -> None:
         try:

@@ -27,6 +27,7 @@ from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import moto_expressions
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
+from ezgh_engine.local.emulator_gate import KEY_HEADER, EmulatorGate, new_credentials
 from ezgh_engine.local.moto_internals import MotoInternalsMissing
 from ezgh_engine.local.moto_server import MotoServer
 from ezgh_engine.local.persistence import (
@@ -41,11 +42,9 @@ from ezgh_engine.local.persistence import (
 log = logging.getLogger("ezgh.local.emulator")
 
 
-# Set for the emulator's lifetime; the previous values come back on `stop()`.
+# Set for the emulator's lifetime; the previous values come back on `stop()`. The
+# credentials are the emulator's own, new at each start (`local.emulator_gate`).
 _FIXED_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": REGION,
     "AWS_REGION": REGION,
     # Powertools: no X-Ray daemon here, and EMF metrics on stdout are noise in a dev loop.
@@ -542,9 +541,12 @@ class Emulator:
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
         self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
+        # What the gate lets in (`local.emulator_gate`): the engine's processes get them.
+        self.access_key_id = self._secret_access_key = ""
 
     def start(self) -> str:
         """Start the server on a free loopback port, point the process at it; return its URL."""
+        self.access_key_id, self._secret_access_key = new_credentials()  # this start's own
         journal: Journal | None = None
         if self.state_dir is not None:
             if os.environ.get(ENV_DYNAMODB_URL):
@@ -557,10 +559,11 @@ class Emulator:
         if werkzeug.level == logging.NOTSET:
             werkzeug.setLevel(logging.WARNING)
         server: Any
+        gate = self._gate
         if journal is None:
-            server = MotoServer("127.0.0.1", self._port)
+            server = MotoServer("127.0.0.1", self._port, gate=gate)
         else:
-            server, self.journaling = serve_journaled("127.0.0.1", self._port, journal)
+            server, self.journaling = serve_journaled("127.0.0.1", self._port, journal, gate)
         server.start()
         host, port = server.get_host_and_port()
         self._server = server
@@ -591,7 +594,13 @@ class Emulator:
                     clock.monotonic() - began,
                     self.restored.refused,
                 )
-        env: dict[str, str | None] = {**_FIXED_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
+        env: dict[str, str | None] = {
+            **_FIXED_ENV,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self._secret_access_key,
+            "AWS_SESSION_TOKEN": None,  # not the user's (it would name their real session)
+        }
         for name in _DEFAULT_ENV:
             env.setdefault(name, os.environ.get(name) or _DEFAULT_ENV[name])
         for name in list(os.environ):
@@ -637,8 +646,15 @@ class Emulator:
         # Same endpoint, same credentials: the cached boto3 clients stay valid.
         config.reset_settings()
 
+    def _gate(self, app: Any) -> EmulatorGate:
+        return EmulatorGate(app, self.access_key_id)
+
     def _post_reset(self) -> None:
-        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        request = urllib.request.Request(
+            f"{self.endpoint_url}/moto-api/reset",
+            method="POST",
+            headers={KEY_HEADER: self.access_key_id},
+        )
         with urllib.request.urlopen(request, timeout=10) as answer:
             answer.read()
 

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws, event_sources
-from ezgh_engine.topology import TOPOLOGY, Function
+from ezgh_engine.topology import SANDBOX_ENV, TOPOLOGY, Function
 
 if TYPE_CHECKING:
     from ezgh_engine.local.faults import FaultPlan
@@ -84,6 +84,24 @@ class HandlerFailed(Exception):
 def handler_environment() -> dict[str, str]:
     """The variables of this process that the handlers read."""
     return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+
+
+# AWS credentials: the emulator's are the engine's own (they open every table).
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def function_environment(function: Function, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables `function` gets of `env` (default: the handlers'): all of them, or
+    for a sandboxed function none of the engine's but `SANDBOX_ENV`, and no credentials
+    (deployed, its role's allow nothing; here they would be the emulator's)."""
+    env = handler_environment() if env is None else env
+    if not function.sandboxed:
+        return env
+    return {
+        k: v
+        for k, v in env.items()
+        if (not k.startswith("EZGH_") or k in SANDBOX_ENV) and k not in _CREDENTIALS
+    }
 
 
 @dataclass(frozen=True)
@@ -379,7 +397,7 @@ class ProcessInvoker:
         plan = self._faults()
         request: dict[str, Any] = {
             "event": event,
-            "env": handler_environment(),
+            "env": function_environment(self.function),
             "faults": _plan_state(plan),
             "observe": aws.observing(),
         }
@@ -613,7 +631,7 @@ def serve(conn: Connection, function: Function, setup: Setup) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runtime's; it kills us
     # Start from the forkserver's variables: its clients (`_warm`) stay if `AWS_*` agree.
     state = _ChildState(handler_environment())
-    state.apply_env(setup.env)
+    state.apply_env(function_environment(function, setup.env))
     if setup.clock_path:
         clock.set_clock(clock.SharedOffsetClock(setup.clock_path))
     event_sources.LOCAL = _RemoteEventSources(conn)  # type: ignore[assignment]

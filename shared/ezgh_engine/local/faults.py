@@ -12,6 +12,7 @@ A `FaultPlan` is a seed and one probability per fault. Given to a `LocalRuntime`
 | `timer_duplicate` | scheduler | a due schedule fires twice |
 | `timer_late` | scheduler | a due schedule fires `late_seconds` late |
 | `throttle` | boto3 (`adapters.aws.intercept`) | a DynamoDB call fails with `ProvisionedThroughputExceededException` / `ThrottlingException` after botocore's retries: the handler fails, and its message comes back as SQS or the stream mapping redelivers it |
+| `throttle_burst` | boto3's HTTP seam (`adapters.aws.respond`), the functions' own processes | a burst: for a while (`BURST_SLOT_SECONDS` of engine time), 20-50 % of one service's requests (DynamoDB, Lambda, Scheduler or SQS) are answered as AWS answers a throttled request (`aws.throttled_answer`); botocore retries them with its backoff, and what still fails after its attempts reaches the engine |
 | `idem_claim_fail` | boto3, the functions' own processes | the put that claims an Idempotency-Key is throttled: the request answers 429 before it runs |
 | `idem_answer_fail` | boto3, the functions' own processes | every write of one Idempotency-Key's answer is throttled, after the request's effect (SQS took the messages, the run was written): the caller gets its answer, the claim stays unfinished |
 | `idem_crash` | boto3, the functions' own processes | the function's process dies at the answer's first write, after the effect: no answer (the HTTP bridge answers 500, as API Gateway a 502), the claim stays unfinished until it is stale (60 s) |
@@ -45,12 +46,14 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import botocore.endpoint
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
@@ -67,6 +70,7 @@ KINDS = (
     "timer_duplicate",
     "timer_late",
     "throttle",
+    "throttle_burst",
     "idem_claim_fail",
     "idem_answer_fail",
     "idem_crash",
@@ -78,7 +82,14 @@ KINDS = (
 )
 # The faults a function's own process plays (its boto3 calls): sent to each execution
 # environment with every call (`local.environments`).
-CHILD_KINDS = ("throttle", "idem_claim_fail", "idem_answer_fail", "idem_crash")
+CHILD_KINDS = ("throttle", "throttle_burst", "idem_claim_fail", "idem_answer_fail", "idem_crash")
+# Throttle bursts: engine time is cut in slots of this many seconds; `throttle_burst` is the
+# chance that a slot is a burst, in which one service (drawn per slot) has this share of its
+# requests throttled (drawn per slot in the range). A pure function of the seed and the
+# engine time, so every process (they share the engine clock) sees the same bursts.
+BURST_SLOT_SECONDS = 20.0
+BURST_RATES = (0.2, 0.5)
+BURST_SERVICES = ("dynamodb", "lambda", "scheduler", "sqs")
 # Idempotency-Key records whose operations the idempotency faults strike: the ones whose
 # effects a resend after a crash must find again (runs started, messages sent). Creates of
 # named resources (apps, queues, subscriptions) are left out: see docs/guarantees.md.
@@ -101,6 +112,7 @@ class FaultPlan:
     timer_duplicate: float = 0.0
     timer_late: float = 0.0
     throttle: float = 0.0
+    throttle_burst: float = 0.0
     idem_claim_fail: float = 0.0
     idem_answer_fail: float = 0.0
     idem_crash: float = 0.0
@@ -110,6 +122,10 @@ class FaultPlan:
     app_lost_answer: float = 0.0
     kill: float = 0.0
     late_seconds: float = 45.0  # engine seconds
+    # The functions' AWS clients wait this share of botocore's retry backoff (a campaign that
+    # shortens the invoke timeout from 300 s to 6 s scales the backoff the same, 0.02, or a
+    # step whose end a throttle holds for seconds overruns a limit no deployment has).
+    backoff_scale: float = 1.0
     hang_seconds: float = 3.0  # real seconds; set above the engine's invoke timeout
     injected: Counter[str] = field(default_factory=Counter, init=False, repr=False)
 
@@ -125,6 +141,8 @@ class FaultPlan:
         # step run once more (at least once), which a check of "ran once" must allow.
         self.lost_ends: Counter[tuple[str, str]] = Counter()
         self._stop_throttle: Callable[[], None] | None = None
+        self._stop_bursts: Callable[[], None] | None = None
+        self._backoff_saved: Any = None
         self._failing_answers: set[str] = set()  # claim tokens whose answer never stores
         # True in a function's execution environment: `idem_crash` ends the process there.
         self.may_exit = False
@@ -145,9 +163,11 @@ class FaultPlan:
     def label(self, text: str) -> str:
         return _UUID.sub(lambda m: self._labels.get(m.group(0), "?"), text)
 
-    def decide(self, kind: str, key: str) -> bool:
-        """Whether `kind` strikes this occurrence of event `key` (and count it if so)."""
-        probability = float(getattr(self, kind))
+    def decide(self, kind: str, key: str, probability: float | None = None) -> bool:
+        """Whether `kind` strikes this occurrence of event `key` (and count it if so), with
+        `kind`'s probability or `probability`."""
+        if probability is None:
+            probability = float(getattr(self, kind))
         if probability <= 0 or not self._active:
             return False
         event = f"{kind}|{self.label(key)}"
@@ -172,9 +192,14 @@ class FaultPlan:
             self._active = previous
 
     def report(self) -> dict[str, int]:
-        """Faults injected so far, by kind (every kind, zeros included)."""
+        """Faults injected so far, by kind (every kind, zeros included), and the throttled
+        answers of bursts by service (`throttle_burst:<service>`)."""
         with self._lock:
-            return {kind: self.injected[kind] for kind in KINDS}
+            by_service = {
+                f"throttle_burst:{service}": self.injected[f"throttle_burst:{service}"]
+                for service in BURST_SERVICES
+            }
+            return {**{kind: self.injected[kind] for kind in KINDS}, **by_service}
 
     def pending_due(self) -> list[datetime]:
         """Engine times at which something this plan held back becomes due."""
@@ -263,21 +288,69 @@ class FaultPlan:
     # --- DynamoDB throttling --------------------------------------------------------------
 
     def install(self) -> None:
-        """Throttle DynamoDB calls of the engine's clients and fail its Idempotency-Key
-        records (idempotent)."""
-        wanted = any(float(getattr(self, kind)) > 0 for kind in CHILD_KINDS)
+        """Throttle DynamoDB calls of the engine's clients, fail its Idempotency-Key
+        records, and (in a function's process) answer requests as throttled in a burst
+        (idempotent)."""
+        kinds = [k for k in CHILD_KINDS if k != "throttle_burst"]
+        wanted = any(float(getattr(self, kind)) > 0 for kind in kinds)
         if self._stop_throttle is None and wanted:
             self._stop_throttle = aws.intercept(self._maybe_throttle)
+        if self._stop_bursts is None and self.throttle_burst > 0:
+            self._stop_bursts = aws.respond(self._maybe_throttle_burst)
+        if self.may_exit and self.backoff_scale != 1 and self._backoff_saved is None:
+            self._backoff_saved = botocore.endpoint.time
+            botocore.endpoint.time = _ScaledSleep(self.backoff_scale)
 
     def child_state(self) -> dict[str, float] | None:
-        """The probabilities a function's process plays (None: none), for its plan."""
+        """The probabilities a function's process plays (None: none), for its plan, and its
+        clients' backoff scale."""
         state = {kind: float(getattr(self, kind)) for kind in CHILD_KINDS}
-        return state if any(state.values()) else None
+        if not any(state.values()):
+            return None
+        return {**state, "backoff_scale": self.backoff_scale} if self.backoff_scale != 1 else state
 
     def uninstall(self) -> None:
         if self._stop_throttle is not None:
             self._stop_throttle()
             self._stop_throttle = None
+        if self._stop_bursts is not None:
+            self._stop_bursts()
+            self._stop_bursts = None
+        if self._backoff_saved is not None:
+            botocore.endpoint.time = self._backoff_saved
+            self._backoff_saved = None
+
+    # --- throttle bursts ------------------------------------------------------------------
+
+    def burst_at(self, moment: datetime) -> tuple[str, float] | None:
+        """The burst at engine time `moment`: (service, share of its requests throttled),
+        or None."""
+        if self.throttle_burst <= 0:
+            return None
+        slot = int(moment.timestamp() // BURST_SLOT_SECONDS)
+        digest = hashlib.sha256(f"{self.seed}|burst|{slot}".encode()).digest()
+        if int.from_bytes(digest[:8], "big") / 2**64 >= self.throttle_burst:
+            return None
+        low, high = BURST_RATES
+        rate = low + (high - low) * int.from_bytes(digest[9:17], "big") / 2**64
+        return BURST_SERVICES[digest[8] % len(BURST_SERVICES)], rate
+
+    def _maybe_throttle_burst(self, service: str, operation: str, request: Any) -> Any:
+        """In a burst of `service`, answer this request throttled with the burst's share.
+        Only in a function's process (`may_exit`): the runtime's own pollers stand for
+        AWS's event source mappings and Scheduler, which meet throttles of their own."""
+        if not self.may_exit or not self._active:
+            return None
+        burst = self.burst_at(clock.now())
+        if burst is None or burst[0] != service:
+            return None
+        key = f"{service}|{operation}"
+        if not self.decide("throttle_burst", key, probability=burst[1]):
+            return None
+        with self._lock:
+            self.injected[f"throttle_burst:{service}"] += 1
+            nth = self._seen[f"throttle_burst|{self.label(key)}"]
+        return aws.throttled_answer(service, operation, request, nth=nth)
 
     def _maybe_throttle(self, service: str, operation: str, params: dict[str, Any]) -> None:
         if service != "dynamodb":
@@ -354,6 +427,20 @@ def _run_of(token: str) -> str:
     except ValueError:
         return ""
     return str(claims.get("r", "")) if isinstance(claims, dict) else ""
+
+
+class _ScaledSleep:
+    """Stands for the `time` module in `botocore.endpoint`, whose one use of it is the sleep
+    before a retry: that sleep scaled (`FaultPlan.backoff_scale`)."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds * self.scale)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
 
 
 class FunctionDied(BaseException):

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ezgh_engine import clock, ids
-from ezgh_engine.local._http import BaseHandler, ServedHttp, Server
+from ezgh_engine.local._http import REQUEST_TIMEOUT_SECONDS, BaseHandler, ServedHttp, Server
 from ezgh_engine.local.asgi import serve_asgi
 from ezgh_engine.local.emulator import ACCOUNT_ID
 from ezgh_engine.local.environments import FunctionTimedOut
@@ -111,16 +111,17 @@ def serve_api(
     host: str = "127.0.0.1",
     port: int = 0,
     track: Callable[[], Any] | None = None,
+    timeout: float = REQUEST_TIMEOUT_SECONDS,
 ) -> ServedHttp:
     """Bind (not yet serve) the API Gateway bridge; call `.serve()` on the answer to start.
 
     Binding first lets the runtime know its URL before the handlers' environment is set.
-    `track` is a context-manager factory counting requests in flight (for `wait_idle`).
+    `track` is a context-manager factory counting requests in flight (for `wait_idle`);
+    `timeout`: how long a request may take to arrive (`local._http`).
     """
 
     class Handler(BaseHandler):
-        def _handle(self) -> None:
-            body = self.read_body()
+        def serve(self, body: bytes) -> None:
             event = api_gateway_event(
                 method=self.command,
                 target=self.path,
@@ -155,6 +156,5 @@ def serve_api(
                 )
             self.answer(status, headers, raw)
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
-
+    Handler.timeout = timeout
     return ServedHttp(Server((host, port), Handler))

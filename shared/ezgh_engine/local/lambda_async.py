@@ -8,7 +8,8 @@ sends an event it gives up on (or one older than its maximum age) to the on-fail
 destination as an invocation record. The topology says which functions are invoked so
 (`topology.AsyncInvoke`).
 
-Here the same, in three parts:
+Here the same, in three parts (and, for the functions called synchronously, `Invoke` with
+`InvocationType=RequestResponse` runs the handler at once and answers its result):
 
 - `AsyncInvokes` serves Lambda's `Invoke` API on a loopback port (the handlers' and the local
   Scheduler's `lambda` clients reach it through `AWS_ENDPOINT_URL_LAMBDA`): an `Event`
@@ -29,16 +30,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
+from ezgh_engine.local._http import BaseHandler
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
+from ezgh_engine.local.emulator_gate import same, signed_by
 from ezgh_engine.local.handlers import LambdaContext
 from ezgh_engine.local.pollers import Activity, Invoke, SqsPoller
 from ezgh_engine.topology import AsyncInvoke, Function, Topology
@@ -69,8 +73,12 @@ class AsyncInvokes:
 
     def __init__(self, topology: Topology) -> None:
         self.functions = [f for f in topology.functions if f.async_invoke is not None]
+        # Functions called synchronously (`RequestResponse`, `topology.SyncInvoke`): the
+        # call runs the function's handler at once and answers its result.
+        self.sync_functions = [f for f in topology.functions if f.sync_invoke is not None]
+        self._sync_invokers: Mapping[str, Invoke] = {}
         self._by_name: dict[str, Function] = {}
-        for function in self.functions:
+        for function in [*self.functions, *self.sync_functions]:
             context = LambdaContext(function)
             self._by_name[context.function_name] = function
             self._by_name[context.invoked_function_arn] = function
@@ -110,12 +118,17 @@ class AsyncInvokes:
             )["QueueUrl"]
             self.on_failure_urls[function.key] = queue_urls[spec.on_failure]
             env[spec.env_var] = function_arn(function)
+        for function in self.sync_functions:
+            assert function.sync_invoke is not None
+            env[function.sync_invoke.env_var] = function_arn(function)
         return env
 
     def pollers(
         self, invokers: Mapping[str, Invoke], activity: Activity
     ) -> list[AsyncInvokePoller]:
-        """A poller per function, calling its handler (`invokers[key]`) with each event."""
+        """A poller per function, calling its handler (`invokers[key]`) with each event
+        (the synchronous calls go to `invokers` too)."""
+        self._sync_invokers = invokers
         return [
             AsyncInvokePoller(
                 function=function,
@@ -146,6 +159,31 @@ class AsyncInvokes:
         self.accepted += 1
         return 202, None
 
+    def calls_synchronously(self, name: str) -> bool:
+        """Whether `name` is a function the topology calls synchronously."""
+        function = self._by_name.get(name.split(":$LATEST")[0])
+        return function is not None and function.sync_invoke is not None
+
+    def call(self, name: str, payload: bytes) -> tuple[int, bytes, dict[str, str]]:
+        """A `RequestResponse` invocation of `name`: (HTTP status, body, extra headers),
+        the handler's result as Lambda answers it (an error as `X-Amz-Function-Error`)."""
+        function = self._by_name.get(name.split(":$LATEST")[0])
+        invoke = self._sync_invokers.get(function.key) if function else None
+        if function is None or function.sync_invoke is None or invoke is None:
+            error = _error("ResourceNotFoundException", f"Function not found: {name}")
+            return 404, json.dumps(error).encode(), {"x-amzn-ErrorType": error["__type"]}
+        try:
+            event = json.loads(payload or b"{}")
+        except ValueError:
+            error = _error("InvalidRequestContentException", "Could not parse request body")
+            return 400, json.dumps(error).encode(), {"x-amzn-ErrorType": error["__type"]}
+        try:
+            result = invoke(event)
+        except Exception as exc:  # the handler raised, timed out or its environment died
+            failure = {"errorType": type(exc).__name__, "errorMessage": str(exc)[:2000]}
+            return 200, json.dumps(failure).encode(), {"X-Amz-Function-Error": "Unhandled"}
+        return 200, json.dumps(result).encode(), {}
+
 
 def _spec(function: Function) -> AsyncInvoke:
     assert function.async_invoke is not None
@@ -156,25 +194,30 @@ def _error(kind: str, message: str) -> dict[str, Any]:
     return {"__type": kind, "Type": "User", "message": message}
 
 
-def _handler_class(invokes: AsyncInvokes) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _handler_class(invokes: AsyncInvokes) -> type[BaseHandler]:
+    class _Handler(BaseHandler):
+        """Lambda's `Invoke`, for the engine alone: signed with the emulator's credentials
+        (`local.emulator_gate`); a malformed request is refused by `BaseHandler`."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("lambda api: " + format, *args)
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        def serve(self, body: bytes) -> None:
+            signer = signed_by(self.headers.get("Authorization"))
+            if signer is None or not same(signer[0], os.environ.get("AWS_ACCESS_KEY_ID", "")):
+                message = "The security token included in the request is invalid."
+                self._answer(403, _error("UnrecognizedClientException", message))
+                return
             match = _PATH.match(urllib.parse.urlsplit(self.path).path)
-            if match is None:
-                self._answer(404, _error("UnknownOperationException", self.path))
+            if match is None or self.command != "POST":
+                self._answer(404, _error("UnknownOperationException", "unknown operation"))
                 return
             kind = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
+            name = urllib.parse.unquote(match.group("name"))
+            if kind == "RequestResponse" and invokes.calls_synchronously(name):
+                self._raw(*invokes.call(name, body))
+                return
             if kind != "Event":
-                message = f"the local runtime invokes functions asynchronously only, not {kind}"
+                message = f"the local runtime invokes this function asynchronously only, not {kind}"
                 self._answer(400, _error("InvalidParameterValueException", message))
                 return
-            name = urllib.parse.unquote(match.group("name"))
             try:
                 status, error = invokes.accept(name, body)
             except Exception as exc:  # the emulator was reset or stopped: Lambda's 5xx
@@ -182,16 +225,19 @@ def _handler_class(invokes: AsyncInvokes) -> type[BaseHTTPRequestHandler]:
                 status, error = 500, _error("ServiceException", str(exc))
             self._answer(status, error)
 
+        def _raw(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+            pairs = [("x-amzn-RequestId", ids.new_id()), ("Content-Type", "application/json")]
+            self.answer(status, pairs + list(headers.items()), data)
+
         def _answer(self, status: int, error: dict[str, Any] | None) -> None:
             data = json.dumps(error).encode() if error else b""
-            self.send_response(status)
-            self.send_header("x-amzn-RequestId", ids.new_id())
+            headers = [("x-amzn-RequestId", ids.new_id())]
             if error:
-                self.send_header("x-amzn-ErrorType", str(error["__type"]))
-                self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+                headers += [
+                    ("x-amzn-ErrorType", str(error["__type"])),
+                    ("Content-Type", "application/json"),
+                ]
+            self.answer(status, headers, data)
 
     return _Handler
 

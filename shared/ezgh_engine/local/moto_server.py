@@ -73,10 +73,19 @@ class MotoServer:
     """moto's server (its WSGI app, or one wrapping it) on `ip_address:port` in a thread of
     its own: `start()`, `get_host_and_port()`, `stop()`, as moto's `ThreadedMotoServer`."""
 
-    def __init__(self, ip_address: str, port: int, app: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        ip_address: str,
+        port: int,
+        app: Callable[..., Any] | None = None,
+        gate: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    ) -> None:
+        """`gate` wraps the app (`local.emulator_gate`): what the socket serves."""
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
         self._app = app or DomainDispatcherApplication(create_backend_app)
+        if gate is not None:
+            self._app = gate(self._app)
         self._address = (ip_address, port)
         self._server: PooledWSGIServer | None = None
         self._thread: threading.Thread | None = None

@@ -40,9 +40,10 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ezgh_engine import clock
+from ezgh_engine.local import private_files
 from ezgh_engine.local.account import ACCOUNT_ID, REGION
 from ezgh_engine.local.group_commit import GroupCommit
 
@@ -79,7 +80,7 @@ class Journal:
         self.path = path
         self.snapshot_path = path.with_name(SNAPSHOT_NAME)
         self.sync = sync
-        self._file: io.BufferedWriter | None = None
+        self._file: IO[bytes] | None = None
         self.records_written = 0
         self.generation = 0  # the snapshot's (0: none)
         self.size = 0  # the journal's bytes
@@ -89,7 +90,7 @@ class Journal:
     def open(self) -> list[dict[str, Any]]:
         """The records to replay (the snapshot's, then the journal's), after cutting a torn
         tail off the journal (or dropping a journal the snapshot covers); open for appending."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_files.private_dir(self.path.parent)
         with contextlib.suppress(FileNotFoundError):  # a compaction that died before its rename
             self.snapshot_path.with_name(f".{SNAPSHOT_NAME}.tmp").unlink()
         snapshot = read_snapshot(self.snapshot_path)
@@ -105,7 +106,7 @@ class Journal:
                 self.generation,
             )
             records, good = [], 0
-        with open(self.path, "ab") as file:
+        with private_files.open_private(self.path, "ab") as file:
             if file.tell() != good:
                 if good:
                     log.warning(
@@ -116,7 +117,7 @@ class Journal:
                     )
                 file.truncate(good)
                 os.fsync(file.fileno())
-        self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the server's life
+        self._file = private_files.open_private(self.path, "ab")  # kept open for the server's life
         self.size = good
         if not records and self.generation:
             self.append({"t": "base", "n": self.generation})
@@ -168,7 +169,7 @@ class Journal:
             raise RuntimeError("the journal is not open")
         generation = self.generation + 1
         temporary = self.snapshot_path.with_name(f".{SNAPSHOT_NAME}.tmp")
-        with open(temporary, "wb") as file:
+        with private_files.open_private(temporary, "wb") as file:
             file.write(_frame({"t": "snapshot", "n": generation}))
             for record in state:
                 file.write(_frame(record))
@@ -259,7 +260,7 @@ def _set_aside_damage(path: Path, good: int) -> None:
     if not rest[_HEADER.size + length :].strip(b"\0"):
         return
     aside = path.with_name(f"{path.name}.damaged-{good}")
-    with open(aside, "wb") as file:
+    with private_files.open_private(aside, "wb") as file:
         file.write(rest)
         file.flush()
         os.fsync(file.fileno())
@@ -1119,15 +1120,17 @@ def _remove_messages(params: dict[str, Any], message_ids: set[str]) -> None:
         queue._messages = kept
 
 
-def serve_journaled(ip_address: str, port: int, journal: Journal) -> tuple[Any, JournalingApp]:
-    """moto's server whose app journals (not started)."""
+def serve_journaled(
+    ip_address: str, port: int, journal: Journal, gate: Callable[[Any], Any] | None = None
+) -> tuple[Any, JournalingApp]:
+    """moto's server whose app journals (not started); `gate` as `MotoServer`'s."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
     from ezgh_engine.local.moto_server import MotoServer
 
     journaling = JournalingApp(DomainDispatcherApplication(create_backend_app), journal)
     _install_dead_letter_hook()
-    return MotoServer(ip_address, port, journaling), journaling
+    return MotoServer(ip_address, port, journaling, gate), journaling
 
 
 # --- the runtime's own state -----------------------------------------------------------------
@@ -1175,10 +1178,11 @@ class DevState:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so a reader (or a crash) sees the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace `path` with `text` so a reader (or a crash) sees the old file or the new one;
+    the file is this user's alone (mode 0600: it may hold keys)."""
+    private_files.state_dir(path.parent)
     temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as file:
+    with private_files.open_private(temporary, "w") as file:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ezgh_engine import config
@@ -90,7 +91,10 @@ def _create_table(table: Table) -> str:
 def _create_queue(queue: Queue) -> tuple[str, str, str]:
     """Create the queue and its dead-letter queue; return (url, arn, dlq url)."""
     sqs = aws.client("sqs")
-    dlq_url = sqs.create_queue(QueueName=f"{queue_name(queue)}-dlq")["QueueUrl"]
+    retention = {"MessageRetentionPeriod": str(queue.retention_seconds)}
+    dlq_url = sqs.create_queue(QueueName=f"{queue_name(queue)}-dlq", Attributes=retention)[
+        "QueueUrl"
+    ]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
@@ -100,6 +104,7 @@ def _create_queue(queue: Queue) -> tuple[str, str, str]:
         Attributes={
             "VisibilityTimeout": str(queue.visibility_timeout_seconds),
             "RedrivePolicy": json.dumps(redrive),
+            **retention,
         },
     )["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
@@ -121,6 +126,27 @@ def _create_bucket_and_group() -> None:
     except scheduler.exceptions.ResourceNotFoundException:
         with contextlib.suppress(scheduler.exceptions.ConflictException):
             scheduler.create_schedule_group(Name=SCHEDULER_GROUP)
+
+
+def create_recurring(topology: Topology, function_arn: Callable[[str], str]) -> None:
+    """The stack's own recurring schedules (topology `Recurring`, the hourly year-limit
+    sweep) in the timers' group, as infra makes them; kept if restored. `function_arn(key)`:
+    a topology function's ARN in the local Lambda API."""
+    scheduler = aws.client("scheduler")
+    for spec in topology.recurring:
+        with contextlib.suppress(scheduler.exceptions.ConflictException):
+            scheduler.create_schedule(
+                Name=spec.name,
+                GroupName=SCHEDULER_GROUP,
+                ScheduleExpression=spec.expression,
+                ScheduleExpressionTimezone="UTC",
+                FlexibleTimeWindow={"Mode": "OFF"},
+                Target={
+                    "Arn": function_arn(spec.function),
+                    "RoleArn": SCHEDULER_ROLE_ARN,
+                    "Input": spec.message,
+                },
+            )
 
 
 def provision(

@@ -25,10 +25,10 @@ from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.environments import Environments
 from ezgh_engine.local.handlers import Handler, resolve_all
 from ezgh_engine.local.http_bridge import ServedHttp, serve_api
-from ezgh_engine.local.lambda_async import AsyncInvokes
+from ezgh_engine.local.lambda_async import AsyncInvokes, function_arn
 from ezgh_engine.local.persistence import DevState, write_atomically
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
-from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, provision
+from ezgh_engine.local.resources import SCHEDULER_GROUP, Provisioned, create_recurring, provision
 from ezgh_engine.local.scheduler import Scheduler
 from ezgh_engine.local.subscriptions import SubscriptionSources
 from ezgh_engine.topology import (
@@ -466,6 +466,7 @@ class LocalRuntime:
         )
         self.provisioned.env.update(self.async_invokes.provision(self.provisioned.queue_urls))
         self.emulator.apply_env(dict(self.provisioned.env))
+        create_recurring(self.topology, lambda key: function_arn(self.topology.function(key)))
 
     def _stream_arn(self, poller_name: str) -> str:
         table = poller_name.split(":", 1)[1]

@@ -6,8 +6,9 @@ A schedule's target is an SQS queue (its input sent as the message body) or a La
 Every half second (or when kicked) the scheduler lists the schedules in its group and fires
 those due by `ezgh_engine.clock.now()`, so a test with a `SkipClock` skips the wait. The list
 is read from moto's store in this process (`_moto_summaries`), not through `ListSchedules`:
-under `ezgh dev` every live run holds a schedule (its one-year limit), and listing hundreds
-of them through HTTP twice a second was a tenth of the runtime's CPU. A one-time schedule is
+under `ezgh dev` every long sleep or wait holds a schedule (and every live run did, for its
+one-year limit, before the hourly sweep), and listing hundreds of them through HTTP twice a
+second was a tenth of the runtime's CPU. A one-time schedule is
 fetched (`GetSchedule`, once per version) only when it comes due.
 `at(...)` one-time schedules and `cron(...)` schedules (each occurrence once, in its time zone,
 with `<aws.scheduler.scheduled-time>` in the input replaced as Scheduler does) are handled; an

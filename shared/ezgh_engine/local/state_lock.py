@@ -15,6 +15,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from ezgh_engine.local import private_files
+
 LOCK_NAME = "lock"
 
 
@@ -46,9 +48,9 @@ class StateLock:
 def lock_state_dir(state_dir: Path, holder: str) -> StateLock:
     """Take `state_dir`'s lock (creating the dir) for this process, noting `holder` in it, or
     raise `StateDirInUse` naming the holder the lock file names."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_files.state_dir(state_dir)  # made, or narrowed, to this user's alone
     path = state_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = private_files.open_private_fd(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

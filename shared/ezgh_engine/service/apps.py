@@ -2,8 +2,10 @@
 
 Permissions: changing an app (create, update, sync, delete) needs `workflows.apps.update` on
 the app's name; setting notifications also needs `queues.messages.send` on the queue (as the
-seed docs say). Reading apps is open to every key of the project: an app's record holds no
-secret after its creation answer.
+seed docs say). Reading an app (`GET /apps`, `GET /apps/{appId}`) needs a grant on it: any
+`workflows.*` grant on the app's name or on one of its workflows (`<app name>/<workflow>`),
+or one on every app or workflow (`Principal.sees`). A list answers the apps the key may
+read; a read of another is `403 forbidden`. (Its URL may carry a token in its query.)
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any, Literal
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import push, registry_store, runs_store
+from ezgh_engine.core import validation
 from ezgh_engine.core.models import App, Notifications, Principal
 from ezgh_engine.core.run_errors import APP_DELETED
-from ezgh_engine.core.validation import WORKFLOW_NAME_RE
 from ezgh_engine.errors import Conflict, EngineError, Forbidden, NotFound, ValidationError
 from ezgh_engine.service import timers
 from ezgh_engine.service.pull import delete_task_queue
@@ -71,6 +73,7 @@ def create_app(
         workflows=(),
         signing_key=ids.secret_token(32),
         created_at=clock.iso(clock.now()),
+        key_id=principal.key_id,
     )
     return registry_store.create_app(app)
 
@@ -83,9 +86,19 @@ def get_app(principal: Principal, app_ref: str) -> App:
     return app
 
 
+def read_app(principal: Principal, app_ref: str) -> App:
+    """`GET /apps/{appId}`: the app, if the key may read it (403 otherwise)."""
+    app = get_app(principal, app_ref)
+    if not principal.sees("app", app.name):
+        raise Forbidden(f"this API key holds no grant on app {app.name} or its workflows")
+    return app
+
+
 def list_apps(principal: Principal) -> list[App]:
-    """Every app of the caller's project, by name."""
-    return registry_store.list_apps(principal.project_id)
+    """The apps of the caller's project it may read, by name."""
+    return [
+        a for a in registry_store.list_apps(principal.project_id) if principal.sees("app", a.name)
+    ]
 
 
 def parse_notifications(value: dict[str, Any] | None) -> Notifications | None:
@@ -99,11 +112,10 @@ def parse_notifications(value: dict[str, Any] | None) -> Notifications | None:
     if not isinstance(on, list) or not on or any(s not in NOTIFY_ON for s in on):
         raise ValidationError(f"notifications.on: a non-empty subset of {list(NOTIFY_ON)}")
     workflows = value.get("workflows")
-    if workflows is not None and (
-        not isinstance(workflows, list)
-        or any(not isinstance(w, str) or not WORKFLOW_NAME_RE.match(w) for w in workflows)
-    ):
+    if workflows is not None and not isinstance(workflows, list):
         raise ValidationError("notifications.workflows: null or a list of workflow names")
+    if workflows is not None:  # kept in the app's item, as the app's own workflows are
+        validation.check_app_workflows(list(dict.fromkeys(workflows)), "notifications.workflows")
     group_by: Literal["run", "workflow"] = "run"
     if value.get("groupBy") == "workflow":
         group_by = "workflow"
@@ -128,7 +140,8 @@ def update_app(
     _require(principal, UPDATE_ACTION, app.name)
     changed = app
     if url is not UNSET and url != app.url:
-        changed = replace(changed, url=_check_url(app.kind, url))
+        # New code answers at the new URL: it acts for the key that pointed the app there.
+        changed = replace(changed, url=_check_url(app.kind, url), key_id=principal.key_id)
     if notifications is not UNSET:
         parsed = parse_notifications(notifications)
         if parsed is not None:
@@ -156,16 +169,12 @@ def sync_app(principal: Principal, app_ref: str) -> App:
             code="app_not_synced",
         )
     try:
-        workflows = push.sync_app(app)
+        synced = push.sync_app(app)  # names checked as a pull app's: at most 1,000, valid
     except EngineError as err:
         raise Conflict(f"sync failed: {err.message}", code="app_not_synced") from err
-    bad = [w for w in workflows if not WORKFLOW_NAME_RE.match(w)]
-    if bad:
-        raise Conflict(
-            f"sync failed: invalid workflow names {bad[:5]} (must match ^[A-Za-z0-9_-]{{1,64}}$)",
-            code="app_not_synced",
-        )
-    return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
+    return registry_store.update_app_after_sync(
+        app, synced.workflows, synced.protocol, key_id=principal.key_id
+    )
 
 
 def _end_deleted(run_id: str, end_now: Any) -> bool:

@@ -30,6 +30,7 @@ from ezgh_engine.core.models import RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import timers, waits
+from ezgh_engine.service.flow_hosting import interpreter_app_of
 from ezgh_engine.service.invoker import step_timed_out_error
 from ezgh_engine.service.wire import invoke_request
 
@@ -79,13 +80,19 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         # An ended run's pending steps end with it (its cleanup may have come first).
         _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
-    app = registry_store.get_app(run.project_id, run.app_id)
+    app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
         timers.end_now(run_id, "failed", APP_DELETED)
         return None
     invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
     request = invoke_request(
-        run, invocation_id, lease_ms, now_ms, branch_step=step_id, branch_epoch=epoch
+        run,
+        invocation_id,
+        lease_ms,
+        now_ms,
+        app_protocol=app.protocol,
+        branch_step=step_id,
+        branch_epoch=epoch,
     )
     try:
         outcome = outcome_rules.parse(invoke_app(app, request), clock.now())

@@ -91,15 +91,23 @@ def _seconds(value: int) -> Any:
     return timedelta(seconds=value)
 
 
-def complete(token: str, body: Any) -> dict[str, Any]:
-    """POST <callback url>: 200 `{"status":"completed"}`; 404 for a token that names no
-    callback; 409 `invalid_state` when the callback completed or timed out already."""
+def find(token: str) -> tuple[str, str]:
+    """The `(run ID, step ID)` of the callback `token` names; 404 for a token that names
+    none (unknown, forged or expired). The route calls this before it reads the body: a
+    caller without a valid URL learns nothing of what a body should be."""
     if not token or len(token) > 128:
         raise NotFound(_NOT_FOUND)
     index = ws.get(ws.callback_pk(ids.sha256_hex(token)), "CALLBACK")
     if index is None or int(index.get("ttl", 0)) < int(clock.now().timestamp()):
         raise NotFound(_NOT_FOUND)
-    run_id, step_id = str(index["runId"]), str(index["stepId"])
+    return str(index["runId"]), str(index["stepId"])
+
+
+def complete(token: str, body: Any, found: tuple[str, str] | None = None) -> dict[str, Any]:
+    """POST <callback url>: 200 `{"status":"completed"}`; 404 for a token that names no
+    callback; 409 `invalid_state` when the callback completed or timed out already.
+    `found`: what `find(token)` answered already."""
+    run_id, step_id = found or find(token)
     run = runs_store.get_run(run_id, with_steps=False)
     if run is None:
         raise NotFound(_NOT_FOUND)

@@ -14,8 +14,10 @@ the dead-letter queue. Targets:
   `derived_id("queue-start", project, queue, message)`: a redelivered message finds its run
   (accepted). An app not synced (or not hosting the workflow) is refused and retried.
 - `workflow` / `resume`: read the correlation attribute, check the key, and resume every run
-  waiting on (queue, key) through `service.waits.resume_message_waiters`; none resumed, or a
-  missing or invalid attribute, is `No run to resume (message)` and retried.
+  of the target's app and workflow waiting on (queue, key) through
+  `service.waits.resume_message_waiters` (another app's waits on the same queue and key are
+  not this subscription's); none resumed, or a missing or invalid attribute, is
+  `No run to resume (message)` and retried.
 """
 
 from __future__ import annotations
@@ -114,7 +116,11 @@ def _deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
     key = message["attributes"].get(str(sub.target["correlationAttribute"]))
     if not isinstance(key, str) or not MESSAGE_KEY_RE.match(key):
         raise DeliveryFailed(NO_RUN_TO_RESUME)
-    if resume_message_waiters(sub.project_id, sub.queue_id, key, message) <= 0:
+    target = (str(sub.target["appId"]), str(sub.target["workflow"]))
+    resumed = resume_message_waiters(
+        sub.project_id, sub.queue_id, key, message, app_id=target[0], workflow=target[1]
+    )
+    if resumed <= 0:
         raise DeliveryFailed(NO_RUN_TO_RESUME)
 
 
@@ -139,11 +145,15 @@ def _backoff(record: dict[str, Any], queue: QueueRecord) -> None:
 def deliver_record(record: dict[str, Any]) -> bool:
     """Deliver one SQS record; True when it may be acknowledged."""
     queue_id = sqs_queues.queue_id_from_arn(str(record.get("eventSourceARN", "")))
-    queue = queues_store.get_queue_by_id(queue_id) if queue_id else None
+    # Read as a moment ago (queues_store.CACHE_SECONDS): a burst reads them once, not per
+    # message. What is not there is read again before anything is dropped or held.
+    queue = queues_store.get_queue_by_id(queue_id, cached=True) if queue_id else None
+    if queue is None and queue_id:
+        queue = queues_store.get_queue_by_id(queue_id)
     if queue is None:
         log.warning("message %s from an unknown queue; dropped", record.get("messageId"))
         return True
-    sub = queues_store.subscription_for_queue(queue.id)
+    sub = queues_store.subscription_for_queue(queue.id, cached=True)
     if sub is None:
         # Deleted a moment ago; its mapping is going away. Let the message wait for the next.
         _backoff(record, queue)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ezgh_engine import clock
 from ezgh_engine.adapters import registry_store, runs_store
-from ezgh_engine.core.models import Run
+from ezgh_engine.core.models import App, Run
 from ezgh_engine.service.new_runs import new_run
 
 log = logging.getLogger(__name__)
@@ -38,13 +38,14 @@ def start_derived_run(
 
     Raises `NotStartable` when the app cannot run the workflow now.
     """
-    app = registry_store.get_app(project_id, app_ref)
-    if app is None:
-        raise NotStartable(f"app {app_ref} not found")
-    if app.status != "synced":
-        raise NotStartable(f"app {app.name} has not synced yet")
-    if workflow not in app.workflows:
-        raise NotStartable(f"workflow {workflow} not found in app {app.name}")
+    # The app as read a moment ago (`registry_store.get_app_cached`: a burst of starts reads
+    # it once); a refusal is read again first, so only a startable answer can be stale.
+    app = registry_store.get_app_cached(project_id, app_ref)
+    if _refusal(app, app_ref, workflow) is not None:
+        app = registry_store.get_app(project_id, app_ref)
+    refusal = _refusal(app, app_ref, workflow)
+    if refusal is not None or app is None:
+        raise NotStartable(refusal or f"app {app_ref} not found")
     run = new_run(
         run_id=run_id,
         org_id=org_id,
@@ -60,3 +61,14 @@ def start_derived_run(
     except runs_store.RunExists:
         return None
     return run
+
+
+def _refusal(app: App | None, app_ref: str, workflow: str) -> str | None:
+    """Why `app` cannot start `workflow` now, or None."""
+    if app is None:
+        return f"app {app_ref} not found"
+    if app.status != "synced":
+        return f"app {app.name} has not synced yet"
+    if workflow not in app.workflows:
+        return f"workflow {workflow} not found in app {app.name}"
+    return None

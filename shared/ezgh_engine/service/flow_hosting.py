@@ -1,85 +1,65 @@
-"""EzFlow's interpreter hosted by the stack: its app registered and synced in a project at
-first use (the topology's `flows` function, `settings().flows_url`)."""
+"""EzFlow's interpreter: the engine's own app in every project, never one of the project's.
+
+The interpreter is the stack's `flows` function (`settings().flows_url`). Its app is not a
+record any API call can reach: there is none. The engine makes it up where it needs it
+(`interpreter_app`), under an ID derived from the project (`core.flows.jobs.
+interpreter_app_id`) that no app a user creates can have, with the signing key the
+function derives from the token secret. The registry's reads hide that ID too
+(`registry_store.get_app`, for records an earlier version of the engine wrote), so no
+`{appId}`, `StartRun`, schedule, subscription or `ctx.step.invoke(app=…)` can name it; the
+runs API hides its runs (`service.runs`). Jobs start only through the flows API, flow
+schedules and flow subscriptions (`service.flow_jobs`).
+"""
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import replace
-
-from ezgh_engine import clock, ids
-from ezgh_engine.adapters import flows_store, push, registry_store
 from ezgh_engine.config import settings
-from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW
-from ezgh_engine.core.models import App, Principal
-from ezgh_engine.errors import Conflict, EngineError
+from ezgh_engine.core.flows.jobs import INTERPRETER_APP, INTERPRETER_WORKFLOW, interpreter_app_id
+from ezgh_engine.core.models import App, Principal, Run
 from ezgh_engine.interpreter.hosting import signing_key
+from ezgh_engine.protocol import PROTOCOL_VERSION
+
+# The interpreter app's creation time, as its record would show it (it has none).
+_EPOCH = "1970-01-01T00:00:00.000Z"
+
+
+def engine_app(org_id: str, project_id: str) -> App:
+    """The project's interpreter app: synced, hosting `flow`, at the stack's function."""
+    return App(
+        id=interpreter_app_id(project_id),
+        slug="",
+        org_id=org_id,
+        project_id=project_id,
+        name=INTERPRETER_APP,
+        kind="push",
+        url=settings().flows_url or None,
+        status="synced",
+        workflows=(INTERPRETER_WORKFLOW,),
+        signing_key=signing_key(),
+        created_at=_EPOCH,
+        # The interpreter is a `PushApp` of the SDK shipped with the engine: it speaks the
+        # engine's protocol (bounded requests, however large a job's history).
+        protocol=PROTOCOL_VERSION,
+    )
 
 
 def interpreter_app(principal: Principal) -> App:
-    """The project's interpreter app, registered and synced at first use where the stack
-    hosts the interpreter (its `flows` function, `settings().flows_url`); else the app of
-    that name someone registered. `409 app_not_synced` when there is none or it is not
-    synced (the reason in the message)."""
-    app_id = flows_store.find_app_id(principal.project_id, INTERPRETER_APP)
-    app = registry_store.get_app(principal.project_id, app_id) if app_id else None
-    url = settings().flows_url
-    if url and (app is None or app.id == _hosted_id(principal.project_id)):
-        app = _host_interpreter(principal, app, url)
-    if app is None or app.status != "synced" or INTERPRETER_WORKFLOW not in app.workflows:
-        raise Conflict(
-            f"the flows interpreter app {INTERPRETER_APP!r} is not registered and synced in "
-            "this project (see docs/flows.md)",
-            code="app_not_synced",
-        )
-    return app
+    """The interpreter app of the principal's project (`ezgh dev` prints it at start)."""
+    return engine_app(principal.org_id, principal.project_id)
 
 
-def _hosted_id(project_id: str) -> str:
-    # Derived, so concurrent first uses write the same record and one of them wins.
-    return ids.derived_id("ezgh-flows-app", project_id)
+def is_interpreter_run(run: Run) -> bool:
+    """Whether the run is a job: a run of the project's interpreter app."""
+    return run.app_id == interpreter_app_id(run.project_id)
 
 
 def is_hosted(app: App) -> bool:
-    """The app is the interpreter the stack hosts (its `flows` function), not one of the
-    user's: in `ezgh dev` it runs in the engine's own process."""
-    return app.id == _hosted_id(app.project_id)
+    """The app is the interpreter (in `ezgh dev` it runs in the engine's own process)."""
+    return app.id == interpreter_app_id(app.project_id)
 
 
-def _host_interpreter(principal: Principal, app: App | None, url: str) -> App:
-    """Register the stack's interpreter in the project (once), keep its URL the stack's,
-    and sync it until it is synced. Registering is the engine's own act: no key needs
-    `workflows.apps.update` for it (nothing of the user's changes)."""
-    if app is None:
-        fresh = App(
-            id=_hosted_id(principal.project_id),
-            slug=ids.slug("wfa"),
-            org_id=principal.org_id,
-            project_id=principal.project_id,
-            name=INTERPRETER_APP,
-            kind="push",
-            url=url,
-            status="pending",
-            workflows=(),
-            signing_key=signing_key(),
-            created_at=clock.iso(clock.now()),
-        )
-        try:
-            app = registry_store.create_app(fresh)
-        except Conflict:  # a concurrent first use registered it
-            app = registry_store.get_app(principal.project_id, fresh.id)
-            if app is None:
-                raise
-    if app.url != url:  # the stack's function moved (a new URL): follow it
-        with contextlib.suppress(Conflict):  # a concurrent first use moved it already
-            registry_store.save_app(replace(app, url=url, status="pending"))
-        app = registry_store.get_app(principal.project_id, app.id) or app
-    if app.status == "synced" and INTERPRETER_WORKFLOW in app.workflows and app.url == url:
-        return app
-    try:
-        workflows = push.sync_app(app)
-    except EngineError as err:
-        raise Conflict(
-            f"the flows interpreter at {url} did not answer its sync: {err.message}",
-            code="app_not_synced",
-        ) from err
-    return registry_store.update_app_after_sync(app, list(dict.fromkeys(workflows)))
+def interpreter_app_of(run: Run) -> App | None:
+    """The interpreter app, when the run is a job (None otherwise): what the engine's own
+    work on a run (invoking it, its parallel branches) finds where the registry has no
+    record, never what a caller's reference to an app finds."""
+    return engine_app(run.org_id, run.project_id) if is_interpreter_run(run) else None

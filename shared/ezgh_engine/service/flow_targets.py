@@ -3,7 +3,9 @@ correlationAttribute?}` (contract, "Flows").
 
 - `start`: one job per message, the message as the job's input, with the job ID
   `derived_id("queue-start", project, queue, message)` (the same rule as a workflow target),
-  so a redelivered message finds its job instead of starting a second.
+  so a redelivered message finds its job instead of starting a second. The jobs act for the
+  key that created (or last changed) the subscription's target, `keyId` in the target, read
+  again at every delivery and when each node runs: a revoked key starts no more jobs.
 - `resume`: the message's correlation attribute is the key; every job *of this flow* waiting
   on (queue, key) in a `wait.event` node is resumed with the message. None resumed is
   `No run to resume (message)`, and the message is retried, as for a workflow target.
@@ -15,7 +17,8 @@ from typing import Any
 
 from ezgh_engine.adapters import flows_store, runs_store
 from ezgh_engine.adapters import waits_store as ws
-from ezgh_engine.core.flows.jobs import JobInput
+from ezgh_engine.core.flows.graph import parse_graph
+from ezgh_engine.core.flows.jobs import Actor, JobInput
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.queues import (
     ATTRIBUTE_NAME_RE,
@@ -26,6 +29,7 @@ from ezgh_engine.core.queues import (
     start_run_id,
 )
 from ezgh_engine.errors import EngineError, NotFound, ValidationError
+from ezgh_engine.service.flow_authority import acting_principal, check_graph_needs
 from ezgh_engine.service.flow_jobs import start_job
 from ezgh_engine.service.flows import require
 from ezgh_engine.service.waits import end_wait_actions
@@ -46,6 +50,12 @@ def check_flow_target(principal: Principal, target: dict[str, Any]) -> dict[str,
         raise NotFound(f"flow {ref} not found")
     require(principal, _MODE_ACTION[mode], flow.name)
     stored: dict[str, Any] = {"kind": "flow", "mode": mode, "flowId": flow.id}
+    if mode == "start":
+        # Its jobs will act for this key: it must be able to start them itself now.
+        head = flows_store.branch_head(flow.id, flow.active_branch)
+        if head is not None:
+            check_graph_needs(principal, parse_graph(head.graph), who="this API key")
+        stored["keyId"] = principal.key_id
     attribute = target.get("correlationAttribute")
     if mode == "resume":
         if not isinstance(attribute, str) or not ATTRIBUTE_NAME_RE.match(attribute):
@@ -59,18 +69,17 @@ def check_flow_target(principal: Principal, target: dict[str, Any]) -> dict[str,
     return stored
 
 
-def _engine(sub: Subscription) -> Principal:
-    # The subscription's creator was checked for flows.jobs.start on the flow.
-    return Principal(sub.org_id, sub.project_id, f"subscription:{sub.id}", (("*", None),))
-
-
 def deliver_start(sub: Subscription, message: dict[str, Any]) -> None:
-    """Start the message's job (once per message)."""
+    """Start the message's job (once per message), for the key the target records."""
     job_id = start_run_id(sub.project_id, sub.queue_id, str(message["messageId"]))
+    via = f"subscription:{sub.id}"
+    key_id = sub.target.get("keyId")
+    actor = Actor(str(key_id), via) if isinstance(key_id, str) and key_id else None
     try:
-        start_job(_engine(sub), str(sub.target["flowId"]), input=message, job_id=job_id)
+        principal = acting_principal(sub.project_id, actor)
+        start_job(principal, str(sub.target["flowId"]), input=message, job_id=job_id, via=via)
     except EngineError as err:
-        raise DeliveryFailed(f"Job not started: {err.message}") from None
+        raise DeliveryFailed(f"Job not started: {err.status} {err.code}: {err.message}") from None
 
 
 def deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:

@@ -2,12 +2,12 @@
 
 Permissions: `flows.manage` with the flow's name as resource; reading a flow, or listing,
 needs `flows.manage` or `flows.jobs.read` on it (a list answers only the flows the key may
-read).
+read). A commit also needs, of the committing key, what its nodes need on the resources
+they name outright (`service.flow_authority`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import replace
 from typing import Any
@@ -18,8 +18,8 @@ from ezgh_engine.adapters.flows_store import Commit, Flow
 from ezgh_engine.core.flows.modules import MODULE_TYPES
 from ezgh_engine.core.flows.validate import check_graph
 from ezgh_engine.core.models import Principal
-from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
-from ezgh_engine.service.flow_hosting import interpreter_app
+from ezgh_engine.errors import Forbidden, NotFound, ValidationError
+from ezgh_engine.service.flow_authority import check_graph_needs
 
 MANAGE = "flows.manage"
 FLOW_NAME = re.compile(r"^[a-z0-9-]{1,64}$")
@@ -60,16 +60,7 @@ def create_flow(principal: Principal, *, name: str, description: str | None) -> 
         active_branch="main",
         created_at=clock.iso(clock.now()),
     )
-    created = flows_store.create_flow(flow)
-    _host_interpreter(principal)
-    return created
-
-
-def _host_interpreter(principal: Principal) -> None:
-    """A project's first flow registers the stack's interpreter there (so `ezgh-flows` is
-    listed for schedules at once); a failed sync is only told when a job starts."""
-    with contextlib.suppress(Conflict):
-        interpreter_app(principal)
+    return flows_store.create_flow(flow)
 
 
 def list_flows(principal: Principal) -> list[Flow]:
@@ -111,10 +102,14 @@ def delete_flow(principal: Principal, ref: str) -> None:
 def commit(
     principal: Principal, ref: str, *, graph: Any, branch: str | None, message: str | None
 ) -> Commit:
-    """Validate the graph (400 naming the node or edge) and store it as an immutable commit."""
+    """Validate the graph (400 naming the node or edge) and store it as an immutable commit.
+
+    The committing key must hold, on every resource a node names outright, what that node
+    needs (`flow_authority`): a graph may not name what its author may not do (`403`)."""
     flow = find_flow(principal, ref)
     require(principal, MANAGE, flow.name)
-    check_graph(graph)
+    parsed = check_graph(graph)
+    check_graph_needs(principal, parsed, who="this API key")
     new = Commit(
         id=ids.time_ordered_id(),
         flow_id=flow.id,

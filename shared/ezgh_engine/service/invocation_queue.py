@@ -11,6 +11,7 @@ Which module answers which message (`core.messages` defines them):
 - `Branch` → `branches.invoke_branch`: one parallel step in an invocation of its own.
 - `Cron` → `schedules.fire`: start a schedule's run.
 - `TaskWatch` → `pull.watch`: a pull app's task lease ended; invoke again if its worker died.
+- `YearLimitSweep` → `year_limits.sweep`: end the runs past their one-year limit (hourly).
 
 A handler answers a `Retry` to leave its message in the queue for later: its visibility is set
 to then and it is reported as a batch item failure. A handler that raises leaves its message in
@@ -35,7 +36,7 @@ from typing import Any
 from ezgh_engine.adapters import messages as queue
 from ezgh_engine.core import messages as wire
 from ezgh_engine.core.messages import Retry
-from ezgh_engine.service import branches, invoker, pull, schedules
+from ezgh_engine.service import branches, invoker, pull, schedules, year_limits
 from ezgh_engine.service.sqs_batch import Redeliver, failed_ids, process
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,17 @@ def _on_invoke(message: wire.Invoke) -> Retry | None:
     return invoker.invoke(message.run_id, message.seq)
 
 
+def _on_year_limit_sweep(message: wire.YearLimitSweep) -> None:
+    year_limits.sweep()
+
+
 HANDLERS: dict[type[Any], Callable[[Any], Retry | None]] = {
     wire.Invoke: _on_invoke,
     wire.Timer: invoker.on_timer,
     wire.Branch: _on_branch,
     wire.Cron: _on_cron,
     wire.TaskWatch: _on_task_watch,
+    wire.YearLimitSweep: _on_year_limit_sweep,
 }
 
 

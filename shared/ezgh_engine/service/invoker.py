@@ -16,17 +16,19 @@ from typing import Any
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, registry_store, runs_store
-from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
+from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, RequestTooLarge, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases, tokens
 from ezgh_engine.core.messages import Retry, Timer
 from ezgh_engine.core.models import Run, RunError
-from ezgh_engine.core.run_errors import APP_DELETED
+from ezgh_engine.core.run_errors import APP_DELETED, request_too_large
+from ezgh_engine.core.sizes import json_text
 from ezgh_engine.errors import StaleInvocation, ValidationError
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import outcomes, pull, timers
 from ezgh_engine.service import steps as step_calls
+from ezgh_engine.service.flow_hosting import interpreter_app_of
 from ezgh_engine.service.wire import invoke_request
 
 __all__ = ["Retry", "invoke", "invoke_request", "on_timer"]
@@ -103,7 +105,8 @@ def _invoke_leased(
     # Answer every reason known when the steps were read, not just the message's: a newer
     # reason's effects are in `full` already, so one invocation covers them all.
     seq = run.invoke_seq
-    app = registry_store.get_app(run.project_id, run.app_id)
+    # A job's app, the interpreter, has no record (service/flow_hosting.py).
+    app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
     # A cancelling run is invoked like any other: the SDK raises its cancellation error in
     # the workflow, whose cleanup may still run steps (issue 3).
     if _past_deadline(run):
@@ -112,8 +115,11 @@ def _invoke_leased(
     if app is None:
         _end(run, seq, "failed", APP_DELETED, invocation_id, started_at)
         return None
-    if app.kind == "pull":  # issue 5: queue a task for the app's workers; don't wait
-        return pull.dispatch(app, run, seq, invocation_id, started_at)
+    if app.kind == "pull":  # queue a task for the app's workers; don't wait
+        refused = pull.dispatch(app, run, seq, invocation_id, started_at)
+        if refused is not None:
+            _end(run, seq, "failed", refused, invocation_id, started_at)
+        return None
     return _push(_Attempt(run, app, seq, invocation_id, started_at, now_ms, lease_ms))
 
 
@@ -138,10 +144,25 @@ class _Attempt:
 def _push(attempt: _Attempt) -> Retry | None:
     """Send the invoke request to the push app and record its answer."""
     run, app = attempt.run, attempt.app
-    request = invoke_request(run, attempt.invocation_id, attempt.lease_ms, attempt.now_ms)
+    request = invoke_request(
+        run, attempt.invocation_id, attempt.lease_ms, attempt.now_ms, app_protocol=app.protocol
+    )
     try:
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
+    except RequestTooLarge as exc:
+        # Only a request in the 1.4 shape grows past what an app takes (1.5: `bounds`).
+        log.warning("run %s: %s", run.id, exc.message)
+        size = len(json_text(request).encode())
+        _end(
+            run,
+            attempt.seq,
+            "failed",
+            request_too_large(size, f"app {app.name}"),
+            attempt.invocation_id,
+            attempt.started_at,
+        )
+        return None
     except AppTimedOut as exc:
         failed, young_since_ms = fail_overrunning_steps(run, attempt.now_ms, attempt.lease_ms)
         if young_since_ms:

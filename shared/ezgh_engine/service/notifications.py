@@ -76,7 +76,9 @@ def on_run_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
 
 def _wanted(project_id: str, run: dict[str, Any]) -> tuple[Any, Any] | None:
     """(app notifications, queue) when this ending should be sent, else None."""
-    app = registry_store.get_app(project_id, str(run["appId"]))
+    # As read a moment ago (`registry_store.get_app_cached`): a change to the app's
+    # notifications applies to the runs that end from a few seconds after it.
+    app = registry_store.get_app_cached(project_id, str(run["appId"]))
     settings = app.notifications if app else None
     if settings is None or run["status"] not in settings.on:
         return None

@@ -33,6 +33,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import ENDED_STATUSES, Run, Step
+from ezgh_engine.service.flow_hosting import is_interpreter_run
 
 ACTIVE_STATUSES = ("running", "cancelling")
 PENDING_STEP_STATUSES = frozenset({"sleeping", "waiting", "retrying", "running"})
@@ -173,7 +174,9 @@ def find_stuck_runs(
             continue
         app_key = (run.project_id, run.app_id)
         if app_key not in apps:
-            apps[app_key] = registry_store.get_app(run.project_id, run.app_id) is not None
+            # A job's app (the interpreter) has no record: it is always there.
+            stored = registry_store.get_app(run.project_id, run.app_id) is not None
+            apps[app_key] = stored or is_interpreter_run(run)
         why = stuck_reason(
             run,
             now_ms=now,

@@ -41,9 +41,10 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import messages as wire
-from ezgh_engine.core import tokens
-from ezgh_engine.core.models import App, Principal, Run
-from ezgh_engine.core.validation import WORKFLOW_NAME_RE
+from ezgh_engine.core import tokens, validation
+from ezgh_engine.core.models import App, Principal, Run, RunError
+from ezgh_engine.core.run_errors import request_too_large
+from ezgh_engine.core.sizes import SQS_MESSAGE_BYTES, json_text
 from ezgh_engine.errors import (
     Conflict,
     Forbidden,
@@ -194,18 +195,24 @@ def _send_watch(run_id: str, seq: int, epoch: int, delay_seconds: float) -> None
 # --- the invoker's side ----------------------------------------------------------------------
 
 
-def dispatch(app: App, run: Run, seq: int, invocation_id: str, started_at: str) -> Any:
-    """Answers None (the invoker's message is done): the watch message takes over."""
-    """Queue the invocation of `run` (leased by the invoker) as a task of pull app `app`."""
+def dispatch(app: App, run: Run, seq: int, invocation_id: str, started_at: str) -> RunError | None:
+    """Queue the invocation of `run` (leased by the invoker) as a task of pull app `app`;
+    the watch message takes over. A `RunError` to end the run with when its task cannot be
+    sent (a 1.4 task past SQS's message size; a 1.5 task never is)."""
     lease_s = pull_lease_seconds()
     now_ms = clock.now_ms()
     try:
         set_lease(run.id, run.epoch, now_ms + lease_s * 1000)
     except StaleInvocation:
         return None
-    request = invoke_request(run, invocation_id, TOKEN_LIFETIME_MS, now_ms, pull=True)
+    request = invoke_request(
+        run, invocation_id, TOKEN_LIFETIME_MS, now_ms, pull=True, app_protocol=app.protocol
+    )
     claims = TaskClaims(run.id, run.epoch, seq, invocation_id, started_at)
     task = {**request, "taskId": mint_task_id(claims), "leaseSeconds": lease_s}
+    size = len(json_text(task).encode())
+    if size > SQS_MESSAGE_BYTES:  # only a task in the 1.4 shape can be (1.5: `bounds`)
+        return request_too_large(size, "a pull task (one SQS message: 256 KiB)")
     task_queues.send_task(app.id, task)
     _send_watch(run.id, seq, run.epoch, lease_s + 1)
     log.debug("run %s: task queued for pull app %s (epoch %d)", run.id, app.name, run.epoch)
@@ -246,18 +253,35 @@ def _pull_app(principal: Principal, app_ref: str) -> App:
     return app
 
 
-def announce(principal: Principal, app_ref: str, *, worker_id: str, workflows: list[str]) -> App:
-    """A worker says which workflows it runs: they join the app's, which becomes `synced`."""
+def announce(
+    principal: Principal,
+    app_ref: str,
+    *,
+    worker_id: str,
+    workflows: list[str],
+    protocol: str | None = None,
+) -> App:
+    """A worker says which workflows it runs: they join the app's, which becomes `synced`
+    (at most `MAX_APP_WORKFLOWS` in all: 400 naming `workflows` before anything is
+    written). `protocol`: the newest version the worker speaks, which the app's tasks are
+    then written in (a worker before 1.5 says none: it leaves what the app had)."""
     app = _pull_app(principal, app_ref)
-    bad = [w for w in workflows if not WORKFLOW_NAME_RE.match(w)]
-    if bad:
-        raise ValidationError(f"workflows: invalid names {bad[:5]} (^[A-Za-z0-9_-]{{1,64}}$)")
+    validation.check_app_workflows(workflows)
     merged = list(dict.fromkeys([*app.workflows, *workflows]))
+    validation.check_app_workflows(merged)
     task_queues.ensure_queue(app.id)
-    if app.status == "synced" and merged == list(app.workflows):
+    said = protocol if protocol is not None else app.protocol
+    # The app's code acts for the key of its last worker to announce (`App.key_id`).
+    same_key = app.key_id == principal.key_id
+    if (
+        app.status == "synced"
+        and merged == list(app.workflows)
+        and said == app.protocol
+        and same_key
+    ):
         return app
     log.info("pull app %s: worker %s announced %s", app.name, worker_id, workflows)
-    return registry_store.update_app_after_sync(app, merged)
+    return registry_store.update_app_after_sync(app, merged, protocol, key_id=principal.key_id)
 
 
 def poll(principal: Principal, app_ref: str, wait_seconds: int = MAX_POLL_SECONDS) -> Any:

@@ -13,10 +13,12 @@ invocation lease (quiet for `older_than_seconds`):
 - a sleep woken whose ask never reached the run item (the timer's handler died between its
   two writes, and the timer was lost too): send its timer message again;
 - a step sleeping, retrying or waiting past its wake time, the run's own time limit past
-  its `deadlineAt`, and its one-year limit (`timers.year_limit`, which every live run holds a
-  `$deadline` timer for) past due: send its timer message now;
-- a wake time far enough ahead that its timer must be a Scheduler schedule (the year limit's
-  always is), and neither of that timer's schedule names exists: create it;
+  its `deadlineAt`, and its one-year limit (`timers.year_limit`) past due: send its timer
+  message now;
+- a wake time far enough ahead that its timer must be a Scheduler schedule, and neither of
+  that timer's schedule names exists: create it;
+- a run whose one-year limit is ahead and whose year-limit bucket is missing (the hourly
+  sweep would not see it, `service.year_limits`): write the bucket;
 - the launch its last suspend committed with some of its waits never made (the stream gave
   up on that batch): make it again (`service.launches`: only what is missing).
 
@@ -27,8 +29,9 @@ does no harm. `ezgh ops repair` lists (and with `--yes` applies) these; `ezgh de
 them on every start from a kept state (`after_restart`), after it released the leases its
 dead process held (`held_leases`, `release_dead_leases`). Cost: what
 `service.ops.find_stuck_runs` reads (a Scan of the runs table without `project_id`), one
-query per quiet active run, one `GetItem` per parallel step not ended, and one
-`GetSchedule` per far wake time (the year limit's: one per quiet active run).
+query per quiet active run, one `GetItem` per parallel step not ended, one `GetSchedule`
+per far wake time, and one `GetItem` per year-limit bucket (creation hour and project) of the
+quiet active runs.
 """
 
 from __future__ import annotations
@@ -41,15 +44,24 @@ from datetime import UTC, datetime, timedelta
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import messages, registry_store, runs_store, steps_store
+from ezgh_engine.adapters import (
+    messages,
+    queues_store,
+    registry_store,
+    runs_store,
+    sqs_queues,
+    steps_store,
+    year_limit_store,
+)
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.models import App, Run
-from ezgh_engine.service import launches
+from ezgh_engine.core.queues import QueueRecord
+from ezgh_engine.service import launches, year_limits
 from ezgh_engine.service.ops import ACTIVE_STATUSES, _active_run_items
-from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
+from ezgh_engine.service.timers import DEADLINE_STEP, YEAR_LIMIT, year_limit
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +73,9 @@ BRANCH_OWED_STATUSES = ("waiting", "running")
 @dataclass(frozen=True)
 class RepairAction:
     """One thing to re-arm: `kind` is `invocation`, `branch` (a parallel step's branch
-    invocation), `timer` (send now), `schedule` or `launch` (`step_id`: the launch's ID);
-    `lease` is a dead process's lease released (`release_dead_leases`)."""
+    invocation), `timer` (send now), `schedule`, `year-limit` (the run's year-limit bucket)
+    or `launch` (`step_id`: the launch's ID); `lease` is a dead process's lease released
+    (`release_dead_leases`)."""
 
     run_id: str
     project_id: str
@@ -96,10 +109,12 @@ def plan(
     schedule_exists: Callable[[str, str, str], bool],
     schedule_after_seconds: float,
     branch_lease_until: Callable[[str, str], int] = lambda run_id, step_id: 0,
+    bucket_exists: Callable[[Run], bool] = lambda run: True,
     launch_missing: Callable[[Run], str | None] = lambda run: None,
 ) -> list[RepairAction]:
     """What to re-arm for `run` (see the module's doc); `schedule_exists(run, step, wake)`,
     `branch_lease_until(run, step)` a parallel step's `branchLeaseUntil` (ms),
+    `bucket_exists(run)` whether the run's year-limit bucket is written,
     `launch_missing(run)` the launch to make again (None: nothing missing)."""
     if run.status not in ACTIVE_STATUSES:
         return []
@@ -122,8 +137,7 @@ def plan(
     ]
     if run.deadline_at:
         timed.append((DEADLINE_STEP, "time limit", run.deadline_at))
-    if run.created_at:
-        timed.append((DEADLINE_STEP, "one-year limit", year_limit(run.created_at)))
+    out.extend(_year_limit(run, quiet_since_ms, bucket_exists))
     for step_id, status, wake_at in timed:
         if not wake_at:
             continue
@@ -137,6 +151,23 @@ def plan(
             why = f"{status} until {wake_at} and its timer schedule is missing"
             out.append(RepairAction(run.id, run.project_id, "schedule", why, 0, step_id, wake_at))
     return out
+
+
+def _year_limit(
+    run: Run, quiet_since_ms: int, bucket_exists: Callable[[Run], bool]
+) -> list[RepairAction]:
+    """Past its one-year limit: its timer now (the sweep missed it, or it has not come by
+    yet). Before it: its bucket, if missing, so that the sweep will see it."""
+    if not run.created_at:
+        return []
+    limit = year_limit(run.created_at)
+    if int(clock.parse_iso(limit).timestamp() * 1000) <= quiet_since_ms:
+        why = f"one-year limit past its wake time {limit}"
+        return [RepairAction(run.id, run.project_id, "timer", why, 0, DEADLINE_STEP, limit)]
+    if bucket_exists(run):
+        return []
+    why = f"one-year limit {limit} and its year-limit bucket is missing"
+    return [RepairAction(run.id, run.project_id, "year-limit", why, 0, DEADLINE_STEP, limit)]
 
 
 def _wake_not_asked(run: Run) -> list[RepairAction]:
@@ -199,12 +230,28 @@ def apply_action(action: RepairAction) -> None:
     elif action.kind in ("timer", "schedule"):
         # Past due: a message now; ahead: the same schedule the stream would have made.
         messages.schedule_timer(action.run_id, action.step_id, clock.parse_iso(action.wake_at))
+    elif action.kind == "year-limit":
+        created = clock.parse_iso(action.wake_at) - YEAR_LIMIT
+        year_limits.write_bucket(year_limit_store.hour_of(created), action.project_id)
     else:
         raise ValueError(f"unknown repair kind {action.kind!r}")
 
 
 def _created(run: Run) -> str:
     return run.created_at
+
+
+class _Buckets:
+    """Whether a run's year-limit bucket exists, read once per bucket in a repair."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], bool] = {}
+
+    def exists(self, run: Run) -> bool:
+        key = (year_limit_store.hour_of(clock.parse_iso(run.created_at)), run.project_id)
+        if key not in self._known:
+            self._known[key] = year_limit_store.bucket_exists(*key)
+        return self._known[key]
 
 
 def repair(
@@ -222,6 +269,7 @@ def repair(
     lead = messages.SCHEDULER_LEAD + timedelta(seconds=settings().sqs_max_delay_seconds)
     actions: list[RepairAction] = []
     heads = sorted((items.run_from(v) for v in _active_run_items(project_id)), key=_created)
+    buckets = _Buckets()
     for head in heads:
         if head.lease_until_ms > now - int(older_than_seconds * 1000):
             continue  # a live lease: its holder, or its message coming back, moves the run
@@ -235,6 +283,7 @@ def repair(
             schedule_exists=_schedule_exists,
             schedule_after_seconds=lead.total_seconds(),
             branch_lease_until=_branch_lease_until,
+            bucket_exists=buckets.exists,
             launch_missing=launches.missing,
         )
         found = [
@@ -245,6 +294,44 @@ def repair(
                 apply_action(action)
         actions.extend(found)
     return actions
+
+
+@dataclass(frozen=True)
+class QueueUpgrade:
+    """An EZGH queue made before the settled attributes (14 days' retention, a FIFO queue's
+    high-throughput mode: `sqs_queues.settled_attributes`), and what it lacks per SQS URL."""
+
+    queue: QueueRecord
+    changes: dict[str, dict[str, str]]
+    kind: str = "queue"
+
+    def summary(self) -> str:
+        wanted = sorted({f"{k}={v}" for attrs in self.changes.values() for k, v in attrs.items()})
+        return f"queue {self.queue.name} ({self.queue.id}): {', '.join(wanted)}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "queueId": self.queue.id,
+            "projectId": self.queue.project_id,
+            "why": "made before: " + self.summary().split(": ", 1)[1],
+        }
+
+
+def queue_upgrades(project_id: str | None = None, *, apply: bool = False) -> list[QueueUpgrade]:
+    """The EZGH queues (of `project_id`, or all) lacking the settled attributes; with
+    `apply`, set them. Cost: a registry query (or Scan) and a `GetQueueAttributes` per
+    queue and DLQ."""
+    queues = queues_store.list_queues(project_id) if project_id else queues_store.all_queues()
+    found: list[QueueUpgrade] = []
+    for queue in sorted(queues, key=lambda q: q.created_at):
+        changes = sqs_queues.outdated(queue)
+        if not changes:
+            continue
+        if apply:
+            sqs_queues.apply_attributes(changes)
+        found.append(QueueUpgrade(queue, changes))
+    return found
 
 
 @dataclass(frozen=True)

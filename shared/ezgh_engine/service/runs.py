@@ -14,10 +14,12 @@ from urllib.parse import unquote
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import payloads, registry_store, runs_store
 from ezgh_engine.adapters import run_control_store as control
+from ezgh_engine.adapters import run_items as items
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import ENDED_STATUSES, App, Principal, Run
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
 from ezgh_engine.service import retention, waits
+from ezgh_engine.service.flow_hosting import is_interpreter_run
 from ezgh_engine.service.new_runs import new_run
 
 MAX_TIMEOUT_SECONDS = 365 * 86_400  # a run lasts at most a year (the default too)
@@ -102,6 +104,8 @@ def start_run(
 
         deadline = clock.parse_iso(run.created_at) + timedelta(seconds=timeout_seconds)
         run = replace(run, deadline_at=clock.iso(deadline))
+    if run_key is not None and (earlier := _run_of_an_unscoped_key(principal, run)) is not None:
+        return earlier, False
     try:
         runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
     except runs_store.RunExists:
@@ -109,22 +113,38 @@ def start_run(
         # attempt that started it died before its answer was stored. Answer that run.
         return _run_of_a_dead_attempt(run), True
     except runs_store.RunKeyTaken as taken:
-        existing = _existing_for_key(principal, taken.run_id, run)
-        if existing is not None:
-            return existing, False
-        # The key names a run that no longer exists (expired): it is this run's now.
-        if not runs_store.create_run_over_stale_key(
-            run, taken.run_id, now_epoch_s=int(clock.now().timestamp())
-        ):
-            # Another start took it over first: answer its run (or 409 if another).
-            owner = runs_store.run_id_for_key(run.project_id, run_key or "")
-            winner = _existing_for_key(principal, owner, run) if owner else None
-            if winner is None:
-                raise Conflict(
-                    "run key is being released; try again", code="run_key_conflict"
-                ) from None
-            return winner, False
+        return _run_of_a_taken_key(principal, taken.run_id, run)
     return _hydrate(run), True
+
+
+def _run_of_a_taken_key(principal: Principal, owner: str, run: Run) -> tuple[Run, bool]:
+    """The run a taken key names (the same start: answered; else 409); when that run is
+    gone (expired), `run` takes the key over (created), or answers the start that did
+    first. Answers (run, created)."""
+    existing = _existing_for_key(principal, owner, run)
+    if existing is not None:
+        return existing, False
+    now = int(clock.now().timestamp())
+    if runs_store.create_run_over_stale_key(run, owner, now_epoch_s=now):
+        return _hydrate(run), True
+    # Another start took it over first: answer its run (or 409 if another).
+    scope = items.run_key_scope(run.app_id, run.workflow)
+    winner_id = runs_store.run_id_for_key(run.project_id, run.run_key or "", scope)
+    winner = _existing_for_key(principal, winner_id, run) if winner_id else None
+    if winner is None:
+        raise Conflict("run key is being released; try again", code="run_key_conflict") from None
+    return winner, False
+
+
+def _run_of_an_unscoped_key(principal: Principal, wanted: Run) -> Run | None:
+    """A key taken before keys were scoped to a workflow is project-wide: it still answers
+    its own workflow's start (or 409s it), until its run goes. Another workflow's is not
+    this start's business. (Never written any more: one read per keyed start.)"""
+    owner = runs_store.run_id_for_key(wanted.project_id, wanted.run_key or "", None)
+    earlier = runs_store.get_run(owner, with_steps=False) if owner else None
+    if earlier is None or (earlier.app_id, earlier.workflow) != (wanted.app_id, wanted.workflow):
+        return None
+    return _existing_for_key(principal, earlier.id, wanted)
 
 
 def _run_of_a_dead_attempt(wanted: Run) -> Run:
@@ -153,8 +173,11 @@ def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run | N
         or existing.app_id != wanted.app_id
         or (validation.encode_value(existing.input) != validation.encode_value(wanted.input))
     ):
+        # The run is named only to a caller that may read it.
+        readable = principal.allows(READ, run_resource(existing))
+        which = f"run {existing.id}" if readable else "another run"
         raise Conflict(
-            f"run key {wanted.run_key} belongs to run {existing.id} with another workflow or input",
+            f"run key {wanted.run_key} belongs to {which} of {wanted.workflow} with another input",
             code="run_key_conflict",
         )
     return existing
@@ -171,7 +194,8 @@ def _visible_run(principal: Principal, run_id: str, *actions: str, with_steps: b
     """The run, when the key holds every one of `actions` on it (all checked before the
     caller acts, so a refusal has no effect); 404 for a run of another project."""
     run = runs_store.get_run(run_id, with_steps=with_steps)
-    if run is None or run.project_id != principal.project_id:
+    # A job is the engine's run, not the project's: only the flows API reaches it.
+    if run is None or run.project_id != principal.project_id or is_interpreter_run(run):
         raise NotFound(f"run {run_id} not found")
     for action in actions:
         _require_on_run(principal, action, run)
@@ -221,14 +245,19 @@ def search_runs(
         created_before=before,
         limit=limit,
         cursor=cursor,
-        keep=None if readable is None else _readable_by(readable),
+        keep=_listed_for(readable),
     )
-    return [_hydrate(r) for r in runs], nxt
+    # An input kept in S3 is not read: a list gives it as a reference (`run_views`).
+    return runs, nxt
 
 
-def _readable_by(resources: frozenset[str]) -> Callable[[Run], bool]:
+def _listed_for(resources: frozenset[str] | None) -> Callable[[Run], bool]:
+    """Which runs a search answers: never a job (the engine's run; `GET /jobs` lists jobs),
+    and for a key with only scoped grants, the runs of its resources."""
     apps: dict[str, str | None] = {}
-    return lambda run: run_resource(run, apps) in resources
+    if resources is None:
+        return lambda run: not is_interpreter_run(run)
+    return lambda run: not is_interpreter_run(run) and run_resource(run, apps) in resources
 
 
 def cancel_run(principal: Principal, run_id: str) -> Run:

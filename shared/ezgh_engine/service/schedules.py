@@ -26,7 +26,8 @@ from ezgh_engine.core import cron, validation
 from ezgh_engine.core.messages import Cron
 from ezgh_engine.core.models import App, Principal
 from ezgh_engine.errors import Forbidden, NotFound
-from ezgh_engine.service import derived_runs
+from ezgh_engine.service import derived_runs, flow_schedules
+from ezgh_engine.service.flow_schedules import is_flow_schedule
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def create_schedule(
 ) -> Schedule:
     expression = cron.check_cron(cron_expression)
     zone = cron.check_timezone(timezone)
-    validation.encode_value(input, "input")
+    validation.encode_item_value(input, "input")  # the schedule's item keeps it
     app = _app(principal, app_ref)
     _require_start(principal, app, workflow)
     _check_workflow(app, workflow)
@@ -117,7 +118,7 @@ def create_schedule(
 
 def get_schedule(principal: Principal, ref: str) -> Schedule:
     s = store.find(principal.project_id, ref)
-    if s is None:
+    if s is None or is_flow_schedule(s):  # a flow's: only `/flows/{flowId}/schedules`
         raise store.not_found(ref)
     if not _may_read(principal, s):
         raise Forbidden(f"this API key may not {READ} on schedule {ref}")
@@ -129,7 +130,11 @@ def list_schedules(principal: Principal) -> list[Schedule]:
     holding neither action on any resource."""
     if not (principal.holds(READ) or principal.holds(START)):
         raise Forbidden(f"this API key may not {READ}")
-    return [s for s in store.list_for(principal.project_id) if _may_read(principal, s)]
+    return [
+        s
+        for s in store.list_for(principal.project_id)
+        if not is_flow_schedule(s) and _may_read(principal, s)
+    ]
 
 
 def _managed(principal: Principal, ref: str) -> tuple[Schedule, App | None]:
@@ -158,7 +163,7 @@ def update_schedule(
     if timezone is not UNSET:
         changed = replace(changed, timezone=cron.check_timezone(timezone))
     if input is not UNSET:
-        validation.encode_value(input, "input")
+        validation.encode_item_value(input, "input")  # the schedule's item keeps it
         changed = replace(changed, input=input)
     if workflow is not UNSET and workflow != s.workflow:
         if app is None:
@@ -226,6 +231,8 @@ def fire(message: Cron) -> str | None:
         return None
     planned = planned_time(s, message.scheduled_time)
     run_id = run_id_for(s.id, planned)
+    if is_flow_schedule(s):  # a job, for the key that made the schedule
+        return flow_schedules.fire(s, run_id)
     try:
         run = derived_runs.start_derived_run(
             run_id=run_id,

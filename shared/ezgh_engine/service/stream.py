@@ -4,21 +4,33 @@ A run write that leaves a reason to invoke unanswered and no lease sends an invo
 suspend's commit makes what its new waits start (`service.launches`); a step that starts
 sleeping gets its timer. Reactions are idempotent, so duplicate or repeated records
 (at-least-once delivery; moto may even show an upsert as two INSERTs) do no harm.
+
+A throttle does not cost a record: the calls that have a way round one take it
+(`adapters.messages`: an invoke or a schedule still throttled after the client's retries
+goes through the invocations queue), and a record whose reaction is still throttled (a
+DynamoDB write, an SQS send) is tried again here, with backoff and jitter, while the
+invocation has time (`handle_batch`), before it is left to the mapping's retries. Nothing
+here makes a call per run that a burst of starts could throttle: a run's one-year limit is
+kept by an hourly sweep (`service.year_limits`), not by a schedule per run.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
-from ezgh_engine import clock
-from ezgh_engine.adapters import ddb, messages, run_writes
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import aws, ddb, messages, run_writes
 from ezgh_engine.adapters.intents import AskRun
 from ezgh_engine.core.leases import wants_invocation as wants_invocation  # the one predicate
 from ezgh_engine.core.models import ENDED_STATUSES, LIVE_STATUSES
 from ezgh_engine.core.protocol_rules import STEP_ENDED_STATUSES
-from ezgh_engine.service import launches, notifications, retention, waits
-from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
+from ezgh_engine.errors import TransientError
+from ezgh_engine.service import launches, notifications, retention, waits, year_limits
+from ezgh_engine.service.timers import DEADLINE_STEP
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +67,10 @@ def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None, asked: set[
     if ended and (not old or old.get("status") not in STEP_ENDED_STATUSES):
         run_id = str(new["runId"])
         if run_id not in asked:
-            asked.add(run_id)
-            # Refused: owed already, or the run ended meanwhile.
+            # Refused: owed already, or the run ended meanwhile. Noted once written (a
+            # throttled ask is tried again with its record).
             run_writes.transact([AskRun(run_id, unless_owed=True)])
+            asked.add(run_id)
     # Sleeps, retries and waits with a deadline get a timer for their (new) wake time.
     if new.get("status") not in ("sleeping", "retrying", "waiting") or not new.get("wakeAt"):
         return
@@ -67,33 +80,24 @@ def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None, asked: set[
 
 
 def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-    """Issue 3: a run's time limit gets its timer; a run that ends resumes its parent."""
+    """Issue 3: a run's time limit gets its timer; a run that ends resumes its parent. A
+    live run is counted in its creation hour's year-limit bucket (`year_limits.arm`: one
+    write per hour and project per environment, none per run)."""
     if not new:
         return
     deadline = new.get("deadlineAt")
     if deadline and (not old or old.get("deadlineAt") != deadline):
-        messages.schedule_timer(str(new["id"]), "$deadline", clock.parse_iso(deadline))
-    _year_limit_timer(old, new)
+        messages.schedule_timer(str(new["id"]), DEADLINE_STEP, clock.parse_iso(deadline))
+    live = str(new.get("status")) in LIVE_STATUSES
+    if live:
+        year_limits.arm(new)
+    was_live = old is not None and str(old.get("status")) in LIVE_STATUSES
+    if was_live and not live and new.get("deadlineAt"):
+        # Its own time limit's timer is not needed any more (a long one is a schedule).
+        messages.drop_timer(str(new["id"]), DEADLINE_STEP, str(new["deadlineAt"]))
     ended = new.get("status") in ENDED_STATUSES
     if ended and (not old or old.get("status") not in ENDED_STATUSES):
         waits.on_run_ended(new)
-
-
-def _year_limit_timer(old: dict[str, Any] | None, new: dict[str, Any]) -> None:
-    """Every live run holds a timer for its one-year limit: armed when it is written live
-    (at its start, and again by a RetryRun), deleted when it ends, so the Scheduler holds one
-    schedule per live run. A name per run and time: a repeated record changes nothing."""
-    if not new.get("createdAt"):
-        return
-    run_id, limit = str(new["id"]), year_limit(str(new["createdAt"]))
-    live = str(new.get("status")) in LIVE_STATUSES
-    was_live = old is not None and str(old.get("status")) in LIVE_STATUSES
-    if live and not was_live:
-        messages.schedule_timer(run_id, DEADLINE_STEP, clock.parse_iso(limit))
-    elif was_live and not live:
-        messages.drop_timer(run_id, DEADLINE_STEP, limit)
-        if new.get("deadlineAt"):
-            messages.drop_timer(run_id, DEADLINE_STEP, str(new["deadlineAt"]))
 
 
 def handle_record(record: dict[str, Any], asked: set[str] | None = None) -> None:
@@ -119,13 +123,49 @@ def handle_record(record: dict[str, Any], asked: set[str] | None = None) -> None
         _on_step(old, new, set() if asked is None else asked)
 
 
-def handle_batch(records: list[dict[str, Any]]) -> list[str]:
+# A record whose reaction is throttled is tried again here while the invocation has more
+# than this left (a try may take the client's whole retry budget, about 15 s), waiting
+# `THROTTLE_BACKOFF` seconds doubling up to `THROTTLE_BACKOFF_MAX`, with equal jitter.
+THROTTLE_RESERVE_SECONDS = 20.0
+THROTTLE_BACKOFF = 0.2
+THROTTLE_BACKOFF_MAX = 5.0
+
+
+def _throttled(error: BaseException) -> bool:
+    """A throttle (or a DynamoDB conflict) after the client's retries, raw or as the
+    `TransientError` the stores raise for it."""
+    return isinstance(error, TransientError) or aws.is_throttle(error)
+
+
+def _handle_patiently(
+    record: dict[str, Any], time_left: Callable[[], float] | None, asked: set[str]
+) -> None:
+    """`handle_record`, tried again while it is throttled and the invocation has time."""
+    for tried in itertools.count():
+        try:
+            handle_record(record, asked)
+            return
+        except Exception as error:
+            wait = min(THROTTLE_BACKOFF * 2**tried, THROTTLE_BACKOFF_MAX)
+            wait *= 0.5 + 0.5 * ids.random_fraction()
+            if not _throttled(error) or time_left is None:
+                raise
+            if time_left() - wait < THROTTLE_RESERVE_SECONDS:
+                raise
+            log.warning("stream record throttled (%s); again in %.1f s", error, wait)
+            time.sleep(wait)
+
+
+def handle_batch(
+    records: list[dict[str, Any]], time_left: Callable[[], float] | None = None
+) -> list[str]:
     """Handle records in order; on the first failure answer its sequence number (and stop),
-    so the event source retries from there."""
+    so the event source retries from there. `time_left()`: the invocation's seconds left;
+    with it, a throttled record is tried again in place while there is time."""
     asked: set[str] = set()
     for record in records:
         try:
-            handle_record(record, asked)
+            _handle_patiently(record, time_left, asked)
         except Exception:
             log.exception("stream record failed; retrying from it")
             return [str(record.get("dynamodb", {}).get("SequenceNumber", ""))]

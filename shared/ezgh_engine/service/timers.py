@@ -24,8 +24,9 @@ from ezgh_engine.service import waits
 DEADLINE_STEP = "$deadline"
 
 # Every run ends by its one-year limit (a day of grace past 365 days from its creation), its
-# own time limit or not: the stream arms a `$deadline` timer for it when the run is written
-# first, so no run depends on being invoked again to be ended.
+# own time limit or not: the hourly sweep (`service.year_limits`) ends it, so no run depends
+# on being invoked again to be ended. (Runs started before the sweep hold a `$deadline`
+# schedule for it instead, which fires as any timer does.)
 YEAR_LIMIT = timedelta(days=366)
 
 
@@ -91,6 +92,11 @@ def fire_timer(message: Timer, lease_ms: int | None = None) -> Owed | None:
 
 # How many times a due time limit is written again when the run item changed under it.
 DEADLINE_TRIES = 3
+
+
+def end_at_year_limit(run: Run) -> None:
+    """End `run` `timedOut` at its one-year limit, if it is live and past it (the sweep)."""
+    _fire_deadline(run, year_limit(run.created_at))
 
 
 def _fire_deadline(run: Run, wake_at: str) -> None:

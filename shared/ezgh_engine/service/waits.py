@@ -1,10 +1,11 @@
 """Waits: what a suspended invocation asks to wait for, and what ends each wait.
 
 - A new wait becomes a step item made once its suspend has committed (`service.launches`): a
-  child run (`invoke`, then the child itself, its ID derived from the parent and the step),
-  a message wait (`message`, then its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
-  `<runId>#<stepId>`), or a parallel branch (`run` with `branch`). A sleep's step is written
-  ahead of the commit (`sleep_step`).
+  child run (`invoke`, then the child itself, its ID derived from the parent and the step;
+  of another app only where the parent app's key may start it, `service.app_authority`), a
+  message wait (`message`, then its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
+  `<runId>#<stepId>`), or a parallel branch (`run` with `branch`). A sleep's step, and a
+  wait that ended at once (refused), is written ahead of the commit.
 - A wait ends with a conditional step update and an `invokeSeq` bump in one transaction
   (`adapters.waits_store`): a message (`resume_message_waiters`), the child's end (from the
   stream), a timeout (`service.timers`), a callback (`service.callbacks`).
@@ -27,7 +28,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import CANCELLED_ERROR, Run, RunError, Step
 from ezgh_engine.errors import Conflict, NotFound, ValidationError
 from ezgh_engine.protocol.outcomes import Wait
-from ezgh_engine.service import queues
+from ezgh_engine.service import app_authority, queues
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def sleep_step(
 @dataclass(frozen=True)
 class NewWait:
     """How a suspend records a new wait (not a sleep): `ahead`, a step written before the
-    commit (a wait that ended at once); `launch`, what starts once the suspend committed
+    commit (a wait that ended at once, refused); `launch`, what starts once the suspend committed
     (the step and what ends it: a branch invocation, a child run, a waiter index)."""
 
     ahead: tuple[NewStep, ...] = ()
@@ -72,8 +73,8 @@ class NewWait:
 
     @property
     def ended_at_once(self) -> bool:
-        """A wait that ended already (a message wait on a queue that is not there): the run
-        must be invoked again to see it."""
+        """A wait that ended already (a message wait on a queue that is not there, an
+        invoke the app's key may not start): the run must be invoked again to see it."""
         return any(step.values.get("status") == "failed" for step in self.ahead)
 
 
@@ -117,6 +118,9 @@ def suspend_writes(run: Run, wait: Wait, *, at: str, order: str) -> NewWait:
             "type": "msgwait",
             "runId": run.id,
             "stepId": wait.step_id,
+            # Whose wait it is: a resume subscription resumes its own app's workflow only.
+            "appId": run.app_id,
+            "workflow": run.workflow,
             "ttl": _expires(),
         }
         step = NewStep(run.id, wait.step_id, values)
@@ -127,6 +131,10 @@ def suspend_writes(run: Run, wait: Wait, *, at: str, order: str) -> NewWait:
         step = NewStep(run.id, wait.step_id, values)
         if runs_store.get_run(child_id, with_steps=False) is not None:
             return NewWait(launch=Launch((step,)))
+        refused = _invoke_refusal(run, wait)
+        if refused is not None:  # failed now, no child: the app's key may not start it
+            failed = {**base, "status": "failed", "endedAt": at, "error": refused.to_api()}
+            return NewWait(ahead=(NewStep(run.id, wait.step_id, failed),))
         return NewWait(launch=Launch((step, _child_item(run, child_id, wait, at))))
     return NewWait()  # callbacks and retries exist already
 
@@ -145,6 +153,14 @@ def _child_app(parent: Run, wait: Wait) -> tuple[str, str | None]:
     if app is None:
         return ids.derived_id("missing-app", parent.project_id, wait.app), wait.app
     return app.id, app.name
+
+
+def _invoke_refusal(parent: Run, wait: Wait) -> RunError | None:
+    """Why the parent's app may not start the child of an invoke naming another app."""
+    if wait.app is None:
+        return None
+    target = registry_store.get_app(parent.project_id, wait.app)
+    return app_authority.invoke_refusal(parent, target, wait.workflow or "")
 
 
 QUEUE_WAIT_ERROR = "QueueWaitError"
@@ -248,14 +264,30 @@ def _message_seen_put(run_id: str, message_id: str) -> NewItem:
     return ws.plain_put(values)
 
 
-def resume_message_waiters(project_id: str, queue_id: str, key: str, message: dict) -> int:
-    """Complete every step waiting on (queue_id, key) in the project with `message`, each in
-    its own transaction with its run's `invokeSeq` bump; answer how many were resumed
-    (counting runs this message resumed already: a redelivery, acknowledged, not resumed
-    again). A message with a `messageId` resumes at most one wait per run."""
+def _waits_for(waiter: dict[str, Any], app_id: str, workflow: str) -> bool:
+    """Whether a waiter index item is a wait of `app_id`'s `workflow` (an item written before
+    waiters recorded it: its run says)."""
+    if "appId" in waiter:
+        return (waiter["appId"], waiter.get("workflow")) == (app_id, workflow)
+    run = runs_store.get_run(str(waiter["runId"]), with_steps=False)
+    return run is not None and (run.app_id, run.workflow) == (app_id, workflow)
+
+
+def resume_message_waiters(
+    project_id: str, queue_id: str, key: str, message: dict, *, app_id: str, workflow: str
+) -> int:
+    """Complete every step of a run of `app_id`'s `workflow` (the resume subscription's
+    target: seed 004, "every run of the app waiting on that queue and key") waiting on
+    (queue_id, key) with `message`, each in its own transaction with its run's `invokeSeq`
+    bump; answer how many were resumed (counting runs this message resumed already: a
+    redelivery, acknowledged, not resumed again). Another app's waits on the same queue and
+    key are not this subscription's: they wait for their own. A message with a `messageId`
+    resumes at most one wait per run."""
     resumed = 0
     message_id = message.get("messageId") if isinstance(message, dict) else None
     for waiter in ws.query_pk(ws.msgwait_pk(project_id, queue_id, key)):
+        if not _waits_for(waiter, app_id, workflow):
+            continue
         run_id, step_id = str(waiter["runId"]), str(waiter["stepId"])
         actions = end_wait_actions(
             run_id, 1, step_id, output=message, kind="message", project_id=project_id

@@ -11,19 +11,35 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ezgh_engine import clock
+from ezgh_engine import clock, ids
 from ezgh_engine.core.flows.graph import parse_graph
 from ezgh_engine.core.flows.planning import COMPLETED, Done, Plan
 from ezgh_engine.core.models import Run, Step
 
-INTERPRETER_APP = "ezgh-flows"
+# The engine's interpreter app, one per project, never stored as an app record: the engine
+# finds it by its derived ID (`interpreter_app_id`), which no app a user creates can have
+# (theirs are random), and its name is one no user app can bear (app names are
+# `^[a-z0-9-]{1,64}$`). No API call names, reads, changes or starts it (docs/flows.md).
+INTERPRETER_APP = "ezgh:flows"
 INTERPRETER_WORKFLOW = "flow"
 _PREFIX = "node:"
-JOB_STEP = "job"  # the interpreter's first step: the job's resolved input (see `job_input`)
+WAIT_PREFIX = "wait:"
+JOB_STEP = "job"  # the interpreter's first step: the job indexed and its starter checked
+# `flow.invoke`: a job tree is at most this deep, and its root may have this many jobs
+# below it in all (each job shares what it was given among its flow.invoke nodes).
+MAX_DEPTH = 10
+TREE_BUDGET = 100
+
+
+def interpreter_app_id(project_id: str) -> str:
+    """The ID of the project's interpreter app, derived (the runs of jobs carry it)."""
+    return ids.derived_id("ezgh-flows-app", project_id)
+
 
 _RUN_STATUS = {
     "completed": "COMPLETED",
@@ -48,32 +64,79 @@ def step_name(node_id: str, part: str | None = None) -> str:
     return f"{_PREFIX}{node_id}" + (f":{part}" if part else "")
 
 
+def wait_step_name(node_id: str) -> str:
+    """The step name of a wait node's wait (`wait:<id>`: a delay's sleep, a wait.event's
+    callback or message). Its own prefix puts the items of a job's waits together in the
+    run's partition, so a job's WAITING is read from them alone (`flows_store.wait_steps`)."""
+    return f"{WAIT_PREFIX}{node_id}"
+
+
 def node_of(name: str) -> str | None:
     """The node id a step name belongs to (None for the interpreter's own steps)."""
-    if not name.startswith(_PREFIX):
-        return None
-    return name[len(_PREFIX) :].split(":", 1)[0]
+    for prefix in (_PREFIX, WAIT_PREFIX):
+        if name.startswith(prefix):
+            return name[len(prefix) :].split(":", 1)[0]
+    return None
+
+
+def is_main_step(name: str, node_id: str) -> bool:
+    """Whether a step named `name` is node `node_id`'s own (not one of its helpers)."""
+    return name in (step_name(node_id), wait_step_name(node_id))
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Whose authority a job's nodes act with: the API key that started the job (for a
+    schedule or a subscription, the key that created it; for a child job, its parent's),
+    and what started it (`api`, `schedule:<id>`, `subscription:<id>`, `job:<id>`). The key
+    is read again, by its ID, when each node runs: a revoked or narrowed key stops its jobs
+    at their next node."""
+
+    key_id: str
+    via: str
+
+    def to_data(self) -> dict[str, str]:
+        return {"keyId": self.key_id, "via": self.via}
+
+    @classmethod
+    def from_data(cls, data: Any) -> Actor | None:
+        if not isinstance(data, dict):
+            return None
+        key_id, via = data.get("keyId"), data.get("via")
+        if not isinstance(key_id, str) or not key_id or not isinstance(via, str):
+            return None
+        return cls(key_id, via)
 
 
 @dataclass(frozen=True)
 class JobInput:
-    """The interpreter run's input: the flow, the commit's graph, the job's input."""
+    """The interpreter run's input, written by the engine alone: the flow and commit (the
+    interpreter loads the commit's graph itself, never a graph from the input), the job's
+    input and trackingId, whose authority it acts with, and its place in a job tree."""
 
     flow_id: str
     commit_id: str
+    commit_at: str  # the commit's createdAt (its key in the store)
     branch: str
-    graph: dict[str, Any]
     input: Any
     tracking_id: str
+    actor: Actor | None
+    depth: int = 0
+    budget: int = TREE_BUDGET
+    flow_name: str = ""  # the flow's name when the job started (its flow may be deleted)
 
     def to_run_input(self) -> dict[str, Any]:
         return {
             "flowId": self.flow_id,
             "commitId": self.commit_id,
+            "commitAt": self.commit_at,
             "branch": self.branch,
-            "graph": self.graph,
             "input": self.input,
             "trackingId": self.tracking_id,
+            "actor": self.actor.to_data() if self.actor else None,
+            "depth": self.depth,
+            "budget": self.budget,
+            "flowName": self.flow_name,
         }
 
     @classmethod
@@ -82,31 +145,24 @@ class JobInput:
         return cls(
             flow_id=str(data.get("flowId", "")),
             commit_id=str(data.get("commitId", "")),
+            commit_at=str(data.get("commitAt", "")),
             branch=str(data.get("branch", "")),
-            graph=data.get("graph") or {"nodes": [], "edges": []},
             input=data.get("input"),
             tracking_id=str(data.get("trackingId", "")),
+            actor=Actor.from_data(data.get("actor")),
+            depth=_count(data.get("depth"), 0),
+            budget=_count(data.get("budget"), 0),
+            flow_name=str(data.get("flowName", "")),
         )
 
 
+def _count(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def job_input(run: Run) -> JobInput:
-    """The job's input: the run's, or (a run started with a flow reference) the one its first
-    step resolved."""
-    given = JobInput.from_run_input(run.input)
-    if given.commit_id:
-        return given
-    for step in run.steps:
-        if step.name == JOB_STEP and step.status == "completed" and isinstance(step.output, dict):
-            return JobInput.from_run_input(step.output)
-    data = run.input if isinstance(run.input, dict) else {}
-    return JobInput(
-        str(data.get("flowId", "")),
-        "",
-        str(data.get("branch") or ""),
-        {"nodes": [], "edges": []},
-        data.get("input"),
-        str(data.get("trackingId", "")),
-    )
+    """The job's input, as the engine wrote it on its run."""
+    return JobInput.from_run_input(run.input)
 
 
 def is_waiting_step(step: Step) -> bool:
@@ -137,20 +193,21 @@ def _steps_by_node(run: Run) -> dict[str, list[Step]]:
 
 
 def _main_step(node_id: str, steps: list[Step]) -> Step:
-    named = [s for s in steps if s.name == step_name(node_id)]
+    named = [s for s in steps if is_main_step(s.name, node_id)]
     return named[-1] if named else steps[-1]
 
 
 ResumeUrl = Callable[[Step], str | None]
 
 
-def actions(run: Run, job: JobInput, resume_url: ResumeUrl) -> list[dict[str, Any]]:
-    """One action per node that ran, runs or waits, and per node skipped, in graph order."""
-    plan = Plan(parse_graph(job.graph))
+def actions(run: Run, job: JobInput, graph: Any, resume_url: ResumeUrl) -> list[dict[str, Any]]:
+    """One action per node that ran, runs or waits, and per node skipped, in graph order
+    (`graph`: the job's commit's)."""
+    plan = Plan(parse_graph(graph))
     by_node = _steps_by_node(run)
     mains = {n: _main_step(n, s) for n, s in by_node.items() if n in plan.incoming}
     outputs = {
-        n: s.output for n, s in mains.items() if s.status == "completed" and s.name == step_name(n)
+        n: s.output for n, s in mains.items() if s.status == "completed" and is_main_step(s.name, n)
     }
     done = {n: Done(COMPLETED, v) for n, v in outputs.items()}
     skipped = set(plan.skipped(outputs))
@@ -206,16 +263,26 @@ def _action(step: Step, base: dict[str, Any], resume_url: ResumeUrl) -> dict[str
     return action
 
 
-def job_view(run: Run, job: JobInput, resume_url: ResumeUrl) -> dict[str, Any]:
-    """The job `{id, flowId, commitId, branch, status, trackingId, input, output?, error?,
-    startedAt, finishedAt?, durationMs?, actions}`."""
-    acts = actions(run, job, resume_url)
+_FAILED_NODE = re.compile(r"^node (?P<node>[A-Za-z0-9_.-]{1,64}) \(")
+
+
+def failed_node(run: Run) -> str | None:
+    """The node a failed job's error names (the interpreter's `node <id> (<type>) failed`)."""
+    match = _FAILED_NODE.match(run.error.message) if run.error else None
+    return match["node"] if match else None
+
+
+def job_summary(run: Run, job: JobInput, *, waiting: bool) -> dict[str, Any]:
+    """The job without its actions, as `GET /jobs` lists it: `{id, flowId, commitId,
+    branch, status, trackingId, input, output?, error?, startedAt, finishedAt?,
+    durationMs?}`. `waiting`: whether one of its wait nodes waits (read by the caller)."""
+    status = _RUN_STATUS.get(run.status) or ("WAITING" if waiting else "RUNNING")
     body: dict[str, Any] = {
         "id": run.id,
         "flowId": job.flow_id,
         "commitId": job.commit_id,
         "branch": job.branch,
-        "status": job_status(run),
+        "status": status,
         "trackingId": job.tracking_id,
         "input": job.input,
         "attempt": run.attempt,
@@ -225,11 +292,24 @@ def job_view(run: Run, job: JobInput, resume_url: ResumeUrl) -> dict[str, Any]:
         body["parentJobId"] = run.parent_run_id
     if run.status == "completed":
         body["output"] = run.output
+        if run.output_ref:
+            body["outputRef"] = run.output_ref
     if run.error:
-        failed = next((a["nodeId"] for a in acts if a["status"] == "FAILED"), None)
-        body["error"] = {**run.error.to_api(), **({"nodeId": failed} if failed else {})}
+        node = failed_node(run)
+        body["error"] = {**run.error.to_api(), **({"nodeId": node} if node else {})}
     if run.ended_at:
         body["finishedAt"] = run.ended_at
         body["durationMs"] = _duration_ms(run.started_at, run.ended_at)
+    return body
+
+
+def job_view(run: Run, job: JobInput, graph: Any, resume_url: ResumeUrl) -> dict[str, Any]:
+    """The job with its `actions` (`graph`: its commit's)."""
+    body = job_summary(run, job, waiting=job_status(run) == "WAITING")
+    acts = actions(run, job, graph, resume_url)
+    if "error" in body and "nodeId" not in body["error"]:
+        failed = next((a["nodeId"] for a in acts if a["status"] == "FAILED"), None)
+        if failed:
+            body["error"]["nodeId"] = failed
     body["actions"] = acts
     return body

@@ -15,6 +15,8 @@ from typing import Any
 ANY_INPUT = "*"  # an input handle of any name (the default key is the source node's id)
 DEFAULT_OUTPUT = "out"
 MAX_TIMEOUT_SECONDS = 30 * 86_400
+# The module types whose node waits (a durable sleep, an event): a job may be WAITING.
+WAIT_MODULES = frozenset({"delay", "wait.event"})
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from typing import Any
 import jmespath
 from jmespath.exceptions import JMESPathError
 
+from ezgh_engine.core.flows import bounded
+
 _EXACT = re.compile(r"^\{\{\s*(.+?)\s*\}\}$", re.DOTALL)
 _INNER = re.compile(r"\{\{\s*(.+?)\s*\}\}", re.DOTALL)
 
@@ -29,20 +31,28 @@ def scope(job_input: Any, node_input: Any, tracking_id: str) -> dict[str, Any]:
 
 
 def compile_expression(expression: str) -> Any:
-    """The parsed expression; `TemplateError` when it does not parse."""
+    """The parsed expression; `TemplateError` when it does not parse or calls a function
+    JMESPath does not have (or with the wrong number of arguments)."""
     try:
-        return jmespath.compile(expression)
+        compiled = jmespath.compile(expression)
     except JMESPathError as err:
         raise TemplateError(f"invalid JMESPath expression {expression!r}: {err}") from None
+    problem = bounded.check_functions(compiled.parsed)
+    if problem:
+        raise TemplateError(f"invalid JMESPath expression {expression!r}: {problem}")
+    return compiled
 
 
 def evaluate(expression: str, data: Any) -> Any:
-    """The value of one JMESPath expression over `data`."""
+    """The value of one JMESPath expression over `data`, within the bounds of
+    `core.flows.bounded` (size of what it builds, steps, time)."""
     compiled = compile_expression(expression)
     try:
-        return compiled.search(data)
+        return bounded.search(compiled.parsed, data)
     except JMESPathError as err:
         raise TemplateError(f"JMESPath expression {expression!r} failed: {err}") from None
+    except bounded.LimitExceeded as err:
+        raise TemplateError(f"JMESPath expression {expression!r} stopped: {err}") from None
 
 
 def _text(value: Any) -> str:

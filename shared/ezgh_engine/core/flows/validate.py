@@ -1,7 +1,8 @@
 """The rules a committed graph must follow; each refusal names the node or edge at fault.
 
 - node ids unique; module types known; each node's config as its module requires, and every
-  template and expression in it parses;
+  template and expression in it parses and calls only JMESPath's functions, each with its
+  number of arguments;
 - edges between existing nodes, from an existing output handle (a condition's edges leave by
   `true` or `false`), into a node that takes input, and at most one edge into one handle;
 - exactly one trigger node, the only executable node without incoming edges;
@@ -13,10 +14,13 @@ Comment nodes are checked for their config and must have no edges (they annotate
 from __future__ import annotations
 
 from collections import Counter
+from urllib.parse import urlsplit
 
+from ezgh_engine import clock
 from ezgh_engine.core.flows.graph import COMMENT, Edge, Graph, Node, parse_graph
 from ezgh_engine.core.flows.modules import ANY_INPUT, DEFAULT_OUTPUT, MODULE_TYPES, config_error
 from ezgh_engine.core.flows.templating import TemplateError, compile_expression, expressions
+from ezgh_engine.core.queues import MESSAGE_KEY_RE
 from ezgh_engine.errors import ValidationError
 
 TRIGGERS = ("trigger.manual",)
@@ -61,9 +65,38 @@ def _expression_error(node: Node) -> str | None:
             compile_expression(expression)
     except TemplateError as err:
         return str(err)
+    if node.module_type == "http.request" and isinstance(node.config.get("retries"), str):
+        return "config.retries must be an integer, not a template (it is read before the node runs)"
     by_key = (node.config.get("queueId") is None) != (node.config.get("key") is None)
     if node.module_type == "wait.event" and by_key:
         return "config.queueId and config.key go together (or neither, for a resumeUrl)"
+    return _literal_error(node)
+
+
+def _literal(value: object) -> str | None:
+    """A config string that holds no template (None: a template or not a string)."""
+    return value if isinstance(value, str) and "{{" not in value else None
+
+
+def _literal_error(node: Node) -> str | None:
+    """What a job would meet when the node runs, in a value written outright."""
+    config = node.config
+    if node.module_type == "http.request":
+        url = _literal(config.get("url"))
+        parts = urlsplit(url) if url else None
+        if parts is not None and (parts.scheme not in ("http", "https") or not parts.hostname):
+            return "config.url must be an absolute http(s) URL"
+    if node.module_type == "delay":
+        until = _literal(config.get("until"))
+        try:
+            if until is not None:
+                clock.parse_iso(until)
+        except ValueError:
+            return "config.until must be an ISO 8601 time"
+    if node.module_type == "wait.event":
+        key = _literal(config.get("key"))
+        if key is not None and not MESSAGE_KEY_RE.fullmatch(key):
+            return f"config.key must match {MESSAGE_KEY_RE.pattern}"
     return None
 
 

@@ -1,0 +1,113 @@
+"""The year-limit buckets: which projects had runs created in which hour.
+
+One item per (creation hour, project) that had a live run, `YEARLIMIT#<day>` /
+`<hour>#<projectId>` in the `runs` table (no `type`: the stream's filter passes none of
+them), expiring after the hour's year limit and the retention that follows. The hourly sweep
+(`service.year_limits`) reads the day of the hour whose runs reach their limit, then each
+project's runs created in that hour from the project's runs index (`gsi1`: `RUNS#<project>`,
+sorted by `<createdAt>#<runId>`): O(projects that started runs then + their runs still
+stored), nothing per live run before its limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from ezgh_engine import clock
+from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters.aws import client
+from ezgh_engine.config import settings
+
+PREFIX = "YEARLIMIT#"
+
+
+def hour_of(moment: datetime) -> str:
+    """The hour a moment falls in, as bucket keys name it (`2026-01-31T17`, UTC)."""
+    return clock.iso(moment)[:13]
+
+
+def _day_pk(hour: str) -> str:
+    return PREFIX + hour[:10]
+
+
+def bucket_key(hour: str, project_id: str) -> dict[str, Any]:
+    return items.key(_day_pk(hour), f"{hour}#{project_id}")
+
+
+def put_bucket(hour: str, project_id: str, expires_at: datetime) -> None:
+    """Note that `project_id` had a live run created in `hour` (idempotent)."""
+    client("dynamodb").put_item(
+        TableName=settings().runs_table,
+        Item={
+            **bucket_key(hour, project_id),
+            "ttl": {"N": str(int(expires_at.timestamp()))},
+        },
+    )
+
+
+def bucket_exists(hour: str, project_id: str) -> bool:
+    got = client("dynamodb").get_item(
+        TableName=settings().runs_table, Key=bucket_key(hour, project_id), ConsistentRead=True
+    )
+    return "Item" in got
+
+
+def delete_bucket(hour: str, project_id: str) -> None:
+    client("dynamodb").delete_item(
+        TableName=settings().runs_table, Key=bucket_key(hour, project_id)
+    )
+
+
+def buckets_up_to(day: datetime, last_hour: str) -> Iterator[tuple[str, str]]:
+    """(hour, project) of the buckets of `day` (UTC) up to `last_hour` included."""
+    hour = hour_of(day)
+    kwargs: dict[str, Any] = {
+        "TableName": settings().runs_table,
+        "KeyConditionExpression": "pk = :pk AND sk <= :last",
+        "ExpressionAttributeValues": {
+            ":pk": {"S": _day_pk(hour)},
+            ":last": {"S": f"{last_hour}#\uffff"},
+        },
+        "ConsistentRead": True,
+    }
+    while True:
+        page = client("dynamodb").query(**kwargs)
+        for item in page.get("Items", []):
+            bucket_hour, _, project = item["sk"]["S"].partition("#")
+            yield bucket_hour, project
+        if "LastEvaluatedKey" not in page:
+            return
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def live_runs_created(project_id: str, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
+    """The project's live run items (running, cancelling) created in [`start`, `end`], read
+    from its runs index, oldest first."""
+    kwargs: dict[str, Any] = {
+        "TableName": settings().runs_table,
+        "IndexName": "gsi1",
+        "KeyConditionExpression": "gsi1pk = :pk AND gsi1sk BETWEEN :from AND :to",
+        "FilterExpression": items.LIVE_CONDITION,
+        "ExpressionAttributeNames": dict(items.LIVE_NAMES),
+        "ExpressionAttributeValues": {
+            ":pk": {"S": items.runs_index_pk(project_id)},
+            ":from": {"S": clock.iso(start)},
+            ":to": {"S": clock.iso(end) + "#\uffff"},
+            **items.LIVE_VALUES,
+        },
+    }
+    while True:
+        page = client("dynamodb").query(**kwargs)
+        for item in page.get("Items", []):
+            yield ddb.from_item(item)
+        if "LastEvaluatedKey" not in page:
+            return
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def next_hour(hour: str) -> datetime:
+    """When the bucket hour `hour` ends."""
+    return clock.parse_iso(hour + ":00:00Z") + timedelta(hours=1)
