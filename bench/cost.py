@@ -10,7 +10,7 @@ from typing import Any
 from ezgh_engine.topology import TOPOLOGY, StreamSource
 
 from bench import prices as p
-from bench.instrument import AppRequest, AwsCall, Invocation, request_units
+from bench.instrument import AppRequest, AwsCall, Invocation, read_bytes, request_units
 
 # Requests that cost nothing and are not counted as requests: the stream mapping's reads are
 # free, the local Scheduler's own bookkeeping is emulation (on AWS the service fires and
@@ -169,7 +169,7 @@ def bill(
             b.wru += wru
             b.rru += rru
             usd["dynamodb"] += wru * p.DYNAMODB_USD_PER_WRU + rru * p.DYNAMODB_USD_PER_RRU
-            b.ddb_bytes_read += sum(a.read_size for a in call.accesses)
+            b.ddb_bytes_read += sum(read_bytes(a, sizes) for a in call.accesses)
             b.ddb_bytes_written += sum(
                 max(a.request_size, sizes.get(a.key, 0) if a.key else 0)
                 for a in call.accesses

@@ -124,12 +124,13 @@ class SqsSource:
 
 @dataclass(frozen=True)
 class Match:
-    """A stream filter's test of one attribute of the new image: its DynamoDB `type` ("S"
-    or "N") and the values it may hold (as DynamoDB writes them: "0" for the number 0)."""
+    """A stream filter's test of one attribute of the new image: its DynamoDB `type` ("S",
+    "N" or "BOOL") and the values it may hold (as DynamoDB writes them: "0" for the number
+    0, True for a true BOOL)."""
 
     name: str
-    values: tuple[str, ...]
-    type: Literal["S", "N"] = "S"
+    values: tuple[str | bool, ...]
+    type: Literal["S", "N", "BOOL"] = "S"
 
 
 @dataclass(frozen=True)
@@ -391,8 +392,9 @@ TOPOLOGY = Topology(
         OBSERVE_FUNCTION,
     ),
     sources=(
-        # What service/stream.py reacts to: run items without a lease, and steps that start
-        # to wait (timers, branches). Events, index items and steps running or done don't.
+        # What service/stream.py reacts to: run items without a lease, steps that start to
+        # wait (timers, branches) and parallel steps that end (their run is asked for its
+        # next invocation). Events, index items and other steps running or done don't.
         StreamSource(
             table="runs",
             function="stream",
@@ -401,6 +403,11 @@ TOPOLOGY = Topology(
                 # that wakes a step and invokes at once): what it owes is sent when it ends.
                 (Match("type", ("run",)), Match("leaseUntil", (str(NO_LEASE),), "N")),
                 (Match("type", ("step",)), Match("status", ("sleeping", "retrying", "waiting"))),
+                (
+                    Match("type", ("step",)),
+                    Match("branch", (True,), "BOOL"),
+                    Match("status", ("completed", "failed", "cancelled")),
+                ),
             ),
             # A run item's removal (its TTL, or DeleteRun): the rest of the run goes with it
             # (service/retention.py).

@@ -270,6 +270,9 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         "scheduler:UpdateSchedule": "granted with CreateSchedule (Scheduler.grant_manage_schedules)",
     },
     "invoker": {
+        # An outcome is no transaction any more (adapters/run_writes): the lease's
+        # ConditionCheck is the steps function's (`run_writes.write_leased`).
+        "dynamodb:ConditionCheckItem": _LEVEL,
         "dynamodb:Query": "queries of the registry and of the runs table's GSI (read level)",
         "iam:PassRole": "a timer longer than SQS's 15 minutes (messages.resend_timer)",
         "scheduler:CreateSchedule": "a timer longer than SQS's 15 minutes (messages.resend_timer)",
