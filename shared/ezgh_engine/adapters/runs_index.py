@@ -178,18 +178,20 @@ def merged_page(
     *,
     want: int,
     keep: Callable[[dict[str, Any]], bool] = lambda _entry: True,
-    budget: int = READ_BUDGET,
+    budget: int | None = None,
 ) -> Page:
     """Up to `want` entries of `parts` within `bounds` that `keep` passes, newest first,
     each run once. Each partition is read a chunk at a time, as the merge reaches it; once
     `budget` entries were evaluated, the page ends where every partition was read down to,
     with what it found (perhaps nothing) and that position."""
+    budget = READ_BUDGET if budget is None else budget
     readers = [_Reader(p) for p in parts]
     filtered = any(p.filters for p in parts)
     chunk = max(want, 25) if filtered else math.ceil(want / len(parts)) + 2
     read = 0
-    for reader in readers:  # every partition once: each then has a frontier
-        read += _query(reader, bounds, chunk)
+    first = max(1, min(chunk, budget // len(parts)))
+    for reader in readers:  # every partition once, within the budget: each has a frontier
+        read += _query(reader, bounds, first)
     out: list[dict[str, Any]] = []
     last: str | None = None
     while len(out) < want:
