@@ -10,15 +10,22 @@ listed from `gsi1` until `ezgh ops runs-index` moves them.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from ezgh_engine import ids
-from ezgh_engine.adapters import ddb, invocations_store, run_control_store, runs_index
+from ezgh_engine.adapters import (
+    ddb,
+    invocations_store,
+    run_control_store,
+    runs_index,
+    runs_store,
+    year_limit_store,
+)
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import runs_index_migration as migration
-from ezgh_engine.adapters import runs_store, year_limit_store
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core.flows.jobs import interpreter_app_id
@@ -255,7 +262,7 @@ def test_runs_from_before_the_narrow_indexes_stay_listed_through_their_move() ->
 def test_a_cursor_of_the_whole_item_index_still_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """A client's cursor from before the upgrade (gsi1's key) resumes at the same place."""
     made = [_create(_run(i)) for i in range(6)]
-    scope = '["runs", "%s", {}, null, null]' % PROJECT
+    scope = json.dumps(["runs", PROJECT, {}, None, None], sort_keys=True)
     last = made[3]
     old_cursor = ddb.encode_cursor(
         {
