@@ -1,4 +1,4 @@
-"""Issue 17: the web console, driven in headless Chromium against the local engine."""
+"""The web console, driven in headless Chromium against the local engine."""
 
 from __future__ import annotations
 

@@ -243,7 +243,7 @@ def _waits_ready() -> bool:
 
 needs_waits = pytest.mark.skipif(
     not _waits_ready(),
-    reason="ezgh_engine.service.waits.resume_message_waiters (issue 3) has not landed yet",
+    reason="ezgh_engine.service.waits.resume_message_waiters has not landed yet",
 )
 
 

@@ -1,4 +1,4 @@
-"""The emulator's journal (issue 15): torn tails, and what a replay must give back exactly."""
+"""The emulator's journal: torn tails, and what a replay must give back exactly."""
 
 from __future__ import annotations
 

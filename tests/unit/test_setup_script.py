@@ -1,4 +1,4 @@
-"""scripts/setup.sh tells a newcomer where it is (issue 15): its phases, and pip's own progress.
+"""scripts/setup.sh tells a newcomer where it is: its phases, and pip's own progress.
 
 The script runs for real, in a copy of the repository's layout, with a stand-in Python whose
 `-m venv` makes a `.venv/bin/python` that answers pip, compileall and the site-packages query

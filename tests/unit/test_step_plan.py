@@ -1,4 +1,4 @@
-"""The step ops' planners, without a table (issue 19): each op's decision from its typed
+"""The step ops' planners, without a table: each op's decision from its typed
 request, the invocation and what was drawn for it (`Fresh`), and from the step as re-read
 after a refusal; the executor's batch composition; the lease checks."""
 

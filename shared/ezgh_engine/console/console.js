@@ -1,4 +1,4 @@
-// EZGH console (issue 17): one page over the public HTTP API, with the user's API key.
+// EZGH console: one page over the public HTTP API, with the user's API key.
 //
 // Rules this file keeps:
 // - Every value from the API reaches the page as text (textContent, setAttribute on safe

@@ -1,4 +1,4 @@
-"""Lambda's asynchronous invocation, locally (issue 18): `Invoke` with `InvocationType=Event`.
+"""Lambda's asynchronous invocation, locally: `Invoke` with `InvocationType=Event`.
 
 On AWS the stream starts the invoker with an asynchronous invoke, and Scheduler's timers
 invoke it the same way; Lambda keeps each event in a queue of its own, runs it in one of the

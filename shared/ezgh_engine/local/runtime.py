@@ -118,7 +118,8 @@ class LocalRuntime:
         self.persist = persist
         self.dev_state = DevState(self.state_dir)
         self.emulator = Emulator(state_dir=self.state_dir / "aws" if persist else None)
-        # `GET /v1/health` answers 200 only once dev.env holds a key that works (issue 15).
+        # `GET /v1/health` answers 200 only once dev.env holds a key that works, so a
+        # script that waits for health can use dev.env at once.
         self.ready = False
         self._startup_check = ids.secret_token()
         self._stopping = False
@@ -133,10 +134,10 @@ class LocalRuntime:
         self.environments: Environments | None = None
         self.invokers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self.pollers: list[Poller] = []
-        # Queue subscriptions' pollers, made at run time through the API (issue 4).
+        # Queue subscriptions' pollers, made at run time through the API.
         self.subscriptions = SubscriptionSources(self)
         self.scheduler: Scheduler | None = None
-        # Lambda's asynchronous invocations (issue 18): the invoker's starts and timers.
+        # Lambda's asynchronous invocations: the invoker's starts and timers.
         self.async_invokes = AsyncInvokes(topology)
         self.api_server: ServedHttp | None = None
         # The functions served at a function URL of their own (the steps function).
