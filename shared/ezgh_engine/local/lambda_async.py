@@ -35,12 +35,11 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
-from ezgh_engine.local._http import BaseHandler
+from ezgh_engine.local._http import BaseHandler, Server
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
 from ezgh_engine.local.emulator_gate import same, signed_by
 from ezgh_engine.local.handlers import LambdaContext
@@ -84,15 +83,14 @@ class AsyncInvokes:
             self._by_name[context.invoked_function_arn] = function
         self.queue_urls: dict[str, str] = {}  # function key -> its event queue
         self.on_failure_urls: dict[str, str] = {}  # function key -> its on-failure queue
-        self._server: ThreadingHTTPServer | None = None
+        self._server: Server | None = None
         self.url = ""
         self.accepted = 0
 
     def serve(self) -> str:
         """Start answering `Invoke` on a free loopback port; return its URL."""
         if self._server is None:
-            server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
-            server.daemon_threads = True
+            server = Server(("127.0.0.1", 0), _handler_class(self))
             threading.Thread(target=server.serve_forever, name="lambda-api", daemon=True).start()
             self._server = server
             self.url = f"http://127.0.0.1:{server.server_address[1]}"
