@@ -50,7 +50,9 @@ class Access:
     task_queues: tuple[str, ...] = ()
     # BatchWriteItem on the runs table: `DELETE .../runs/{id}` deletes a run's items.
     deletes_runs: bool = False
-    # BatchGetItem on these tables: `GET /jobs` reads a page of jobs' run items at once.
+    # BatchGetItem on these tables: `GET /jobs` reads a page of jobs' run items at once; an
+    # API key is live while every key of its chain of creators exists, read in one batch
+    # (`api_keys_store`), wherever a key is looked up.
     batch_reads: tuple[str, ...] = ()
 
 
@@ -59,7 +61,7 @@ ACCESS: dict[str, Access] = {
     "api": Access(
         tables={"runs": "read_write", "registry": "read_write"},
         deletes_runs=True,
-        batch_reads=("runs",),
+        batch_reads=("runs", "registry"),
         payloads="read_write",
         send_to=("invocations",),
         token_secret=True,  # verifies the invocation tokens on step calls
@@ -107,8 +109,11 @@ ACCESS: dict[str, Access] = {
         schedules=True,
     ),
     # Calls the app: reads apps, leases and updates runs, re-sends early timers.
+    # A flow schedule's fire and an app's invoke of another app's workflow read the key they
+    # act for.
     "invoker": Access(
         tables={"runs": "read_write", "registry": "read"},
+        batch_reads=("registry",),
         payloads="read_write",
         send_to=("invocations",),
         schedules=True,
@@ -121,6 +126,7 @@ ACCESS: dict[str, Access] = {
     # records a subscription's last failure in the registry.
     "deliver": Access(
         tables={"runs": "read_write", "registry": "read_write"},
+        batch_reads=("registry",),  # a flow subscription's delivery reads the key it acts for
         payloads="read_write",
         send_to=("invocations",),
         user_queues=(
@@ -147,6 +153,7 @@ ACCESS: dict[str, Access] = {
     # child runs and jobs, waits go through its step calls, as any app's.
     "flows": Access(
         tables={"runs": "read_write", "registry": "read_write"},
+        batch_reads=("registry",),  # the key a node acts for
         token_secret=True,
         user_queues=("sqs:SendMessage",),
     ),

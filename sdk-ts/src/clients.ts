@@ -11,8 +11,12 @@ export interface Run {
   appId: string;
   workflow: string;
   status: "running" | "cancelling" | "completed" | "failed" | "cancelled" | "timedOut";
-  input: unknown;
+  input?: unknown;
+  /** The input, when the answer gives it as a reference (`getPayload`). */
+  inputRef?: string;
   output?: unknown;
+  /** The output, when the answer gives it as a reference (`getPayload`). */
+  outputRef?: string;
   error?: { code: string; name: string; message: string };
   runKey?: string;
   attempt: number;
@@ -81,9 +85,20 @@ export class WorkflowsClient extends ApiClient {
     return this.request("POST", "/runs", { json: body, idempotencyKey: true });
   }
 
-  /** The run, with its steps. */
-  getRun(runId: string): Promise<Run> {
-    return this.request("GET", `/runs/${segment(runId)}`);
+  /** The run, with all its steps. One answer holds what fits Lambda's 6 MB: a run whose steps
+   * do not fit is read page by page (`stepsCursor`) and answered whole here. A value that did
+   * not fit is a reference (`inputRef`, `outputRef`): `getPayload`. */
+  async getRun(runId: string): Promise<Run> {
+    const path = `/runs/${segment(runId)}`;
+    const run = (await this.request("GET", path)) as Run & { nextStepsCursor?: string | null };
+    let following = run.nextStepsCursor;
+    delete run.nextStepsCursor;
+    while (following) {
+      const page = (await this.request("GET", path, { params: { stepsCursor: following } })) as Run & { nextStepsCursor?: string | null };
+      run.steps = [...(run.steps ?? []), ...(page.steps ?? [])];
+      following = page.nextStepsCursor;
+    }
+    return run;
   }
 
   /** `{ runs, nextCursor }`, newest first. */
@@ -106,7 +121,8 @@ export class WorkflowsClient extends ApiClient {
     return this.request("GET", `/runs/${segment(runId)}/events`, { params: params(options) });
   }
 
-  /** A large value stored outside the run (`output`, or a step's `outputRef`). */
+  /** A value an answer gave as a reference: a run's `inputRef` or `outputRef`, or a step's
+   * `outputRef` (a value kept outside the run, or one an answer had no room for). */
   getPayload(runId: string, path: string): Promise<unknown> {
     // An outputRef is already percent-encoded: keep its escapes as they are.
     const encoded = path.split("/").map((part) => encodeURIComponent(decodeURIComponentSafe(part))).join("/");
@@ -141,9 +157,10 @@ export class WorkflowsClient extends ApiClient {
     return this.request("GET", `/apps/${segment(appId)}`);
   }
 
-  /** `{ apps }`: the project's apps. */
+  /** `{ apps }`: every app of the project (read page by page when one answer does not hold
+   * them all). */
   listApps(): Promise<{ apps: any[] }> {
-    return this.request("GET", "/apps");
+    return allPages(this, "/apps", "apps");
   }
 
   /** Update `url` and/or `notifications` (`null` clears them). */
@@ -160,6 +177,18 @@ export class WorkflowsClient extends ApiClient {
   deleteApp(appId: string): Promise<unknown> {
     return this.request("DELETE", `/apps/${segment(appId)}`);
   }
+}
+
+/** `{ [name]: [...] }`: a list the API answers page by page (`nextCursor`), whole. */
+async function allPages<N extends string>(client: ApiClient, path: string, name: N): Promise<{ [K in N]: any[] }> {
+  const found: any[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = (await client.request("GET", path, cursor ? { params: { cursor } } : {})) as Record<string, unknown>;
+    found.push(...((page?.[name] as any[] | undefined) ?? []));
+    cursor = typeof page?.nextCursor === "string" && page.nextCursor ? page.nextCursor : undefined;
+  } while (cursor);
+  return { [name]: found } as { [K in N]: any[] };
 }
 
 function decodeURIComponentSafe(part: string): string {
@@ -203,8 +232,9 @@ export class QueuesClient extends ApiClient {
     return this.request("GET", `/queues/${segment(queueId)}`);
   }
 
+  /** `{ queues }`: every queue of the project (page by page, whole). */
   listQueues(): Promise<{ queues: any[] }> {
-    return this.request("GET", "/queues");
+    return allPages(this, "/queues", "queues");
   }
 
   deleteQueue(queueId: string): Promise<unknown> {
@@ -225,8 +255,9 @@ export class QueuesClient extends ApiClient {
     return this.request("GET", `/subscriptions/${segment(subscriptionId)}`);
   }
 
+  /** `{ subscriptions }`: every subscription of the project (page by page, whole). */
   listSubscriptions(): Promise<{ subscriptions: any[] }> {
-    return this.request("GET", "/subscriptions");
+    return allPages(this, "/subscriptions", "subscriptions");
   }
 
   deleteSubscription(subscriptionId: string): Promise<unknown> {

@@ -16,6 +16,10 @@ export const clock = {
   monotonic(): number {
     return performance.now() / 1000;
   },
+  /** A random number in [0, 1) (the jitter of resend waits). */
+  randomFraction(): number {
+    return Math.random();
+  },
   /** A random UUID (version 4). */
   newUuid(): string {
     return globalThis.crypto.randomUUID();

@@ -1,5 +1,5 @@
 /**
- * The invocation driver: runs a workflow once, replaying recorded steps (protocol 1.4).
+ * The invocation driver: runs a workflow once, replaying recorded steps (protocol 1.5).
  *
  * The workflow runs as ordinary async code. A step call registers a pending step and returns
  * a promise only the driver settles. The driver lets the workflow run until it blocks (every
@@ -17,6 +17,12 @@
  * invocation (`branchStepId`), which replays up to it, runs only it, and answers `branch`. In
  * a `cancelling` run, the round holding the first unrecorded step or pending wait ends those
  * steps with `RunCancelledError` (recorded `cancelled`); later steps (cleanup) run as usual.
+ *
+ * What a 1.5 request gives as references is read through the transport (a `StateReader`):
+ * the rest of the history, page by page, and an input by reference before the workflow runs;
+ * a step's output by reference only when the workflow reaches the step, so a long history of
+ * large values is never all in memory at once because of the SDK. Values read are kept for
+ * the run's next invocation in this process (`payloadCache.ts`).
  */
 
 import { clock } from "./clock.js";
@@ -27,6 +33,7 @@ import {
   RunCancelledError,
   StepError,
   StepInStepError,
+  TransportError,
   ValueRuleError,
   WorkflowRuleError,
   errorBody,
@@ -34,7 +41,8 @@ import {
   errorName,
   type ErrorBody,
 } from "./errors.js";
-import { StepIds } from "./identity.js";
+import { StepIds, isPatchMarker } from "./identity.js";
+import { readPayload } from "./payloadCache.js";
 import { STEP_ENDED_STATUSES } from "./protocol/rules.js";
 import {
   answers,
@@ -57,13 +65,17 @@ import {
 } from "./runner.js";
 import { StepCalls } from "./stepCalls.js";
 import { Steps, type StepHost, type StepRequest } from "./steps.js";
-import type { StepTransport } from "./transport.js";
+import { isStateReader, type StateReader, type StepTransport } from "./transport.js";
 import { roundtrip } from "./values.js";
 import type { Context, Workflow } from "./workflow.js";
 
 /** Past this fraction of the engine's wait (`answerWithinSeconds`), the held step ends are
  * sent by a step call before the answer, which may reach an engine that stopped reading. */
 export const LATE_ANSWER_FRACTION = 0.5;
+/** An answer carries the held step ends only while they are small: past this their own step
+ * call sends them first, so an answer is its output (at most 1 MiB) and little more, within
+ * what the engine takes of a pull worker's outcome (2 MiB) and a Lambda's answer (6 MB). */
+export const ANSWER_HELD_BYTES = 256 * 1024;
 
 interface PendingStep {
   stepId: string;
@@ -142,14 +154,16 @@ export class Invocation implements StepHost, StepRunScope {
   private branchDone = false;
   private finished: Finished | undefined;
   private wake: (() => void) | undefined;
+  private input: unknown;
 
   constructor(
     private readonly workflow: Workflow<any, any>,
     private readonly request: InvokeRequest,
-    transport: StepTransport,
+    private readonly transport: StepTransport,
     private readonly deploymentId: string | null,
   ) {
-    this.calls = new StepCalls(transport, holdsStepEnds(request));
+    this.calls = new StepCalls(transport, holdsStepEnds(request), request.run.id);
+    this.input = request.run.input;
     this.recorded = new Map(request.steps.map((step) => [step.id, step]));
     this.cancelling = request.run.status === "cancelling";
     this.cancelDelivered = request.steps.some((step) => step.status === "cancelled");
@@ -189,6 +203,15 @@ export class Invocation implements StepHost, StepRunScope {
     if (request.explicitId === undefined && request.waitFor === undefined) this.pendingNames.add(request.name);
     this.wake?.();
     return promise;
+  }
+
+  /** Whether the run's record holds steps (patch markers aside) the workflow has not asked
+   * for yet: the run went past this point on other code (`Steps.patched`). */
+  historyContinues(): boolean {
+    for (const stepId of this.recorded.keys()) {
+      if (!this.ids.asked(stepId) && !isPatchMarker(stepId)) return true;
+    }
+    return false;
   }
 
   violate(error: WorkflowRuleError): WorkflowRuleError {
@@ -252,16 +275,50 @@ export class Invocation implements StepHost, StepRunScope {
 
   /** Run the invocation to its outcome (a protocol answer body). */
   async execute(): Promise<Answer> {
-    this.startWorkflow();
     try {
+      await this.readState();
+      this.startWorkflow();
       const answer = await this.drive();
-      if (this.answerMayGoUnread()) await this.calls.flushBeforeAnswer();
+      if (this.answerMayGoUnread() || this.calls.heldBytes() > ANSWER_HELD_BYTES) await this.calls.flushBeforeAnswer();
       return withOps(answer, this.calls.takeHeld());
     } catch (error) {
       this.stop();
       if (error instanceof AbortInvocation) return answers.aborted(error.reason, this.deploymentId);
       throw error;
     }
+  }
+
+  // -- what the request gave as references (1.5) ------------------------------------------
+
+  private reader(): StateReader {
+    if (!isStateReader(this.transport)) {
+      throw new TransportError(
+        "the invoke request gives values or history as references (protocol 1.5), and this step transport cannot read them",
+      );
+    }
+    return this.transport;
+  }
+
+  /** Before the workflow runs: the rest of the history, page by page (a step the request or
+   * an earlier page listed is as that one says: the engine lists every step not ended in the
+   * request, or in the first page), and an input given as a reference. */
+  private async readState(): Promise<void> {
+    const { stepsCursor, run } = this.request;
+    for (let cursor = stepsCursor; cursor; ) {
+      const page = await this.reader().readHistory(cursor);
+      for (const step of page.steps) if (!this.recorded.has(step.id)) this.recorded.set(step.id, step);
+      cursor = page.nextCursor;
+    }
+    if (stepsCursor) this.cancelDelivered = [...this.recorded.values()].some((step) => step.status === "cancelled");
+    if (run.inputRef) this.input = await readPayload(this.reader(), run.id, run.inputRef);
+  }
+
+  /** `recorded` with its output read, when the request gave it as a reference: read when the
+   * workflow reaches the step. */
+  private async withOutput(recorded: RecordedStep): Promise<RecordedStep> {
+    if (recorded.outputRef === undefined || recorded.status !== "completed") return recorded;
+    const output = await readPayload(this.reader(), this.request.run.id, recorded.outputRef);
+    return { ...recorded, output, outputRef: undefined };
   }
 
   private answerMayGoUnread(): boolean {
@@ -330,7 +387,7 @@ export class Invocation implements StepHost, StepRunScope {
     if (request.kind === "callback" && request.waitFor === undefined && recorded?.url) {
       return { value: recorded.url }; // creating it answers its URL, whatever happened since
     }
-    if (ended(pending)) return fromRecord(recorded!);
+    if (ended(pending)) return fromRecord(await this.withOutput(recorded!));
     if (this.branch !== undefined) {
       // A branch invocation runs its one step, nothing else.
       if (pending.stepId !== this.branch) return undefined;
@@ -407,7 +464,7 @@ export class Invocation implements StepHost, StepRunScope {
 
   private startWorkflow(): void {
     const run = this.request.run;
-    const context: Context = Object.freeze({ input: run.input, step: new Steps(this), runId: run.id, attempt: run.attempt });
+    const context: Context = Object.freeze({ input: this.input, step: new Steps(this), runId: run.id, attempt: run.attempt });
     const finish = (finished: Finished) => {
       this.finished = finished;
       this.wake?.();

@@ -10,6 +10,8 @@
  *   step fails with it at once, without retrying.
  */
 
+import { MAX_ERROR_FIELD_BYTES, MAX_ERROR_MESSAGE_BYTES, clip } from "./protocol/rules.js";
+
 /** The wire shape of an error: `{code, name, message}`. */
 export interface ErrorBody {
   code: string;
@@ -17,8 +19,14 @@ export interface ErrorBody {
   message: string;
 }
 
+/** The wire shape of an error, each field cut to what the engine keeps (`protocol/rules.ts`),
+ * so a long message never fails its step's call and reads the same on replay. */
 export function errorBody(code: string, name: string, message: string): ErrorBody {
-  return { code, name, message };
+  return {
+    code: clip(code, MAX_ERROR_FIELD_BYTES),
+    name: clip(name, MAX_ERROR_FIELD_BYTES),
+    message: clip(message, MAX_ERROR_MESSAGE_BYTES),
+  };
 }
 
 /** The class name of what was thrown: `err.name` when set, else its constructor's name. */

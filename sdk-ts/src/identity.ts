@@ -4,6 +4,10 @@
  * A step without `{ id }` is `<name>#<n>`, `n` counting from 1 the steps of that name asked
  * for so far (steps with an explicit ID do not count). An explicit ID matches
  * `^[A-Za-z0-9._:-]{1,128}$` and names one step for the whole run.
+ *
+ * A patch marker (`step.patched(patchId)`) is a `value` step with the explicit ID
+ * `patched:<patchId>`: replay and the replay gate (`ezgh workflows replay-check`, the Python
+ * SDK's test kit) know it by that prefix, whichever SDK recorded it.
  */
 
 import { DuplicateStepNameError } from "./errors.js";
@@ -11,6 +15,7 @@ import { byteLength, isWellFormed } from "./values.js";
 
 export const NAME_MAX_BYTES = 256;
 const EXPLICIT_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+export const PATCH_PREFIX = "patched:";
 
 /** A step name: 1 to 256 bytes of UTF-8 without NUL; `TypeError`/`RangeError` otherwise. */
 export function validateName(name: unknown): string {
@@ -32,6 +37,22 @@ export function validateExplicitId(stepId: unknown): string {
   return stepId;
 }
 
+/** The step ID of patch `patchId`'s marker; `RangeError` for an ID that does not match
+ * `^[A-Za-z0-9._:-]{1,120}$`. */
+export function patchStepId(patchId: unknown): string {
+  if (typeof patchId !== "string" || !patchId) throw new RangeError(`invalid patch id ${JSON.stringify(patchId)}: a non-empty string`);
+  const stepId = PATCH_PREFIX + patchId;
+  if (!EXPLICIT_ID.test(stepId)) {
+    throw new RangeError(`invalid patch id ${JSON.stringify(patchId)}: must match ^[A-Za-z0-9._:-]{1,${128 - PATCH_PREFIX.length}}$`);
+  }
+  return stepId;
+}
+
+/** Whether a recorded step is a patch marker (`patchStepId`). */
+export function isPatchMarker(stepId: string): boolean {
+  return stepId.startsWith(PATCH_PREFIX);
+}
+
 /** Allocates step IDs for one invocation, in the order the workflow asks for steps. */
 export class StepIds {
   private readonly counts = new Map<string, number>();
@@ -51,5 +72,13 @@ export class StepIds {
     }
     this.explicit.add(explicitId);
     return explicitId;
+  }
+
+  /** Whether the workflow has asked for the step `stepId` so far. */
+  asked(stepId: string): boolean {
+    const hash = stepId.lastIndexOf("#");
+    const count = stepId.slice(hash + 1);
+    if (hash >= 0 && /^\d+$/.test(count)) return (this.counts.get(stepId.slice(0, hash)) ?? 0) >= Number(count);
+    return this.explicit.has(stepId);
   }
 }

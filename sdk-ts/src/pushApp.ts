@@ -13,7 +13,7 @@ import { clock } from "./clock.js";
 import { detectDeploymentId } from "./deployment.js";
 import { Invocation } from "./driver.js";
 import { UnknownWorkflowError } from "./errors.js";
-import { PROTOCOL_VERSION, ProtocolError, SDK_NAME, answers, readInvoke, syncAnswer } from "./protocol/wire.js";
+import { PROTOCOL_VERSION, ProtocolError, SDK_NAME, answers, parseInvoke, syncAnswer } from "./protocol/wire.js";
 import { INVOCATION_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify } from "./signing.js";
 import { httpTransportFactory, type TransportFactory } from "./transport.js";
 import { indexWorkflows, type Workflow } from "./workflow.js";
@@ -166,7 +166,7 @@ export class PushApp {
     if (kind !== "invoke") return errorResponse(400, "validation_error", "type must be 'sync' or 'invoke'");
     let request;
     try {
-      request = await readInvoke(body);
+      request = parseInvoke(body);
     } catch (error) {
       if (error instanceof ProtocolError) return errorResponse(400, "validation_error", error.message);
       throw error;

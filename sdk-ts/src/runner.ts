@@ -4,9 +4,9 @@
  * driver hands to the waiting step call once the whole round is resolved.
  */
 
-import { NonRetryableError, RunCancelledError, StepError, ValueRuleError, errorMessage, errorName } from "./errors.js";
+import { NonRetryableError, RunCancelledError, StepError, ValueRuleError, errorBody, errorMessage, errorName } from "./errors.js";
 import { DEFAULT_RETRIES, STEP_ENDED_STATUSES, mayRetry } from "./protocol/rules.js";
-import { ops, recordedIn, type RecordedStep } from "./protocol/wire.js";
+import { ops, type RecordedStep } from "./protocol/wire.js";
 import type { StepCalls } from "./stepCalls.js";
 import type { StepRequest } from "./steps.js";
 import type { StepContext } from "./types.js";
@@ -37,21 +37,21 @@ export function fromRecord(recorded: RecordedStep): Resolution {
 export async function recordValue(calls: StepCalls, stepId: string, request: StepRequest): Promise<Resolution> {
   const value = request.makeValue!();
   const [result] = await calls.send([ops.record(stepId, request.name, value)]);
-  const recorded = recordedIn(result);
+  const recorded = await calls.recorded(result);
   return recorded ? fromRecord(recorded) : { value };
 }
 
 /** A `callback` step: the engine records it `waiting` and answers its URL. */
 export async function createCallback(calls: StepCalls, stepId: string, request: StepRequest): Promise<Resolution> {
   const [result] = await calls.send([ops.callback(stepId, request.name, request.timeoutSeconds ?? null)]);
-  const recorded = recordedIn(result);
+  const recorded = await calls.recorded(result);
   return { value: recorded ? recorded.url : result?.url };
 }
 
 /** In a cancelling run: record the step `cancelled` (or use what ended it first). */
 export async function cancelStep(calls: StepCalls, stepId: string, request: StepRequest): Promise<Resolution> {
   const [result] = await calls.send([ops.cancel(stepId, request.name, request.kind)]);
-  const recorded = recordedIn(result);
+  const recorded = await calls.recorded(result);
   if (recorded && STEP_ENDED_STATUSES.has(recorded.status)) return fromRecord(recorded);
   return { error: new RunCancelledError() };
 }
@@ -59,7 +59,7 @@ export async function cancelStep(calls: StepCalls, stepId: string, request: Step
 /** Record a step that can't be (a sleep over a year) as failed, with its error. */
 export async function rejectStep(calls: StepCalls, stepId: string, request: StepRequest): Promise<Resolution> {
   const [result] = await calls.send([ops.reject(stepId, request.name, request.kind, request.reject!)]);
-  const recorded = recordedIn(result);
+  const recorded = await calls.recorded(result);
   return recorded ? fromRecord(recorded) : { error: StepError.fromBody(stepId, request.reject) };
 }
 
@@ -85,7 +85,7 @@ export async function runStep(
 ): Promise<Resolution> {
   const expected = recorded ? recorded.attempt + 1 : 1;
   const [started] = await calls.send([ops.start(stepId, request.name, expected)]);
-  const already = recordedIn(started);
+  const already = await calls.recorded(started);
   if (already) return fromRecord(already);
   const attempt = typeof started?.attempt === "number" && started.attempt ? started.attempt : 1;
   // Started inline (with the previous step's end): its end echoes what the start said.
@@ -103,7 +103,7 @@ export async function runStep(
     result = retried ? (await calls.send([op]))[0] : await calls.end(op);
   }
   if (result === undefined) return outcome;
-  const ended = recordedIn(result);
+  const ended = await calls.recorded(result);
   if (ended) return fromRecord(ended);
   if (result.result === "retry") return { retryAt: String(result.retryAt ?? "") || "pending" };
   return outcome;
@@ -118,7 +118,9 @@ async function call(request: StepRequest, context: StepContext, scope: StepRunSc
   } catch (error) {
     scope.checkViolation();
     if (error instanceof ValueRuleError) return [{ error: StepError.fromBody(context.stepId, error.toBody()) }, false];
-    const failed = new StepError({ stepId: context.stepId, code: "user", errorName: errorName(error), message: errorMessage(error) });
+    // As it is recorded (its message cut as `errorBody` cuts it): the same on the first run
+    // and on replay.
+    const failed = StepError.fromBody(context.stepId, errorBody("user", errorName(error), errorMessage(error)));
     return [{ error: failed }, !(error instanceof NonRetryableError)];
   } finally {
     scope.leave();

@@ -10,9 +10,11 @@
  */
 
 import { AbortInvocation, TransportError } from "./errors.js";
+import { readPayload } from "./payloadCache.js";
 import { endDiffers } from "./protocol/rules.js";
-import type { Op } from "./protocol/wire.js";
-import type { StepResult, StepTransport } from "./transport.js";
+import { recordedIn, type Op, type RecordedStep } from "./protocol/wire.js";
+import { isStateReader, type StepResult, type StepTransport } from "./transport.js";
+import { byteLength } from "./values.js";
 
 /** At most this many ends are held before they are sent on their own (the engine takes up to
  * 25 ops a call, and an answer carries at most 25). */
@@ -25,6 +27,7 @@ export class StepCalls {
   constructor(
     private readonly transport: StepTransport,
     private readonly hold: boolean,
+    private readonly runId = "",
   ) {}
 
   /** A round of `pending` steps begins. Ends are held only in a round of one step: in a race
@@ -38,7 +41,7 @@ export class StepCalls {
     const held = this.held;
     this.held = [];
     const results = await this.transport.send([...held, ...ops]);
-    held.forEach((op, i) => checkHeldResult(op, results[i]));
+    for (const [i, op] of held.entries()) checkHeldResult(op, await this.withOutput(results[i]));
     return results.slice(held.length);
   }
 
@@ -66,6 +69,33 @@ export class StepCalls {
       console.warn(`ezgh: sending the held step ends failed (${error.message}); the answer carries them`);
       this.held = [...held, ...this.held];
     }
+  }
+
+  /** The recorded step of a `recorded` result (undefined for `started`/`ok`/`retry`), its
+   * output read when the engine gave it as a reference (1.5). */
+  async recorded(result: unknown): Promise<RecordedStep | undefined> {
+    const step = recordedIn(result);
+    if (step?.outputRef === undefined || step.status !== "completed") return step;
+    if (!isStateReader(this.transport)) {
+      throw new TransportError(`step ${JSON.stringify(step.id)} was answered by reference; this transport cannot read it`);
+    }
+    const output = await readPayload(this.transport, this.runId, step.outputRef);
+    return { ...step, output, outputRef: undefined };
+  }
+
+  /** A `recorded` result whose output the engine gave as a reference, with the output read:
+   * what `checkHeldResult` compares with the end it carried. */
+  private async withOutput(result: StepResult | undefined): Promise<StepResult | undefined> {
+    const step = result?.step as Record<string, unknown> | undefined;
+    if (!step || typeof step !== "object" || typeof step.outputRef !== "string") return result;
+    const full = await this.recorded(result);
+    const { outputRef: _, ...plain } = step;
+    return { ...result, step: { ...plain, output: full?.output ?? null } };
+  }
+
+  /** The encoded size of the ends held now (what the answer would carry), in UTF-8 bytes. */
+  heldBytes(): number {
+    return this.held.reduce((sum, op) => sum + byteLength(JSON.stringify(op)), 0);
   }
 
   /** The held ends, for the invocation's answer; none are held afterwards. */

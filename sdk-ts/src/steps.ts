@@ -10,7 +10,7 @@
 import { clock, isoUtc } from "./clock.js";
 import { MAX_SLEEP_SECONDS, durationSeconds, type Duration } from "./duration.js";
 import { NondeterminismError, ValueRuleError, errorBody, type ErrorBody, type WorkflowRuleError } from "./errors.js";
-import { validateExplicitId, validateName } from "./identity.js";
+import { patchStepId, validateExplicitId, validateName } from "./identity.js";
 import { checkMessages, sendFn, type QueueSender } from "./queueSteps.js";
 import type {
   Callback,
@@ -50,6 +50,9 @@ export interface StepHost {
   submit(request: StepRequest): Promise<[string, unknown]>;
   /** Remember a rule violation (the run fails with it) and return it to throw. */
   violate(error: WorkflowRuleError): WorkflowRuleError;
+  /** Whether the run's record holds steps (patch markers aside) the workflow has not asked
+   * for yet: the run went past this point on other code. */
+  historyContinues(): boolean;
 }
 
 const WORKFLOW_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -96,6 +99,8 @@ function quiet<T>(promise: Promise<T>): Promise<T> {
 
 /** Durable steps: every method returns a promise. */
 export class Steps {
+  private readonly patches = new Map<string, Promise<boolean>>();
+
   constructor(private readonly host: StepHost) {}
 
   /** Run `fn` at least once; its JSON result (a failure throws `StepError`, first run and
@@ -207,6 +212,33 @@ export class Steps {
     if (!queues || typeof queues.send !== "function") throw new TypeError("queues must be a QueuesClient");
     if (typeof queueId !== "string" || !queueId) throw new TypeError("queueId must be a queue ID (a non-empty string)");
     return this.run(name, sendFn(queues, queueId, checkMessages(messages))) as Promise<SentMessage[]>;
+  }
+
+  /**
+   * Whether this run takes the new code path of patch `patchId`: change a workflow that has
+   * runs in flight with `if (await step.patched("x")) { new } else { old }`.
+   *
+   * True for a run that reaches this point for the first time (a new run, or one whose record
+   * ends before here); false for a run that went past it on the old code (its record holds
+   * steps the workflow has not asked for yet). The answer is recorded as a `value` step with
+   * the ID `patched:<patchId>`, so every replay takes the same path; later calls with the same
+   * ID in the run answer the same. Once no run on the old path remains, remove the old path
+   * and the call (docs/deploy.md, "Changing workflow code with runs in flight").
+   */
+  patched(patchId: string): Promise<boolean> {
+    const stepId = patchStepId(patchId);
+    const known = this.patches.get(patchId);
+    if (known) return known;
+    const host = this.host;
+    const request: StepRequest = { kind: "value", name: stepId, explicitId: stepId, makeValue: () => !host.historyContinues() };
+    const decided = quiet(
+      host.submit(request).then(([, value]) => {
+        if (typeof value !== "boolean") throw this.mismatch(stepId, value, "a patch decision (patched)");
+        return value;
+      }),
+    );
+    this.patches.set(patchId, decided);
+    return decided;
   }
 
   private value(request: StepRequest): Promise<unknown> {

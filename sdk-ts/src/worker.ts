@@ -19,7 +19,7 @@ import { clock } from "./clock.js";
 import { detectDeploymentId } from "./deployment.js";
 import { Invocation } from "./driver.js";
 import { UnknownWorkflowError } from "./errors.js";
-import { answers, ProtocolError, readInvoke, type Answer } from "./protocol/wire.js";
+import { PROTOCOL_VERSION, ProtocolError, answers, parseInvoke, type Answer } from "./protocol/wire.js";
 import { QueueAccess, QueueError, TaskQueue } from "./taskQueue.js";
 import { httpTransportFactory, type TransportFactory } from "./transport.js";
 import { indexWorkflows, type Workflow } from "./workflow.js";
@@ -126,7 +126,8 @@ export class Worker {
   }
 
   private async announce(): Promise<void> {
-    const body = { workerId: this.workerId, workflows: [...this.index.keys()] };
+    // `protocol`: tasks come in the newest version both sides speak (1.5: references).
+    const body = { workerId: this.workerId, workflows: [...this.index.keys()], protocol: PROTOCOL_VERSION };
     let delay = 500;
     while (!this.stopping.signal.aborted) {
       try {
@@ -251,7 +252,7 @@ export class Worker {
     const deploymentId = this.deploymentId ?? detectDeploymentId();
     let request;
     try {
-      request = await readInvoke(task);
+      request = parseInvoke(task);
     } catch (error) {
       if (!(error instanceof ProtocolError)) throw error;
       console.error(`ezgh: worker ${this.workerId}: malformed task: ${error.message}`);

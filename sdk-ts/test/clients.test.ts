@@ -94,6 +94,39 @@ describe("resend rules", () => {
   });
 });
 
+describe("answers in pages", () => {
+  const workflows = () => new WorkflowsClient({ apiKey: "k", organizationId: "org", projectId: "proj", baseUrl: base });
+
+  test("getRun reads a run whose steps do not fit one answer page by page, and answers it whole", async () => {
+    seen.length = 0;
+    const step = (id: string) => ({ id, name: id, kind: "run", status: "completed", attempt: 1 });
+    replies = [
+      [200, { id: "r1", status: "completed", inputRef: "input", steps: [step("a#1")], nextStepsCursor: "s1" }],
+      [200, { id: "r1", steps: [step("b#1")], nextStepsCursor: "s2" }],
+      [200, { id: "r1", steps: [step("c#1")], nextStepsCursor: null }],
+    ];
+    const run = await workflows().getRun("r1");
+    assert.deepEqual(run.steps.map((s) => s.id), ["a#1", "b#1", "c#1"]);
+    assert.equal(run.inputRef, "input");
+    assert.equal("nextStepsCursor" in run, false);
+    assert.deepEqual(seen.map((s) => s.url), [
+      "/v1/organizations/org/projects/proj/runs/r1",
+      "/v1/organizations/org/projects/proj/runs/r1?stepsCursor=s1",
+      "/v1/organizations/org/projects/proj/runs/r1?stepsCursor=s2",
+    ]);
+  });
+
+  test("lists follow nextCursor to their end", async () => {
+    seen.length = 0;
+    replies = [
+      [200, { apps: [{ id: "a" }], nextCursor: "n1" }],
+      [200, { apps: [{ id: "b" }], nextCursor: null }],
+    ];
+    assert.deepEqual((await workflows().listApps()).apps, [{ id: "a" }, { id: "b" }]);
+    assert.deepEqual(seen.map((s) => s.url), ["/v1/organizations/org/projects/proj/apps", "/v1/organizations/org/projects/proj/apps?cursor=n1"]);
+  });
+});
+
 describe("sendToQueue's step function", () => {
   const step = { stepId: "notify#1", attempt: 2, idempotencyKey: createHash("sha256").update("run-1:notify#1").digest("hex") };
 

@@ -2,9 +2,11 @@
  * The seed docs' TypeScript examples (test/examples) against a real `ezgh dev`, served each
  * way a TypeScript push app is (the Fetch handler, the Node handler, the Lambda handler behind
  * a function-URL adapter), and by a pull `Worker`: each way completes runs of every step kind
- * (run, sleep, value, callback, invoke with parallel steps, message, and a sendToQueue).
- * tests/ts/test_sdk_ts.py starts the engine and passes its environment; without it, these
- * tests are skipped (and that module fails on a skip).
+ * (run, sleep, value, callback, invoke with parallel steps, message, and a sendToQueue). Then
+ * protocol 1.5's requests of bounded size (a run of eight 1 MiB results, behind a function
+ * URL's 6 MB and through a pull worker) and `step.patched` with a run in flight across a
+ * deploy. tests/ts/test_sdk_ts.py starts the engine and passes its environment; without it,
+ * these tests are skipped (and that module fails on a skip).
  */
 
 import assert from "node:assert/strict";
@@ -15,6 +17,7 @@ import { PushApp, RunCancelledError, Worker, workflow, type Run } from "@ezgh/wo
 import {
   HAS_ENGINE,
   advanceClock,
+  createPullApp,
   messageSink,
   queuesClient,
   registerApp,
@@ -24,7 +27,9 @@ import {
   stepIs,
   waitFor,
   waitRun,
+  waitRunSkippingSleeps,
   workflowsClient,
+  type FunctionUrlStats,
   type Served,
 } from "./harness.js";
 
@@ -181,10 +186,7 @@ describe("a pull Worker", { skip: !HAS_ENGINE && "no ezgh dev" }, () => {
     test(`completes runs (${directQueue ? "on its queue directly" : "through tasks/poll"})`, async () => {
       const { workflows } = await examples();
       const client = workflowsClient();
-      const name = `ts-worker-${directQueue ? "queue" : "api"}`;
-      const existing = (await client.listApps()).apps.find((a) => a.name === name);
-      if (existing) await client.deleteApp(existing.id);
-      const app = await client.createApp({ name, kind: "pull" });
+      const app = await createPullApp(`ts-worker-${directQueue ? "queue" : "api"}`);
       const worker = new Worker({ appId: app.id, workflows, concurrency: 2, pollWaitSeconds: 1, directQueue });
       const running = worker.run();
       try {
@@ -209,4 +211,137 @@ describe("a pull Worker", { skip: !HAS_ENGINE && "no ezgh dev" }, () => {
       }
     });
   }
+});
+
+const CHUNK = 1024 * 1024 - 2; // a string of 1 MiB encoded: the largest step result the docs allow
+
+/** Eight results of 1 MiB, then a sleep: the invocation after it replays 8 MiB of results,
+ * which a 1.4 request carries inline (an 8 MB request a function URL refuses, a task no SQS
+ * message holds); in 1.5 they are references, read by the SDK. */
+const eightMib = workflow("eight-mib", async ({ step }) => {
+  const values: string[] = [];
+  for (let i = 0; i < 8; i++) values.push(await step.run(`chunk-${i}`, () => String.fromCharCode(97 + i).repeat(CHUNK)));
+  await step.sleep("pause", "1d");
+  return values.map((value) => [value[0], value.length]);
+});
+const EIGHT_MIB = Array.from({ length: 8 }, (_, i) => [String.fromCharCode(97 + i), CHUNK]);
+
+/** Notes the values this process reads by reference (the SDK's payload calls, seen at
+ * `fetch`), until `restore()`. */
+function notingReads(): { refs: string[]; restore(): void } {
+  const refs: string[] = [];
+  const original = globalThis.fetch;
+  globalThis.fetch = (input: string | URL | Request, init?: RequestInit) => {
+    const url = input instanceof Request ? input.url : String(input);
+    if (url.endsWith("/v1/invocations/payload") && typeof init?.body === "string") refs.push(JSON.parse(init.body).ref);
+    return original(input, init);
+  };
+  return { refs, restore: () => void (globalThis.fetch = original) };
+}
+
+function readOnceEach(refs: string[]): void {
+  assert.equal(refs.length, 8, `each of the eight results read once (this process keeps them): ${refs}`);
+  assert.equal(new Set(refs).size, 8);
+  assert.ok(refs.every((ref) => /^steps\/chunk-\d%231\//.test(ref)), String(refs));
+}
+
+describe("protocol 1.5: a run of eight results of 1 MiB", { skip: !HAS_ENGINE && "no ezgh dev" }, () => {
+  test("completes through a push app behind a function URL's 6 MB", async () => {
+    const { refs, restore } = notingReads();
+    const app = new PushApp([eightMib]);
+    const stats: FunctionUrlStats = { largest: 0, refused: 0 };
+    const served = await serveLambda(app, "/lambda/big", stats);
+    try {
+      const { id } = await registerApp("ts-eight-mib", served.url, app);
+      const run = await workflowsClient().startRun({ appId: id, workflow: "eight-mib", input: {} });
+      const done = await waitRunSkippingSleeps(run.id);
+      completed(done);
+      assert.deepEqual(done.output, EIGHT_MIB);
+      assert.equal(stats.refused, 0);
+      assert.ok(stats.largest < 800 * 1024, `the largest request: ${stats.largest} bytes`);
+      readOnceEach(refs);
+    } finally {
+      restore();
+      await served.close();
+    }
+  });
+
+  test("completes through a pull Worker", async () => {
+    const client = workflowsClient();
+    const app = await createPullApp("ts-worker-eight-mib");
+    const { refs, restore } = notingReads();
+    const worker = new Worker({ appId: app.id, workflows: [eightMib], pollWaitSeconds: 1 });
+    const running = worker.run();
+    try {
+      await waitFor("the worker's announce", async () => (await client.getApp(app.id)).status === "synced");
+      const run = await client.startRun({ appId: app.id, workflow: "eight-mib", input: {} });
+      const done = await waitRunSkippingSleeps(run.id);
+      completed(done);
+      assert.deepEqual(done.output, EIGHT_MIB);
+      readOnceEach(refs);
+    } finally {
+      restore();
+      worker.stop();
+      await running;
+    }
+  });
+});
+
+/** A deploy that changes a loop under runs in flight, with `step.patched` (docs/deploy.md):
+ * the old code counted its invites, the new one gives each an explicit ID. */
+const invitesV1 = workflow("invites", async ({ input, step }) => {
+  for (const r of (input as { recipients: string[] }).recipients) await step.run("invite", () => `sent ${r}`);
+  await step.sleep("cooldown", "3d");
+  return "old code";
+});
+
+const invitesV2 = workflow("invites", async ({ input, step }) => {
+  const recipients = (input as { recipients: string[] }).recipients;
+  const patched = await step.patched("invite-ids");
+  for (const r of recipients) {
+    if (patched) await step.run("invite", () => `sent ${r}`, { id: `invite-${r}` });
+    else await step.run("invite", () => `sent ${r}`);
+  }
+  await step.sleep("cooldown", "3d");
+  return patched ? "new path" : "old path";
+});
+
+describe("step.patched across a deploy", { skip: !HAS_ENGINE && "no ezgh dev" }, () => {
+  test("a run in flight keeps the old path, a new run takes the new one", async () => {
+    const old = new PushApp([invitesV1]);
+    const patched = new PushApp([invitesV2]);
+    let deployed = old;
+    // One URL and one signing key, whichever code is deployed behind it.
+    const front = {
+      fetch: (request: Request) => deployed.fetch(request),
+      set signingKey(key: string) {
+        old.signingKey = patched.signingKey = key;
+      },
+    } as unknown as PushApp;
+    const served = await serveFetch(front, "/invites");
+    try {
+      const { id: appId } = await registerApp("ts-invites", served.url, front);
+      const client = workflowsClient();
+      const input = { recipients: ["ana", "bo"] };
+      const inFlight = await client.startRun({ appId, workflow: "invites", input });
+      await waitRun(inFlight.id, stepIs("cooldown", "sleeping"));
+      deployed = patched;
+      const fresh = await client.startRun({ appId, workflow: "invites", input });
+      await waitRun(fresh.id, stepIs("cooldown", "sleeping"));
+      advanceClock(THREE_DAYS);
+      const kept = await waitRun(inFlight.id);
+      const moved = await waitRun(fresh.id);
+      completed(kept);
+      completed(moved);
+      assert.equal(kept.output, "old path");
+      assert.equal(moved.output, "new path");
+      const marker = (run: Run) => run.steps.find((step) => step.id === "patched:invite-ids");
+      assert.deepEqual([marker(kept)?.kind, marker(kept)?.output], ["value", false]);
+      assert.deepEqual([marker(moved)?.kind, marker(moved)?.output], ["value", true]);
+      assert.deepEqual(kept.steps.map((step) => step.id), ["invite#1", "invite#2", "cooldown#1", "patched:invite-ids"]);
+      assert.deepEqual(moved.steps.map((step) => step.id), ["patched:invite-ids", "invite-ana", "invite-bo", "cooldown#1"]);
+    } finally {
+      await served.close();
+    }
+  });
 });

@@ -70,9 +70,22 @@ export function serveNode(app: PushApp, path: string): Promise<Served> {
   return listen((req, res) => void app.nodeHandler(req, res), path);
 }
 
-/** The Lambda handler behind a tiny local adapter that turns each request into the event a
- * Lambda function URL sends (payload format 2.0) and the result into the answer. */
-export function serveLambda(app: PushApp, path: string): Promise<Served> {
+/** What a Lambda function URL carries at most, each way: 6 MB (its event, its result). */
+export const LAMBDA_PAYLOAD_BYTES = 6 * 1024 * 1024;
+
+/** What the function-URL adapter of `serveLambda` saw. */
+export interface FunctionUrlStats {
+  /** The largest event it passed to the handler (bytes of its JSON). */
+  largest: number;
+  /** Requests it refused (413) for an event over 6 MB. */
+  refused: number;
+}
+
+/** The Lambda handler behind a tiny local adapter that does what a Lambda function URL does:
+ * each request becomes the event a function URL sends (payload format 2.0), refused with 413
+ * when that event passes 6 MB, before the handler runs; the result becomes the answer (a 502
+ * when it passes 6 MB). */
+export function serveLambda(app: PushApp, path: string, stats: FunctionUrlStats = { largest: 0, refused: 0 }): Promise<Served> {
   return listen(async (req, res) => {
     const body = await readBody(req);
     const [rawPath, rawQueryString = ""] = (req.url ?? "/").split("?") as [string, string?];
@@ -91,7 +104,18 @@ export function serveLambda(app: PushApp, path: string): Promise<Served> {
       body: binary ? body.toString("base64") : body.toString("utf8"),
       isBase64Encoded: binary,
     };
+    const size = Buffer.byteLength(JSON.stringify(event));
+    if (size > LAMBDA_PAYLOAD_BYTES) {
+      stats.refused++;
+      res.writeHead(413, { "content-type": "application/json" });
+      return void res.end(JSON.stringify({ Message: `Request must be smaller than ${LAMBDA_PAYLOAD_BYTES} bytes` }));
+    }
+    stats.largest = Math.max(stats.largest, size);
     const result = await app.lambdaHandler(event, {});
+    if (Buffer.byteLength(JSON.stringify(result)) > LAMBDA_PAYLOAD_BYTES) {
+      res.writeHead(502, { "content-type": "application/json" });
+      return void res.end(JSON.stringify({ Message: "response too large" }));
+    }
     res.writeHead(result.statusCode, result.headers);
     res.end(result.isBase64Encoded ? Buffer.from(result.body, "base64") : result.body);
   }, path);
@@ -108,6 +132,14 @@ export async function registerApp(name: string, url: string, app: PushApp): Prom
   const synced = await client.syncApp(created.id);
   assert.equal(synced.status, "synced");
   return created;
+}
+
+/** Create a pull app (deleting one of the name a rerun on the same engine left). */
+export async function createPullApp(name: string): Promise<{ id: string }> {
+  const client = workflowsClient();
+  const existing = (await client.listApps()).apps.find((a) => a.name === name);
+  if (existing) await client.deleteApp(existing.id);
+  return client.createApp({ name, kind: "pull" });
 }
 
 /** Poll until `check()` answers something; a generous backstop (these take seconds). */
@@ -130,6 +162,22 @@ export function waitRun(runId: string, check: (run: Run) => boolean = (run) => E
     return check(last) ? last : undefined;
   }).catch((error) => {
     throw new Error(`${(error as Error).message}; last seen: ${JSON.stringify(last)}`);
+  });
+}
+
+/** Wait for the run to end, moving the engine's clock `seconds` once for each sleep it meets
+ * (a sleep of less). Once per sleep: an invocation running when the clock moves sees its
+ * token's lifetime move too. */
+export function waitRunSkippingSleeps(runId: string, seconds = 86_400 + 120): Promise<Run> {
+  const skipped = new Set<string>();
+  return waitRun(runId, (run) => {
+    if (ENDED.has(run.status)) return true;
+    for (const step of run.steps) {
+      if (step.status !== "sleeping" || skipped.has(step.id)) continue;
+      skipped.add(step.id);
+      advanceClock(seconds);
+    }
+    return false;
   });
 }
 

@@ -9,7 +9,16 @@ import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { NonRetryableError, RunCancelledError, StepError, workflow } from "../src/index.js";
-import { DEFAULT_RETRIES, MAX_RETRIES, RUN_ENDED_STATUSES, STEP_ENDED_STATUSES } from "../src/protocol/rules.js";
+import {
+  CUT_MARK,
+  DEFAULT_RETRIES,
+  MAX_ERROR_FIELD_BYTES,
+  MAX_ERROR_MESSAGE_BYTES,
+  MAX_RETRIES,
+  RUN_ENDED_STATUSES,
+  STEP_ENDED_STATUSES,
+  clip,
+} from "../src/protocol/rules.js";
 import { invoke, NotingTransport, recorded } from "./support.js";
 
 describe("step identity", () => {
@@ -228,6 +237,29 @@ describe("values are JSON", () => {
   });
 });
 
+describe("errors are cut to what the engine keeps", () => {
+  test("a long message is cut to 8 KiB, the same on the first run as on replay", async () => {
+    const long = "é".repeat(10_000); // two bytes each: a cut never splits one
+    const wf = workflow("long", async ({ step }) => {
+      try {
+        await step.run("v", () => {
+          throw new NonRetryableError(long);
+        });
+      } catch (error) {
+        return (error as StepError).message;
+      }
+    });
+    const { answer, transport } = await invoke(wf);
+    const sent = [...transport.ops, ...((answer.ops as Array<Record<string, any>>) ?? [])].find((op) => op.op === "fail")!;
+    const message = sent.error.message as string;
+    assert.ok(message.endsWith(CUT_MARK) && message.startsWith("éé"));
+    assert.ok(Buffer.byteLength(message) <= MAX_ERROR_MESSAGE_BYTES && Buffer.byteLength(message) > MAX_ERROR_MESSAGE_BYTES - 8);
+    assert.equal(answer.output, message, "the workflow sees the error as it is recorded");
+    assert.equal(clip("short", 10), "short");
+    assert.equal(clip("x".repeat(300), MAX_ERROR_FIELD_BYTES).length, MAX_ERROR_FIELD_BYTES);
+  });
+});
+
 describe("retries", () => {
   test("a failed attempt is sent at once, retryable with its budget; NonRetryableError is not", async () => {
     const transport = new NotingTransport((op) =>
@@ -275,5 +307,8 @@ describe("the protocol's shared rules", () => {
     assert.equal(MAX_RETRIES, number("MAX_RETRIES"));
     assert.deepEqual(new Set(RUN_ENDED_STATUSES), set("RUN_ENDED_STATUSES"));
     assert.deepEqual(new Set(STEP_ENDED_STATUSES), set("STEP_ENDED_STATUSES"));
+    assert.equal(MAX_ERROR_FIELD_BYTES, number("MAX_ERROR_FIELD_BYTES"));
+    assert.equal(MAX_ERROR_MESSAGE_BYTES, number("MAX_ERROR_MESSAGE_BYTES"));
+    assert.equal(CUT_MARK, /^CUT_MARK = "([^"]*)"/m.exec(python)?.[1]);
   });
 });

@@ -15,7 +15,7 @@ const encoder = new TextEncoder();
 
 function invokeBody(): string {
   return JSON.stringify({
-    protocol: "1.4",
+    protocol: "1.5",
     type: "invoke",
     invocationId: "inv-9",
     run: { id: "run-9", appId: "app", workflow: "hello", input: { name: "ts" }, attempt: 1, status: "running" },
@@ -38,12 +38,13 @@ describe("signatures", () => {
 
   test("a signed invoke runs; sync lists the workflows", async () => {
     const ran = await post(app, "http://app.invalid/", invokeBody(), await signed(invokeBody()));
-    assert.deepEqual(ran, { status: 200, body: { protocol: "1.4", deploymentId: "dep-1", outcome: "completed", output: "hello ts" } });
-    const sync = JSON.stringify({ protocol: "1.4", type: "sync" });
+    assert.deepEqual(ran, { status: 200, body: { protocol: "1.5", deploymentId: "dep-1", outcome: "completed", output: "hello ts" } });
+    const sync = JSON.stringify({ protocol: "1.5", type: "sync" });
     const synced = await post(app, "http://app.invalid/", sync, await signedHeaders(KEY, String(Math.trunc(Date.now() / 1000)), encoder.encode(sync)));
     assert.equal(synced.status, 200);
     assert.deepEqual(synced.body.workflows, [{ name: "hello" }]);
     assert.match(synced.body.sdk, /^ezgh-workflows-typescript\//);
+    assert.equal(synced.body.protocol, "1.5", "the sync answer says the newest version the SDK speaks");
   });
 
   const refusals: Array<[string, () => Promise<[string, Record<string, string>, string?]>]> = [

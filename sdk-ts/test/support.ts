@@ -4,8 +4,8 @@
  * and test/e2e.test.ts hold the SDK to the real engine). */
 
 import { Invocation } from "../src/driver.js";
-import type { Answer, InvokeRequest, Op, RecordedStep } from "../src/protocol/wire.js";
-import type { StepResult, StepTransport } from "../src/transport.js";
+import type { Answer, HistoryPage, InvokeRequest, Op, RecordedStep } from "../src/protocol/wire.js";
+import type { StateReader, StepResult, StepTransport } from "../src/transport.js";
 import type { Workflow } from "../src/workflow.js";
 
 export class NotingTransport implements StepTransport {
@@ -19,6 +19,33 @@ export class NotingTransport implements StepTransport {
 
   get ops(): Op[] {
     return this.calls.flat();
+  }
+}
+
+/** A `NotingTransport` that also serves the reads of protocol 1.5 (history pages by cursor,
+ * values by reference), noting each. */
+export class ReadingTransport extends NotingTransport implements StateReader {
+  readonly reads: string[] = [];
+
+  constructor(
+    readonly pages: Record<string, HistoryPage> = {},
+    readonly payloads: Record<string, unknown> = {},
+    answer?: (op: Op) => StepResult,
+  ) {
+    super(answer);
+  }
+
+  async readHistory(cursor: string): Promise<HistoryPage> {
+    this.reads.push(`history ${cursor}`);
+    const page = this.pages[cursor];
+    if (!page) throw new Error(`no page ${cursor}`);
+    return page;
+  }
+
+  async readPayload(ref: string): Promise<unknown> {
+    this.reads.push(`payload ${ref}`);
+    if (!(ref in this.payloads)) throw new Error(`no payload ${ref}`);
+    return structuredClone(this.payloads[ref]);
   }
 }
 
@@ -38,27 +65,32 @@ export function recorded(step: Partial<RecordedStep> & { id: string; kind: strin
     endedAt: undefined,
     branch: false,
     url: undefined,
+    outputRef: undefined,
     ...step,
   };
 }
 
-export function request(workflow: Workflow<any, any>, options: Partial<InvokeRequest> & { status?: string; input?: unknown } = {}): InvokeRequest {
+type RequestOptions = Partial<InvokeRequest> & { status?: string; input?: unknown; inputRef?: string; runId?: string };
+
+export function request(workflow: Workflow<any, any>, options: RequestOptions = {}): InvokeRequest {
+  const run = { id: options.runId ?? "run-1", appId: "app-1", workflow: workflow.name, attempt: 1, status: options.status ?? "running" };
   return {
     invocationId: "inv-1",
-    run: { id: "run-1", appId: "app-1", workflow: workflow.name, input: options.input ?? {}, attempt: 1, status: options.status ?? "running" },
+    run: { ...run, input: options.inputRef ? null : (options.input ?? {}), inputRef: options.inputRef },
     steps: options.steps ?? [],
     api: { url: "http://127.0.0.1:1", token: "t" },
     branchStepId: options.branchStepId,
-    protocol: "1.4",
+    protocol: options.protocol ?? "1.5",
     answerWithinSeconds: undefined,
+    stepsCursor: options.stepsCursor,
   };
 }
 
-export async function invoke(
+export async function invoke<T extends NotingTransport = NotingTransport>(
   workflow: Workflow<any, any>,
-  options: Partial<InvokeRequest> & { status?: string; input?: unknown } = {},
-  transport = new NotingTransport(),
-): Promise<{ answer: Answer; transport: NotingTransport }> {
+  options: RequestOptions = {},
+  transport: T = new NotingTransport() as T,
+): Promise<{ answer: Answer; transport: T }> {
   const answer = await new Invocation(workflow, request(workflow, options), transport, null).execute();
   return { answer, transport };
 }

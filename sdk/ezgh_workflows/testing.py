@@ -266,14 +266,22 @@ class WorkflowEnvironment:
     # -- the outside world ---------------------------------------------------------------
 
     def send_message(
-        self, queue_id: str, key: str, body: str, *, attributes: dict[str, str] | None = None
+        self,
+        queue_id: str,
+        key: str,
+        body: str,
+        *,
+        attributes: dict[str, str] | None = None,
+        workflow: str | None = None,
     ) -> int:
         """Deliver a message to the runs waiting on ``queue_id`` and ``key``
         (``wait_for_message``), as a resume subscription does; answers how many it resumed
-        (a message no run waits on is not kept)."""
+        (a message no run waits on is not kept). With ``workflow``, only that workflow's
+        runs are resumed, as by a subscription that names it; without, every run of the
+        environment (its one app) waiting on them."""
         if not isinstance(body, str):
             raise TypeError("a message body is text (json.dumps a value)")
-        resumed = self._engine.send_message(queue_id, key, body, attributes)
+        resumed = self._engine.send_message(queue_id, key, body, attributes, workflow)
         self._engine.settle()
         return resumed
 

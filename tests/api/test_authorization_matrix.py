@@ -8,7 +8,8 @@ table item, queue depth and event-source mapping is the same after the refusals.
 
 The operations come from `GET /v1/openapi.json`: one without an entry here fails the test.
 Permissions and resources: CONTRACT.md "API keys"; the choices the contract leaves open are
-in each service's docstring (reading apps, queues and subscriptions is open to every key).
+in each service's docstring (a key reads the apps, queues, subscriptions and API keys its
+grants name: a list answers only those, a read of another is refused).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class World:
     def resource(self, name: str | None, *, other: bool = False) -> str | None:
         table = {
             "wf": ("alpha/a", "alpha/b"),
+            "appwf": ("alpha/a", "beta/other"),  # a workflow of app alpha, or of another
+            "betawf": ("beta/other", "beta/nope"),  # what alpha's code invokes
             "app": ("alpha", "beta"),
             "push": ("pusher", "beta"),
             "newapp": ("gamma", "beta"),
@@ -203,6 +206,17 @@ def _with(path: str, body: Any = None, **kwargs: Any) -> Callable[[World], Any]:
 
 
 OPEN: Needs = ((),)
+RESUME = "workflows.runs.resume"
+# Reading app alpha: a grant on it, or on one of its workflows (any workflows.* action).
+READS_APP: Needs = (
+    ((APPS, "app"),),
+    ((START, "appwf"),),
+    ((READ, "appwf"),),
+    ((CANCEL, "appwf"),),
+    ((RESUME, "appwf"),),
+)
+# Reading queue q1 (and its subscription): a grant of any queues.* action on it.
+READS_QUEUE: Needs = (((SUBS, "queue"),), ((SEND, "queue"),), ((MANAGE, "queue"),))
 RUN = "/runs/{run}"
 SCHEDULE = "/schedules/{schedule}"
 SUB = "/subscriptions/{sub}"
@@ -212,12 +226,12 @@ NEW_KEY = {"name": "made", "permissions": [{"action": READ, "resource": "alpha/a
 HTTPS = {"kind": "https", "url": "https://hooks.example.com/other"}
 
 MATRIX: dict[tuple[str, str], Entry] = {
-    # apps (reading is open to every key of the project)
-    ("GET", "/apps"): Entry(_get("/apps"), OPEN),
+    # apps: a key reads the apps its grants name (an app, or one of its workflows)
+    ("GET", "/apps"): Entry(_get("/apps"), READS_APP, hidden=lambda w: w.ids["alpha"]),
     ("POST", "/apps"): Entry(
         _with("/apps", {"name": "gamma", "kind": "pull"}), (((APPS, "newapp"),),), 201
     ),
-    ("GET", "/apps/{appId}"): Entry(_get("/apps/{alpha}"), OPEN),
+    ("GET", "/apps/{appId}"): Entry(_get("/apps/{alpha}"), READS_APP),
     ("PATCH", "/apps/{appId}"): Entry(
         _with("/apps/{alpha}", {"notifications": None}), (((APPS, "app"),),)
     ),
@@ -233,8 +247,10 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/apps/{appId}/tasks/access"): Entry(
         _with("/apps/{alpha}/tasks/access"), (((APPS, "app"),),)
     ),
-    # API keys: listing is open; creating or revoking a key needs what that key holds
-    ("GET", "/apiKeys"): Entry(_get("/apiKeys"), OPEN),
+    # API keys: creating, revoking or seeing a key in a list needs what that key holds
+    ("GET", "/apiKeys"): Entry(
+        _get("/apiKeys"), (((READ, "wf"),),), hidden=lambda w: w.ids["target_key"]
+    ),
     ("POST", "/apiKeys"): Entry(_with("/apiKeys", NEW_KEY), (((READ, "wf"),),), 201),
     ("DELETE", "/apiKeys/{id}"): Entry(_get("/apiKeys/{target_key}"), (((READ, "wf"),),), 204),
     # runs
@@ -276,10 +292,11 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/schedules/{scheduleId}/resume"): Entry(
         _with(SCHEDULE + "/resume"), (((START, "wf"),),)
     ),
-    # queues: reading is open; a new queue has no ID yet, so creating needs an unscoped grant
-    ("GET", "/queues"): Entry(_get("/queues"), OPEN),
+    # queues: a key reads the queues its grants name; a new queue has no ID yet, so creating
+    # needs an unscoped grant
+    ("GET", "/queues"): Entry(_get("/queues"), READS_QUEUE, hidden=lambda w: w.ids["q1"]),
     ("POST", "/queues"): Entry(_with("/queues", {"name": "q3"}), (((MANAGE, None),),), 201),
-    ("GET", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), OPEN),
+    ("GET", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), READS_QUEUE),
     ("DELETE", "/queues/{queueId}"): Entry(_get("/queues/{q1}"), (((MANAGE, "queue"),),), 204),
     ("POST", "/queues/{queueId}/messages"): Entry(
         _with("/queues/{q1}/messages", {"messages": [{"body": "x"}]}), (((SEND, "queue"),),)
@@ -287,12 +304,14 @@ MATRIX: dict[tuple[str, str], Entry] = {
     ("POST", "/queues/{queueId}/redrive"): Entry(
         _with("/queues/{q1}/redrive"), (((MANAGE, "queue"),),)
     ),
-    # subscriptions: reading is open; changing one needs subscriptions.create on its queue
-    ("GET", "/subscriptions"): Entry(_get("/subscriptions"), OPEN),
+    # subscriptions: read with their queue; changing one needs subscriptions.create on it
+    ("GET", "/subscriptions"): Entry(
+        _get("/subscriptions"), READS_QUEUE, hidden=lambda w: w.ids["sub"]
+    ),
     ("POST", "/subscriptions"): Entry(
         _with("/subscriptions", {"queueId": "<q2>", "target": HTTPS}), (((SUBS, "queue2"),),), 201
     ),
-    ("GET", "/subscriptions/{subId}"): Entry(_get(SUB), OPEN),
+    ("GET", "/subscriptions/{subId}"): Entry(_get(SUB), READS_QUEUE),
     ("PATCH", "/subscriptions/{subId}"): Entry(
         _with(SUB, {"maxConcurrency": 3}), (((SUBS, "queue"),),)
     ),
@@ -530,6 +549,36 @@ def test_exactly_the_needed_permission_passes_and_nothing_else_does(
     for other in exact[1:]:  # the other alternatives pass too (reads: no state to undo)
         again = project.call(method, subpath, key=other, **kwargs)
         assert again.status == entry.ok, again.body
+
+
+# --- an app's code: it acts for the key recorded on its app -------------------------------
+
+
+def test_an_apps_code_starts_another_apps_workflow_only_with_start_on_it(
+    project: Project,
+) -> None:
+    """alpha's code invokes beta/other (`ctx.step.invoke(..., app="beta")`), acting for the key
+    whose worker last announced alpha. Exactly `workflows.runs.start` on beta/other passes;
+    every other single permission (scoped alike, or unscoped), and start on another workflow,
+    fail the step with `workflows.forbidden` and start no child run."""
+    from tests.api.test_app_scope import _announce, _children, _invoke
+
+    world = build_world(project)
+    alpha = {"id": world.ids["alpha"]}
+    entry = Entry(_get("/"), (((START, "betawf"),),))
+    update = (APPS, "alpha")  # what announcing a worker of alpha needs
+    refusing = _refusing_keys(world, entry)
+    for perms in refusing:
+        _announce(project, alpha, key(project, update, *perms))
+        run_id = start(project, alpha, "a")
+        invoked = _invoke(run_id)
+        assert invoked.status == "failed", (perms, invoked)
+        assert invoked.error.code == "workflows.forbidden", (perms, invoked.error)
+        assert _children(run_id) == [], perms
+    _announce(project, alpha, key(project, update, (START, "beta/other")))
+    run_id = start(project, alpha, "a")
+    assert _invoke(run_id).status == "waiting"
+    assert _children(run_id) == [project.call("GET", "/apps/beta").body["id"]]
 
 
 # --- every node type: what a graph names outright, checked at commit and at start ----------

@@ -202,7 +202,8 @@ def test_a_run_key_is_free_again_once_its_run_expired(
     body = {"appId": app["slug"], "workflow": "onboarding", "input": {}, "runKey": "k-1"}
     first = project.call("POST", "/runs", body=body)
     assert first.status == 201
-    key_item = ws.get(items.run_key_pk(project.project_id, "k-1"), "RUNKEY")
+    scope = items.run_key_scope(app["id"], "onboarding")
+    key_item = ws.get(items.run_key_pk(project.project_id, "k-1", scope), "RUNKEY")
     assert key_item is not None and int(key_item["ttl"]) > 0  # the key expires too
     ws.transact([ws.delete(items.run_pk(first.body["id"]), items.RUN_SK)])  # as TTL does
     second = project.call("POST", "/runs", body=body)
@@ -253,22 +254,29 @@ def _message_wait(run: Any, step_id: str, queue_id: str, key: str) -> None:
     assert ws.transact(waits.suspend_actions(run, wait, at=clock.iso(clock.now()), order=step_id))
 
 
+def _resume(run: Any, message: Any) -> int:
+    """A resume subscription of the run's app and workflow delivers `message` (key order-1)."""
+    from ezgh_engine.service import waits
+
+    target = {"app_id": run.app_id, "workflow": run.workflow}
+    return waits.resume_message_waiters(run.project_id, Q1, "order-1", message, **target)
+
+
 def test_one_message_delivered_twice_resumes_one_wait(aws_env: None) -> None:
     """A workflow waits twice in a row on one queue and key; the first delivery's delete is
     lost and SQS delivers the message again while the second wait waits: it must not end
     the second wait with the same messageId (and is acknowledged, not retried)."""
-    from ezgh_engine.service import waits
 
     run = stored_run()
     message = {"messageId": "m-1", "body": "{}", "attributes": {"k": "order-1"}}
     _message_wait(run, "paid#1", Q1, "order-1")
-    assert waits.resume_message_waiters(run.project_id, Q1, "order-1", message) == 1
+    assert _resume(run, message) == 1
     _message_wait(run, "paid#2", Q1, "order-1")
-    assert waits.resume_message_waiters(run.project_id, Q1, "order-1", message) == 1
+    assert _resume(run, message) == 1
     steps = {s.id: s.status for s in (runs_store.get_run(run.id) or run).steps}
     assert steps == {"paid#1": "completed", "paid#2": "waiting"}
     other = dict(message, messageId="m-2")
-    assert waits.resume_message_waiters(run.project_id, Q1, "order-1", other) == 1
+    assert _resume(run, other) == 1
     after = runs_store.get_run(run.id)
     assert after is not None
     assert {s.id: s.status for s in after.steps} == {"paid#1": "completed", "paid#2": "completed"}

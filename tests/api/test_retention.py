@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+import pytest
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws, payloads, runs_store
 from ezgh_engine.adapters import run_items as items
@@ -16,11 +17,15 @@ from tests.api.conftest import ENV
 from tests.api.test_races import _run_of
 
 
-def _a_run_with_everything(project_id: str) -> tuple[Any, list[tuple[str, str]]]:
+def _a_run_with_everything(
+    project_id: str, *, scoped: bool = True
+) -> tuple[Any, list[tuple[str, str]]]:
     """An ended run with a run key, a callback step (and its index item), an event, a
-    message marker and a large output in S3; answers it and the keys of its other items."""
+    message marker and a large output in S3; answers it and the keys of its other items.
+    Not `scoped`: its key item is a project-wide one, from before keys were scoped."""
     run = _run_of(project_id, "a", status="completed", run_key="k-1")
-    key = (items.run_key_pk(project_id, "k-1"), "RUNKEY")
+    scope = items.run_key_scope(run.app_id, run.workflow) if scoped else None
+    key = (items.run_key_pk(project_id, "k-1", scope), "RUNKEY")
     ws.transact([ws.plain_put({"pk": key[0], "sk": key[1], "runId": run.id})])
     at = clock.iso(clock.now())
     actions, url = callbacks.create_actions(
@@ -46,9 +51,10 @@ def _objects(project_id: str, run_id: str) -> list[str]:
     return [o["Key"] for o in listed.get("Contents", [])]
 
 
-def test_the_rest_of_a_run_goes_when_its_run_item_expires(aws_env: None) -> None:
+@pytest.mark.parametrize("scoped", [True, False], ids=["scoped-key", "project-wide-key"])
+def test_the_rest_of_a_run_goes_when_its_run_item_expires(aws_env: None, scoped: bool) -> None:
     project = ids.new_id()
-    run, keys = _a_run_with_everything(project)
+    run, keys = _a_run_with_everything(project, scoped=scoped)
     raw = ws.get(items.run_pk(run.id), items.RUN_SK)
     assert raw is not None and _left(keys) == keys and _objects(project, run.id)
     ws.transact([ws.delete(items.run_pk(run.id), items.RUN_SK)])  # DynamoDB's TTL

@@ -205,3 +205,81 @@ def test_retry_without_read_is_refused_before_the_run_is_touched(project: Projec
     both = key(project, ("workflows.runs.start", "alpha/a"), (READ, "alpha/a"))
     retried = project.call("POST", f"/runs/{run_id}/retry", key=both)
     assert retried.status == 200 and retried.body["attempt"] == 2
+
+
+# --- run keys: one workflow's callers cannot take another's key -------------------------------
+
+
+def _start_keyed(project: Project, secret: str | None, app: dict[str, Any], workflow: str,
+                 value: Any, run_key: str) -> Any:  # fmt: skip
+    body = {"appId": app["id"], "workflow": workflow, "input": value, "runKey": run_key}
+    return project.call("POST", "/runs", key=secret, body=body)
+
+
+def test_a_run_key_is_unique_within_one_workflow_only(project: Project) -> None:
+    """A caller of alpha/b cannot squat the key a caller of alpha/a (or of beta/a) needs."""
+    alpha, beta = pull_app(project, "alpha", ["a", "b"]), pull_app(project, "beta", ["a"])
+    squatter = key(project, ("workflows.runs.start", "alpha/b"))
+    taken = _start_keyed(project, squatter, alpha, "b", 1, "order-7")
+    assert taken.status == 201, taken.body
+    owner = key(project, ("workflows.runs.start", "alpha/a"), (READ, "alpha/a"))
+    mine = _start_keyed(project, owner, alpha, "a", 1, "order-7")
+    assert mine.status == 201 and mine.body["id"] != taken.body["id"], mine.body
+    assert _start_keyed(project, None, beta, "a", 1, "order-7").status == 201
+    again = _start_keyed(project, owner, alpha, "a", 1, "order-7")
+    assert again.status == 200 and again.body["id"] == mine.body["id"]
+    # Searching by the key finds each workflow's run, for a key that may read them.
+    found = project.call("GET", "/runs", key=owner, query={"runKey": "order-7"}).body["runs"]
+    assert [r["id"] for r in found] == [mine.body["id"]]
+
+
+def test_a_run_key_conflict_names_the_run_only_to_a_key_that_may_read_it(
+    project: Project,
+) -> None:
+    alpha = pull_app(project, "alpha", ["a"])
+    first = _start_keyed(project, None, alpha, "a", 1, "k-1").body["id"]
+    starter = key(project, ("workflows.runs.start", "alpha/a"))  # may start, not read
+    refused = _start_keyed(project, starter, alpha, "a", 2, "k-1")
+    assert refused.status == 409 and refused.body["error"]["code"] == "run_key_conflict"
+    assert first not in refused.raw
+    reader = key(project, ("workflows.runs.start", "alpha/a"), (READ, "alpha/a"))
+    named = _start_keyed(project, reader, alpha, "a", 2, "k-1")
+    assert named.status == 409 and first in named.body["error"]["message"]
+
+
+def _legacy_keyed_run(project: Project, app: dict[str, Any], workflow: str, run_key: str) -> str:
+    """A run started before keys were scoped: its key item is project-wide."""
+    from ezgh_engine.adapters import run_items as items
+    from ezgh_engine.adapters import waits_store as ws
+
+    run_id = start(project, app, workflow, {"n": 1})
+    stored = runs_store.get_run(run_id, with_steps=False)
+    assert stored is not None
+    assert ws.transact([ws.plain_put(items.run_values(replace(stored, run_key=run_key)),
+                                     only_new=False)])  # fmt: skip
+    legacy = {"pk": items.run_key_pk(project.project_id, run_key, None), "sk": "RUNKEY",
+              "runId": run_id, "ttl": 4102444800}  # fmt: skip
+    assert ws.transact([ws.plain_put(legacy)])
+    return run_id
+
+
+def test_a_key_taken_before_keys_were_scoped_still_answers_its_own_workflow(
+    project: Project,
+) -> None:
+    from ezgh_engine.adapters import run_items as items
+    from ezgh_engine.adapters import waits_store as ws
+
+    alpha = pull_app(project, "alpha", ["a", "b"])
+    old = _legacy_keyed_run(project, alpha, "a", "order-1")
+    same = _start_keyed(project, None, alpha, "a", {"n": 1}, "order-1")
+    assert same.status == 200 and same.body["id"] == old
+    other_input = _start_keyed(project, None, alpha, "a", {"n": 2}, "order-1")
+    assert other_input.status == 409 and other_input.body["error"]["code"] == "run_key_conflict"
+    # Another workflow's start is not the old key's business.
+    assert _start_keyed(project, None, alpha, "b", {"n": 1}, "order-1").status == 201
+    # Deleting the old run frees its (project-wide) key: the workflow's next start is new.
+    fail_run(old)
+    assert project.call("DELETE", f"/runs/{old}").status == 204
+    assert ws.get(items.run_key_pk(project.project_id, "order-1", None), "RUNKEY") is None
+    fresh = _start_keyed(project, None, alpha, "a", {"n": 1}, "order-1")
+    assert fresh.status == 201 and fresh.body["id"] != old

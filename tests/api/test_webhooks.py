@@ -153,11 +153,11 @@ def test_a_failed_delivery_shows_no_path_or_query(
 def test_only_keys_that_may_manage_it_see_the_target_url(project: Project) -> None:
     queue, sub = _subscription(project)
     manager = _key(project, {"action": "queues.subscriptions.create", "resource": queue["id"]})
-    elsewhere = _key(project, {"action": "queues.subscriptions.create", "resource": "other"})
-    reader = _key(project, {"action": "workflows.runs.read"})
+    sender = _key(project, {"action": "queues.messages.send", "resource": queue["id"]})
+    reader = _key(project, {"action": "queues.manage"})
     full = project.call("GET", f"/subscriptions/{sub['id']}", key=manager).body
     assert full["target"]["url"] == URL and "urlRedacted" not in full["target"]
-    for key in (elsewhere, reader):
+    for key in (sender, reader):
         for answer in (
             project.call("GET", f"/subscriptions/{sub['id']}", key=key).body,
             project.call("GET", "/subscriptions", key=key).body["subscriptions"][0],
@@ -167,3 +167,7 @@ def test_only_keys_that_may_manage_it_see_the_target_url(project: Project) -> No
                 "url": "https://hooks.example.com",
                 "urlRedacted": True,
             }
+    # A key with no grant on the queue sees neither the subscription nor its last failure.
+    elsewhere = _key(project, {"action": "queues.subscriptions.create", "resource": "other"})
+    assert project.call("GET", f"/subscriptions/{sub['id']}", key=elsewhere).status == 403
+    assert project.call("GET", "/subscriptions", key=elsewhere).body["subscriptions"] == []

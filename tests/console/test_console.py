@@ -489,8 +489,9 @@ def test_a_read_only_key_sees_the_apis_refusal_not_a_crash(page, engine, client,
     with _api(engine) as http:
         made = http.post(
             "/apiKeys",
-            json={"name": "reader", "permissions": [{"action": "workflows.runs.read"}]},
-        )
+            json={"name": "reader", "permissions": [
+                {"action": "workflows.runs.read"}, {"action": "queues.messages.send"}]},
+        )  # fmt: skip
         assert made.status_code == 201, made.text
     reader = made.json()["key"]
     run = wait_ended(engine, client, client.start_run(app_id, "never-retry", {})["id"])
@@ -505,7 +506,7 @@ def test_a_read_only_key_sees_the_apis_refusal_not_a_crash(page, engine, client,
     assert button.is_disabled()
     assert client.get_run(run["id"])["attempt"] == 1
     shot(page, "forbidden")
-    # Reading queues is open to every key; redriving one is not.
+    # A key that may send to queues reads them; redriving one needs queues.manage.
     with _api(engine) as http:
         assert http.post("/queues", json={"name": "audit"}).status_code == 201
     page.click("#nav a[data-page=queues]")

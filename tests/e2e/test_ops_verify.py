@@ -71,9 +71,42 @@ def test_the_canary_passes_every_check_and_cleans_up(
     assert workers.ended == workers.made
     # What it made is gone again: no canary app, queue or subscription is left behind.
     canary = verify.Canary(_settings(engine))
-    assert not [a for a in canary.workflows.list_apps()["apps"] if a["name"] == verify.CANARY_APP]
+    apps = canary.workflows.list_apps()["apps"]
+    assert not [a for a in apps if a["name"].startswith(verify.CANARY_PREFIX)]
     assert canary.queues.request("GET", "/queues")["queues"] == []
     assert canary.queues.request("GET", "/subscriptions")["subscriptions"] == []
+
+
+def test_the_canary_never_runs_through_an_app_someone_made_before_it(
+    engine: LocalRuntime,
+) -> None:
+    """A key that may create apps makes `ezgh-canary` (the name the canary used to look for
+    and use) first: the canary makes its own app under a name drawn when it starts, runs
+    through it, and removes it, leaving the squatter's app untouched and never given a
+    task."""
+    admin = verify.Canary(_settings(engine))
+    squatter = admin.workflows.request("POST", "/apiKeys", json={
+        "name": "squatter", "permissions": [{"action": "workflows.apps.update"}]})  # fmt: skip
+    squatted = verify.Canary({**_settings(engine), "api_key": squatter["key"]})
+    made = squatted.workflows.create_app("ezgh-canary", "pull")
+    report = verify.Canary(_settings(engine), timeout=60).run()
+
+    assert report.passed, [c.to_json() for c in report.checks]
+    synced = next(c for c in report.checks if c.name == "pull app synced")
+    assert made["id"] not in synced.detail and verify.CANARY_PREFIX in synced.detail
+    runs = admin.workflows.search_runs(limit=100)["runs"]
+    assert runs and made["id"] not in {r["appId"] for r in runs}
+    assert admin.workflows.get_app(made["id"])["status"] == "pending"  # never synced, no task
+    names = [a["name"] for a in admin.workflows.list_apps()["apps"]]
+    assert [n for n in names if n.startswith("ezgh-canary")] == ["ezgh-canary"]  # its own: gone
+
+
+def test_each_canary_draws_a_name_nobody_can_guess() -> None:
+    names = {verify.canary_name() for _ in range(50)}
+    assert len(names) == 50
+    for name in names:
+        suffix = name.removeprefix(verify.CANARY_PREFIX)
+        assert len(suffix) == 32 and int(suffix, 16) >= 0 and len(name) <= 64
 
 
 def test_a_failing_check_stops_the_canary_and_says_what_it_saw(
@@ -106,3 +139,21 @@ def test_unreachable_settings_are_exit_2(
     monkeypatch.chdir(tmp_path)
     assert main(["ops", "verify"]) == 2
     assert "no api url" in capsys.readouterr().err
+
+
+def test_a_failed_canary_removes_what_it_made_too(
+    engine: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(self: verify.Canary, app: dict[str, Any], queue_id: str) -> None:
+        with self.check("run started"):
+            raise RuntimeError("the run could not start")
+
+    monkeypatch.setattr(verify.Canary, "_run", fail)
+    canary = verify.Canary(_settings(engine), timeout=60)
+    report = canary.run()
+    assert not report.passed and report.checks[-1].name == "run started"
+    assert "pull app synced" in [c.name for c in report.checks]  # it had made them
+    apps = canary.workflows.list_apps()["apps"]
+    assert not [a for a in apps if a["name"] == canary.name]
+    assert canary.name not in [q["name"] for q in canary.queues.request("GET", "/queues")["queues"]]
+    assert canary.queues.request("GET", "/subscriptions")["subscriptions"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -136,9 +137,15 @@ def _queue(engine, name):
     return answer.json()["id"]
 
 
-def test_message_wait_resumed_by_resume_message_waiters(engine, client, app_id):
+def _resume(engine: Any, app_id: str, queue: str, key: str, message: Any) -> int:
+    """What a resume subscription of the app's `message-wait` workflow does."""
     from ezgh_engine.service.waits import resume_message_waiters
 
+    target = {"app_id": app_id, "workflow": "message-wait"}
+    return resume_message_waiters(engine.project_id, queue, key, message, **target)
+
+
+def test_message_wait_resumed_by_resume_message_waiters(engine, client, app_id):
     queue = _queue(engine, "q-1")
     runs = [
         client.start_run(app_id, "message-wait", {"queue": queue, "key": "order:1"})
@@ -147,17 +154,15 @@ def test_message_wait_resumed_by_resume_message_waiters(engine, client, app_id):
     for run in runs:
         wait_status(engine, client, run["id"], _waiting("paid"))
     message = {"messageId": "m1", "body": "{}", "attributes": {"k": "order:1"}}
-    assert resume_message_waiters(engine.project_id, queue, "order:2", message) == 0
-    assert resume_message_waiters(engine.project_id, queue, "order:1", message) == 2
+    assert _resume(engine, app_id, queue, "order:2", message) == 0
+    assert _resume(engine, app_id, queue, "order:1", message) == 2
     for run in runs:
         done = wait_ended(engine, client, run["id"])
         assert done["output"] == {"message": message}
-    assert resume_message_waiters(engine.project_id, queue, "order:1", message) == 0
+    assert _resume(engine, app_id, queue, "order:1", message) == 0
 
 
 def test_message_wait_timeout_gives_none(engine, client, app_id, monkeypatch):
-    from ezgh_engine.service.waits import resume_message_waiters
-
     _scheduler_timers(monkeypatch)
     queue = _queue(engine, "q-2")
     run = client.start_run(app_id, "message-wait", {"queue": queue, "key": "k", "timeout": 60})
@@ -165,4 +170,4 @@ def test_message_wait_timeout_gives_none(engine, client, app_id, monkeypatch):
     engine.clock.advance(timedelta(minutes=5))
     done = wait_ended(engine, client, run["id"])
     assert done["output"] == {"message": None}
-    assert resume_message_waiters(engine.project_id, queue, "k", {"x": 1}) == 0
+    assert _resume(engine, app_id, queue, "k", {"x": 1}) == 0

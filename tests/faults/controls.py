@@ -180,6 +180,7 @@ class _Case:
     retried: bool = False
     removed: bool = False  # deleted or expired: judged by what is left
     run_key: str | None = None  # every other run is started by its Idempotency-Key alone
+    app_id: str = ""  # the key is unique within the app's workflow (`run_items.run_key_scope`)
 
 
 def _client(engine: LocalRuntime) -> WorkflowsClient:
@@ -379,6 +380,7 @@ def run_controlled_batch(
         plan.alias(run_id, f"c{i}")
         one = _Case(run_id, case["program"], case["control"], case["round"])
         one.run_key = key if i % 2 == 0 else None
+        one.app_id = app_id
         cases.append(one)
         figures.controls[case["control"]] += 1
     for one in cases:  # round 0: a cancel while the run's first invocation may be running
@@ -452,10 +454,13 @@ def _delete_app(client: WorkflowsClient, app_id: str, figures: ControlFigures) -
 # --- checking -------------------------------------------------------------------------------
 
 
-def left_over(run: Run | None, run_id: str, project_id: str, run_key: str | None) -> list[str]:
+def left_over(
+    run: Run | None, run_id: str, project_id: str, run_key: str | None, app_id: str = ""
+) -> list[str]:
     """What is left of a removed run: items of its partition, its run key, payloads."""
     left = [f"item {i['sk']}" for i in ws.query_pk(items.run_pk(run_id))]
-    item = ws.get(items.run_key_pk(project_id, run_key), "RUNKEY") if run_key else None
+    scope = items.run_key_scope(app_id, "interp")
+    item = ws.get(items.run_key_pk(project_id, run_key, scope), "RUNKEY") if run_key else None
     if item and item.get("runId") == run_id:
         left.append("its RUNKEY# item")
     s3 = boto3.client(
@@ -531,7 +536,7 @@ def check_controlled(
         run = full.get(case.run_id)
         where = f"{label}: {case.control} run {case.run_id}"
         if case.removed:
-            left = left_over(run, case.run_id, project, case.run_key)
+            left = left_over(run, case.run_id, project, case.run_key, case.app_id)
             if left:
                 figures.left_over += len(left)
                 figures.problems.append(f"{where}: left after its removal: {left[:6]}")

@@ -236,6 +236,7 @@ def _kind(stack: EzghStack, key: str, resource: str, r: Resolver) -> str:
 # the suite does exercise is reported as a warning: some paths run only on some timings).
 _LEVEL = "part of the table's read_write level (infra/permissions.TABLE_ACTIONS)"
 _LARGE = "large values (adapters/payloads.py) on paths tests/e2e does not take here"
+_CHAIN = "a key minted through the API, read with its creators in one batch (api_keys_store)"
 UNEXERCISED: dict[str, dict[str, str]] = {
     "api": {
         "dynamodb:ConditionCheckItem": _LEVEL,
@@ -276,6 +277,7 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         "s3:DeleteObject": _LARGE,
         "s3:ListBucket": _LARGE,
         "sqs:GetQueueUrl": "a pull app's task queue that SQS reports missing (task_queues)",
+        "dynamodb:BatchGetItem": _CHAIN + ": a flow schedule's or an app's invoke's key",
     },
     "deliver": {
         "dynamodb:GetItem": "resuming a waiting run with a message (runs table)",
@@ -293,6 +295,7 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         "sqs:ReceiveMessage": "subscriptions' event source mappings (Lambda polls with the role)",
         "sqs:DeleteMessage": "subscriptions' event source mappings (Lambda polls with the role)",
         "sqs:GetQueueAttributes": "subscriptions' event source mappings",
+        "dynamodb:BatchGetItem": _CHAIN + ": the key a flow subscription acts for",
     },
     "flows": {
         "dynamodb:DeleteItem": _LEVEL,

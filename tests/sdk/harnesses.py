@@ -100,6 +100,7 @@ class EngineHarness:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.started: list[str] = []
+        self.workflows: list[str] = []  # of the runs started, in order
 
     def serve(self, *workflows: Workflow) -> None:
         make_app(self.engine, *workflows)
@@ -114,6 +115,7 @@ class EngineHarness:
         assert answer.status == 201, answer.body
         self.engine.run_id = str(answer.body["id"])
         self.started.append(self.engine.run_id)
+        self.workflows.append(workflow)
         self._settle()
         return self.engine.run_id
 
@@ -160,7 +162,18 @@ class EngineHarness:
             "sentAt": clock.iso(clock.now()),
             "queueId": queue_id,
         }
-        resumed = waits.resume_message_waiters(self.engine.project_id, queue_id, key, message)
+        # As a resume subscription of each workflow started here (one targets one workflow).
+        resumed = sum(
+            waits.resume_message_waiters(
+                self.engine.project_id,
+                queue_id,
+                key,
+                message,
+                app_id=self.engine.plant.app_id,
+                workflow=workflow,
+            )
+            for workflow in dict.fromkeys(self.workflows)
+        )
         self._settle()
         return resumed
 

@@ -154,6 +154,25 @@ def test_send_to_queue_is_mocked_by_its_name() -> None:
     assert env.execute("order") == [{"messageId": "m-1"}] and len(sent) == 1
 
 
+def test_a_message_for_one_workflow_leaves_another_waiting() -> None:
+    def waiter(name: str) -> Any:
+        @workflow(name)
+        async def wf(ctx: Context) -> Any:
+            got = await ctx.step.wait_for_message(
+                "paid", queue_id="q", key="k", timeout_seconds=3600
+            )
+            return None if got is None else got["body"]
+
+        return wf
+
+    env = WorkflowEnvironment([waiter("order"), waiter("audit")])
+    order, audit = env.start("order"), env.start("audit")
+    assert env.send_message("q", "k", "for orders", workflow="order") == 1
+    assert (order.output, audit.status) == ("for orders", "running")
+    assert env.send_message("q", "k", "for everyone") == 1
+    assert audit.output == "for everyone"
+
+
 def test_children_are_run_or_left_to_the_test() -> None:
     @workflow("kid")
     async def kid(ctx: Context) -> Any:

@@ -202,7 +202,14 @@ def test_invoke_and_message_waits(engine: Engine) -> None:
     ]
     # What a `resume` subscription's delivery of a message with that key does:
     message = {"messageId": "m-1", "body": "paid", "attributes": {"order": "k:1"}}
-    waits_service.resume_message_waiters(engine.project_id, queue.body["id"], "k:1", message)
+    waits_service.resume_message_waiters(
+        engine.project_id,
+        queue.body["id"],
+        "k:1",
+        message,
+        app_id=engine.plant.app_id,
+        workflow="wf",
+    )
     # The step's output is the message (the fake answered None).
     assert invoke(app, engine, "wf")["output"] == ["kid-out", message]
 

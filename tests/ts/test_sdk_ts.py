@@ -8,7 +8,10 @@ package-lock.json), then runs
   and the unit tests, with no engine;
 - the seed docs' TypeScript examples against an `ezgh dev` started here on a free loopback
   port, with the engine's time in a `SkipClock.share()`-style file (`--clock-file`) the Node
-  tests move, served through the Fetch, Node and Lambda handlers and by a pull worker.
+  tests move, served through the Fetch, Node and Lambda handlers and by a pull worker; runs
+  of eight 1 MiB results (protocol 1.5); `step.patched` across a deploy, whose TypeScript
+  histories the Python test kit's `Replayer` (what `ezgh workflows replay-check` runs) then
+  reads as its own.
 
 A Node test that is skipped fails here: each must run.
 """
@@ -28,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ezgh_workflows import Context, Replayer, WorkflowsClient, workflow
+from ezgh_workflows._internal.history import RunHistory, fetch_history
 
 from tests.golden import exchanges
 
@@ -123,6 +128,57 @@ def dev(tmp_path: Path) -> Iterator[dict[str, str]]:
 @pytest.mark.e2e
 def test_seed_examples_against_ezgh_dev(built: Path, dev: dict[str, str]) -> None:
     counts = _node_tests([built / "e2e.test.js"], dev)
-    # Two tests for each of the three ways of serving a push app, and a pull worker's two
-    # ways of waiting for tasks.
-    assert counts["pass"] == 8, counts
+    # Two tests for each of the three ways of serving a push app, a pull worker's two ways of
+    # waiting for tasks, eight results of 1 MiB pushed and pulled, and `step.patched`.
+    assert counts["pass"] == 11, counts
+    _replay_the_patched_runs(dev)
+
+
+@workflow("invites")
+async def invites_patched(ctx: Context) -> str:
+    """The Python twin of e2e.test.ts's `invitesV2`: the code with the patch."""
+    patched = await ctx.step.patched("invite-ids")
+    for r in ctx.input["recipients"]:
+        if patched:
+            await ctx.step.run("invite", lambda r=r: f"sent {r}", id=f"invite-{r}")
+        else:
+            await ctx.step.run("invite", lambda r=r: f"sent {r}")
+    await ctx.step.sleep("cooldown", "3d")
+    return "new path" if patched else "old path"
+
+
+@workflow("invites")
+async def invites_cleaned(ctx: Context) -> str:
+    """The next deploy: the old path and the `patched` call removed."""
+    for r in ctx.input["recipients"]:
+        await ctx.step.run("invite", lambda r=r: f"sent {r}", id=f"invite-{r}")
+    await ctx.step.sleep("cooldown", "3d")
+    return "new path"
+
+
+def _replay_the_patched_runs(dev: dict[str, str]) -> None:
+    """The runs the TypeScript SDK recorded with `step.patched`, exported as `ezgh workflows
+    runs export` exports them and replayed by the Python kit: its patch markers are known as
+    such (the code with the patch fits both runs; once the old path is gone, the run that
+    took it breaks and the other, whose marker the code no longer asks for, fits)."""
+    client = WorkflowsClient(
+        api_key=dev["EZGH_API_KEY"],
+        organization_id=dev["EZGH_ORG_ID"],
+        project_id=dev["EZGH_PROJECT_ID"],
+        base_url=dev["EZGH_API_URL"],
+    )
+    found = client.search_runs(workflow="invites")["runs"]
+    histories = [fetch_history(client, run["id"]) for run in found]
+    by_path: dict[bool, RunHistory] = {}
+    for history in histories:
+        markers = [s for s in history.steps if s["id"] == "patched:invite-ids"]
+        assert len(markers) == 1 and markers[0]["kind"] == "value", history.steps
+        by_path[markers[0]["output"]] = history
+    assert sorted(by_path) == [False, True], [h.steps for h in histories]
+    for history in histories:
+        report = Replayer([invites_patched]).check(history)
+        assert report.replayed == report.recorded, report
+    assert Replayer([invites_cleaned]).check(by_path[True]).divergence is None
+    divergence = Replayer([invites_cleaned]).replay(by_path[False]).divergence
+    assert divergence is not None and divergence.recorded is not None, divergence
+    assert divergence.recorded.id == "invite#1", divergence

@@ -21,6 +21,25 @@ export function mayRetry(attempt: number, retries: number): boolean {
   return attempt <= Math.min(retries, MAX_RETRIES);
 }
 
+/** A recorded error's `code` and `name`, and its `message`, at most (UTF-8 bytes): an error is
+ * kept in its step's or its run's item. Longer ones are cut where they are made, the SDK before
+ * it sends them and the engine when it receives them. */
+export const MAX_ERROR_FIELD_BYTES = 256;
+export const MAX_ERROR_MESSAGE_BYTES = 8192;
+export const CUT_MARK = " [cut]";
+
+const utf8 = new TextEncoder();
+
+/** `text`, cut to at most `limit` UTF-8 bytes (ending with `CUT_MARK` when cut), never in the
+ * middle of a character. */
+export function clip(text: string, limit: number): string {
+  const data = utf8.encode(text);
+  if (data.length <= limit) return text;
+  let room = limit - utf8.encode(CUT_MARK).length;
+  while (room > 0 && (data[room]! & 0xc0) === 0x80) room--; // back to a character's first byte
+  return new TextDecoder().decode(data.subarray(0, room)) + CUT_MARK;
+}
+
 /** Deep equality of two JSON values (object key order does not matter). */
 export function jsonEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;

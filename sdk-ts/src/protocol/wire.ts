@@ -1,15 +1,17 @@
 /**
- * Wire shapes of the invocation protocol (docs/protocol.md): invoke requests, outcomes, ops.
+ * Wire shapes of the invocation protocol 1.5 (docs/protocol.md): invoke requests, outcomes,
+ * ops, history pages.
  *
- * This SDK speaks 1.4. Everything version-specific about reading a request is behind
- * `readInvoke` (async, with the means to make HTTP requests), so a later version that sends
- * large values as references or the history in pages fetches them there, and the driver keeps
- * seeing a whole `InvokeRequest`.
+ * From 1.5 a request has a size of its own: a value kept outside the run's items arrives as a
+ * reference (`run.inputRef`, a step's `outputRef`) and a history too long for one request as
+ * the steps not ended plus a `stepsCursor`. Parsing keeps them as they came; the driver reads
+ * the pages before the workflow runs and each value when the workflow reaches it
+ * (`transport.ts`, `payloadCache.ts`).
  */
 
 import type { ErrorBody } from "../errors.js";
 
-export const PROTOCOL_VERSION = "1.4";
+export const PROTOCOL_VERSION = "1.5";
 /** From 1.3 an invocation's answer may carry `ops`: the step ends held since its last call. */
 const HELD_ENDS_SINCE = [1, 3];
 export const SDK_VERSION = "0.3.0";
@@ -43,6 +45,9 @@ export interface RecordedStep {
   branch: boolean;
   /** A callback step's URL. */
   url: string | undefined;
+  /** 1.5: an output kept outside the run's items, read with the payload call when the
+   * workflow reaches the step (`output` is then null). */
+  outputRef: string | undefined;
 }
 
 export function isPendingRetry(step: RecordedStep): boolean {
@@ -56,6 +61,9 @@ export interface RunInfo {
   input: Json;
   attempt: number;
   status: string;
+  /** 1.5: an input kept outside the run's item, read with the payload call before the
+   * workflow starts (`input` is then null). */
+  inputRef: string | undefined;
 }
 
 export interface ApiInfo {
@@ -74,6 +82,9 @@ export interface InvokeRequest {
   protocol: string;
   /** How long the engine waits for this request's answer (absent for a pull task). */
   answerWithinSeconds: number | undefined;
+  /** 1.5: the history did not fit the request: `steps` lists the steps not ended (or none),
+   * and this cursor opens the rest, page by page (the history call). */
+  stepsCursor: string | undefined;
 }
 
 /** Whether step ends may be held for the next call or the answer (1.3 and later; never in a
@@ -130,10 +141,11 @@ export function parseRecordedStep(body: unknown, where = "step"): RecordedStep {
     endedAt: optString(b, "endedAt"),
     branch: Boolean(b.branch),
     url: optString(b, "url"),
+    outputRef: optString(b, "outputRef"),
   };
 }
 
-/** Parse a 1.4 `invoke` request; `ProtocolError` when its shape is wrong. */
+/** Parse an `invoke` request (1.2 to 1.5); `ProtocolError` when its shape is wrong. */
 export function parseInvoke(body: unknown): InvokeRequest {
   const run = field(body, "run", "object", "request") as Obj;
   const api = field(body, "api", "object", "request") as Obj;
@@ -152,21 +164,31 @@ export function parseInvoke(body: unknown): InvokeRequest {
       input: run.input ?? null,
       attempt: count(run.attempt),
       status: String(run.status || "running"),
+      inputRef: optString(run, "inputRef"),
     },
     steps: steps.map((s, i) => parseRecordedStep(s, `steps[${i}]`)),
     api: { url: field(api, "url", "string", "api"), token: field(api, "token", "string", "api") },
     branchStepId,
     protocol: String(b.protocol || "1.2"),
     answerWithinSeconds: typeof within === "number" && within > 0 ? within : undefined,
+    stepsCursor: optString(b, "stepsCursor"),
   };
 }
 
-/**
- * The invoke request a handler or a worker got, ready to run: the one place that reads a
- * request's version-specific parts. In 1.4 the body holds the whole history inline.
- */
-export async function readInvoke(body: unknown): Promise<InvokeRequest> {
-  return parseInvoke(body);
+/** A page of the history call's answer (1.5). */
+export interface HistoryPage {
+  steps: RecordedStep[];
+  nextCursor: string | undefined;
+}
+
+/** Parse a history call's answer: its steps and the cursor of the next page, if any. */
+export function parseHistoryPage(body: unknown): HistoryPage {
+  const steps = isObject(body) ? body.steps : undefined;
+  if (!Array.isArray(steps)) throw new ProtocolError("a history page has no list of steps");
+  return {
+    steps: steps.map((s, i) => parseRecordedStep(s, `history.steps[${i}]`)),
+    nextCursor: optString(body as Obj, "nextCursor"),
+  };
 }
 
 export function syncAnswer(workflowNames: string[], deploymentId: string | null): Answer {

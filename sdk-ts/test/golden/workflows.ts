@@ -72,7 +72,15 @@ const child = workflow("golden-child", async ({ step }) => {
   return { child: result };
 });
 
-export const WORKFLOWS = [sequence, sleep, retry, failure, stepFailure, values, gather, child];
+/** An input and a step result over 64 KiB, kept in S3: from protocol 1.5 the replay's request
+ * gives them as references, which the SDK reads. */
+const large = workflow("golden-large", async ({ input, step }) => {
+  const big = await step.run("big", () => "x".repeat(70_000));
+  await step.sleep("nap", "1h");
+  return [(input as string).length, big.length];
+});
+
+export const WORKFLOWS = [sequence, sleep, retry, failure, stepFailure, values, gather, child, large];
 
 export function makeApp(options: PushAppOptions): PushApp {
   return new PushApp(WORKFLOWS, options);

@@ -122,10 +122,17 @@ class KitEngine:
         self.state.end_wait(run, step, output=values.roundtrip(body))
 
     def send_message(
-        self, queue_id: str, key: str, body: str, attributes: dict[str, str] | None
+        self,
+        queue_id: str,
+        key: str,
+        body: str,
+        attributes: dict[str, str] | None,
+        workflow: str | None = None,
     ) -> int:
         """A message on ``queue_id`` whose correlation value is ``key``: it resumes every run
-        waiting on it (as a resume subscription delivers it); answers how many."""
+        waiting on it (as a resume subscription delivers it), or only the runs of
+        ``workflow`` (a subscription names its workflow: another workflow's waits on the same
+        queue and key wait for their own); answers how many."""
         message = {
             "messageId": self.state.new_id(),
             "body": body,
@@ -134,10 +141,14 @@ class KitEngine:
             "queueId": queue_id,
         }
         waiting = self.state.waiters.pop((queue_id, key), [])
-        for run_id, step_id in waiting:
+        taken = [w for w in waiting if workflow in (None, self.state.runs[w[0]].workflow)]
+        kept = [w for w in waiting if w not in taken]
+        if kept:
+            self.state.waiters[(queue_id, key)] = kept
+        for run_id, step_id in taken:
             run = self.state.runs[run_id]
             self.state.end_wait(run, run.steps[step_id], output=message)
-        return len(waiting)
+        return len(taken)
 
     # -- the pump ------------------------------------------------------------------------
 

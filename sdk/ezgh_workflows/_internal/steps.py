@@ -202,7 +202,10 @@ class Steps:
     ) -> Coroutine[Any, Any, Any]:
         """Run ``workflow`` of this app (or of ``app``, another app of the same project, by
         ID, slug or name) as a child run and wait for its output. A child that failed, was
-        cancelled or timed out raises `StepError` here."""
+        cancelled or timed out raises `StepError` here. Another app's workflow starts only
+        where the API key this app acts for (the one that last registered, synced or
+        announced it) holds ``workflows.runs.start`` on ``<app name>/<workflow>``; else the
+        step fails with ``workflows.forbidden``."""
         wait = {"workflow": check_workflow(workflow), "input": check_json(input, "input")}
         if app is not None:
             wait["app"] = check_app_ref(app)

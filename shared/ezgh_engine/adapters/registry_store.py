@@ -1,5 +1,6 @@
-"""DynamoDB access to the `registry` table: projects, API keys and apps, with the item
-layout of docs/architecture.md ("registry"). Idempotency records are in `idempotency_store`.
+"""DynamoDB access to the `registry` table: projects and apps, with the item layout of
+docs/architecture.md ("registry"). API keys are in `api_keys_store`, idempotency records in
+`idempotency_store`.
 
 Every write is conditional, so two racing requests never both win. Secrets are never stored
 in clear: an API key is kept as its SHA-256 only, an app's signing key sealed (AES-GCM under
@@ -9,7 +10,7 @@ the engine's secret, bound to the app's item: `signingKeySealed`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -21,40 +22,9 @@ from ezgh_engine.adapters.read_cache import ReadCache
 from ezgh_engine.config import settings
 from ezgh_engine.core import sealing
 from ezgh_engine.core.flows.jobs import interpreter_app_id
-from ezgh_engine.core.models import App, Notifications, Principal
+from ezgh_engine.core.models import App, Notifications
 from ezgh_engine.core.validation import is_uuid
 from ezgh_engine.errors import Conflict, NotFound
-
-Permission = tuple[str, str | None]  # (action, resource or None for all)
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """An API key's record (never its secret)."""
-
-    id: str
-    org_id: str
-    project_id: str
-    name: str
-    permissions: tuple[Permission, ...]
-    created_at: str
-
-    def to_api(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "permissions": permissions_to_api(self.permissions),
-            "createdAt": self.created_at,
-        }
-
-    def principal(self) -> Principal:
-        return Principal(self.org_id, self.project_id, self.id, self.permissions)
-
-
-def permissions_to_api(perms: tuple[Permission, ...]) -> list[dict[str, str]]:
-    """`[{action, resource?}]`, the API's shape of a permission list."""
-    return [{"action": a, **({"resource": r} if r is not None else {})} for a, r in perms]
-
 
 # --- low-level helpers ---------------------------------------------------------------------
 
@@ -128,107 +98,6 @@ def ensure_project(org_id: str, project_id: str) -> None:
             raise Conflict(f"project {project_id} belongs to another organization") from err
 
 
-# --- API keys ------------------------------------------------------------------------------
-
-
-def _key_from_item(item: dict[str, Any]) -> ApiKey:
-    perms = json.loads(item["permissions"]["S"])
-    return ApiKey(
-        id=item["id"]["S"],
-        org_id=item["orgId"]["S"],
-        project_id=item["projectId"]["S"],
-        name=item["name"]["S"],
-        permissions=tuple((p["action"], p.get("resource")) for p in perms),
-        created_at=item["createdAt"]["S"],
-    )
-
-
-def create_api_key(
-    org_id: str, project_id: str, name: str, permissions: tuple[Permission, ...]
-) -> tuple[ApiKey, str]:
-    """Store a new key and answer it with its secret (the only time the secret exists)."""
-    secret = f"ezgh_{ids.secret_token(32)}"
-    digest = ids.sha256_hex(secret)
-    key = ApiKey(ids.new_id(), org_id, project_id, name, permissions, clock.iso(clock.now()))
-    record = {
-        **item_key(f"APIKEY#{digest}", "APIKEY"),
-        "id": _s(key.id),
-        "orgId": _s(org_id),
-        "projectId": _s(project_id),
-        "name": _s(name),
-        "permissions": _s(json.dumps(permissions_to_api(permissions))),
-        "createdAt": _s(key.created_at),
-        "gsi1pk": _s(f"KEYS#{project_id}"),
-        "gsi1sk": _s(key.id),
-    }
-    pointer = {
-        **item_key(f"APIKEYID#{key.id}", "APIKEYID"),
-        "hash": _s(digest),
-        "projectId": _s(project_id),
-    }
-    ddb().transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table(),
-                    "Item": item,
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            }
-            for item in (record, pointer)
-        ]
-    )
-    return key, secret
-
-
-def find_api_key(secret: str) -> ApiKey | None:
-    """The key whose secret is `secret`, or None (unknown or revoked)."""
-    item = get_item(f"APIKEY#{ids.sha256_hex(secret)}", "APIKEY")
-    return _key_from_item(item) if item else None
-
-
-def get_api_key(project_id: str, key_id: str) -> ApiKey | None:
-    """A key of `project_id` by its ID, or None."""
-    pointer = get_item(f"APIKEYID#{key_id}", "APIKEYID")
-    if not pointer or pointer["projectId"]["S"] != project_id:
-        return None
-    item = get_item(f"APIKEY#{pointer['hash']['S']}", "APIKEY")
-    return _key_from_item(item) if item else None
-
-
-def list_api_keys(project_id: str) -> list[ApiKey]:
-    """Every key of the project, oldest ID order (no secrets, they are not stored)."""
-    return [_key_from_item(i) for i in _query_gsi1(f"KEYS#{project_id}")]
-
-
-def delete_api_key(project_id: str, key_id: str) -> None:
-    """Revoke a key: both items go in one transaction. Unknown key: NotFound."""
-    pointer = get_item(f"APIKEYID#{key_id}", "APIKEYID")
-    if not pointer or pointer["projectId"]["S"] != project_id:
-        raise NotFound(f"API key {key_id} not found")
-    deletes = [
-        item_key(f"APIKEY#{pointer['hash']['S']}", "APIKEY"),
-        item_key(f"APIKEYID#{key_id}", "APIKEYID"),
-    ]
-    try:
-        ddb().transact_write_items(
-            TransactItems=[
-                {
-                    "Delete": {
-                        "TableName": table(),
-                        "Key": k,
-                        "ConditionExpression": "attribute_exists(pk)",
-                    }
-                }
-                for k in deletes
-            ]
-        )
-    except ClientError as err:
-        if cancellation_codes(err) and not aws.is_throttle(err):  # else 429, not a refusal
-            raise NotFound(f"API key {key_id} not found") from err
-        raise
-
-
 # --- apps ----------------------------------------------------------------------------------
 
 
@@ -280,6 +149,8 @@ def _app_item(app: App) -> dict[str, Any]:
         item["notifications"] = _s(json.dumps(app.notifications.to_api()))
     if app.protocol is not None:
         item["protocol"] = _s(app.protocol)
+    if app.key_id is not None:
+        item["keyId"] = _s(app.key_id)
     return item
 
 
@@ -308,6 +179,7 @@ def _app_from_item(item: dict[str, Any]) -> App:
         notifications=notifications,
         version=int(item["version"]["N"]),
         protocol=item["protocol"]["S"] if "protocol" in item else None,
+        key_id=item["keyId"]["S"] if "keyId" in item else None,
     )
 
 
@@ -428,9 +300,12 @@ def save_app(app: App) -> App:
     return saved
 
 
-def update_app_after_sync(app: App, workflows: list[str], protocol: str | None = None) -> App:
-    """Record what a sync learnt: the app's workflows, status `synced`, and the protocol
-    version it speaks (when given; a worker's announce without one leaves it).
+def update_app_after_sync(
+    app: App, workflows: list[str], protocol: str | None = None, *, key_id: str | None = None
+) -> App:
+    """Record what a sync learnt: the app's workflows, status `synced`, the protocol version
+    it speaks (when given; a worker's announce without one leaves it), and with `key_id` the
+    key whose sync (or worker's announce) it was, which the app's code now acts for.
 
     Only these fields change (no version check), so a sync never loses a concurrent PATCH
     of the URL or notifications; the version still moves on.
@@ -442,6 +317,9 @@ def update_app_after_sync(app: App, workflows: list[str], protocol: str | None =
         update += ", #p = :p"
         names["#p"] = "protocol"
         values[":p"] = _s(protocol)
+    if key_id is not None:
+        update += ", keyId = :k"
+        values[":k"] = _s(key_id)
     try:
         answer = ddb().update_item(
             TableName=table(),

@@ -27,8 +27,24 @@ def run_pk(run_id: str) -> str:
     return f"RUN#{run_id}"
 
 
-def run_key_pk(project_id: str, run_key: str) -> str:
-    return f"RUNKEY#{project_id}#{run_key}"
+def run_key_scope(app_id: str, workflow: str) -> str:
+    """What a run key is unique within: one app's workflow, so the callers of one workflow
+    can never take a key another workflow's callers will need."""
+    return f"{app_id}/{workflow}"
+
+
+def run_key_pk(project_id: str, run_key: str, scope: str | None) -> str:
+    """The run-key item's key: `RUNKEY#<projectId>#<appId>/<workflow>#<runKey>`. With no
+    `scope`, the project-wide item of a key taken before keys were scoped (read and freed,
+    never written: such keys still answer their own workflow's starts until their runs go)."""
+    if scope is None:
+        return f"RUNKEY#{project_id}#{run_key}"
+    return f"RUNKEY#{project_id}#{scope}#{run_key}"
+
+
+def run_key_pk_of(run: Run) -> str:
+    """The (scoped) run-key item's key of a run started with a key."""
+    return run_key_pk(run.project_id, run.run_key or "", run_key_scope(run.app_id, run.workflow))
 
 
 def runs_index_pk(project_id: str) -> str:

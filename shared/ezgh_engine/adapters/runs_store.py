@@ -121,7 +121,7 @@ def create_run(run: Run, *, now_epoch_s: int) -> None:
     ]
     if run.run_key:
         key_item = {
-            "pk": items.run_key_pk(run.project_id, run.run_key),
+            "pk": items.run_key_pk_of(run),
             "sk": "RUNKEY",
             "runId": run.id,
             # No run outlives its year plus retention; nor does its key (a key whose run
@@ -153,7 +153,7 @@ def create_run(run: Run, *, now_epoch_s: int) -> None:
     except ClientError as exc:
         codes = ddb.cancellation_codes(exc)
         if run.run_key and len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
-            owner = run_id_for_key(run.project_id, run.run_key)
+            owner = run_id_for_key(run.project_id, run.run_key, _scope(run))
             if owner:
                 raise RunKeyTaken(owner) from None
         if codes and codes[0] == "ConditionalCheckFailed":
@@ -168,7 +168,7 @@ def create_run_over_stale_key(run: Run, stale_run_id: str, *, now_epoch_s: int) 
     the run's own transaction, conditional on the old run still being absent and the key
     still naming it. False when either changed meanwhile."""
     assert run.run_key
-    key_pk = items.run_key_pk(run.project_id, run.run_key)
+    key_pk = items.run_key_pk_of(run)
     key_item: dict[str, Any] = {"pk": key_pk, "sk": "RUNKEY", "runId": run.id}
     key_item["ttl"] = now_epoch_s + CHILD_ITEM_TTL_SECONDS
     actions: list[dict[str, Any]] = [
@@ -205,14 +205,29 @@ def create_run_over_stale_key(run: Run, stale_run_id: str, *, now_epoch_s: int) 
     return True
 
 
-def run_id_for_key(project_id: str, run_key: str) -> str | None:
+def _scope(run: Run) -> str:
+    return items.run_key_scope(run.app_id, run.workflow)
+
+
+def run_id_for_key(project_id: str, run_key: str, scope: str | None) -> str | None:
+    """The run a key names within `scope` (`run_items.run_key_scope`; None: the key's
+    project-wide item from before keys were scoped), or None."""
     answer = _ddb().get_item(
         TableName=_table(),
-        Key=items.key(items.run_key_pk(project_id, run_key), "RUNKEY"),
+        Key=items.key(items.run_key_pk(project_id, run_key, scope), "RUNKEY"),
         ConsistentRead=True,
     )
     item = answer.get("Item")
     return str(ddb.from_item(item)["runId"]) if item else None
+
+
+def _key_pk_naming(run: Run) -> str:
+    """The run-key item naming `run`: its scoped one, or for a run started before keys were
+    scoped, the project-wide one."""
+    scoped = items.run_key_pk_of(run)
+    if run_id_for_key(run.project_id, run.run_key or "", _scope(run)) == run.id:
+        return scoped
+    return items.run_key_pk(run.project_id, run.run_key or "", None)
 
 
 def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
@@ -518,7 +533,7 @@ def delete_run(run: Run) -> None:
             {
                 "Delete": {
                     "TableName": _table(),
-                    "Key": items.key(items.run_key_pk(run.project_id, run.run_key), "RUNKEY"),
+                    "Key": items.key(_key_pk_naming(run), "RUNKEY"),
                     "ConditionExpression": "runId = :id",
                     "ExpressionAttributeValues": {":id": {"S": run.id}},
                 }

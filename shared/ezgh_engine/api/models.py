@@ -123,6 +123,11 @@ class ApiKeyAnswer(BaseModel):
     name: str
     permissions: list[Permission]
     createdAt: str
+    createdBy: str | None = Field(
+        default=None,
+        description="the key that minted it (revoking that key revokes this one); null for a "
+        "bootstrap key",
+    )
 
 
 class CreatedApiKeyAnswer(ApiKeyAnswer):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from ezgh_engine.api import models as m
@@ -67,7 +67,11 @@ def create_app(
     f"{PREFIX}/apps",
     security=m.API_KEY,
     summary="List apps",
-    responses=m.doc(200, m.AppList, "the project's apps"),
+    description=(
+        "The apps this key may read: those it holds a workflows.* grant on (on the app's "
+        "name or one of its workflows), or all with such a grant on every resource"
+    ),
+    responses=m.doc(200, m.AppList, "the project's apps this key may read"),
 )
 def list_apps(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
     principal = _caller(orgId, projectId)
@@ -84,7 +88,7 @@ def list_apps(orgId: str, projectId: str, cursor: PageCursor = None) -> Response
 )
 def get_app(orgId: str, projectId: str, appId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, apps.get_app(principal, appId).to_api())
+    return json_response(200, apps.read_app(principal, appId).to_api())
 
 
 @router.patch(
@@ -162,14 +166,26 @@ def create_api_key(
     f"{PREFIX}/apiKeys",
     security=m.API_KEY,
     summary="List API keys (no secrets)",
-    responses=m.doc(200, m.ApiKeyList, "the project's keys"),
+    description=(
+        "A page of the keys this key may manage (every permission of each one is one this "
+        "key holds, as creating or revoking it needs): an admin key sees every key"
+    ),
+    responses=m.doc(200, m.ApiKeyList, "a page of the project's keys"),
 )
-def list_api_keys(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
+def list_api_keys(
+    orgId: str,
+    projectId: str,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query()] = None,
+) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    found = [k.to_api() for k in auth.list_api_keys(principal)]
-    scope = f"apiKeys:{principal.project_id}"
-    page = pages.by_size("apiKeys", found, _by("id"), cursor=cursor, scope=scope)
-    return json_response(200, page)
+
+    def fetch(count: int) -> tuple[list[dict[str, Any]], str | None]:
+        found, following = auth.list_api_keys(principal, limit=count, cursor=cursor)
+        return [k.to_api() for k in found], following
+
+    found, following = pages.fewer(fetch, limit)
+    return json_response(200, {"apiKeys": found, "nextCursor": following})
 
 
 @router.delete(

@@ -179,7 +179,8 @@ def create_queue(
     f"{PREFIX}/queues",
     security=m.API_KEY,
     summary="List queues",
-    responses=m.doc(200, QueueList, "the project's queues"),
+    description="The queues this key holds a queues.* grant on (or all, unscoped)",
+    responses=m.doc(200, QueueList, "the project's queues this key may read"),
 )
 def list_queues(orgId: str, projectId: str, cursor: PageCursor = None) -> Response[Any]:
     principal = _caller(orgId, projectId)
@@ -197,7 +198,7 @@ def list_queues(orgId: str, projectId: str, cursor: PageCursor = None) -> Respon
 )
 def get_queue(orgId: str, projectId: str, queueId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    return json_response(200, queues.get_queue(principal, queueId).to_api())
+    return json_response(200, queues.read_queue(principal, queueId).to_api())
 
 
 @router.delete(
@@ -288,7 +289,8 @@ def create_subscription(
     f"{PREFIX}/subscriptions",
     security=m.API_KEY,
     summary="List subscriptions",
-    responses=m.doc(200, SubscriptionList, "the project's subscriptions"),
+    description="The subscriptions of the queues this key may read",
+    responses=m.doc(200, SubscriptionList, "the project's subscriptions this key may read"),
 )
 def list_subscriptions(
     orgId: str,
@@ -317,7 +319,7 @@ def _created(sub: dict[str, Any]) -> str:
 )
 def get_subscription(orgId: str, projectId: str, subId: str) -> Response[Any]:
     principal = _caller(orgId, projectId)
-    sub = subscriptions.get_subscription(principal, subId)
+    sub = subscriptions.read_subscription(principal, subId)
     return json_response(200, subscriptions.to_api(principal, sub))
 
 

@@ -13,8 +13,10 @@ fails stops the canary with what it saw. With `--stack`, a failure also names th
 that logged errors since the canary started, with the AWS error (read from their CloudWatch
 log groups with the operator's credentials), e.g. `stream: AccessDeniedException ...`.
 
-The canary's queue, subscription and app are deleted afterwards (`--keep` leaves them, to look
-at). Connection settings are those of every API command (flags, `EZGH_*`, `.ezgh/dev.env`), so
+The canary makes its own app and queue, named `ezgh-canary-<128 random bits>`: a name no one
+holds before it runs and no one can guess to take first, so it never runs through (or hands
+its tasks to) an app someone else made. They are deleted afterwards with its subscription,
+whether the checks passed or not (`--keep` leaves them, to look at). Connection settings are those of every API command (flags, `EZGH_*`, `.ezgh/dev.env`), so
 the same command checks `ezgh dev`. Exit code: 0 every check passed, 1 a check failed, 2 could
 not start.
 """
@@ -38,7 +40,7 @@ import httpx
 from ezgh_engine import clock, ids
 from ezgh_engine.cli.common import CliError, settings_from
 
-CANARY_APP = "ezgh-canary"
+CANARY_PREFIX = "ezgh-canary-"  # and 32 hex digits of a random UUID: see `canary_name`
 CANARY_WORKFLOW = "ezgh-canary"
 CHILD_WORKFLOW = "ezgh-canary-child"
 CORRELATION_ATTRIBUTE = "canaryKey"
@@ -87,6 +89,14 @@ class Report:
 
 class CheckFailed(Exception):
     """A check did not pass; its message says what was seen."""
+
+
+def canary_name() -> str:
+    """A name for one canary's app and queue that nobody holds: `ezgh-canary-` and a random
+    UUID's 32 hex digits (122 random bits), drawn when the canary starts. No user can have
+    made it first, so the canary's app is its own (never one a user made to receive its
+    tasks), and removing it removes nothing of anyone else's."""
+    return CANARY_PREFIX + ids.new_id().replace("-", "")
 
 
 # --- the canary workflows -----------------------------------------------------------------
@@ -149,6 +159,7 @@ class Canary:
         self.workflows = WorkflowsClient(**self.credentials)
         self.queues = QueuesClient(**self.credentials)
         self.report = Report()
+        self.name = canary_name()  # its app's and its queue's
         self._cleanup: list[Callable[[], Any]] = []
 
     @property
@@ -206,19 +217,17 @@ class Canary:
 
     def _app(self) -> dict[str, Any]:
         with self.check("pull app synced") as detail:
-            existing = [a for a in self.workflows.list_apps()["apps"] if a["name"] == CANARY_APP]
-            app = existing[0] if existing else self.workflows.create_app(CANARY_APP, "pull")
-            if not existing:
-                self._cleanup.append(lambda: self.workflows.delete_app(app["id"]))
-            detail.append(f"app {app['id']}")
+            # Made here, never found: an app of this name that exists is someone else's.
+            app = self.workflows.create_app(self.name, "pull")
+            self._cleanup.append(lambda: self.workflows.delete_app(app["id"]))
+            detail.append(f"app {app['name']} ({app['id']})")
             return dict(app)
         raise AssertionError("unreachable")
 
     def _queue(self, app: dict[str, Any]) -> str:
         with self.check("queue and subscription") as detail:
-            name = f"ezgh-canary-{ids.new_id()[:8]}"
             queue = self.queues.request(
-                "POST", "/queues", json={"name": name, "visibilityTimeoutSeconds": 5}
+                "POST", "/queues", json={"name": self.name, "visibilityTimeoutSeconds": 5}
             )
             self._cleanup.append(lambda: self.queues.request("DELETE", f"/queues/{queue['id']}"))
             target = {
@@ -438,5 +447,7 @@ def register(commands: Any, connection: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, default=180.0, metavar="SECONDS", help="per check (default 180)"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the canary's app and queue")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the canary's app, queue and subscription"
+    )
     parser.set_defaults(func=verify)

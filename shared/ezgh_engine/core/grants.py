@@ -86,6 +86,18 @@ class Grant:
             return True
         return other.name is not None and (self.kind, self.name) == (other.kind, other.name)
 
+    def sees(self, kind: str, name: str) -> bool:
+        """Whether this grant shows a key the resource of `kind` named `name` in a list or a
+        read: a grant of an action on that kind (or `*`) on every resource or on that one.
+        An app is also seen through a grant on one of its workflows (`<app name>/<wf>`),
+        and by any grant on every workflow: what a key may run, it may see the app of."""
+        kinds = ("app", "workflow") if kind == "app" else (kind,)
+        if self.name is None:
+            return self.action == ALL or action_kind(self.action) in kinds
+        if self.kind == kind and self.name == name:
+            return True
+        return kind == "app" and self.kind == "workflow" and self.name.startswith(name + "/")
+
     def kind_error(self) -> str | None:
         """What is wrong with a qualified resource whose kind is not its action's."""
         wanted = action_kind(self.action)

@@ -44,6 +44,8 @@ class Principal:
     project_id: str
     key_id: str
     permissions: tuple[tuple[str, str | None], ...]  # (action, resource or None for all)
+    # The keys that minted this one, the root first (a key it mints records them and it).
+    key_chain: tuple[str, ...] = ()
 
     @cached_property
     def grants(self) -> tuple[Grant, ...]:
@@ -77,6 +79,11 @@ class Principal:
                 if grant.kind == kind:
                     scopes.add(grant.name)
         return frozenset(scopes)
+
+    def sees(self, kind: str, name: str) -> bool:
+        """Whether the key may read the `app` (by name) or `queue` (by ID) `name`: a list
+        shows it, a read answers it (`Grant.sees`)."""
+        return any(grant.sees(kind, name) for grant in self.grants)
 
     def holds(self, action: str) -> bool:
         """Whether the key holds `action` on at least one resource (or on all)."""
@@ -117,6 +124,11 @@ class App:
     # The newest invocation protocol the app speaks, as its last sync answer (a push app) or
     # its workers' last announce (a pull app) said; None: it said none (before 1.5).
     protocol: str | None = None
+    # The API key the app's code acts for: the key that last set what code it runs (created
+    # it, changed its URL, synced it, or announced one of its workers). Its code invokes
+    # another app's workflow only where this key may start it (None: an app registered
+    # before apps recorded one, whose code invokes no other app until it is synced again).
+    key_id: str | None = None
 
     def to_api(self) -> dict[str, Any]:
         """The API shape, without the signing key (shown only when the app is created)."""

@@ -2,8 +2,10 @@
 
 Permissions: changing an app (create, update, sync, delete) needs `workflows.apps.update` on
 the app's name; setting notifications also needs `queues.messages.send` on the queue (as the
-seed docs say). Reading apps is open to every key of the project: an app's record holds no
-secret after its creation answer.
+seed docs say). Reading an app (`GET /apps`, `GET /apps/{appId}`) needs a grant on it: any
+`workflows.*` grant on the app's name or on one of its workflows (`<app name>/<workflow>`),
+or one on every app or workflow (`Principal.sees`). A list answers the apps the key may
+read; a read of another is `403 forbidden`. (Its URL may carry a token in its query.)
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def create_app(
         workflows=(),
         signing_key=ids.secret_token(32),
         created_at=clock.iso(clock.now()),
+        key_id=principal.key_id,
     )
     return registry_store.create_app(app)
 
@@ -83,9 +86,19 @@ def get_app(principal: Principal, app_ref: str) -> App:
     return app
 
 
+def read_app(principal: Principal, app_ref: str) -> App:
+    """`GET /apps/{appId}`: the app, if the key may read it (403 otherwise)."""
+    app = get_app(principal, app_ref)
+    if not principal.sees("app", app.name):
+        raise Forbidden(f"this API key holds no grant on app {app.name} or its workflows")
+    return app
+
+
 def list_apps(principal: Principal) -> list[App]:
-    """Every app of the caller's project, by name."""
-    return registry_store.list_apps(principal.project_id)
+    """The apps of the caller's project it may read, by name."""
+    return [
+        a for a in registry_store.list_apps(principal.project_id) if principal.sees("app", a.name)
+    ]
 
 
 def parse_notifications(value: dict[str, Any] | None) -> Notifications | None:
@@ -127,7 +140,8 @@ def update_app(
     _require(principal, UPDATE_ACTION, app.name)
     changed = app
     if url is not UNSET and url != app.url:
-        changed = replace(changed, url=_check_url(app.kind, url))
+        # New code answers at the new URL: it acts for the key that pointed the app there.
+        changed = replace(changed, url=_check_url(app.kind, url), key_id=principal.key_id)
     if notifications is not UNSET:
         parsed = parse_notifications(notifications)
         if parsed is not None:
@@ -158,7 +172,9 @@ def sync_app(principal: Principal, app_ref: str) -> App:
         synced = push.sync_app(app)  # names checked as a pull app's: at most 1,000, valid
     except EngineError as err:
         raise Conflict(f"sync failed: {err.message}", code="app_not_synced") from err
-    return registry_store.update_app_after_sync(app, synced.workflows, synced.protocol)
+    return registry_store.update_app_after_sync(
+        app, synced.workflows, synced.protocol, key_id=principal.key_id
+    )
 
 
 def _end_deleted(run_id: str, end_now: Any) -> bool:

@@ -14,8 +14,10 @@ the dead-letter queue. Targets:
   `derived_id("queue-start", project, queue, message)`: a redelivered message finds its run
   (accepted). An app not synced (or not hosting the workflow) is refused and retried.
 - `workflow` / `resume`: read the correlation attribute, check the key, and resume every run
-  waiting on (queue, key) through `service.waits.resume_message_waiters`; none resumed, or a
-  missing or invalid attribute, is `No run to resume (message)` and retried.
+  of the target's app and workflow waiting on (queue, key) through
+  `service.waits.resume_message_waiters` (another app's waits on the same queue and key are
+  not this subscription's); none resumed, or a missing or invalid attribute, is
+  `No run to resume (message)` and retried.
 
 The subscription's status is its last delivery's: a failure's words until a later delivery
 succeeds, then `ok` again (`lastFailure` keeps the failure). A success is written only after
@@ -119,7 +121,11 @@ def _deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
     key = message["attributes"].get(str(sub.target["correlationAttribute"]))
     if not isinstance(key, str) or not MESSAGE_KEY_RE.match(key):
         raise DeliveryFailed(NO_RUN_TO_RESUME)
-    if resume_message_waiters(sub.project_id, sub.queue_id, key, message) <= 0:
+    target = (str(sub.target["appId"]), str(sub.target["workflow"]))
+    resumed = resume_message_waiters(
+        sub.project_id, sub.queue_id, key, message, app_id=target[0], workflow=target[1]
+    )
+    if resumed <= 0:
         raise DeliveryFailed(NO_RUN_TO_RESUME)
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ezgh_engine.adapters import flows_store, registry_store
+from ezgh_engine.adapters import api_keys_store, flows_store, registry_store
 from ezgh_engine.core.flows.graph import Graph, Node
 from ezgh_engine.core.flows.jobs import Actor
 from ezgh_engine.core.models import Principal
@@ -132,7 +132,7 @@ def acting_principal(project_id: str, actor: Actor | None) -> Principal:
             "no API key to act for is recorded (made before the engine recorded one: start, "
             "schedule or subscribe it again)"
         )
-    key = registry_store.get_api_key(project_id, actor.key_id)
+    key = api_keys_store.get_api_key(project_id, actor.key_id)
     if key is None:
         raise Forbidden(f"the API key {actor.key_id} this job acts for ({actor.via}) is revoked")
     return key.principal()

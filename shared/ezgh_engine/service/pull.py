@@ -271,10 +271,17 @@ def announce(
     validation.check_app_workflows(merged)
     task_queues.ensure_queue(app.id)
     said = protocol if protocol is not None else app.protocol
-    if app.status == "synced" and merged == list(app.workflows) and said == app.protocol:
+    # The app's code acts for the key of its last worker to announce (`App.key_id`).
+    same_key = app.key_id == principal.key_id
+    if (
+        app.status == "synced"
+        and merged == list(app.workflows)
+        and said == app.protocol
+        and same_key
+    ):
         return app
     log.info("pull app %s: worker %s announced %s", app.name, worker_id, workflows)
-    return registry_store.update_app_after_sync(app, merged, protocol)
+    return registry_store.update_app_after_sync(app, merged, protocol, key_id=principal.key_id)
 
 
 def poll(principal: Principal, app_ref: str, wait_seconds: int = MAX_POLL_SECONDS) -> Any:

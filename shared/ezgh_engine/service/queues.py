@@ -9,8 +9,9 @@ Rules (the contract leaves them to us):
   message stays invisible, and the first step of a subscription's retry backoff.
 - Permissions: creating, deleting and redriving a queue need `queues.manage` (on the queue's
   ID for delete and redrive; creating needs it without a resource, as a new queue has no ID
-  a grant could name); sending needs `queues.messages.send` on the queue's ID. Reading
-  queues is open to every key of the project.
+  a grant could name); sending needs `queues.messages.send` on the queue's ID. Reading a
+  queue needs a `queues.*` grant on it or on every queue (`Principal.sees`): a list answers
+  the queues the key may read, a read of another is `403 forbidden`.
 - Sending validates every message before sending any (1 to 10 messages; a text body and
   string attributes within 256 KiB; FIFO: a `groupId`, and a `dedupId` or content-based
   deduplication), so a bad request sends nothing.
@@ -117,8 +118,19 @@ def find_queue(project_id: str, ref: str) -> QueueRecord:
     return queue
 
 
+def read_queue(principal: Principal, ref: str) -> QueueRecord:
+    """`GET /queues/{queueId}`: the queue, if the key may read it (403 otherwise)."""
+    queue = get_queue(principal, ref)
+    if not principal.sees("queue", queue.id):
+        raise Forbidden(f"this API key holds no grant on queue {queue.id}")
+    return queue
+
+
 def list_queues(principal: Principal) -> list[QueueRecord]:
-    return queues_store.list_queues(principal.project_id)
+    """The queues of the caller's project it may read."""
+    return [
+        q for q in queues_store.list_queues(principal.project_id) if principal.sees("queue", q.id)
+    ]
 
 
 def delete_queue(principal: Principal, ref: str) -> None:

@@ -87,17 +87,20 @@ def _delete_keys(keys: list[tuple[str, str]]) -> None:
             raise TransientError("DynamoDB left deletes of a run's items unprocessed")
 
 
-def _delete_run_key(project_id: str, run_key: str, run_id: str) -> None:
-    try:
-        client("dynamodb").delete_item(
-            TableName=settings().runs_table,
-            Key=items.key(items.run_key_pk(project_id, run_key), "RUNKEY"),
-            ConditionExpression="runId = :id",
-            ExpressionAttributeValues={":id": {"S": run_id}},
-        )
-    except ClientError as exc:
-        if not ddb.is_condition_failure(exc):
-            raise
+def _delete_run_key(project_id: str, run_key: str, run_id: str, scope: str | None) -> None:
+    """Free the run's key: its scoped item (`run_items.run_key_scope`) and, for a run started
+    before keys were scoped, its project-wide one; each only while it names this run."""
+    for where in dict.fromkeys((scope, None)):
+        try:
+            client("dynamodb").delete_item(
+                TableName=settings().runs_table,
+                Key=items.key(items.run_key_pk(project_id, run_key, where), "RUNKEY"),
+                ConditionExpression="runId = :id",
+                ExpressionAttributeValues={":id": {"S": run_id}},
+            )
+        except ClientError as exc:
+            if not ddb.is_condition_failure(exc):
+                raise
 
 
 def delete_callbacks(run_id: str) -> None:
@@ -106,7 +109,12 @@ def delete_callbacks(run_id: str) -> None:
 
 
 def purge_run(
-    run_id: str, project_id: str, run_key: str | None, *, with_payloads: bool = True
+    run_id: str,
+    project_id: str,
+    run_key: str | None,
+    *,
+    with_payloads: bool = True,
+    key_scope: str | None = None,
 ) -> None:
     """Delete every item and object a run left after its run item (idempotent); its S3
     objects only `with_payloads`."""
@@ -115,7 +123,7 @@ def purge_run(
     keys += [(str(v["pk"]), str(v["sk"])) for v in values if v.get("sk") != items.RUN_SK]
     _delete_keys(keys)
     if run_key:
-        _delete_run_key(project_id, run_key, run_id)
+        _delete_run_key(project_id, run_key, run_id, key_scope)
     if with_payloads:
         payloads.delete_run_payloads(project_id, run_id)
 
@@ -129,4 +137,9 @@ def on_run_removed(old: dict[str, Any]) -> None:
     # objects to list: one S3 LIST ($5 per million) less per run.
     stored = old.get(items.PAYLOADS_ATTR) != items.PAYLOADS_NONE
     stored = stored or bool(old.get("inputRef") or old.get("outputRef"))
-    purge_run(str(run_id), str(project_id), old.get("runKey"), with_payloads=stored)
+    scope = None
+    if old.get("appId") and old.get("workflow"):
+        scope = items.run_key_scope(str(old["appId"]), str(old["workflow"]))
+    purge_run(
+        str(run_id), str(project_id), old.get("runKey"), with_payloads=stored, key_scope=scope
+    )

@@ -14,6 +14,7 @@ from urllib.parse import unquote
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import payloads, registry_store, runs_store
 from ezgh_engine.adapters import run_control_store as control
+from ezgh_engine.adapters import run_items as items
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import ENDED_STATUSES, App, Principal, Run
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
@@ -103,6 +104,8 @@ def start_run(
 
         deadline = clock.parse_iso(run.created_at) + timedelta(seconds=timeout_seconds)
         run = replace(run, deadline_at=clock.iso(deadline))
+    if run_key is not None and (earlier := _run_of_an_unscoped_key(principal, run)) is not None:
+        return earlier, False
     try:
         runs_store.create_run(run, now_epoch_s=int(clock.now().timestamp()))
     except runs_store.RunExists:
@@ -110,22 +113,38 @@ def start_run(
         # attempt that started it died before its answer was stored. Answer that run.
         return _run_of_a_dead_attempt(run), True
     except runs_store.RunKeyTaken as taken:
-        existing = _existing_for_key(principal, taken.run_id, run)
-        if existing is not None:
-            return existing, False
-        # The key names a run that no longer exists (expired): it is this run's now.
-        if not runs_store.create_run_over_stale_key(
-            run, taken.run_id, now_epoch_s=int(clock.now().timestamp())
-        ):
-            # Another start took it over first: answer its run (or 409 if another).
-            owner = runs_store.run_id_for_key(run.project_id, run_key or "")
-            winner = _existing_for_key(principal, owner, run) if owner else None
-            if winner is None:
-                raise Conflict(
-                    "run key is being released; try again", code="run_key_conflict"
-                ) from None
-            return winner, False
+        return _run_of_a_taken_key(principal, taken.run_id, run)
     return _hydrate(run), True
+
+
+def _run_of_a_taken_key(principal: Principal, owner: str, run: Run) -> tuple[Run, bool]:
+    """The run a taken key names (the same start: answered; else 409); when that run is
+    gone (expired), `run` takes the key over (created), or answers the start that did
+    first. Answers (run, created)."""
+    existing = _existing_for_key(principal, owner, run)
+    if existing is not None:
+        return existing, False
+    now = int(clock.now().timestamp())
+    if runs_store.create_run_over_stale_key(run, owner, now_epoch_s=now):
+        return _hydrate(run), True
+    # Another start took it over first: answer its run (or 409 if another).
+    scope = items.run_key_scope(run.app_id, run.workflow)
+    winner_id = runs_store.run_id_for_key(run.project_id, run.run_key or "", scope)
+    winner = _existing_for_key(principal, winner_id, run) if winner_id else None
+    if winner is None:
+        raise Conflict("run key is being released; try again", code="run_key_conflict") from None
+    return winner, False
+
+
+def _run_of_an_unscoped_key(principal: Principal, wanted: Run) -> Run | None:
+    """A key taken before keys were scoped to a workflow is project-wide: it still answers
+    its own workflow's start (or 409s it), until its run goes. Another workflow's is not
+    this start's business. (Never written any more: one read per keyed start.)"""
+    owner = runs_store.run_id_for_key(wanted.project_id, wanted.run_key or "", None)
+    earlier = runs_store.get_run(owner, with_steps=False) if owner else None
+    if earlier is None or (earlier.app_id, earlier.workflow) != (wanted.app_id, wanted.workflow):
+        return None
+    return _existing_for_key(principal, earlier.id, wanted)
 
 
 def _run_of_a_dead_attempt(wanted: Run) -> Run:
@@ -154,8 +173,11 @@ def _existing_for_key(principal: Principal, run_id: str, wanted: Run) -> Run | N
         or existing.app_id != wanted.app_id
         or (validation.encode_value(existing.input) != validation.encode_value(wanted.input))
     ):
+        # The run is named only to a caller that may read it.
+        readable = principal.allows(READ, run_resource(existing))
+        which = f"run {existing.id}" if readable else "another run"
         raise Conflict(
-            f"run key {wanted.run_key} belongs to run {existing.id} with another workflow or input",
+            f"run key {wanted.run_key} belongs to {which} of {wanted.workflow} with another input",
             code="run_key_conflict",
         )
     return existing

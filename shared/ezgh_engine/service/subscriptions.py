@@ -15,8 +15,11 @@ Rules:
 - An https target gets a signing secret (`whsec_<base64 of 32 random bytes>`, Standard
   Webhooks): answered once, by the create; stored sealed (AES-GCM under the engine's secret,
   bound to the subscription's ID). Deliveries are signed with it (`service.deliver`).
-- Only a key that may manage a subscription (`queues.subscriptions.create` on its queue) sees
-  an https target's URL in full; other readers see its scheme and host (`to_api`).
+- A subscription is read with its queue: a key that may read the queue (a `queues.*` grant
+  on it or on every queue) sees it, its status and its last failure, in a list or a read;
+  a read of another is `403 forbidden`. Only a key that may manage a subscription
+  (`queues.subscriptions.create` on its queue) sees an https target's URL in full; other
+  readers see its scheme and host (`to_api`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from ezgh_engine.core.queues import (
     MAX_CONCURRENCY,
     Subscription,
 )
-from ezgh_engine.errors import Conflict, NotFound, ValidationError
+from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
 from ezgh_engine.service.flow_targets import check_flow_target
 from ezgh_engine.service.queues import get_queue, require
 
@@ -191,12 +194,21 @@ def get_subscription(principal: Principal, sub_id: str) -> Subscription:
     return sub
 
 
+def read_subscription(principal: Principal, sub_id: str) -> Subscription:
+    """`GET /subscriptions/{id}`: the subscription, if the key may read its queue."""
+    sub = get_subscription(principal, sub_id)
+    if not principal.sees("queue", sub.queue_id):
+        raise Forbidden(f"this API key holds no grant on queue {sub.queue_id}")
+    return sub
+
+
 def list_subscriptions(principal: Principal, queue_ref: str | None = None) -> list[Subscription]:
+    """The subscriptions of the queues the key may read (of one queue, with `queue_ref`)."""
     subs = queues_store.list_subscriptions(principal.project_id)
     if queue_ref is not None:
         queue = get_queue(principal, queue_ref)
         subs = [s for s in subs if s.queue_id == queue.id]
-    return subs
+    return [s for s in subs if principal.sees("queue", s.queue_id)]
 
 
 def _require_change(principal: Principal, sub: Subscription) -> None:

@@ -1,7 +1,8 @@
 """Waits: what a suspended invocation asks to wait for, and what ends each wait.
 
 - A new wait becomes a step item written in the suspend transaction: a child run (`invoke`,
-  the child itself in the same transaction, its ID derived from the parent and the step), a
+  the child itself in the same transaction, its ID derived from the parent and the step; of
+  another app only where the parent app's key may start it, `service.app_authority`), a
   message wait (`message`, with its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
   `<runId>#<stepId>`), or a parallel branch (`run` with `branch`).
 - A wait ends with a conditional step update and an `invokeSeq` bump in one transaction
@@ -25,7 +26,7 @@ from ezgh_engine.core import validation
 from ezgh_engine.core.models import CANCELLED_ERROR, Run, RunError, Step
 from ezgh_engine.errors import Conflict, NotFound, ValidationError
 from ezgh_engine.protocol.outcomes import Wait
-from ezgh_engine.service import queues
+from ezgh_engine.service import app_authority, queues
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[s
             "type": "msgwait",
             "runId": run.id,
             "stepId": wait.step_id,
+            # Whose wait it is: a resume subscription resumes its own app's workflow only.
+            "appId": run.app_id,
+            "workflow": run.workflow,
             "ttl": _expires(),
         }
         return [ws.step_put(run.id, wait.step_id, values), ws.plain_put(index, only_new=False)]
@@ -89,6 +93,10 @@ def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[s
         values = {**base, "status": "waiting", "childRunId": child_id}
         actions = [ws.step_put(run.id, wait.step_id, values)]
         if runs_store.get_run(child_id, with_steps=False) is None:
+            refused = _invoke_refusal(run, wait)
+            if refused is not None:  # failed now, no child: the app's key may not start it
+                failed = {**base, "status": "failed", "endedAt": at, "error": refused.to_api()}
+                return [ws.step_put(run.id, wait.step_id, failed)]
             actions += _child_actions(run, child_id, wait, at)
         return actions
     return []  # callbacks and retries exist already
@@ -108,6 +116,14 @@ def _child_app(parent: Run, wait: Wait) -> tuple[str, str | None]:
     if app is None:
         return ids.derived_id("missing-app", parent.project_id, wait.app), wait.app
     return app.id, app.name
+
+
+def _invoke_refusal(parent: Run, wait: Wait) -> RunError | None:
+    """Why the parent's app may not start the child of an invoke naming another app."""
+    if wait.app is None:
+        return None
+    target = registry_store.get_app(parent.project_id, wait.app)
+    return app_authority.invoke_refusal(parent, target, wait.workflow or "")
 
 
 QUEUE_WAIT_ERROR = "QueueWaitError"
@@ -220,14 +236,30 @@ def _message_seen_put(run_id: str, message_id: str) -> dict[str, Any]:
     return ws.plain_put(values)
 
 
-def resume_message_waiters(project_id: str, queue_id: str, key: str, message: dict) -> int:
-    """Complete every step waiting on (queue_id, key) in the project with `message`, each in
-    its own transaction with its run's `invokeSeq` bump; answer how many were resumed
-    (counting runs this message resumed already: a redelivery, acknowledged, not resumed
-    again). A message with a `messageId` resumes at most one wait per run."""
+def _waits_for(waiter: dict[str, Any], app_id: str, workflow: str) -> bool:
+    """Whether a waiter index item is a wait of `app_id`'s `workflow` (an item written before
+    waiters recorded it: its run says)."""
+    if "appId" in waiter:
+        return (waiter["appId"], waiter.get("workflow")) == (app_id, workflow)
+    run = runs_store.get_run(str(waiter["runId"]), with_steps=False)
+    return run is not None and (run.app_id, run.workflow) == (app_id, workflow)
+
+
+def resume_message_waiters(
+    project_id: str, queue_id: str, key: str, message: dict, *, app_id: str, workflow: str
+) -> int:
+    """Complete every step of a run of `app_id`'s `workflow` (the resume subscription's
+    target: seed 004, "every run of the app waiting on that queue and key") waiting on
+    (queue_id, key) with `message`, each in its own transaction with its run's `invokeSeq`
+    bump; answer how many were resumed (counting runs this message resumed already: a
+    redelivery, acknowledged, not resumed again). Another app's waits on the same queue and
+    key are not this subscription's: they wait for their own. A message with a `messageId`
+    resumes at most one wait per run."""
     resumed = 0
     message_id = message.get("messageId") if isinstance(message, dict) else None
     for waiter in ws.query_pk(ws.msgwait_pk(project_id, queue_id, key)):
+        if not _waits_for(waiter, app_id, workflow):
+            continue
         run_id, step_id = str(waiter["runId"]), str(waiter["stepId"])
         actions = end_wait_actions(
             run_id, 1, step_id, output=message, kind="message", project_id=project_id
