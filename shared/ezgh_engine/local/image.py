@@ -129,7 +129,7 @@ def _release_received() -> None:
     with it), as a replay of the journal does."""
     from moto.backends import get_backend
 
-    live: Any = get_backend("sqs")  # type: ignore[call-overload]
+    live: Any = get_backend("sqs")
     for regions in live.values():
         for backend in regions.values():
             for queue in backend.queues.values():
