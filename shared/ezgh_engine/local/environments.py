@@ -652,9 +652,13 @@ def serve(conn: Connection, function: Function, setup: Setup) -> None:
         call_log.install(function.key)
         handler = import_handler(function.handler)
     except BaseException:
-        conn.send(("failed", traceback.format_exc()))
+        with contextlib.suppress(OSError):  # (the runtime gone meanwhile: nobody to tell)
+            conn.send(("failed", traceback.format_exc()))
         return
-    conn.send(("ready", None))
+    try:
+        conn.send(("ready", None))
+    except OSError:  # the runtime stopped while this environment started: end quietly
+        return
     while True:
         try:
             request = conn.recv()

@@ -42,6 +42,7 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.local._http import BaseHandler, Server
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
 from ezgh_engine.local.emulator_gate import same, signed_by
+from ezgh_engine.local.environments import EnvironmentDied
 from ezgh_engine.local.handlers import LambdaContext
 from ezgh_engine.local.pollers import Activity, Invoke, SqsPoller
 from ezgh_engine.topology import AsyncInvoke, Function, Topology
@@ -308,6 +309,10 @@ class AsyncInvokePoller(SqsPoller):
         try:
             self.invoke(event)
         except Exception as exc:
+            if self._stop.is_set() and isinstance(exc, EnvironmentDied):
+                # The stop killed its environment mid-call: the next start delivers it again.
+                log.info("%s: an event was cut off by the stop; it will be retried", self.name)
+                return
             self.failed += 1
             if attempt > self.spec.retry_attempts:
                 log.warning("%s: attempt %d failed; giving the event up", self.name, attempt)
