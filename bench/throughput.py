@@ -64,6 +64,7 @@ def measure(
             try:
                 ours.recv()  # imported and connected: ready to start
                 journal_before = _journal(runtime)
+                events_before = runtime.async_invokes.accepted
                 cpu_before = time.process_time(), _environments_cpu(runtime)
                 began = time.perf_counter()
                 ours.send("go")
@@ -72,6 +73,8 @@ def measure(
                 runtime_cpu = time.process_time() - cpu_before[0]
                 environments_cpu = _environments_cpu(runtime, since=cpu_before[1])
                 journal = [a - b for a, b in zip(_journal(runtime), journal_before, strict=True)]
+                # Asynchronous invokes of the invoker: a start each, or a group of starts.
+                invoker_events = runtime.async_invokes.accepted - events_before
             finally:
                 driver.join(timeout=60)
                 if driver.is_alive():
@@ -90,6 +93,8 @@ def measure(
         "runtime_cpu_seconds": round(runtime_cpu, 2),
         "environments_cpu_seconds": round(environments_cpu, 2),
         "client_cpu_seconds": round(client["cpu_seconds"], 2),
+        "invoker_events": invoker_events,
+        "invoker_events_per_run": round(invoker_events / max(completed, 1), 2),
         "journal_records": journal[0],
         "journal_syncs": journal[1],
         "runtime_cpu_ms_per_run": round(1000 * runtime_cpu / max(completed, 1)),
@@ -187,7 +192,9 @@ def report(figures: dict[str, Any]) -> str:
         f"runtime's process ({figures['runtime_cpu_ms_per_run']} ms per run), "
         f"{figures['environments_cpu_seconds']} s in its environments "
         f"({figures['environments_cpu_ms_per_run']} ms per run), {figures['client_cpu_seconds']} s "
-        f"in the bench's client; journal {figures['journal_records']} records, "
+        f"in the bench's client; {figures.get('invoker_events', '?')} asynchronous invokes of "
+        f"the invoker ({figures.get('invoker_events_per_run', '?')} per run); journal "
+        f"{figures['journal_records']} records, "
         f"{figures['journal_syncs']} fdatasyncs; load at the end "
         f"{figures['load'][0]}"
     )

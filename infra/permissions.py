@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Level = Literal["read", "read_write"]
+Level = Literal["read", "read_update", "read_write"]
 # On the payload bucket: read, read and delete (retention), or read, write and delete.
 PayloadLevel = Literal["read", "read_delete", "read_write"]
 
@@ -22,6 +22,8 @@ PayloadLevel = Literal["read", "read_delete", "read_write"]
 # (runs_store.delete_run), is `Access.deletes_runs` only.
 TABLE_ACTIONS: dict[Level, tuple[str, ...]] = {
     "read": ("dynamodb:GetItem", "dynamodb:Query"),
+    # Reads, and changes to items that exist (no put, no delete).
+    "read_update": ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"),
     "read_write": (
         "dynamodb:GetItem",
         "dynamodb:Query",
@@ -109,10 +111,10 @@ ACCESS: dict[str, Access] = {
         schedules=True,
     ),
     # Calls the app: reads apps, leases and updates runs, re-sends early timers.
-    # A flow schedule's fire and an app's invoke of another app's workflow read the key they
-    # act for.
+    # A schedule's fire and an app's invoke of another app's workflow read the key they act
+    # for; a fire that starts nothing records why on its schedule (`lastError`, UpdateItem).
     "invoker": Access(
-        tables={"runs": "read_write", "registry": "read"},
+        tables={"runs": "read_write", "registry": "read_update"},
         batch_reads=("registry",),
         payloads="read_write",
         send_to=("invocations",),

@@ -37,12 +37,14 @@ E2E_CALL_LOG = "EZGH_E2E_CALL_LOG"
 # `EZGH_DDBLOCAL=all` runs every module on both backends.
 DDBLOCAL_MODULES = frozenset(
     {
+        "tests/api/test_acting_keys.py",
         "tests/api/test_app_scope.py",
         "tests/api/test_apps.py",
         "tests/api/test_async_invocations.py",
         "tests/api/test_auth_keys.py",
         "tests/api/test_bad_input.py",
         "tests/api/test_branch_outcomes.py",
+        "tests/api/test_invocation_groups.py",
         "tests/api/test_list_scopes.py",
         "tests/api/test_ops_stuck_runs.py",
         "tests/api/test_protocol_races.py",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ezgh_engine.core.leases import NO_LEASE
+from ezgh_engine.core.messages import GROUP_MAX_MESSAGES
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,17 @@ STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout
 # message: 3 requests fewer per start), and Scheduler's long timers and cron fires target it
 # directly; what needs a delay (short timers, backoffs, held messages, task watches) still goes through the
 # invocations queue, which is also where Lambda puts an event it gave up on (issue 18).
+#
+# One environment makes up to `GROUP_MAX_MESSAGES` (10) pushes at once, each on a thread of
+# its own: the stream hands it the starts of a batch of records as one event (a group), and
+# its queue mapping hands it batches of as many (service/invocation_queue.py). So its
+# concurrency is a tenth of the pushes in flight under load, not one per run
+# (docs/architecture.md, "The invoker"). Its timeout is still the invoke timeout's margin:
+# a group's pushes run side by side, not one after another. 256 MB holds ten at once: the
+# runtime's ~90 MB, and per push its request (at most 768 KB from protocol 1.5) and its
+# answer (a Lambda app's at most 6 MB, parsed one at a time when over 1 MiB: a valid one
+# takes about 25 MB then, `adapters.push`): under 200 MB at worst. More memory only buys
+# CPU: a group's own work (about 30 ms of a vCPU per push) is spread over its pushes.
 INVOKER_FUNCTION = Function(
     "invoker",
     "functions.invoker.handler:handler",
@@ -366,7 +378,8 @@ TOPOLOGY = Topology(
             # (service/retention.py).
             removals=(Match("type", ("run",)),),
         ),
-        SqsSource(queue="invocations", function="invoker", batch_size=1),
+        # As many as one group (handled at once: service/invocation_queue.py).
+        SqsSource(queue="invocations", function="invoker", batch_size=GROUP_MAX_MESSAGES),
         SqsSource(queue="notifications", function="notify", batch_size=1),
     ),
     recurring=(YEAR_LIMIT_SWEEP,),

@@ -346,6 +346,9 @@ MATRIX |= {
         _get("/jobs"), (((JOB_READ, "flow"),),), hidden=lambda w: w.ids["f1_job"]
     ),
     ("GET", "/jobs/{jobId}"): Entry(_get(JOB), (((JOB_READ, "flow"),),)),
+    ("GET", "/jobs/{jobId}/payloads/{path}"): Entry(
+        _get(JOB + "/payloads/input"), (((JOB_READ, "flow"),),)
+    ),
     # like a run's cancel and retry: the answer is the job, so reading it is needed too
     ("POST", "/jobs/{jobId}/cancel"): Entry(
         _with(JOB + "/cancel"), (((JOB_CANCEL, "flow"), (JOB_READ, "flow")),), 202

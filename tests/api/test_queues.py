@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
-from ezgh_engine.adapters import event_sources
+from ezgh_engine.adapters import api_keys_store, event_sources
 
 from tests.api.conftest import Project
 
@@ -222,6 +222,7 @@ def test_subscription_lifecycle(project: Project) -> None:
         "mode": "start",
         "appId": app["id"],
         "workflow": "chargeCustomer",
+        "keyId": api_keys_store.find_api_key(project.api_key).id,  # its deliveries act for it
     }
     assert sub["state"] == "active" and sub["status"] == "ok"
     (mapping,) = event_sources.LOCAL.mappings.values()
@@ -484,7 +485,9 @@ def test_a_burst_of_start_messages_reads_the_registry_once(
         stop()
     registry = [r for r in seen if r["params"].get("TableName", "").endswith("registry")]
     reads = [r["params"]["Key"]["pk"]["S"].split("#")[0] for r in registry]
-    assert sorted(reads) == ["APP", "QUEUE", "QUEUESUB", "SUB"]  # the first message's
+    # The first message's: its queue, subscription and app, and the key it acts for (a
+    # bootstrap key: no chain of creators to read).
+    assert sorted(reads) == ["APIKEY", "APIKEYID", "APP", "QUEUE", "QUEUESUB", "SUB"]
     runs = project.call("GET", "/runs").body["runs"]
     assert len(runs) == 20
 
@@ -498,7 +501,7 @@ def test_a_delivery_sees_an_app_change_made_here_at_once_and_elsewhere_within_se
     from ezgh_engine import clock
     from ezgh_engine.adapters import registry_store
     from ezgh_engine.service import deliver
-    from ezgh_engine.service.derived_runs import NotStartable, start_derived_run
+    from ezgh_engine.service.derived_runs import NotStartable, startable_app
 
     queue, app = _start_subscription(project)
     assert deliver.deliver_record(_message(queue, 0)) is True
@@ -520,14 +523,7 @@ def test_a_delivery_sees_an_app_change_made_here_at_once_and_elsewhere_within_se
     assert deliver.deliver_record(_message(queue, 3)) is True
     registry_store.delete_app(stored)
     with pytest.raises(NotStartable):
-        start_derived_run(
-            run_id="00000000-0000-4000-8000-00000000dead",
-            org_id=project.org_id,
-            project_id=project.project_id,
-            app_ref=app["id"],
-            workflow="chargeCustomer",
-            input={},
-        )
+        startable_app(project.project_id, app["id"], "chargeCustomer")
 
 
 def test_the_memory_keeps_the_newest_version_it_read() -> None:

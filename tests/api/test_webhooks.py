@@ -166,6 +166,7 @@ def test_only_keys_that_may_manage_it_see_the_target_url(project: Project) -> No
                 "kind": "https",
                 "url": "https://hooks.example.com",
                 "urlRedacted": True,
+                "keyId": full["target"]["keyId"],  # the key its deliveries act for
             }
     # A key with no grant on the queue sees neither the subscription nor its last failure.
     elsewhere = _key(project, {"action": "queues.subscriptions.create", "resource": "other"})

@@ -947,6 +947,12 @@ def test_schedules_and_subscriptions_act_for_their_creator_and_stop_when_it_is_r
     assert api("GET", "/jobs", params={"flowId": "tock"})["jobs"] == []
     job_id = ids.derived_id("schedule", schedule["id"], schedule["nextRunAt"])
     assert api.call("GET", f"/jobs/{job_id}")[0] == 404
+    # The fire that started nothing says why, where the schedule's readers look.
+    (shown,) = api("GET", "/flows/tock/schedules")["schedules"]
+    assert shown["lastError"]["message"] == (
+        f"Job not started: 403 forbidden: the API key {made['id']} this job acts for "
+        f"(schedule:{schedule['id']}) is revoked"
+    )
 
 
 def test_resource_bombs_fail_their_node_naming_the_limit(api: Api) -> None:

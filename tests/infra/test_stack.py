@@ -547,6 +547,8 @@ def test_function_grants_follow_access_table(
         level = access.tables.get(table_key)
         assert allowed(template, stack, key, "dynamodb:GetItem", arn) == (level is not None)
         assert allowed(template, stack, key, "dynamodb:PutItem", arn) == (level == "read_write")
+        updates = level in ("read_update", "read_write")
+        assert allowed(template, stack, key, "dynamodb:UpdateItem", arn) == updates
     bucket_objects = {"Fn::Join": ["", [getatt(logical_id(stack, stack.payloads.bucket)), "/*"]]}
     assert allowed(template, stack, key, "s3:GetObject", bucket_objects) == bool(access.payloads)
     assert allowed(template, stack, key, "s3:PutObject", bucket_objects) == (

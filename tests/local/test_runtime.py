@@ -16,6 +16,7 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.cli.main import build_parser
 from ezgh_engine.local.apps import app_name
 from ezgh_engine.local.runtime import LocalRuntime
+from ezgh_engine.service import sqs_batch
 
 from .conftest import health_api
 
@@ -37,13 +38,20 @@ class Recorder:
                     MessageBody=record["dynamodb"]["Keys"]["pk"]["S"],
                 )
 
-    def on_invoke(self, event: dict[str, Any], context: Any) -> None:
+    def on_invoke(self, event: dict[str, Any], context: Any) -> Any:
         assert context.get_remaining_time_in_millis() > 0
         with self.lock:
             self.invoker.extend(r["body"] for r in event["Records"])
         hold = self.hold
-        if hold is not None and any(r["body"].startswith("HOLD#") for r in event["Records"]):
-            hold.wait()  # BrokenBarrierError unless enough invocations are in flight at once
+
+        def on_record(record: dict[str, Any]) -> None:
+            if hold is not None and record["body"].startswith("HOLD#"):
+                hold.wait()  # BrokenBarrierError unless enough are in flight at once
+
+        # As the invoker does: a batch's records at once (`service.invocation_queue`).
+        answer = sqs_batch.process_at_once(event, on_record)
+        assert answer == {"batchItemFailures": []}
+        return answer
 
     hold: threading.Barrier | None = None
 
@@ -115,8 +123,9 @@ def test_invocations_run_as_concurrently_as_the_topology_allows(
     engine: LocalRuntime, recorder: Recorder
 ) -> None:
     """The invocations queue's poller takes as many batches at once as the invoker function's
-    concurrency (`local_concurrency`), as Lambda's SQS mapping scales the function: an
-    invocation waiting on the app must not keep the next one waiting."""
+    concurrency (`local_concurrency`), as Lambda's SQS mapping scales the function, and a
+    batch's records are handled at once: an invocation waiting on the app must not keep
+    the next one waiting, whether they came in one batch or in several."""
     from ezgh_engine.topology import INVOKER_FUNCTION
 
     at_once = 8

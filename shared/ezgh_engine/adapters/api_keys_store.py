@@ -34,6 +34,7 @@ from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.adapters import ddb as ddb_items
 from ezgh_engine.adapters.ddb import cancellation_codes
+from ezgh_engine.adapters.read_cache import ReadCache
 from ezgh_engine.adapters.registry_store import ddb, get_item, item_key, table
 from ezgh_engine.core.models import Principal
 from ezgh_engine.errors import Conflict, NotFound, Unauthorized
@@ -251,6 +252,32 @@ def get_api_key(project_id: str, key_id: str) -> ApiKey | None:
     return key if not _missing(project_id, key.chain) else None
 
 
+# --- keys read a moment ago (what the engine's own starts act for) ------------------------------
+# Per environment, for KEY_CACHE_SECONDS: a queue subscription's deliveries and a schedule's
+# fires read the key they act for through `get_api_key_cached` (a burst of a thousand
+# messages a second would read the same key, its pointer and its chain a thousand times a
+# second, consistently). A key's permissions never change once minted, so what may be stale
+# is only its revocation: a key revoked (itself, or one of its creators) in another
+# environment may still start runs here for up to KEY_CACHE_SECONDS after its revocation
+# answered. A revocation made in this environment is seen at once (`_forget_cached_keys`),
+# and a key found revoked is never kept: every later read asks the table again.
+KEY_CACHE_SECONDS = 5.0
+_keys: ReadCache[ApiKey] = ReadCache(
+    KEY_CACHE_SECONDS, version=lambda key: 0, owner=lambda key: key.id
+)
+
+
+def get_api_key_cached(project_id: str, key_id: str) -> ApiKey | None:
+    """`get_api_key`, or the key as this environment read it live less than
+    `KEY_CACHE_SECONDS` ago (see above for what that may miss)."""
+    return _keys.get((project_id, key_id), lambda: get_api_key(project_id, key_id))
+
+
+def forget_cached_keys() -> None:
+    """Forget every key read a moment ago (a revocation here; tests)."""
+    _keys.clear()
+
+
 def _missing(project_id: str, key_ids: Iterable[str]) -> set[str]:
     """Which of `key_ids` are no live key of the project: one consistent batch read of their
     pointers (100 a request, DynamoDB's most)."""
@@ -343,8 +370,11 @@ def delete_api_key(project_id: str, key_id: str) -> None:
     if not pointer or pointer["projectId"]["S"] != project_id:
         raise NotFound(f"API key {key_id} not found")
     item = get_item(f"APIKEY#{pointer['hash']['S']}", "APIKEY")
-    if item is None or not _remove(project_id, pointer["hash"]["S"], _key_from_item(item)):
-        raise NotFound(f"API key {key_id} not found")
+    try:
+        if item is None or not _remove(project_id, pointer["hash"]["S"], _key_from_item(item)):
+            raise NotFound(f"API key {key_id} not found")
+    finally:
+        forget_cached_keys()  # it, and every key it minted: none acts here from now on
     sweep_orphans(project_id)
 
 

@@ -12,6 +12,11 @@ schedule whose target is the invoker function (or, where its ARN is not known, t
 timer that arrives early is sent again with the time left (see `service.timers`). Bodies are
 `core.messages`' typed messages, dumped there.
 
+Starts can go in groups (`gathering`): the stream gathers the starts one batch of records
+asks for and hands them over as one asynchronous event (`wire.Group`, at most
+`wire.GROUP_MAX_MESSAGES`), which one invoker environment answers at once. A batch that asks
+for one start sends exactly what a lone start sends.
+
 A throttle never holds the caller (the stream's shard) longer than the client's retries:
 an asynchronous invoke still throttled goes to the queue instead (the same message, the same
 consumer); a schedule that cannot be made goes to the queue delayed as long as SQS allows and
@@ -21,9 +26,12 @@ deleted is left to fire, find nothing to do, and delete itself.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
@@ -33,6 +41,7 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import messages as wire
+from ezgh_engine.errors import TransientError
 
 log = logging.getLogger(__name__)
 
@@ -50,24 +59,133 @@ def send(message: wire.Message, delay_seconds: float = 0) -> None:
     )
 
 
+def send_each(messages: Sequence[wire.Message], delay_seconds: float = 0) -> None:
+    """Put each of `messages` on the invocations queue, as many to a request as SQS takes
+    (`SendMessageBatch`); a `TransientError` if SQS refused any (those sent stay sent:
+    every message is idempotent)."""
+    delay = max(0, min(math.ceil(delay_seconds), 900))
+    for first in range(0, len(messages), wire.GROUP_MAX_MESSAGES):
+        chunk = messages[first : first + wire.GROUP_MAX_MESSAGES]
+        answer = client("sqs").send_message_batch(
+            QueueUrl=settings().invocations_queue_url,
+            Entries=[
+                {"Id": str(i), "MessageBody": wire.dumps(m), "DelaySeconds": delay}
+                for i, m in enumerate(chunk)
+            ],
+        )
+        if answer.get("Failed"):
+            codes = sorted({str(f.get("Code")) for f in answer["Failed"]})
+            raise TransientError(f"SQS refused {len(answer['Failed'])} message(s): {codes}")
+
+
 def start(message: wire.Message) -> None:
     """Hand `message` to the invoker now: an asynchronous invoke of the invoker function (one
     request, where SQS bills three: send, receive, delete), or the queue where this function
     has no grant for it. Lambda answers 202 once the event is in its queue: durable from
-    here, retried on error, and in the invocations queue if it never succeeds."""
+    here, retried on error, and in the invocations queue if it never succeeds.
+
+    While a caller is `gathering`, the message joins its outbox instead (sent with the
+    others, at the latest when the gathering ends)."""
+    outbox = _outbox.get()
+    if outbox is not None:
+        outbox.add(message)
+        return
+    start_all([message])
+
+
+def start_all(messages: Sequence[wire.Message]) -> None:
+    """`start` every one of `messages` (at most `wire.GROUP_MAX_MESSAGES`) in one request: a
+    lone message as itself, several as a `wire.Group` event (or `send_each` where this
+    function may not invoke the invoker, or the invoke stays throttled)."""
+    if not messages:
+        return
     arn = settings().invoker_function_arn
     if not arn:
-        send(message)
+        _send_now(messages)
         return
+    body = wire.dumps(messages[0]) if len(messages) == 1 else wire.dumps_group(messages)
     try:
-        client("lambda").invoke(
-            FunctionName=arn, InvocationType="Event", Payload=wire.dumps(message).encode()
-        )
+        client("lambda").invoke(FunctionName=arn, InvocationType="Event", Payload=body.encode())
     except ClientError as exc:
         if not aws.is_throttle(exc):
             raise
-        log.warning("invoke throttled (%s): %s goes through the queue", _code(exc), message.TYPE)
-        send(message)
+        kinds = ",".join(sorted({m.TYPE for m in messages}))
+        log.warning("invoke throttled (%s): %s goes through the queue", _code(exc), kinds)
+        _send_now(messages)
+
+
+def _send_now(messages: Sequence[wire.Message]) -> None:
+    if len(messages) == 1:
+        send(messages[0])  # one message: as a lone start always went
+    else:
+        send_each(messages)
+
+
+class Outbox:
+    """The starts gathered while a caller handles a batch (`gathering`), sent in groups of
+    `wire.GROUP_MAX_MESSAGES` (and `wire.GROUP_MAX_BYTES`) as they fill, the rest by
+    `flush`. Each start is tagged with the `mark` current when it was added (the stream:
+    its record's sequence number), so a group that could not be sent names the earliest
+    record to handle again (`unsent`); nothing is sent after that."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[wire.Message, object]] = []
+        self._bytes = 0
+        self._seen: set[wire.Message] = set()
+        self._mark: object = None
+        self.unsent: object = None  # the mark of the first start not sent, once one fails
+        self.groups = 0  # requests made (tests)
+
+    def mark(self, tag: object) -> None:
+        """Tag the starts added from now on with `tag`."""
+        self._mark = tag
+
+    def add(self, message: wire.Message) -> None:
+        """Gather `message` (once: a duplicate record asks for it again)."""
+        if message in self._seen or self.unsent is not None:
+            return
+        size = len(wire.dumps(message)) + 1
+        if self._pending and self._bytes + size > wire.GROUP_MAX_BYTES - 64:
+            self._send()
+        self._seen.add(message)
+        self._pending.append((message, self._mark))
+        self._bytes += size
+        if len(self._pending) >= wire.GROUP_MAX_MESSAGES:
+            self._send()
+
+    def flush(self) -> object:
+        """Send what is gathered; answer the mark of the first start that could not be sent
+        (None: every one was)."""
+        if self._pending:
+            self._send()
+        return self.unsent
+
+    def _send(self) -> None:
+        pending, self._pending, self._bytes = self._pending, [], 0
+        if self.unsent is not None:
+            return
+        try:
+            start_all([message for message, _ in pending])
+            self.groups += 1
+        except Exception:
+            log.exception("could not start %d message(s); their records come again", len(pending))
+            self.unsent = pending[0][1]
+
+
+_outbox: ContextVar[Outbox | None] = ContextVar("ezgh_outbox", default=None)
+
+
+@contextlib.contextmanager
+def gathering() -> Iterator[Outbox]:
+    """Gather every `start` made in this context into an `Outbox`; the caller flushes it
+    (what it has not flushed when the context ends is sent then)."""
+    outbox = Outbox()
+    token = _outbox.set(outbox)
+    try:
+        yield outbox
+    finally:
+        _outbox.reset(token)
+        outbox.flush()
 
 
 def send_invocation(run_id: str, seq: int, delay_seconds: int = 0) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -351,7 +352,7 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         # The status only: the body is the target's, and an API error must not reflect it.
         raise AppUnreachable(f"app {app.name} at {shown} answered HTTP {answer.status_code}")
     try:
-        data = answer.json()
+        data = _parsed(answer)
     except (ValueError, RecursionError):
         raise AppUnreachable(
             f"app {app.name} at {shown} answered a body that is not JSON"
@@ -359,6 +360,20 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise AppUnreachable(f"app {app.name} at {shown} answered a body that is not an object")
     return data
+
+
+# One invoker environment makes several pushes at once (service/invocation_queue.py): a
+# large answer is parsed while no other is, so ten of them never need ten parses' memory at
+# the same moment (a 6 MB body of small values takes about 65 MB parsed).
+LARGE_ANSWER_BYTES = 1024 * 1024
+_large_parse = threading.Lock()
+
+
+def _parsed(answer: httpx.Response) -> Any:
+    if len(answer.content) <= LARGE_ANSWER_BYTES:
+        return answer.json()
+    with _large_parse:
+        return answer.json()
 
 
 def sync_app(app: App) -> Synced:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ezgh_engine.core import events
+from ezgh_engine.core import events, task_claims
 from ezgh_engine.core.events import EVENT_PREFIX, RUN_SK, STEP_PREFIX
 from ezgh_engine.core.models import Run, RunError, Step
 
@@ -146,6 +146,7 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         steps=steps,
         last_outcome=values.get(OUTCOME_ATTR),
         woke=values.get("wk"),  # invocations_store.WAKE_ATTR
+        task_key_id=task_claims.polled_key(values.get("tc"), int(values.get("epoch", 0))),
     )
 
 

@@ -2,7 +2,12 @@
 
 Items (docs/architecture.md, "registry"):
 
-- `SCHEDULE#<id>` / `SCHEDULE`: every field; gsi1 `SCHEDULES#<projectId>` / `<createdAt>#<id>`.
+- `SCHEDULE#<id>` / `SCHEDULE`: every field, `keyId` (the key it acts for: the one that
+  created or last changed it; absent on a schedule made before keys were recorded); gsi1
+  `SCHEDULES#<projectId>` / `<createdAt>#<id>`. `lastError` / `lastErrorAt`: why its last
+  fire started nothing, written by the fire without a version check (so a concurrent change
+  never loses it, nor the reverse) and gone with the next fire that starts its run or the
+  next change (a change writes the item whole).
 - `SCHEDSLUG#<slug>` / `SCHEDSLUG`: `scheduleId` (get by `wfs_` slug).
 
 Each schedule has one EventBridge Scheduler schedule `c-<id>` in the engine's schedule group:
@@ -50,6 +55,11 @@ class Schedule:
     created_at: str
     updated_at: str
     version: int = 1
+    # The key its runs start for (None: made before schedules recorded one).
+    key_id: str | None = None
+    # Why its last fire started nothing (None: it did, or it has not fired since a change).
+    last_error: str | None = None
+    last_error_at: str | None = None
 
     def to_api(self, next_run_at: str | None) -> dict[str, Any]:
         return {
@@ -62,9 +72,17 @@ class Schedule:
             "input": self.input,
             "status": self.status,
             "nextRunAt": next_run_at,
+            "keyId": self.key_id,
+            "lastError": self.last_error_api(),
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }
+
+    def last_error_api(self) -> dict[str, Any] | None:
+        """`{message, at}` of the last fire that started nothing, or None."""
+        if self.last_error is None:
+            return None
+        return {"message": self.last_error, "at": self.last_error_at}
 
 
 def _s(value: str) -> dict[str, str]:
@@ -89,6 +107,7 @@ def _item(s: Schedule) -> dict[str, Any]:
         "version": {"N": str(s.version)},
         "gsi1pk": _s(f"SCHEDULES#{s.project_id}"),
         "gsi1sk": _s(f"{s.created_at}#{s.id}"),
+        **({"keyId": _s(s.key_id)} if s.key_id else {}),
     }
 
 
@@ -108,6 +127,9 @@ def _from(item: dict[str, Any]) -> Schedule:
         created_at=v["createdAt"],
         updated_at=v.get("updatedAt", v["createdAt"]),
         version=int(v.get("version", 1)),
+        key_id=v.get("keyId"),
+        last_error=v.get("lastError"),
+        last_error_at=v.get("lastErrorAt"),
     )
 
 
@@ -161,8 +183,9 @@ def list_for(project_id: str) -> list[Schedule]:
 
 
 def save(old: Schedule, new: Schedule) -> Schedule:
-    """Write `new` over `old` if nobody changed it meanwhile (its version)."""
-    saved = replace(new, version=old.version + 1)
+    """Write `new` over `old` if nobody changed it meanwhile (its version). The item is
+    written whole: a fire's error before the change is gone with it."""
+    saved = replace(new, version=old.version + 1, last_error=None, last_error_at=None)
     try:
         ddb().put_item(
             TableName=table(),
@@ -175,6 +198,42 @@ def save(old: Schedule, new: Schedule) -> Schedule:
             raise Conflict(f"schedule {old.id} changed or was deleted meanwhile; retry") from err
         raise
     return saved
+
+
+# A fire's error as the schedule shows it, at most (the reason, not a payload).
+MAX_ERROR_CHARS = 1000
+
+
+def record_fire_error(schedule_id: str, message: str, at: str) -> None:
+    """Remember why a fire started nothing (no version check: a change made meanwhile
+    keeps its own fields; nothing for a schedule deleted meanwhile)."""
+    try:
+        ddb().update_item(
+            TableName=table(),
+            Key=item_key(f"SCHEDULE#{schedule_id}", "SCHEDULE"),
+            UpdateExpression="SET lastError = :e, lastErrorAt = :a",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":e": _s(message[:MAX_ERROR_CHARS]), ":a": _s(at)},
+        )
+    except ClientError as err:
+        if not ddb_util.is_condition_failure(err):
+            raise
+
+
+def clear_fire_error(s: Schedule) -> None:
+    """A fire started its run after the error `s` shows: forget the error (only an error as
+    old as that one: a newer fire's stays)."""
+    try:
+        ddb().update_item(
+            TableName=table(),
+            Key=item_key(f"SCHEDULE#{s.id}", "SCHEDULE"),
+            UpdateExpression="REMOVE lastError, lastErrorAt",
+            ConditionExpression="lastErrorAt = :a",
+            ExpressionAttributeValues={":a": _s(s.last_error_at or "")},
+        )
+    except ClientError as err:
+        if not ddb_util.is_condition_failure(err):
+            raise
 
 
 def delete(s: Schedule) -> None:

@@ -145,6 +145,14 @@ class RunError(BaseModel):
     message: str
 
 
+class FireError(BaseModel):
+    """Why a schedule's last fire started nothing (the key it acts for revoked or narrowed,
+    its app not synced, …); gone once a later fire starts its run, or the schedule changes."""
+
+    message: str
+    at: str
+
+
 class StepAnswer(BaseModel):
     id: str
     name: str

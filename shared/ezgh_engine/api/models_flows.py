@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ezgh_engine.api import models as m
+
 FlowName = Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$", description="^[a-z0-9-]{1,64}$")]
 Branch = Annotated[str, Field(pattern=r"^[A-Za-z0-9._/-]{1,64}$")]
 JobStatus = Literal["RUNNING", "WAITING", "COMPLETED", "FAILED", "CANCELLED"]
@@ -90,7 +92,10 @@ class ActionAnswer(BaseModel):
     moduleType: str
     status: ActionStatus
     input: Any = None
+    # Either the value or a reference to it (a payload path: GET /jobs/{jobId}/payloads/…).
+    inputRef: str | None = None
     output: Any = None
+    outputRef: str | None = None
     error: dict[str, Any] | None = None
     attempt: int
     startedAt: str | None = None
@@ -110,13 +115,17 @@ class JobAnswer(BaseModel):
     status: JobStatus
     trackingId: str
     input: Any = None
+    inputRef: str | None = None  # the input's payload path, when not inline
     output: Any = None
+    outputRef: str | None = None  # the output's payload path, when not inline
     error: dict[str, Any] | None = None
     startedAt: str
     finishedAt: str | None = None
     durationMs: int | None = None
     parentJobId: str | None = None  # a sub-flow's job: the job that invoked it
     actions: list[ActionAnswer] = []
+    # More actions than one answer holds: GET /jobs/{jobId}?actionsCursor=… gives the next.
+    nextActionsCursor: str | None = None
 
 
 class JobList(BaseModel):
@@ -165,6 +174,7 @@ class FlowScheduleAnswer(BaseModel):
     keyId: str | None = None
     status: Literal["active", "paused"]
     nextRunAt: str | None = None
+    lastError: m.FireError | None = None
     createdAt: str
     updatedAt: str
 

@@ -282,10 +282,51 @@ def search_jobs(
     f"{PREFIX}/jobs/<jobId>",
     security=m.API_KEY,
     summary="Get a job with its actions",
+    description=(
+        "The job and its actions within one answer's size: values inline while they fit, "
+        "the others as references (inputRef, outputRef) read with the job's payloads route. "
+        "When the actions' records alone do not fit, nextActionsCursor: pass it as "
+        "actionsCursor for the job with the next ones."
+    ),
     responses=m.doc(200, fm.JobAnswer, "the job"),
 )
-def get_job(orgId: str, projectId: str, jobId: str) -> Response[Any]:
-    return json_response(200, flow_jobs.get_job(_caller(orgId, projectId), jobId))
+def get_job(
+    orgId: str,
+    projectId: str,
+    jobId: str,
+    actionsCursor: Annotated[str | None, Query(max_length=4096)] = None,
+) -> Response[Any]:
+    principal = _caller(orgId, projectId)
+    return json_response(200, flow_jobs.get_job(principal, jobId, actionsCursor))
+
+
+def _job_payload(org_id: str, project_id: str, job_id: str) -> Response[Any]:
+    principal = _caller(org_id, project_id)
+    # The path may hold slashes and percent-escapes (`actions/a%2Fb/input`): take it from
+    # the request path as sent; the service decodes the node or step ID.
+    path = router.current_event.path.split("/payloads/", 1)[1]
+    return json_response(200, flow_jobs.get_job_payload(principal, job_id, path))
+
+
+@router.get(
+    f"{PREFIX}/jobs/<jobId>/payloads/<path>",
+    security=m.API_KEY,
+    summary="Get a value of a job given by reference",
+    description=(
+        "`input`, `output`, `actions/<nodeId>/input`, or an action's outputRef "
+        "(`steps/<stepId>/output`); needs flows.jobs.read on the job's flow."
+    ),
+    responses=m.doc(200, None, "the JSON value"),
+)
+def get_job_payload(orgId: str, projectId: str, jobId: str, path: str) -> Response[Any]:
+    return _job_payload(orgId, projectId, jobId)
+
+
+# Paths with slashes: Powertools' `<name>` stops at `/`, so a second, undocumented route
+# takes the rest; the documented one above describes both.
+@router.get(f"{PREFIX}/jobs/<jobId>/payloads/.+", include_in_schema=False)
+def get_job_payload_nested(orgId: str, projectId: str, jobId: str) -> Response[Any]:
+    return _job_payload(orgId, projectId, jobId)
 
 
 @router.post(

@@ -52,6 +52,14 @@ class ScheduleAnswer(BaseModel):
     input: Any = None
     status: str
     nextRunAt: str | None
+    keyId: str | None = Field(
+        default=None,
+        description=(
+            "the API key its runs start for: the one that created it or last changed it "
+            "(null: made before schedules recorded one)"
+        ),
+    )
+    lastError: m.FireError | None = None
     createdAt: str
     updatedAt: str
 

@@ -799,14 +799,15 @@
     });
   }
 
-  /** A large value stored outside the run, read with GetPayload on demand. */
-  function payloadLoader(runId, ref, title) {
+  /** A large value stored outside the run (or job: `base` "jobs"), read on demand with its
+   * payloads route. */
+  function payloadLoader(runId, ref, title, base = "runs") {
     const out = h("div", {});
     const path = String(typeof ref === "object" && ref !== null ? ref.path || ref.key || "" : ref);
     const button = actionButton(`Load ${title.toLowerCase()} (stored separately)`, { "data-testid": "load-payload" }, async () => {
       // An outputRef is already percent-encoded: keep its escapes (and slashes) as they are.
       const encoded = path.split("/").map((seg) => seg.split("%").map(enc).join("%")).join("/");
-      const value = await api("GET", `/runs/${enc(runId)}/payloads/${encoded}`);
+      const value = await api("GET", `/${base}/${enc(runId)}/payloads/${encoded}`);
       clear(out);
       out.appendChild(jsonBlock(value, "payload"));
       return "loaded";
@@ -1144,8 +1145,9 @@
           // A sub-flow's child is a job, a code workflow's a run: link to the one it started.
           a.childJobId ? h("div", {}, "child job ", h("a", { href: `#/jobs/${enc(a.childJobId)}`, class: "mono", "data-testid": "child-job-link", text: a.childJobId })) : null,
           a.childRunId ? h("div", {}, "child run ", h("a", { href: `#/runs/${enc(a.childRunId)}`, class: "mono", "data-testid": "child-run-link", text: a.childRunId })) : null,
-          h("h2", { text: "Input" }), jsonBlock(a.input),
-          "output" in a ? [h("h2", { text: "Output" }), jsonBlock(a.output)] : null,
+          a.inputRef ? payloadLoader(job.id, a.inputRef, "Input", "jobs") : [h("h2", { text: "Input" }), jsonBlock(a.input)],
+          a.outputRef ? payloadLoader(job.id, a.outputRef, "Output", "jobs")
+            : "output" in a ? [h("h2", { text: "Output" }), jsonBlock(a.output)] : null,
           a.error ? [h("h2", { text: "Error" }), jsonBlock(a.error)] : null]
           : h("p", { class: "muted", text: "This node has not run." })]);
     };
@@ -1159,8 +1161,10 @@
             .map(([k, val]) => [h("dt", { text: k }), h("dd", { class: "mono", text: val || "" })]),
           job.parentJobId ? [h("dt", { text: "Parent job" }), h("dd", {}, h("a", { href: `#/jobs/${enc(job.parentJobId)}`, class: "mono", "data-testid": "parent-job-link", text: job.parentJobId }))] : null)),
       h("div", { class: "card" }, flowGraph(graph, byNode, showAction)), detail,
-      h("div", { class: "card grid2" }, h("div", {}, h("h2", { text: "Input" }), jsonBlock(job.input)),
-        "output" in job ? h("div", {}, h("h2", { text: "Output" }), jsonBlock(job.output)) : null,
+      h("div", { class: "card grid2" }, job.inputRef ? payloadLoader(job.id, job.inputRef, "Input", "jobs")
+        : h("div", {}, h("h2", { text: "Input" }), jsonBlock(job.input)),
+        job.outputRef ? payloadLoader(job.id, job.outputRef, "Output", "jobs")
+          : "output" in job ? h("div", {}, h("h2", { text: "Output" }), jsonBlock(job.output)) : null,
         job.error ? h("div", {}, h("h2", { text: "Error" }), jsonBlock(job.error)) : null));
     if (job.status === "RUNNING" || job.status === "WAITING") later(v, () => route(), REFRESH_MS);
   }

@@ -15,7 +15,7 @@ dead-letter limit.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -90,6 +90,30 @@ class YearLimitSweep:
 
 Message = Invoke | Timer | Branch | Cron | TaskWatch | YearLimitSweep
 
+# A group carries at most this many messages: what one SQS batch and one `SendMessageBatch`
+# carry, so a group that must go round the queue is one request and comes back as one
+# batch; and as many pushes as one invoker environment makes at once (its memory is sized
+# for them: topology `INVOKER_FUNCTION`).
+GROUP_MAX_MESSAGES = 10
+# A group's body at most (its messages are a hundred bytes or so each): far under Lambda's
+# 1 MB for an asynchronous event, and, inside the invocation record Lambda's event queue
+# wraps a failed event in (under 2 KB besides it), under SQS's 256 KB message, so the
+# on-failure queue takes any group the invoker gives up on.
+GROUP_MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Group:
+    """Several messages in one asynchronous event (`{"type": "group", "messages": [...]}`):
+    the starts one batch of stream records asks for, which the invoker answers at once,
+    each on its own (a message's failure is its own retry). `malformed`: why elements that
+    are none of ours were left out (the rest of the group still counts)."""
+
+    TYPE: ClassVar[str] = "group"
+    messages: tuple[Message, ...]
+    malformed: tuple[str, ...] = ()
+
+
 # Per class: (wire name, attribute, reader) for each field, in wire order.
 _Field = tuple[str, str, Callable[[Any], Any]]
 
@@ -155,6 +179,31 @@ def load(body: Any) -> Message:
             raise MalformedMessage(f"{cls.TYPE} message: {wire}: {exc}") from None
     message: Message = cls(**values)
     return message
+
+
+def dumps_group(messages: Sequence[Message]) -> str:
+    """The compact JSON body of a group of `messages` (see `Group`)."""
+    body = {"type": Group.TYPE, "messages": [dump(m) for m in messages]}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def load_event(body: Any) -> Message | Group:
+    """`load`, or a `Group` of loaded messages (a group holds no group)."""
+    if not isinstance(body, dict) or body.get("type") != Group.TYPE:
+        return load(body)
+    elements = body.get("messages")
+    if not isinstance(elements, list) or not elements:
+        raise MalformedMessage("group message without a non-empty 'messages' list")
+    loaded: list[Message] = []
+    malformed: list[str] = []
+    for element in elements:
+        try:
+            if isinstance(element, dict) and element.get("type") == Group.TYPE:
+                raise MalformedMessage("a group inside a group")
+            loaded.append(load(element))
+        except MalformedMessage as exc:
+            malformed.append(f"{exc}: {str(element)[:200]!r}")
+    return Group(tuple(loaded), tuple(malformed))
 
 
 def parse(body: str) -> Message:

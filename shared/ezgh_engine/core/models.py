@@ -261,6 +261,9 @@ class Run:
     last_outcome: Any = field(default=None, compare=False, hash=False)
     # The mark of the run's last sleep wake-up (`invocations_store.wake_mark`), or None.
     woke: str | None = field(default=None, compare=False, hash=False)
+    # The API key that polled the pull task of the current lease (`core.task_claims`): what
+    # that task's code does acts for it. None: no task of this lease was polled by a key.
+    task_key_id: str | None = field(default=None, compare=False, hash=False)
 
     @property
     def ended(self) -> bool:

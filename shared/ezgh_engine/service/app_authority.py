@@ -6,7 +6,10 @@
 (`App.key_id`): the key that last set what code it runs (created it, changed its URL, synced
 it, announced one of its workers), as a flow's job acts for the key that started it. The key
 is read again by its ID at each such invoke, so a revoked key (or one whose creator was
-revoked) or a narrowed one stops it at once. Refused, the `invoke` step fails with
+revoked) or a narrowed one stops it at once. A pull app's task handed out by
+`tasks/poll` acts for the key that polled it instead (`Run.task_key_id`,
+`core.task_claims`): a key that may only poll the app's tasks gets no more through the
+app's code than it holds itself. Refused, the `invoke` step fails with
 `workflows.forbidden` and no child run is started; the workflow sees the step's error.
 
 Invoking the app's own workflows needs nothing: that is the app's own code. A job of EzFlow's
@@ -40,17 +43,17 @@ def invoke_refusal(parent: Run, target: App | None, workflow: str) -> RunError |
     caller = registry_store.get_app(parent.project_id, parent.app_id)
     if caller is None:
         return _refused(f"the app of run {parent.id} is gone; it starts nothing")
-    if caller.key_id is None:
+    key_id, whose = caller.key_id, f"app {caller.name} acts for"
+    if parent.task_key_id is not None:
+        key_id, whose = parent.task_key_id, f"the task of app {caller.name} was polled with"
+    if key_id is None:
         return _refused(
             f"app {caller.name} records no API key to act for (registered before apps "
             "recorded one): sync it, or restart its workers, to record the key that does"
         )
-    key = api_keys_store.get_api_key(parent.project_id, caller.key_id)
+    key = api_keys_store.get_api_key(parent.project_id, key_id)
     if key is None:
-        return _refused(f"the API key app {caller.name} acts for ({caller.key_id}) is revoked")
+        return _refused(f"the API key {whose} ({key_id}) is revoked")
     if not key.principal().allows(START, resource):
-        return _refused(
-            f"the API key app {caller.name} acts for ({caller.key_id}) may not {START} on "
-            f"{resource}"
-        )
+        return _refused(f"the API key {whose} ({key_id}) may not {START} on {resource}")
     return None

@@ -19,6 +19,13 @@ the dead-letter queue. Targets:
   not this subscription's); none resumed, or a missing or invalid attribute, is
   `No run to resume (message)` and retried.
 
+Every delivery acts for the key the subscription records (`subscriptions.acting_key`),
+read again, with its creators, as this environment read it at most
+`api_keys_store.KEY_CACHE_SECONDS` ago: it must still hold `queues.subscriptions.create` on
+the queue, and for a workflow target `workflows.runs.start` (`resume`) on its workflow.
+Refused, nothing is delivered: the status says so (`Run not started: 403 forbidden: …`) and
+the message is retried like any failed delivery, then dead-lettered.
+
 The subscription's status is its last delivery's: a failure's words until a later delivery
 succeeds, then `ok` again (`lastFailure` keeps the failure). A success is written only after
 a failure this environment has seen (its copy of the subscription is up to
@@ -38,7 +45,7 @@ from typing import Any
 import httpx
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import push, queues_store, sqs_queues
+from ezgh_engine.adapters import push, queues_store, registry_store, sqs_queues
 from ezgh_engine.core.queues import (
     MESSAGE_KEY_RE,
     NO_RUN_TO_RESUME,
@@ -51,8 +58,14 @@ from ezgh_engine.core.queues import (
 )
 from ezgh_engine.errors import EngineError, ValidationError
 from ezgh_engine.service import flow_targets, sqs_batch
-from ezgh_engine.service.derived_runs import NotStartable, start_derived_run
-from ezgh_engine.service.subscriptions import SECRET_PREFIX, signing_secret
+from ezgh_engine.service.derived_runs import NotStartable, start_derived_run, startable_app
+from ezgh_engine.service.subscriptions import (
+    CREATE_ACTION,
+    MODE_ACTION,
+    SECRET_PREFIX,
+    acting_key,
+    signing_secret,
+)
 from ezgh_engine.service.waits import resume_message_waiters
 
 log = logging.getLogger(__name__)
@@ -69,7 +82,17 @@ def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> 
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
+def _authorize(sub: Subscription, refused: str, *needs: tuple[str, str]) -> None:
+    """Deliver only while the subscription's key may: `queues.subscriptions.create` on its
+    queue and `needs`; else the delivery fails with the 403 (`refused` first)."""
+    try:
+        acting_key(sub).require((CREATE_ACTION, sub.queue_id), *needs)
+    except EngineError as err:
+        raise DeliveryFailed(f"{refused}: {err.status} {err.code}: {err.message}") from None
+
+
 def _deliver_https(sub: Subscription, message: dict[str, Any]) -> None:
+    _authorize(sub, "Not delivered")
     url = str(sub.target["url"])
     shown = redacted_url(url)  # a failure is shown to every reader: no path, no query
     try:
@@ -103,18 +126,20 @@ def _deliver_https(sub: Subscription, message: dict[str, Any]) -> None:
 
 
 def _deliver_start(sub: Subscription, message: dict[str, Any]) -> None:
-    target = sub.target
+    workflow = str(sub.target["workflow"])
     try:
-        start_derived_run(
-            run_id=start_run_id(sub.project_id, sub.queue_id, str(message["messageId"])),
-            org_id=sub.org_id,
-            project_id=sub.project_id,
-            app_ref=str(target["appId"]),
-            workflow=str(target["workflow"]),
-            input=message,
-        )
+        app = startable_app(sub.project_id, str(sub.target["appId"]), workflow)
     except NotStartable as err:
         raise DeliveryFailed(f"Run not started: {err}") from None
+    _authorize(sub, "Run not started", (MODE_ACTION["start"], f"{app.name}/{workflow}"))
+    start_derived_run(
+        run_id=start_run_id(sub.project_id, sub.queue_id, str(message["messageId"])),
+        org_id=sub.org_id,
+        project_id=sub.project_id,
+        app=app,
+        workflow=workflow,
+        input=message,
+    )
 
 
 def _deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
@@ -122,6 +147,11 @@ def _deliver_resume(sub: Subscription, message: dict[str, Any]) -> None:
     if not isinstance(key, str) or not MESSAGE_KEY_RE.match(key):
         raise DeliveryFailed(NO_RUN_TO_RESUME)
     target = (str(sub.target["appId"]), str(sub.target["workflow"]))
+    if acting_key(sub).key_id is not None:  # (none: a subscription from before keys)
+        app = registry_store.get_app_cached(sub.project_id, target[0])
+        if app is None:
+            raise DeliveryFailed(f"Run not resumed: app {target[0]} not found")
+        _authorize(sub, "Run not resumed", (MODE_ACTION["resume"], f"{app.name}/{target[1]}"))
     resumed = resume_message_waiters(
         sub.project_id, sub.queue_id, key, message, app_id=target[0], workflow=target[1]
     )

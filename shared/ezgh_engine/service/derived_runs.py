@@ -1,9 +1,9 @@
-"""Runs the engine starts by itself (schedules; later queue subscriptions), with derived IDs.
+"""Runs the engine starts by itself (schedules, queue subscriptions), with derived IDs.
 
 A derived ID is the same for the same cause, so "start exactly once" is the conditional put
-of the run item: a second start with the same ID starts nothing and answers None. These
-starts are admitted like API starts, without a caller's permission check (whoever set up the
-cause was checked then); the app must be synced and host the workflow.
+of the run item: a second start with the same ID starts nothing and answers None. The app
+must be synced and host the workflow (`startable_app`); the caller checks, between the two,
+that the key its cause acts for may still start the workflow (`service.acting_keys`).
 """
 
 from __future__ import annotations
@@ -23,21 +23,8 @@ class NotStartable(Exception):
     """The app is gone, not synced, or does not host the workflow."""
 
 
-def start_derived_run(
-    *,
-    run_id: str,
-    org_id: str,
-    project_id: str,
-    app_ref: str,
-    workflow: str,
-    input: Any,
-    schedule_id: str | None = None,
-    parent_run_id: str | None = None,
-) -> Run | None:
-    """Start run `run_id` unless it exists; answers the new run, or None when it existed.
-
-    Raises `NotStartable` when the app cannot run the workflow now.
-    """
+def startable_app(project_id: str, app_ref: str, workflow: str) -> App:
+    """The app that runs `workflow` now; `NotStartable` when it cannot."""
     # The app as read a moment ago (`registry_store.get_app_cached`: a burst of starts reads
     # it once); a refusal is read again first, so only a startable answer can be stale.
     app = registry_store.get_app_cached(project_id, app_ref)
@@ -46,6 +33,22 @@ def start_derived_run(
     refusal = _refusal(app, app_ref, workflow)
     if refusal is not None or app is None:
         raise NotStartable(refusal or f"app {app_ref} not found")
+    return app
+
+
+def start_derived_run(
+    *,
+    run_id: str,
+    org_id: str,
+    project_id: str,
+    app: App,
+    workflow: str,
+    input: Any,
+    schedule_id: str | None = None,
+    parent_run_id: str | None = None,
+) -> Run | None:
+    """Start run `run_id` of `app` (a `startable_app`) unless it exists; answers the new
+    run, or None when it existed."""
     run = new_run(
         run_id=run_id,
         org_id=org_id,

@@ -124,15 +124,17 @@ def check_graph_needs(principal: Principal, graph: Graph, *, who: str) -> None:
             )
 
 
-def acting_principal(project_id: str, actor: Actor | None) -> Principal:
+def acting_principal(project_id: str, actor: Actor | None, *, cached: bool = False) -> Principal:
     """The key a job acts for, as it is now; 403 when the job records none or the key is
-    revoked."""
+    revoked. `cached`: as this environment read it up to `api_keys_store.KEY_CACHE_SECONDS`
+    ago (a schedule's fire, a subscription's delivery: `service.acting_keys`)."""
     if actor is None:  # a job, schedule or subscription made before the engine recorded one
         raise Forbidden(
             "no API key to act for is recorded (made before the engine recorded one: start, "
             "schedule or subscribe it again)"
         )
-    key = api_keys_store.get_api_key(project_id, actor.key_id)
+    read = api_keys_store.get_api_key_cached if cached else api_keys_store.get_api_key
+    key = read(project_id, actor.key_id)
     if key is None:
         raise Forbidden(f"the API key {actor.key_id} this job acts for ({actor.via}) is revoked")
     return key.principal()

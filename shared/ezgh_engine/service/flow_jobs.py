@@ -25,12 +25,11 @@ from ezgh_engine.core.flows.jobs import (
     job_input,
     job_status,
     job_summary,
-    job_view,
 )
 from ezgh_engine.core.flows.modules import WAIT_MODULES
 from ezgh_engine.core.models import ENDED_STATUSES, Principal, Run, Step
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
-from ezgh_engine.service import callbacks, waits
+from ezgh_engine.service import callbacks, job_views, waits
 from ezgh_engine.service.flow_authority import check_graph_needs
 from ezgh_engine.service.flow_hosting import engine_app
 from ezgh_engine.service.flows import check_branch, find_flow, require
@@ -150,10 +149,12 @@ def job_graph(run: Run, job: JobInput) -> Any:
     return carried if isinstance(carried, dict) else {"nodes": [], "edges": []}
 
 
-def view(run: Run) -> dict[str, Any]:
-    """The job of a run of the interpreter, with its actions."""
+def view(run: Run, actions_cursor: str | None = None) -> dict[str, Any]:
+    """The job of a run of the interpreter, with (a page of) its actions, within one
+    answer's size (`service.job_views`)."""
     job = job_input(run)
-    return job_view(run, job, job_graph(run, job), _resume_url(run))
+    graph = job_graph(run, job)
+    return job_views.job_answer(run, job, graph, _resume_url(run), actions_cursor=actions_cursor)
 
 
 def _job_run(principal: Principal, job_id: str, *actions: str) -> tuple[Run, Flow | None]:
@@ -182,8 +183,16 @@ def may(principal: Principal, action: str, flow_name: str | None) -> bool:
     return principal.allows(action, flow_name)
 
 
-def get_job(principal: Principal, job_id: str) -> dict[str, Any]:
-    return view(_job_run(principal, job_id, READ)[0])
+def get_job(principal: Principal, job_id: str, actions_cursor: str | None = None) -> dict[str, Any]:
+    """The job with the page of its actions `actions_cursor` opens (None: the first)."""
+    return view(_job_run(principal, job_id, READ)[0], actions_cursor)
+
+
+def get_job_payload(principal: Principal, job_id: str, path: str) -> Any:
+    """A value of the job that its answer gave as a reference (`service.job_views`)."""
+    run = _job_run(principal, job_id, READ)[0]
+    job = job_input(run)
+    return job_views.payload(run, job, job_graph(run, job), path)
 
 
 def cancel_job(principal: Principal, job_id: str) -> dict[str, Any]:

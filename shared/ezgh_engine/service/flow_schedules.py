@@ -6,7 +6,7 @@ the job's input and the API key that created it. `/schedules` never shows or cha
 (`service.schedules` hides them): the interpreter is no app a project can schedule. Each
 fire starts a job (`ids.derived_id("schedule", <id>, <planned time>)`: a duplicate fire
 starts none) acting for the creating key, read again then: a revoked key's schedule
-starts nothing (the fire is logged and dropped).
+starts nothing (the fire is logged, and shown as the schedule's `lastError`).
 
 Permissions: creating and deleting need `flows.jobs.start` on the flow (and, to create,
 what the flow's commit needs: the schedule starts jobs in the creator's stead); listing
@@ -15,7 +15,6 @@ needs `flows.jobs.read` or `flows.jobs.start` on it.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ezgh_engine import clock, ids
@@ -26,12 +25,11 @@ from ezgh_engine.core import cron, validation
 from ezgh_engine.core.flows.graph import parse_graph
 from ezgh_engine.core.flows.jobs import INTERPRETER_WORKFLOW, Actor, interpreter_app_id
 from ezgh_engine.core.models import Principal
-from ezgh_engine.errors import EngineError, Forbidden, NotFound
+from ezgh_engine.errors import Forbidden, NotFound
 from ezgh_engine.service.flow_authority import acting_principal, check_graph_needs
 from ezgh_engine.service.flow_jobs import START, check_tracking, start_job
 from ezgh_engine.service.flows import check_branch, find_flow, require
 
-log = logging.getLogger(__name__)
 READ = "flows.jobs.read"
 
 
@@ -46,7 +44,7 @@ def _input(s: Schedule) -> dict[str, Any]:
 
 def to_api(s: Schedule) -> dict[str, Any]:
     """`{id, slug, flowId, cron, timezone, input, trackingId?, branch?, keyId, status,
-    nextRunAt, createdAt, updatedAt}`."""
+    nextRunAt, lastError, createdAt, updatedAt}`."""
     data = _input(s)
     body: dict[str, Any] = {
         "id": s.id,
@@ -60,6 +58,7 @@ def to_api(s: Schedule) -> dict[str, Any]:
         "nextRunAt": clock.iso(cron.next_after(s.cron, s.timezone, clock.now()))
         if s.status == "active"
         else None,
+        "lastError": s.last_error_api(),
         "createdAt": s.created_at,
         "updatedAt": s.updated_at,
     }
@@ -145,22 +144,20 @@ def delete_schedule(principal: Principal, flow_ref: str, schedule_ref: str) -> N
 
 def fire(s: Schedule, job_id: str) -> str | None:
     """Start the job of one fire (`job_id`: derived from the schedule and its planned
-    time), acting for the key that created the schedule; its ID, or None."""
+    time), acting for the key that created the schedule; its ID, or None when it existed.
+    A 403 `EngineError` when that key may no longer start it (`service.schedules.fire`
+    records it as the schedule's `lastError`)."""
     data = _input(s)
     key_id = data.get("keyId")
     actor = Actor(key_id, f"schedule:{s.id}") if isinstance(key_id, str) and key_id else None
-    try:
-        principal = acting_principal(s.project_id, actor)
-        job, created = start_job(
-            principal,
-            str(data.get("flowId")),
-            input=data.get("input"),
-            tracking_id=data.get("trackingId"),
-            branch=data.get("branch"),
-            job_id=job_id,
-            via=f"schedule:{s.id}",
-        )
-    except EngineError as err:
-        log.warning("flow schedule %s started no job: %s %s", s.id, err.status, err.message)
-        return None
+    principal = acting_principal(s.project_id, actor, cached=True)
+    job, created = start_job(
+        principal,
+        str(data.get("flowId")),
+        input=data.get("input"),
+        tracking_id=data.get("trackingId"),
+        branch=data.get("branch"),
+        job_id=job_id,
+        via=f"schedule:{s.id}",
+    )
     return str(job["id"]) if created else None

@@ -18,6 +18,18 @@ to then and it is reported as a batch item failure. A handler that raises leaves
 the queue until the visibility timeout (and the dead-letter queue after `max_receive_count`). A
 body that is none of ours is dropped with an error log (see `core.messages`).
 
+An asynchronous event may hold a group of messages (`wire.Group`: the starts one batch of
+stream records asked for). Its messages are answered at once, each on a thread of its own
+(`service.at_once`), and each on its own: one that answers a `Retry`, or raises, goes to the
+queue by itself (a raise after `FAILED_RETRY_SECONDS`, as Lambda's first retry would wait),
+never failing or repeating its neighbours. Only a message that could not even be put on the
+queue fails the event, which Lambda then delivers again whole; the neighbours already
+answered find their reason handled or their run leased, as any duplicate does, and an
+invoker that dies mid-group is retried the same way. A group that reaches the queue
+(Lambda's on-failure record of one) is split there into single messages, so no environment
+makes more than `wire.GROUP_MAX_MESSAGES` pushes at once; an SQS batch (as many) is handled
+at once too, with a partial batch answer.
+
 An asynchronous event has no message to hold: its `Retry` is the same message sent to the
 queue with the delay (as a timer's invocation that must come back is, `invoker`), and a
 handler that raises fails the invocation, which Lambda retries (twice, a minute then two
@@ -36,8 +48,8 @@ from typing import Any
 from ezgh_engine.adapters import messages as queue
 from ezgh_engine.core import messages as wire
 from ezgh_engine.core.messages import Retry
-from ezgh_engine.service import branches, invoker, pull, schedules, year_limits
-from ezgh_engine.service.sqs_batch import Redeliver, failed_ids, process
+from ezgh_engine.service import at_once, branches, invoker, pull, schedules, year_limits
+from ezgh_engine.service.sqs_batch import Redeliver, process_at_once
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +84,24 @@ HANDLERS: dict[type[Any], Callable[[Any], Retry | None]] = {
 }
 
 
-def _load(decoded: Any) -> wire.Message:
-    """The message of a decoded body or event: ours, or the `requestPayload` of the
-    invocation record Lambda's event queue sends to the on-failure queue."""
+# A message of a group that raised comes back through the queue after this (Lambda's own
+# wait before its first retry of a failed event).
+FAILED_RETRY_SECONDS = 60
+
+
+def _load(decoded: Any) -> wire.Message | wire.Group:
+    """The message (or group) of a decoded body or event: ours, or the `requestPayload` of
+    the invocation record Lambda's event queue sends to the on-failure queue."""
     if isinstance(decoded, dict) and "requestPayload" in decoded and "requestContext" in decoded:
         decoded = decoded["requestPayload"]
-    return wire.load(decoded)
+    loaded = wire.load_event(decoded)
+    if isinstance(loaded, wire.Group):
+        for why in loaded.malformed:
+            log.error("dropping a group's message that is none of ours (%s)", why)
+    return loaded
 
 
-def _parse(body: str) -> wire.Message:
+def _parse(body: str) -> wire.Message | wire.Group:
     try:
         decoded = json.loads(body)
     except ValueError:
@@ -95,6 +116,9 @@ def handle_message(body: str) -> Retry | None:
     except wire.MalformedMessage as exc:
         log.error("dropping a message that is none of ours (%s): %r", exc, body[:200])
         return None
+    if isinstance(message, wire.Group):  # Lambda gave up on a group: each goes on its own
+        queue.send_each(message.messages)
+        return None
     return HANDLERS[type(message)](message)
 
 
@@ -106,6 +130,9 @@ def handle_event(event: Any) -> None:
     except wire.MalformedMessage as exc:
         log.error("dropping an event that is none of ours (%s): %r", exc, str(event)[:200])
         return
+    if isinstance(message, wire.Group):
+        handle_group(message)
+        return
     try:
         retry = HANDLERS[type(message)](message)
     except Exception:
@@ -114,6 +141,32 @@ def handle_event(event: Any) -> None:
     if retry is not None:
         log.info("%s held back %.0f s: to the queue", message.TYPE, retry.after_seconds)
         queue.send(message, retry.after_seconds)
+
+
+class GroupIncomplete(Exception):
+    """Messages of a group could neither be answered nor put on the queue: the event fails,
+    and Lambda delivers it again whole."""
+
+
+def handle_group(group: wire.Group) -> None:
+    """Answer a group's messages at once, each on its own (see the module's docstring)."""
+    answers = at_once.run_all([_in_group(message) for message in group.messages])
+    lost = [m for m, a in zip(group.messages, answers, strict=True) if isinstance(a, Exception)]
+    if lost:
+        raise GroupIncomplete(f"{len(lost)} of {len(group.messages)} message(s) not queued")
+
+
+def _in_group(message: wire.Message) -> Callable[[], None]:
+    def answer() -> None:
+        try:
+            retry = HANDLERS[type(message)](message)
+        except Exception:
+            log.exception("%s of a group failed; it comes back through the queue", message.TYPE)
+            retry = Retry(after_seconds=FAILED_RETRY_SECONDS)
+        if retry is not None:
+            queue.send(message, retry.after_seconds)
+
+    return answer
 
 
 def handle_record(record: dict[str, Any]) -> None:
@@ -131,13 +184,14 @@ def handle_record(record: dict[str, Any]) -> None:
 
 def handle_batch(records: list[dict[str, Any]]) -> list[str]:
     """Handle SQS records; answer the message IDs to leave in the queue."""
-    return failed_ids(records, handle_record)
+    answer = process_at_once({"Records": records}, handle_record)
+    return [str(item["itemIdentifier"]) for item in answer["batchItemFailures"]]
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """The invoker function's answer to Lambda: the partial batch response for SQS records;
-    for an asynchronous invocation, nothing (Lambda ignores it)."""
+    """The invoker function's answer to Lambda: the partial batch response for SQS records
+    (handled at once); for an asynchronous invocation, nothing (Lambda ignores it)."""
     if isinstance(event, dict) and "Records" in event:
-        return process(event, handle_record, context)
+        return process_at_once(event, handle_record)
     handle_event(event)
     return {}

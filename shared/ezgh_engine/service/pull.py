@@ -41,7 +41,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import messages as wire
-from ezgh_engine.core import tokens, validation
+from ezgh_engine.core import task_claims, tokens, validation
 from ezgh_engine.core.models import App, Principal, Run, RunError
 from ezgh_engine.core.run_errors import request_too_large
 from ezgh_engine.core.sizes import SQS_MESSAGE_BYTES, json_text
@@ -133,8 +133,9 @@ def verify_task_id(task_id: Any) -> TaskClaims:
 
 # The run item's mark of the claim on its current task (`set_lease`'s `claim`): which
 # task (`<epoch>/<seq>/`) and who claimed it. Short: the run item is written often.
+# A claim names the key that polled its task (`core.task_claims`).
 CLAIM_ATTR = "tc"
-CLAIM_MAX = 128
+CLAIM_MAX = task_claims.CLAIM_MAX
 
 
 def set_lease(
@@ -293,7 +294,7 @@ def poll(principal: Principal, app_ref: str, wait_seconds: int = MAX_POLL_SECOND
         remaining = max(0, math.ceil(deadline - clock.monotonic()))
         for body, receipt in task_queues.receive_task(app.id, remaining):
             task_queues.delete_task(app.id, receipt)
-            task = _live_task(body)
+            task = _live_task(body, principal.key_id)
             if task is not None:
                 return task
         if clock.monotonic() >= deadline:
@@ -358,8 +359,9 @@ def delete_task_queue(app_id: str) -> None:
         log.warning("could not delete the task queue of app %s: %s", app_id, exc)
 
 
-def _live_task(body: str) -> dict[str, Any] | None:
-    """The task, unless its invocation was superseded or answered meanwhile."""
+def _live_task(body: str, key_id: str) -> dict[str, Any] | None:
+    """The task, claimed for `key_id` (the key that polled it: its code acts for that key),
+    unless its invocation was superseded or answered meanwhile."""
     try:
         task = json.loads(body)
         claims = verify_task_id(task.get("taskId"))
@@ -383,7 +385,7 @@ def _live_task(body: str) -> dict[str, Any] | None:
         # heartbeat (an ended lease is not revived: its token works no more).
         # Claimed too: a copy of this task SQS delivered again is not handed out twice.
         until_ms = clock.now_ms() + pull_lease_seconds() * 1000
-        claim = f"poll/{ids.time_ordered_id()}"
+        claim = task_claims.poll_claim(key_id, ids.time_ordered_id())
         set_lease(claims.run_id, claims.epoch, until_ms, seq=claims.seq, claim=claim)
     except StaleInvocation:
         return None
@@ -408,10 +410,14 @@ def heartbeat(token: str, body: Any) -> dict[str, Any]:
     a live lease on an unanswered reason, 409 for a superseded, answered or expired task."""
     claims, task = _claims(token, body)
     claim = body.get("claim")
-    if claim is not None and not (
-        isinstance(claim, str) and 0 < len(claim) <= CLAIM_MAX and claim.isascii()
-    ):
-        raise ValidationError(f"claim: a string of 1 to {CLAIM_MAX} ASCII characters")
+    if claim is not None:
+        refused = (
+            task_claims.check_worker_claim(claim)
+            if isinstance(claim, str)
+            else f"claim: a string of 1 to {CLAIM_MAX} ASCII characters"
+        )
+        if refused is not None:
+            raise ValidationError(refused)
     lease_s = pull_lease_seconds()
     until = clock.now_ms() + lease_s * 1000
     set_lease(claims.run_id, claims.epoch, until, seq=task.seq, claim=claim)

@@ -4,10 +4,16 @@ Permissions: managing a schedule (create, update, pause, resume, delete) needs
 `workflows.runs.start` on `<app name>/<workflow>`: a schedule starts runs in the caller's
 stead. Reading one needs `workflows.runs.read` or `workflows.runs.start` on the same resource.
 
+A schedule acts for the key that created it or last changed it (update, pause, resume:
+`keyId`), as a flow schedule does (`service.acting_keys`).
+
 Firing: EventBridge Scheduler sends a `core.messages.Cron` (`scheduleId`, `scheduledTime`) to the
 invocations queue; `fire` computes the planned time (the cron occurrence at or before the
 scheduled time, or now when Scheduler gave none) and starts the run
 `ids.derived_id("schedule", <id>, <planned ISO time>)`: a duplicate fire starts nothing new.
+The key the schedule acts for must still hold `workflows.runs.start` on the workflow then; a
+fire that starts nothing (that key revoked or narrowed, the app not synced or not hosting
+the workflow) is the schedule's `lastError` until a later fire starts its run.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from ezgh_engine.adapters.schedules_store import Schedule
 from ezgh_engine.core import cron, validation
 from ezgh_engine.core.messages import Cron
 from ezgh_engine.core.models import App, Principal
-from ezgh_engine.errors import Forbidden, NotFound
+from ezgh_engine.errors import EngineError, Forbidden, NotFound
 from ezgh_engine.service import derived_runs, flow_schedules
+from ezgh_engine.service.acting_keys import ActingKey
 from ezgh_engine.service.flow_schedules import is_flow_schedule
 
 log = logging.getLogger(__name__)
@@ -106,6 +113,7 @@ def create_schedule(
         status="active",
         created_at=now,
         updated_at=now,
+        key_id=principal.key_id,
     )
     store.create(s)
     try:
@@ -157,7 +165,7 @@ def update_schedule(
     input: Any = UNSET,
 ) -> Schedule:
     s, app = _managed(principal, ref)
-    changed = s
+    changed = replace(s, key_id=principal.key_id)  # it acts for the key that changed it
     if cron_expression is not UNSET:
         changed = replace(changed, cron=cron.check_cron(cron_expression))
     if timezone is not UNSET:
@@ -191,9 +199,10 @@ def _save(old: Schedule, new: Schedule) -> Schedule:
 
 def set_status(principal: Principal, ref: str, status: Literal["active", "paused"]) -> Schedule:
     s, _ = _managed(principal, ref)
-    if s.status == status:
+    if s.status == status and s.key_id == principal.key_id:
         return s
-    return _save(s, replace(s, status=status, updated_at=clock.iso(clock.now())))
+    changed = replace(s, status=status, key_id=principal.key_id)
+    return _save(s, replace(changed, updated_at=clock.iso(clock.now())))
 
 
 def delete_schedule(principal: Principal, ref: str) -> None:
@@ -231,22 +240,56 @@ def fire(message: Cron) -> str | None:
         return None
     planned = planned_time(s, message.scheduled_time)
     run_id = run_id_for(s.id, planned)
-    if is_flow_schedule(s):  # a job, for the key that made the schedule
-        return flow_schedules.fire(s, run_id)
+    started_what = "Job" if is_flow_schedule(s) else "Run"
     try:
-        run = derived_runs.start_derived_run(
-            run_id=run_id,
-            org_id=s.org_id,
-            project_id=s.project_id,
-            app_ref=s.app_id,
-            workflow=s.workflow,
-            input=s.input,
-            schedule_id=s.id,
-        )
+        started = _start(s, run_id)
     except derived_runs.NotStartable as exc:
-        log.warning("schedule %s could not start a run: %s", s.id, exc)
+        fire_failed(s, f"Run not started: {exc}")
         return None
-    if run is None:
-        log.info("schedule %s: run %s for %s exists already", s.id, run_id, clock.iso(planned))
+    except EngineError as err:
+        if err.retryable:  # throttled, briefly unavailable: the fire's message comes again
+            raise
+        fire_failed(s, f"{started_what} not started: {err.status} {err.code}: {err.message}")
         return None
-    return run.id
+    if started is None:
+        log.info("schedule %s: %s for %s exists already", s.id, run_id, clock.iso(planned))
+        return None
+    fire_succeeded(s)
+    return started
+
+
+def _start(s: Schedule, run_id: str) -> str | None:
+    """Start the fire's run (a flow schedule's: its job), for the key the schedule acts
+    for; its ID, or None when it existed. `NotStartable`, or a 403 `EngineError` when that
+    key may no longer start it."""
+    if is_flow_schedule(s):
+        return flow_schedules.fire(s, run_id)
+    app = derived_runs.startable_app(s.project_id, s.app_id, s.workflow)
+    acting_key(s).require((START, f"{app.name}/{s.workflow}"))
+    run = derived_runs.start_derived_run(
+        run_id=run_id,
+        org_id=s.org_id,
+        project_id=s.project_id,
+        app=app,
+        workflow=s.workflow,
+        input=s.input,
+        schedule_id=s.id,
+    )
+    return run.id if run is not None else None
+
+
+def acting_key(s: Schedule) -> ActingKey:
+    """The key the schedule's runs start for."""
+    return ActingKey(s.project_id, s.key_id, f"schedule {s.id}")
+
+
+def fire_failed(s: Schedule, reason: str) -> None:
+    """A fire started nothing: say why where its readers look (`lastError`), and log it."""
+    log.warning("schedule %s started nothing: %s", s.id, reason)
+    store.record_fire_error(s.id, reason, clock.iso(clock.now()))
+
+
+def fire_succeeded(s: Schedule) -> None:
+    """A fire started its run: an error a fire before it left is past."""
+    if s.last_error is not None:
+        store.clear_fire_error(s)

@@ -136,11 +136,33 @@ def handle_batch(
 ) -> list[str]:
     """Handle records in order; on the first failure answer its sequence number (and stop),
     so the event source retries from there. `time_left()`: the invocation's seconds left;
-    with it, a throttled record is tried again in place while there is time."""
+    with it, a throttled record is tried again in place while there is time.
+
+    The invocations the records ask for start in groups (`messages.gathering`): one
+    invoker environment answers a group at once. A group that could not be sent fails
+    its earliest record, so that record and the ones after it are handled again."""
+    with messages.gathering() as outbox:
+        failed = _handle_in_order(records, time_left, outbox)
+        unsent = outbox.flush()
+    if unsent is not None:
+        return [str(unsent)]
+    return [failed] if failed is not None else []
+
+
+def _handle_in_order(
+    records: list[dict[str, Any]], time_left: Callable[[], float] | None, outbox: messages.Outbox
+) -> str | None:
+    """Handle records until one fails (answer its sequence number) or a group of starts
+    could not be sent (the batch is failed from that group's first record: see
+    `handle_batch`)."""
     for record in records:
+        sequence = str(record.get("dynamodb", {}).get("SequenceNumber", ""))
+        outbox.mark(sequence)
         try:
             _handle_patiently(record, time_left)
         except Exception:
             log.exception("stream record failed; retrying from it")
-            return [str(record.get("dynamodb", {}).get("SequenceNumber", ""))]
-    return []
+            return sequence
+        if outbox.unsent is not None:
+            return None
+    return None

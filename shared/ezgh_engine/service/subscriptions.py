@@ -6,8 +6,12 @@ Rules:
   would split a queue's messages between them); a second one is `409 invalid_state`.
 - Permissions (seed 004), checked at create and at every change: `queues.subscriptions.create`
   on the queue, and for a workflow target `workflows.runs.start` (mode `start`) or
-  `workflows.runs.resume` (mode `resume`) on `<app name>/<workflow>`. Deliveries are not
-  checked again.
+  `workflows.runs.resume` (mode `resume`) on `<app name>/<workflow>`. A subscription acts
+  for the key that created it or last changed its target (`keyId` in the target; every
+  change of a workflow target checks it again, so every change records it): each delivery
+  reads that key again and it must still hold what creating the subscription needed
+  (`service.deliver`, `service.acting_keys`). An https target acts too: it hands the queue's
+  messages to a URL of its creator's choosing.
 - The target's `kind` cannot change; a PATCH may change `maxConcurrency` and, within the same
   kind, the target. Pause and resume enable and disable the event source mapping.
 - `maxConcurrency` 1 to 1000 (default 10). See `adapters.event_sources` for how 1 maps onto
@@ -42,13 +46,15 @@ from ezgh_engine.core.queues import (
     Subscription,
 )
 from ezgh_engine.errors import Conflict, Forbidden, NotFound, ValidationError
+from ezgh_engine.service.acting_keys import ActingKey
 from ezgh_engine.service.flow_targets import check_flow_target
 from ezgh_engine.service.queues import get_queue, require
 
 CREATE_ACTION = "queues.subscriptions.create"
 # An https target's URL at most (as an app's URL: `api.models`).
 MAX_URL_CHARS = 2048
-_MODE_ACTION = {"start": "workflows.runs.start", "resume": "workflows.runs.resume"}
+# What a workflow target needs on its workflow, by mode (at each change, and each delivery).
+MODE_ACTION = {"start": "workflows.runs.start", "resume": "workflows.runs.resume"}
 
 
 def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any]:
@@ -64,13 +70,13 @@ def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any
             push.check_app_url(url)
         except ValidationError as err:
             raise ValidationError(f"target.url: {err.message}") from None
-        return {"kind": "https", "url": url}
+        return {"kind": "https", "url": url, "keyId": principal.key_id}
     if kind == "flow":  # issue 16: a flow's jobs
         return check_flow_target(principal, target)
     if kind != "workflow":
         raise ValidationError("target.kind: 'https', 'workflow' or 'flow'")
     mode = target.get("mode", "start")
-    if mode not in _MODE_ACTION:
+    if mode not in MODE_ACTION:
         raise ValidationError("target.mode: 'start' or 'resume'")
     app_ref, workflow = target.get("appId"), target.get("workflow")
     if not isinstance(app_ref, str) or not app_ref:
@@ -83,12 +89,13 @@ def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any
     # A pending app has no workflow list yet: starts are refused and retried until it syncs.
     if app.status == "synced" and workflow not in app.workflows:
         raise NotFound(f"workflow {workflow} not found in app {app.name}")
-    require(principal, _MODE_ACTION[mode], f"{app.name}/{workflow}")
+    require(principal, MODE_ACTION[mode], f"{app.name}/{workflow}")
     stored: dict[str, Any] = {
         "kind": "workflow",
         "mode": mode,
         "appId": app.id,
         "workflow": workflow,
+        "keyId": principal.key_id,  # whose authority its deliveries act with
     }
     attribute = target.get("correlationAttribute")
     if mode == "resume":
@@ -131,6 +138,14 @@ def signing_secret(sub: Subscription) -> str | None:
         _secret_key(), base64.b64decode(sub.sealed_secret), f"SUB#{sub.id}".encode()
     )
     return plain.decode() if plain is not None else None
+
+
+def acting_key(sub: Subscription) -> ActingKey:
+    """The key the subscription's deliveries act for (none recorded: made before targets
+    recorded one)."""
+    key_id = sub.target.get("keyId")
+    return ActingKey(sub.project_id, key_id if isinstance(key_id, str) else None,
+                     f"subscription {sub.id}")  # fmt: skip
 
 
 def to_api(principal: Principal, sub: Subscription) -> dict[str, Any]:
@@ -233,7 +248,8 @@ def update_subscription(
             merged.pop("correlationAttribute", None)
         new_target = _check_target(principal, merged)
     elif sub.target.get("kind") == "workflow":
-        _check_target(principal, dict(sub.target))  # the seed: checked on every change
+        # The seed: checked on every change; so it acts for the key that changed it last.
+        new_target = _check_target(principal, dict(sub.target))
     concurrency = (
         sub.max_concurrency if max_concurrency is None else _check_concurrency(max_concurrency)
     )
