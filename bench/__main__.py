@@ -25,6 +25,30 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _observability(w: Any, out: dict[str, Any]) -> None:
+    """What showing the runs costs, per run: the log bytes (EMF and JSON lines) and the
+    observe function's invocations, billed as one request per batching window. The bytes
+    are the most a run writes: the local stream reader invokes the observe function per
+    record, each invocation writing its own EMF document, where a deployed window writes
+    one for the whole batch."""
+    w("\nObservability per run (in the lines above): ")
+    parts = []
+    for f in out["sizes"].values():
+        d = f["detail"]
+        logged = d.get("cloudwatch_logs_bytes", 0)
+        observe = d["lambda_invocations"].get("observe", 0)
+        usd = d["usd_by_origin"].get("function:observe", 0.0) + d["usd"].get("logs", 0.0)
+        parts.append(
+            f"{f['steps']} steps: at most {logged:,} B of EMF and log lines, observe {observe} "
+            f"invocations in {d['lambda_requests'].get('observe', 0)} windows, "
+            f"{_money(usd * 1e6)}/M runs"
+        )
+    w(
+        "; ".join(parts) + ". X-Ray, when a run's trace is recorded (-c ezgh:traceSampleRate, "
+        f"0 by default): {_money(p.XRAY_USD_PER_TRACE_RECORDED * 1e6)}/M runs\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")
@@ -46,6 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=100,
         help="steps of the latency workflow (ezgh and DBOS)",
+    )
+    parser.add_argument(
+        "--fanouts",
+        type=_ints,
+        default=[10, 100],
+        help="widths of a gather of parallel run steps to measure ('' to skip)",
+    )
+    parser.add_argument(
+        "--events-limit",
+        type=int,
+        default=100,
+        help="the page size of ListRunEvents over each history run (0 skips the listing)",
     )
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS comparison")
     parser.add_argument(
@@ -116,10 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                     "detail",
                 )
             }
-        out["scaling"] = [
-            report.scaling_figures(engine.run(h + 1, LONG_SLEEP, sleep_after=h), h)
-            for h in args.histories
-        ]
+        out["scaling"] = [_history(engine, h, args.events_limit) for h in args.histories]
+        out["fanout"] = [report.fan_figures(engine.run_fan(n)) for n in args.fanouts]
+        out["fanout_marginal"] = report.fan_marginal(out["fanout"])
     out["marginal"] = report.marginal(out["sizes"])
     dbos_gaps, why = (None, "--no-dbos")
     if not args.no_dbos and latency_gaps:
@@ -134,6 +169,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n" + throughput.report(out["throughput"]) + "\n")
     _write(args.json, out)
     return 0
+
+
+def _history(engine: Engine, history: int, events_limit: int) -> dict[str, Any]:
+    """The invocation after the sleep of a run with `history` steps before it, and (with
+    `events_limit`) ListRunEvents over that whole run, page by page."""
+    result = engine.run(history + 1, LONG_SLEEP, sleep_after=history, timeout=3600.0)
+    figures = report.scaling_figures(result, history)
+    if events_limit:
+        pages = engine.list_events(result.run_id, events_limit)
+        figures["events"] = report.events_figures(pages)
+    return figures
 
 
 # A computed step count past this is not worth a confirmation run (nor a goal in reach).
@@ -225,6 +271,7 @@ def print_report(out: dict[str, Any]) -> None:
         )
         + "\n"
     )
+    _observability(w, out)
     r = out.get("retention")
     if r:
         w(
@@ -325,6 +372,8 @@ def _rest(w: Any, out: dict[str, Any]) -> None:
                 f" | {s['dynamodb_bytes_read']:,} | {s['invoke_request_bytes']:,}"
                 f" | {s['invoker_seconds']:.3f} | {s['usd'] * 1e6:.2f}e-6 |\n"
             )
+        _events(w, out["scaling"])
+    _fanout(w, out.get("fanout") or [], out.get("fanout_marginal"))
     ref = out["sizes"].get("10") or next(iter(out["sizes"].values()))
     w(
         f"\nLevers not built, estimated from the {ref['steps']}-step breakdown "
@@ -346,6 +395,60 @@ def _rest(w: Any, out: dict[str, Any]) -> None:
         + "\n"
     )
     w(f"\n(bench took {out['seconds']:.0f} s)\n")
+
+
+def _events(w: Any, scaling: list[dict[str, Any]]) -> None:
+    """ListRunEvents over each history run: what a page costs, first to last."""
+    listed = [s for s in scaling if "events" in s]
+    if not listed:
+        return
+    w(
+        f"\nListRunEvents over the whole run, {listed[0]['events']['limit']} events a page\n"
+        "| history steps | events | pages | requests | RRU | RRU/page mean | RRU/page max "
+        "| bytes read | first page | last page |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    for s in listed:
+        e = s["events"]
+        w(
+            f"| {s['history_steps']} | {e['events']} | {e['pages']} | {e['requests']}"
+            f" | {e['dynamodb_rru']:.1f} | {e['dynamodb_rru_per_page_mean']:.1f}"
+            f" | {e['dynamodb_rru_per_page_max']:.1f} | {e['dynamodb_bytes_read']:,}"
+            f" | {e['dynamodb_bytes_read_first_page']:,} | {e['dynamodb_bytes_read_last_page']:,}"
+            " |\n"
+        )
+
+
+def _fanout(w: Any, fans: list[dict[str, Any]], slope: dict[str, Any] | None) -> None:
+    """Gathers of parallel steps: each branch's share of the run's cost."""
+    if not fans:
+        return
+    w(
+        "\nFan-out: one gather of N parallel run steps (each a branch invocation), per run\n"
+        "| N | completed | main inv. | req/branch | ddb req/branch | transactions/branch "
+        "| WRU/branch | RRU | DynamoDB bytes read | bytes read/branch | $/M branches | s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    for f in fans:
+        done = "yes" if f["completed"] else f"NO ({f['status']}, {f['steps_recorded']} steps)"
+        w(
+            f"| {f['width']} | {done} | {f['main_invocations']} | {f['requests_per_branch']:.1f}"
+            f" | {f['dynamodb_requests_per_branch']:.1f} | {f['transactions_per_branch']:.2f}"
+            f" | {f['dynamodb_wru_per_branch']:.1f} | {f['dynamodb_rru']:.0f}"
+            f" | {f['dynamodb_bytes_read']:,} | {f['dynamodb_bytes_read_per_branch']:,.0f}"
+            f" | {_money(f['usd_per_million_branches'])} | {f['seconds']:.1f} |\n"
+        )
+    for f in fans:
+        if f["error"]:
+            w(f"  N={f['width']}: {f['error'][:300]}\n")
+    if slope:
+        w(
+            f"  one more branch (from {slope['from_width']} to {slope['to_width']}): "
+            f"{slope['requests_per_branch']:.1f} requests, "
+            f"{slope['dynamodb_wru_per_branch']:.1f} WRU, "
+            f"{slope['transactions_per_branch']:.2f} transactions, "
+            f"{slope['dynamodb_bytes_read_per_branch']:,.0f} bytes read, "
+            f"{_money(slope['usd_per_million_branches'])}/M branches\n"
+        )
 
 
 def _memory(w: Any, ref: dict[str, Any]) -> None:

@@ -7,10 +7,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ezgh_engine.topology import TOPOLOGY
+from ezgh_engine.topology import TOPOLOGY, StreamSource
 
 from bench import prices as p
-from bench.instrument import AppRequest, AwsCall, Invocation, request_units
+from bench.instrument import AppRequest, AwsCall, Invocation, read_bytes, request_units
 
 # Requests that cost nothing and are not counted as requests: the stream mapping's reads are
 # free, the local Scheduler's own bookkeeping is emulation (on AWS the service fires and
@@ -57,8 +57,11 @@ class Bill:
         default_factory=lambda: defaultdict(float)
     )  # function -> GB-s dollars
     lambda_request_usd: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    lambda_requests: Counter[str] = field(default_factory=Counter)  # billed, by function
     lambda_without_requests: Counter[str] = field(default_factory=Counter)
     app_seconds: float = 0.0
+    # What the run's observability wrote to CloudWatch Logs (bench/telemetry.py).
+    log_bytes: int = 0
     wru_by_item: defaultdict[str, float] = field(
         default_factory=lambda: defaultdict(float)
     )  # "RUN", "STEP", "EVT", ...
@@ -85,6 +88,7 @@ class Bill:
             "dynamodb_bytes_read": self.ddb_bytes_read,
             "dynamodb_bytes_written": self.ddb_bytes_written,
             "lambda_invocations": dict(self.lambda_invocations),
+            "lambda_requests": dict(self.lambda_requests),
             "lambda_seconds": {k: round(v, 4) for k, v in self.lambda_seconds.items()},
             "lambda_cpu_seconds": {k: round(v, 4) for k, v in self.lambda_cpu_seconds.items()},
             "lambda_gb_s_usd": {k: round(v, 12) for k, v in self.lambda_gb_usd.items()},
@@ -92,6 +96,7 @@ class Bill:
             "app_bytes_sent": self.app_bytes_sent,
             "app_bytes_received": self.app_bytes_received,
             "app_seconds": round(self.app_seconds, 4),
+            "cloudwatch_logs_bytes": self.log_bytes,
             "lambda_invocations_without_requests": dict(self.lambda_without_requests),
             "stream_reads_free": self.stream_reads,
             "by_origin": dict(sorted(self.origins.items())),
@@ -103,15 +108,45 @@ def _chunks(size: int, chunk: int) -> int:
     return max(1, math.ceil(size / chunk))
 
 
+# Functions whose stream mapping gathers records for a while before it invokes (topology
+# `StreamSource.batching_window_seconds`: the observe function): the local reader invokes at
+# once, so deployed, the invocations of one window are one request.
+WINDOWS = {
+    s.function: s.batching_window_seconds
+    for s in TOPOLOGY.sources
+    if isinstance(s, StreamSource) and s.batching_window_seconds
+}
+
+
+def batched_requests(invocations: list[Invocation]) -> dict[int, int]:
+    """The billed requests of each invocation (by `id`) of a windowed function: 1 for the
+    first of a window (which opens at it and lasts the function's window), 0 for the others
+    in it. A run alone, as the bench runs them: a busy stack shares a window among runs, so
+    this is the most a run pays. Their GB-seconds are billed as measured."""
+    found: dict[int, int] = {}
+    for function, window in WINDOWS.items():
+        opened: float | None = None
+        for inv in sorted((i for i in invocations if i.function == function), key=lambda i: i.at):
+            first = opened is None or inv.at >= opened + window
+            opened = inv.at if first else opened
+            found[id(inv)] = 1 if first else 0
+    return found
+
+
 def bill(
     calls: list[AwsCall],
     invocations: list[Invocation],
     app_requests: list[AppRequest],
     scheduler_fires: int,
     sizes: dict[tuple[str, str, str], int],
+    log_bytes: int = 0,
 ) -> Bill:
     b = Bill()
     usd: defaultdict[str, float] = defaultdict(float)
+    if log_bytes:
+        b.log_bytes = log_bytes
+        usd["logs"] = log_bytes / 1e9 * p.CLOUDWATCH_LOGS_USD_PER_GB_INGESTED
+        b.origin_usd["cloudwatch-logs"] += usd["logs"]
     for call in calls:
         if call.origin == "esm:stream":
             b.stream_reads += 1
@@ -134,7 +169,7 @@ def bill(
             b.wru += wru
             b.rru += rru
             usd["dynamodb"] += wru * p.DYNAMODB_USD_PER_WRU + rru * p.DYNAMODB_USD_PER_RRU
-            b.ddb_bytes_read += sum(a.read_size for a in call.accesses)
+            b.ddb_bytes_read += sum(read_bytes(a, sizes) for a in call.accesses)
             b.ddb_bytes_written += sum(
                 max(a.request_size, sizes.get(a.key, 0) if a.key else 0)
                 for a in call.accesses
@@ -153,6 +188,7 @@ def bill(
         b.requests["scheduler-fire"] += scheduler_fires
         usd["scheduler"] += scheduler_fires * p.SCHEDULER_USD_PER_INVOCATION
     memory = {f.key: f.memory_mb for f in TOPOLOGY.functions}
+    requests = batched_requests(invocations)
     for inv in invocations:
         b.lambda_invocations[inv.function] += 1
         if inv.aws_calls == 0:
@@ -163,11 +199,14 @@ def bill(
         billed = math.ceil(inv.seconds * 1000) / 1000
         gb_s = billed * memory.get(inv.function, 512) / 1024
         gb_usd = gb_s * p.LAMBDA_USD_PER_GB_SECOND_ARM64
-        usd["lambda"] += p.LAMBDA_USD_PER_REQUEST + gb_usd
+        billed_requests = requests.get(id(inv), 1)
+        request = p.LAMBDA_USD_PER_REQUEST * billed_requests
+        usd["lambda"] += request + gb_usd
+        b.lambda_requests[inv.function] += billed_requests
         b.lambda_gb_usd[inv.function] += gb_usd
-        b.lambda_request_usd[inv.function] += p.LAMBDA_USD_PER_REQUEST
-        b.origin_usd[f"function:{inv.function}"] += p.LAMBDA_USD_PER_REQUEST + gb_usd
-        b.requests["lambda"] += 1
+        b.lambda_request_usd[inv.function] += request
+        b.origin_usd[f"function:{inv.function}"] += request + gb_usd
+        b.requests["lambda"] += billed_requests
         if inv.function == "api":
             b.requests["http-api"] += 1
             fee = _chunks(inv.request_bytes, p.HTTP_API_CHUNK_BYTES) * p.HTTP_API_USD_PER_REQUEST

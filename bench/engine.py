@@ -7,10 +7,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from ezgh_engine.adapters import aws
 from ezgh_engine.clock import SkipClock
+from ezgh_engine.local import emulator
+from ezgh_engine.local.account import ACCOUNT_ID, REGION
 from ezgh_engine.local.handlers import import_handler
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_engine.topology import TOPOLOGY
@@ -19,6 +22,7 @@ from ezgh_workflows import WorkflowsClient
 from bench import workflows
 from bench.cost import Bill, bill
 from bench.instrument import CountingApp, Recorder, origin
+from bench.telemetry import TelemetryMeter
 
 LONG_SLEEP = "1h"  # past SQS's 15-minute delay: an EventBridge Scheduler at() schedule
 SHORT_SLEEP = "2s"  # any sleep up to 15 minutes: one SQS message with DelaySeconds
@@ -33,6 +37,32 @@ class RunResult:
     stamps: list[float]
     seconds: float
     sleep_index: int | None  # the step after which the sleep came (for latency gaps)
+
+
+@dataclass
+class FanResult:
+    """A gather of `width` parallel steps: whether the run completed, what it cost."""
+
+    run_id: str
+    width: int
+    completed: bool
+    status: str
+    steps_recorded: int
+    total: Bill
+    seconds: float
+    main_invocations: int
+    branch_invocations: int
+    error: str | None = None
+
+
+@dataclass
+class EventPages:
+    """ListRunEvents over a whole run, page after page: each page's bill."""
+
+    run_id: str
+    events: int
+    limit: int
+    pages: list[Bill]
 
 
 class Engine:
@@ -55,10 +85,12 @@ class Engine:
             echo=lambda line: None,
         )
         self._stop_observing = lambda: None
+        self.telemetry = TelemetryMeter(Path(self._state.name) / "telemetry")
 
     def __enter__(self) -> Engine:
         for noisy in ("ezgh", "aws_lambda_powertools", "botocore", "werkzeug"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
+        self.telemetry.__enter__()
         self.runtime.start()
         scheduler = self.runtime.scheduler
         assert scheduler is not None
@@ -76,6 +108,7 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self._stop_observing()
         self.runtime.stop()
+        self.telemetry.__exit__()
         self._state.cleanup()
 
     def client(self) -> WorkflowsClient:
@@ -85,6 +118,7 @@ class Engine:
             organization_id=rt.org_id,
             project_id=rt.project_id,
             base_url=rt.api_url,
+            timeout=900.0,  # a page of a long run's events, read whole before, takes long
         )
 
     def _count(self, service: str, operation: str) -> int:
@@ -116,6 +150,7 @@ class Engine:
         rec.clear()
         rec.phase = "start"
         rec.active = True
+        self.telemetry.take()
         began = time.perf_counter()
         try:
             run_id = str(client.start_run(app_id, "bench", payload)["id"])
@@ -133,6 +168,7 @@ class Engine:
             seconds = time.perf_counter() - began
         finally:
             rec.active = False
+        logged = self.telemetry.take()
         run = client.get_run(run_id)
         if run.get("status") != "completed" or run.get("output", {}).get("steps") != steps:
             raise RuntimeError(f"bench run {run_id} ended {run.get('status')}: {run}")
@@ -147,7 +183,7 @@ class Engine:
                 fires[phase],
                 rec.sizes,
             )
-        total = bill(calls, invocations, apps, sum(fires.values()), rec.sizes)
+        total = bill(calls, invocations, apps, sum(fires.values()), rec.sizes, logged)
         return RunResult(
             run_id,
             steps,
@@ -157,6 +193,116 @@ class Engine:
             seconds,
             after if sleep else None,
         )
+
+    def run_fan(self, width: int, timeout: float = 600.0) -> FanResult:
+        """Start one `fan` run (a gather of `width` parallel steps) on a fresh state and
+        follow it until nothing is left to do. A run that never completes (it stays
+        `running`, nothing owed) is answered as such, with what it cost until then."""
+        rt, rec = self.runtime, self.recorder
+        rt.reset()
+        client = self.client()
+        app_id = str(rt.apps["bench"].record["id"])
+        rec.clear()
+        rec.phase = "fan"
+        rec.active = True
+        began = time.perf_counter()
+        error: str | None = None
+        emulator.sqs_on_engine_clock(True)
+        try:
+            run_id = str(client.start_run(app_id, "fan", {"n": width})["id"])
+            try:
+                error = self._follow(run_id, timeout)
+            except TimeoutError as exc:
+                error = str(exc)
+            seconds = time.perf_counter() - began
+        finally:
+            rec.active = False
+            emulator.sqs_on_engine_clock(False)
+        run = client.get_run(run_id)
+        done = run.get("status") == "completed" and run.get("output", {}).get("steps") == width
+        if not done and error is None:
+            error = f"ended {run.get('status')}: {run.get('error')}"
+        self._learn_sizes()
+        calls, invocations, apps, fires = rec.snapshot()
+        return FanResult(
+            run_id,
+            width,
+            done,
+            str(run.get("status")),
+            len(run.get("steps") or []),
+            bill(calls, invocations, apps, sum(fires.values()), rec.sizes),
+            seconds,
+            sum(1 for a in apps if a.kind == "invoke"),
+            sum(1 for a in apps if a.kind == "branch"),
+            error,
+        )
+
+    def _follow(self, run_id: str, timeout: float) -> str | None:
+        """Wait until the run ends, skipping the clock to the next delayed SQS message
+        whenever nothing else is going on (what waiting would do, without the wait); the
+        reason when it never ends (nothing owed while it still runs)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._quiet() or not self._quiet(settle=0.1):
+                time.sleep(0.02)
+                continue
+            if self._status(run_id) != "running":
+                return None
+            due = emulator.sqs_next_due_ms()
+            if due is None:
+                return "still running with nothing owed (stuck)"
+            self.clock.advance(timedelta(milliseconds=due - emulator.sqs_clock_ms() + 5))
+            _wake_receivers()
+        raise TimeoutError(f"run {run_id} did not end within {timeout:.0f} s")
+
+    def _quiet(self, settle: float = 0.0) -> bool:
+        """Nothing running (no handler, every poller caught up) and no message visible:
+        only what is delayed or in flight is left (after `settle` seconds, again)."""
+        if settle:
+            time.sleep(settle)
+        rt = self.runtime
+        busy, _ = rt.activity.snapshot()
+        if busy or any(not p.idle for p in rt.pollers):
+            return False
+        sqs = aws.client("sqs")
+        for url in rt.provisioned.queue_urls.values():
+            attrs = sqs.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+            )["Attributes"]
+            if int(attrs.get("ApproximateNumberOfMessages", 0)):
+                return False
+        return True
+
+    def _status(self, run_id: str) -> str:
+        """The run's status, read by the bench itself (not billed: no handler's request)."""
+        table = self.runtime.provisioned.tables["runs"]
+        answer = aws.client("dynamodb").get_item(
+            TableName=table, Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "RUN"}}
+        )
+        return str(answer.get("Item", {}).get("status", {}).get("S", "gone"))
+
+    def list_events(self, run_id: str, limit: int = 100) -> EventPages:
+        """List every event of an ended run through the API, `limit` a page, each page
+        billed on its own (the run's state is kept: call right after `run`)."""
+        client, rec = self.client(), self.recorder
+        pages: list[Bill] = []
+        events = 0
+        cursor: str | None = None
+        self._learn_sizes()  # listing changes no item: learned once
+        while True:
+            rec.clear(keep_sizes=True)
+            rec.phase = "events"
+            rec.active = True
+            try:
+                page = client.list_run_events(run_id, cursor=cursor, limit=limit)
+            finally:
+                rec.active = False
+            calls, invocations, apps, fires = rec.snapshot()
+            pages.append(bill(calls, invocations, apps, sum(fires.values()), rec.sizes))
+            events += len(page["events"])
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return EventPages(run_id, events, limit, pages)
 
     def retention(self, run_id: str, timeout: float = 120.0) -> Bill:
         """What deleting an ended run costs once DynamoDB's TTL removes its run item (30
@@ -200,3 +346,12 @@ class Engine:
             except Exception:
                 continue
             self.recorder.learn_table(table, items)
+
+
+def _wake_receivers() -> None:
+    """Long polls re-check their queue at once after a skip (instead of within a second)."""
+    from moto.sqs.models import sqs_backends
+
+    for queue in list(sqs_backends[ACCOUNT_ID][REGION].queues.values()):
+        with queue._messages_lock:
+            queue._messages_lock.notify_all()

@@ -39,6 +39,12 @@ class Line:
     assumption: str
 
 
+def _metric_series() -> int:
+    from ezgh_engine.observability import names
+
+    return names.SERIES
+
+
 def synth_template(stack_name: str = "ezgh") -> dict[str, Any]:
     """The stack's template as `cdk synth` makes it (placeholder code: no bundle needed)."""
     if str(ROOT) not in sys.path:  # `infra` is not an installed package
@@ -123,6 +129,19 @@ def template_lines(template: dict[str, Any]) -> list[Line]:
                 f"${p.CLOUDWATCH_ALARM_USD_PER_MONTH:.2f} per standard alarm (one metric each)",
             )
         )
+    dashboards = len(by_type.get("AWS::CloudWatch::Dashboard", []))
+    if dashboards:  # -c ezgh:dashboard=true (infra/components/dashboard.py)
+        fee = dashboards * p.CLOUDWATCH_DASHBOARD_USD_PER_MONTH
+        lines.append(
+            Line(
+                "CloudWatch dashboards",
+                dashboards,
+                fee,
+                fee,
+                f"${p.CLOUDWATCH_DASHBOARD_USD_PER_MONTH:.2f} each past an account's first "
+                "three (free, of up to 50 metrics each)",
+            )
+        )
     secrets = len(by_type.get("AWS::SecretsManager::Secret", []))
     if secrets:
         fee = secrets * p.SECRETS_MANAGER_USD_PER_SECRET_MONTH
@@ -164,6 +183,18 @@ def template_lines(template: dict[str, Any]) -> list[Line]:
         ("AWS::Scheduler::ScheduleGroup", "schedule groups (fires only)"),
         ("AWS::IAM::Role", "IAM roles"),
     ]
+    # The engine's EMF metrics are billed per hour in which they are sent: none while idle
+    # (the year-limit sweep sends none). A busy month: observability.names.SERIES of them.
+    lines.append(
+        Line(
+            "custom metrics (EMF, observability/names.py)",
+            0,
+            0.0,
+            0.0,
+            "billed only in the hours they are sent; at most "
+            f"{_metric_series()} x ${p.CLOUDWATCH_CUSTOM_METRIC_USD_PER_MONTH:.2f} in a busy month",
+        )
+    )
     for kind, what in free:
         n = len(by_type.get(kind, []))
         if n:

@@ -17,6 +17,7 @@ Who made a request decides whether, and how, it is billed:
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -24,6 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from ezgh_engine import clock as engine_clock
 
 _where = threading.local()
 
@@ -100,6 +103,14 @@ class DdbAccess:
     transactional: bool = False
     consistent: bool = False
     query: bool = False
+    # A Query or Scan with a FilterExpression: DynamoDB bills every item it read, the ones
+    # the filter dropped too, which the answer does not carry. Counted at the mean size of
+    # the partition's known items (`filtered_bytes`).
+    filtered_out: int = 0
+    partition: tuple[str, str] | None = None
+    # A Query with a ProjectionExpression answers part of each item and is billed for all of
+    # it: the sort keys of what it answered, to size the items by what is known of them.
+    projected: list[str] = field(default_factory=list)
 
 
 def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> list[DdbAccess]:
@@ -123,7 +134,15 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
             )
         ]
     if operation in ("Query", "Scan"):
-        size = sum(item_size(i) for i in parsed.get("Items", []))
+        items = parsed.get("Items", [])
+        size = sum(item_size(i) for i in items)
+        dropped = int(parsed.get("ScannedCount", len(items))) - len(items)
+        pk = (params.get("ExpressionAttributeValues") or {}).get(":pk", {}).get("S")
+        projected = [
+            str(next(iter(i["sk"].values())))
+            for i in items
+            if "ProjectionExpression" in params and "sk" in i
+        ]
         return [
             DdbAccess(
                 "read",
@@ -132,6 +151,9 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
                 read_size=size,
                 query=True,
                 consistent=bool(params.get("ConsistentRead")),
+                filtered_out=max(0, dropped) if "FilterExpression" in params else 0,
+                partition=(table, pk) if pk else None,
+                projected=projected if pk else [],
             )
         ]
     if operation == "TransactWriteItems":
@@ -195,6 +217,31 @@ def _units(size: int, unit: int) -> int:
     return max(1, -(-size // unit))
 
 
+# The size assumed of an item a filter dropped whose partition the bench knows nothing of.
+UNKNOWN_ITEM_BYTES = 300
+
+
+def filtered_bytes(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) -> int:
+    """What the items a Query's filter dropped weighed (billed, not answered): their number
+    times the mean known size of their partition's items."""
+    if not access.filtered_out:
+        return 0
+    known = [n for (table, pk, _), n in sizes.items() if (table, pk) == access.partition]
+    mean = sum(known) / len(known) if known else UNKNOWN_ITEM_BYTES
+    return int(access.filtered_out * mean)
+
+
+def read_bytes(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) -> int:
+    """The bytes a read is billed for: the items answered (whole, when a projection answered
+    part of them), and those a filter dropped."""
+    answered = access.read_size
+    if access.projected and access.partition is not None:
+        table, pk = access.partition
+        whole = sum(sizes.get((table, pk, sk), 0) for sk in access.projected)
+        answered = max(answered, whole)
+    return answered + filtered_bytes(access, sizes)
+
+
 def request_units(
     accesses: list[DdbAccess], sizes: dict[tuple[str, str, str], int]
 ) -> tuple[float, float]:
@@ -208,7 +255,7 @@ def request_units(
             size = max(access.request_size, sizes.get(access.key, 0) if access.key else 0)
             wru += factor * _units(size, DYNAMODB_WRU_BYTES)
         else:
-            units = _units(access.read_size, DYNAMODB_RRU_BYTES)
+            units = _units(read_bytes(access, sizes), DYNAMODB_RRU_BYTES)
             if access.transactional:
                 rru += 2 * units
             else:
@@ -243,6 +290,9 @@ class Invocation:
     # CPU time of the handler's thread (`time.thread_time`): the part of `seconds` a Lambda
     # environment with less than one vCPU would stretch (moto's own work is in other threads).
     cpu_seconds: float = 0.0
+    # When it began, on the engine clock (epoch seconds): what a mapping's batching window
+    # gathers together deployed (bench/cost.py `batched_requests`).
+    at: float = 0.0
 
 
 @dataclass
@@ -261,15 +311,18 @@ class Recorder:
         self._lock = threading.Lock()
         self.active = False
         self.phase = "run"
+        self.sizes: dict[tuple[str, str, str], int] = {}
         self.clear()
 
-    def clear(self) -> None:
+    def clear(self, *, keep_sizes: bool = False) -> None:
+        """Forget what was seen (`keep_sizes`: but not the item sizes learned)."""
         with self._lock:
+            sizes = self.sizes if keep_sizes else {}
             self.calls: list[AwsCall] = []
             self.invocations: list[Invocation] = []
             self.app_requests: list[AppRequest] = []
             self.scheduler_fires: Counter[str] = Counter()
-            self.sizes: dict[tuple[str, str, str], int] = {}  # last known item sizes
+            self.sizes = sizes  # last known item sizes
 
     # -- feeds ------------------------------------------------------------------------------
 
@@ -330,6 +383,7 @@ class Recorder:
 
     def wrap_handler(self, key: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def timed(event: dict[str, Any], context: Any) -> Any:
+            began = engine_clock.now().timestamp()
             started = time.perf_counter()
             cpu_started = time.thread_time()
             path = str(event.get("rawPath") or "") if isinstance(event, dict) else ""
@@ -347,7 +401,14 @@ class Recorder:
                         with self._lock:
                             self.invocations.append(
                                 Invocation(
-                                    key, seconds, self.phase, path, len(body or ""), made, cpu
+                                    key,
+                                    seconds,
+                                    self.phase,
+                                    path,
+                                    len(body or ""),
+                                    made,
+                                    cpu,
+                                    began,
                                 )
                             )
 
@@ -377,6 +438,11 @@ class Recorder:
                 list(self.app_requests),
                 Counter(self.scheduler_fires),
             )
+
+
+# The invoke request of a branch invocation names its step (`"branch": {"stepId": ...}`);
+# a recorded parallel step shows `"branch": true` instead.
+_BRANCH_REQUEST = re.compile(rb'"branch":\s*\{')
 
 
 class CountingApp:
@@ -411,6 +477,8 @@ class CountingApp:
                 kind["type"] = (
                     "invoke" if '"invoke"' in head else ("sync" if '"sync"' in head else "other")
                 )
+            if kind["type"] == "invoke" and _BRANCH_REQUEST.search(body):
+                kind["type"] = "branch"  # a parallel step's own invocation
             return message
 
         async def counted_send(message: dict[str, Any]) -> None:

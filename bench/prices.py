@@ -122,3 +122,14 @@ DYNAMODB_USD_PER_GB_MONTH = 0.25
 DYNAMODB_PITR_USD_PER_GB_MONTH = 0.20
 LOGS_USD_PER_GB_MONTH = 0.03
 S3_USD_PER_GB_MONTH = 0.023
+
+# What shows the runs (docs/architecture.md, "Observability"). CloudWatch Logs ingestion (the
+# functions' log lines and EMF documents, standard class), per GB; custom metrics, per metric
+# (a name and dimension values) and month, prorated by the hours it is sent (none idle);
+# a dashboard per month (an account's first three, of up to 50 metrics each, are free);
+# X-Ray, per trace recorded (PutTraceSegments itself has no fee).
+CLOUDWATCH_LOGS_USD_PER_GB_INGESTED = 0.50
+CLOUDWATCH_CUSTOM_METRIC_USD_PER_MONTH = 0.30
+CLOUDWATCH_DASHBOARD_USD_PER_MONTH = 3.00
+XRAY_USD_PER_TRACE_RECORDED = 5.00 / 1e6
+SOURCES["xray"] = "https://aws.amazon.com/xray/pricing/"

@@ -7,10 +7,10 @@ from typing import Any
 
 from bench import prices as p
 from bench.cost import Bill
-from bench.engine import RunResult
+from bench.engine import EventPages, FanResult, RunResult
 
 SERVICES = ["dynamodb", "sqs", "s3", "scheduler", "scheduler-fire", "lambda", "http-api"]
-USD_LINES = ["dynamodb", "lambda", "http-api", "sqs", "scheduler", "s3"]
+USD_LINES = ["dynamodb", "lambda", "http-api", "sqs", "scheduler", "s3", "logs"]
 
 
 def _mean(values: list[float]) -> float:
@@ -100,6 +100,78 @@ def scaling_figures(result: RunResult, history: int) -> dict[str, Any]:
         "invoke_request_bytes": resume.app_bytes_sent,
         "invoker_seconds": invoker_seconds,
         "usd": resume.total_usd,
+    }
+
+
+def fan_figures(result: FanResult) -> dict[str, Any]:
+    """A gather of `width` parallel steps: whether it completed, and its cost in all and per
+    branch (the run's own start and end spread over its branches)."""
+    total = result.total
+    per = 1 / result.width
+    transactions = total.operations.get("dynamodb.TransactWriteItems", 0)
+    return {
+        "width": result.width,
+        "completed": result.completed,
+        "status": result.status,
+        "steps_recorded": result.steps_recorded,
+        "error": result.error,
+        "seconds": result.seconds,
+        "main_invocations": result.main_invocations,
+        "branch_invocations": result.branch_invocations,
+        "requests": total.total_requests,
+        "requests_per_branch": total.total_requests * per,
+        "dynamodb_requests_per_branch": total.requests.get("dynamodb", 0) * per,
+        "transactions_per_branch": transactions * per,
+        "dynamodb_wru_per_branch": total.wru * per,
+        "dynamodb_rru": total.rru,
+        "dynamodb_bytes_read": total.ddb_bytes_read,
+        "dynamodb_bytes_read_per_branch": total.ddb_bytes_read * per,
+        "app_bytes_sent": total.app_bytes_sent,
+        "usd_per_million_branches": total.total_usd * per * 1e6,
+        "operations": dict(total.operations),
+        "detail": total.as_dict(),
+    }
+
+
+def fan_marginal(fans: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What one more branch costs: the slope between the two widest gathers that completed
+    (the run's fixed cost cancels out). None with fewer than two."""
+    done = sorted((f for f in fans if f["completed"]), key=lambda f: f["width"])
+    if len(done) < 2:
+        return None
+    small, large = done[-2], done[-1]
+    extra = large["width"] - small["width"]
+
+    def slope(key: str) -> float:
+        return float(large[key] * large["width"] - small[key] * small["width"]) / extra
+
+    return {
+        "from_width": small["width"],
+        "to_width": large["width"],
+        "requests_per_branch": slope("requests_per_branch"),
+        "dynamodb_wru_per_branch": slope("dynamodb_wru_per_branch"),
+        "transactions_per_branch": slope("transactions_per_branch"),
+        "dynamodb_bytes_read_per_branch": slope("dynamodb_bytes_read_per_branch"),
+        "usd_per_million_branches": slope("usd_per_million_branches"),
+    }
+
+
+def events_figures(pages: EventPages) -> dict[str, Any]:
+    """ListRunEvents over a whole run: what each page cost to read."""
+    rru = [b.rru for b in pages.pages]
+    read = [b.ddb_bytes_read for b in pages.pages]
+    return {
+        "events": pages.events,
+        "limit": pages.limit,
+        "pages": len(pages.pages),
+        "requests": sum(b.total_requests for b in pages.pages),
+        "dynamodb_rru": sum(rru),
+        "dynamodb_rru_per_page_max": max(rru, default=0.0),
+        "dynamodb_rru_per_page_mean": sum(rru) / len(rru) if rru else 0.0,
+        "dynamodb_bytes_read": sum(read),
+        "dynamodb_bytes_read_first_page": read[0] if read else 0,
+        "dynamodb_bytes_read_last_page": read[-1] if read else 0,
+        "usd": sum(b.total_usd for b in pages.pages),
     }
 
 

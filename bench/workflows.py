@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
@@ -38,4 +39,13 @@ async def bench(ctx: Context) -> Any:
     return {"steps": done}
 
 
-app = PushApp([bench])
+@workflow("fan")
+async def fan(ctx: Context) -> Any:
+    """`n` parallel run steps awaited together (one gather): each runs in a branch
+    invocation of its own (docs/protocol.md, "Parallel steps")."""
+    n = int(ctx.input["n"])
+    outs = await asyncio.gather(*(ctx.step.run(f"b{i}", lambda i=i: i) for i in range(n)))
+    return {"steps": sum(1 for i, out in enumerate(outs) if out == i)}
+
+
+app = PushApp([bench, fan])

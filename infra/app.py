@@ -10,7 +10,11 @@ Context: `ezgh:stackName` (default EzghWorkflows), `ezgh:alarmTopicArn` (SNS top
 `ezgh:stepsConcurrency` / `ezgh:apiConcurrency` (reserved concurrency of the public functions,
 see infra/stack.py PUBLIC_CONCURRENCY; 0 for none), `ezgh:apiRateLimit` / `ezgh:apiBurstLimit`
 (the API stage's throttling, infra/components/api.py `Throttle`), `ezgh:keyRateLimit` (requests
-a second per API key, `EZGH_KEY_RATE_LIMIT`; 0 for none).
+a second per API key, `EZGH_KEY_RATE_LIMIT`; 0 for none), `ezgh:traceSampleRate` (0 to 1,
+default 0: the share of runs whose trace goes to X-Ray, $5 a million traces),
+`ezgh:metrics` (default true: the engine's EMF metrics), `ezgh:dashboard` (default false: a
+CloudWatch dashboard of the runs, $3 a month past an account's first three), `ezgh:logLevel`
+(default INFO; DEBUG adds a line per completed step and wait, billed per GB ingested).
 """
 
 from __future__ import annotations
@@ -46,10 +50,14 @@ def build_app(*, code_dir: str, app: App | None = None) -> tuple[App, EzghStack]
         stack_name,
         code_dir=code_dir,
         alarm_topic_arn=app.node.try_get_context("ezgh:alarmTopicArn"),
-        alarms=str(app.node.try_get_context("ezgh:alarms")).lower() not in {"false", "0", "no"},
+        alarms=_flag(app, "ezgh:alarms", default=True),
         reserved_concurrency=_reserved_concurrency(app),
         throttle=_throttle(app),
         key_rate_limit=_int_context(app, "ezgh:keyRateLimit"),
+        trace_sample_rate=float(app.node.try_get_context("ezgh:traceSampleRate") or 0),
+        metrics=_flag(app, "ezgh:metrics", default=True),
+        dashboard=_flag(app, "ezgh:dashboard", default=False),
+        log_level=str(app.node.try_get_context("ezgh:logLevel") or "INFO").upper(),
         description="EZGH Workflows: durable workflow engine (serverless, zero idle cost)",
     )
     Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
@@ -63,6 +71,14 @@ def _reserved_concurrency(app: App) -> dict[str, int]:
         value = app.node.try_get_context(f"ezgh:{key}Concurrency")
         chosen[key] = default if value is None else int(value)
     return chosen
+
+
+def _flag(app: App, key: str, *, default: bool) -> bool:
+    """A yes/no context value (`true`/`false`, `1`/`0`, `yes`/`no`); `default` when unset."""
+    value = app.node.try_get_context(key)
+    if value is None:
+        return default
+    return str(value).lower() not in {"false", "0", "no"}
 
 
 def _int_context(app: App, key: str) -> int | None:

@@ -161,4 +161,8 @@ ACCESS: dict[str, Access] = {
     ),
     # A flow's user-directed code (JMESPath, HTTP requests): nothing at all but its logs.
     "sandbox": Access(),
+    # What runs do (service/observe.py): reads a run item for its trace's ID (its creation
+    # time) when a batch has a recorded run's steps and not the run. Its stream is granted by
+    # its event source, X-Ray's PutTraceSegments by the functions' active tracing.
+    "observe": Access(tables={"runs": "read"}),
 }

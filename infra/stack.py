@@ -15,6 +15,7 @@ from ezgh_engine.adapters import sqs_queues, task_queues
 from ezgh_engine.adapters.event_sources import ENV_DELIVER_FUNCTION
 from ezgh_engine.api.app import route_keys
 from ezgh_engine.cli import teardown
+from ezgh_engine.observability import traces
 from ezgh_engine.service import pull
 from ezgh_engine.topology import (
     API_FUNCTION,
@@ -24,11 +25,13 @@ from ezgh_engine.topology import (
     RUNS_TABLE,
     STEPS_FUNCTION,
     TOPOLOGY,
+    StreamSource,
     Topology,
 )
 
 from infra.components.alarms import Alarms
 from infra.components.api import Api, Throttle
+from infra.components.dashboard import Dashboard
 from infra.components.functions import Functions
 from infra.components.payloads import Payloads
 from infra.components.queues import Queues
@@ -62,6 +65,9 @@ def runtime_prefix(stack_name: str) -> str:
 # guarantees the two their share. 0 removes a reservation (accounts whose concurrency quota
 # is too low to reserve: Lambda keeps 100 unreserved). Context: ezgh:<key>Concurrency.
 # The flows function (EzFlow's interpreter) is public too: a push app at its function URL.
+# The functions' `LOG_LEVEL` (`-c ezgh:logLevel`): INFO writes a run's start, end,
+# invocations and failures; DEBUG adds a line per completed step and wait.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 PUBLIC_CONCURRENCY = {STEPS_FUNCTION.key: 200, API_FUNCTION.key: 100, FLOWS_FUNCTION.key: 100}
 
 
@@ -84,9 +90,17 @@ class EzghStack(Stack):
         reserved_concurrency: dict[str, int] | None = None,
         throttle: Throttle | None = None,
         key_rate_limit: int | None = None,
+        trace_sample_rate: float = 0.0,
+        metrics: bool = True,
+        dashboard: bool = False,
+        log_level: str = "INFO",
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
+        if log_level not in LOG_LEVELS:
+            raise ValueError(
+                f"ezgh:logLevel must be one of {', '.join(LOG_LEVELS)}, not {log_level}"
+            )
         self.topology = topology
         self.prefix = runtime_prefix(self.stack_name)
         self.user_queue_prefix = sqs_queues.name_prefix(self.prefix)
@@ -105,6 +119,7 @@ class EzghStack(Stack):
             code=lambda_.Code.from_asset(code_dir),
             environment=self._environment(),
             reserved=PUBLIC_CONCURRENCY if reserved_concurrency is None else reserved_concurrency,
+            log_level=log_level,
         )
         api_function = self.functions.by_key[API_FUNCTION.key]
         self.api = Api(self, "Api", handler=api_function, routes=route_keys(), throttle=throttle)
@@ -119,6 +134,7 @@ class EzghStack(Stack):
             # API's integration references the function, so this order avoids a cycle.
             if not topology.function(key).sandboxed:
                 function.add_environment(config.ENV_API_URL, self.api.url)
+        self._observability(trace_sample_rate, metrics)
         self.function_urls = self._function_urls()
         self.task_worker_role = self._task_worker_role()
 
@@ -141,10 +157,42 @@ class EzghStack(Stack):
 
         dlqs = {k.capitalize(): q for k, q in self.queues.dlq_by_key.items()}
         dlqs.update({f"{k.capitalize()}Stream": q for k, q in self.sources.stream_dlqs.items()})
-        functions = {k.capitalize(): f for k, f in self.functions.by_key.items()}
+        # A function that only shows the work (a stream reader that keeps no failure) gets
+        # no alarm: its errors lose nothing, and each alarm bills $0.10 a month, idle or not.
+        shows_only = {
+            s.function
+            for s in topology.sources
+            if isinstance(s, StreamSource) and not s.keep_failed
+        }
+        functions = {
+            k.capitalize(): f for k, f in self.functions.by_key.items() if k not in shows_only
+        }
         if alarms:  # $0.10 a month each, the largest part of the idle cost (bench/idle.py)
             Alarms(self, "Alarms", dlqs=dlqs, functions=functions, topic_arn=alarm_topic_arn)
+        if dashboard:  # $3 a month past an account's first three (bench/idle.py)
+            Dashboard(
+                self,
+                "Dashboard",
+                name=f"{self.prefix}-runs",
+                service=self.prefix,
+                queues=self.queues.by_key,
+                functions=self.functions.by_key,
+            )
         self._outputs()
+
+    def _observability(self, trace_sample_rate: float, metrics: bool) -> None:
+        """What the functions show of the runs (docs/deploy.md, "Seeing what runs do"): the
+        share of runs whose trace goes to X-Ray (each trace is billed), and the EMF metrics
+        (on unless `-c ezgh:metrics=false`)."""
+        if not 0 <= trace_sample_rate <= 1:
+            raise ValueError(f"ezgh:traceSampleRate must be from 0 to 1, not {trace_sample_rate}")
+        for key, function in self.functions.by_key.items():
+            if self.topology.function(key).sandboxed:
+                continue
+            if trace_sample_rate:
+                function.add_environment(traces.ENV_SAMPLE_RATE, f"{trace_sample_rate:g}")
+            if not metrics:
+                function.add_environment("POWERTOOLS_METRICS_DISABLED", "true")
 
     def _task_worker_role(self) -> iam.Role:
         """The role pull workers' queue credentials are sessions of (issue 18).

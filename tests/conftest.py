@@ -24,55 +24,14 @@ from tests.ddblocal import DynamoDBLocal
 
 E2E_CALL_LOG = "EZGH_E2E_CALL_LOG"
 
-# Which modules also run on DynamoDB Local by default: those whose assertions are about what
-# DynamoDB stores and refuses (conditional writes, transactions, expressions, streams, TTL
-# items, keys and cursors). The rest (authorization matrix, fuzzing, signatures, the CLI's
-# printing) exercise the same store calls on moto and would only double the suite's time.
-# tests/e2e/test_queues.py stays on moto: its notification and dead-letter tests waited on
-# SQS timings that DynamoDB Local's slower stream polling made miss (they now pass there, but
-# cost ~40 s; tests/api/test_queues.py covers the queue store on both). Of tests/sdk (the SDK
-# against the engine in process), test_sdk_replay.py: what the steps handler records and a
-# replay reads back; its waits are tests/e2e/test_waits.py's, and its rounds, rules and push
-# app are the SDK's own logic.
-# `EZGH_DDBLOCAL=all` runs every module on both backends.
-DDBLOCAL_MODULES = frozenset(
-    {
-        "tests/api/test_acting_keys.py",
-        "tests/api/test_app_scope.py",
-        "tests/api/test_apps.py",
-        "tests/api/test_async_invocations.py",
-        "tests/api/test_auth_keys.py",
-        "tests/api/test_bad_input.py",
-        "tests/api/test_branch_outcomes.py",
-        "tests/api/test_invocation_groups.py",
-        "tests/api/test_list_scopes.py",
-        "tests/api/test_ops_stuck_runs.py",
-        "tests/api/test_protocol_races.py",
-        "tests/api/test_rate_limits.py",
-        "tests/api/test_pull_access.py",
-        "tests/api/test_queues.py",
-        "tests/api/test_races.py",
-        "tests/api/test_repair.py",
-        "tests/api/test_requests.py",
-        "tests/api/test_retention.py",
-        "tests/api/test_run_scopes.py",
-        "tests/api/test_run_start_writes.py",
-        "tests/api/test_runs_routes.py",
-        "tests/api/test_schedules_api.py",
-        "tests/api/test_send_idempotency.py",
-        "tests/api/test_step_writes.py",
-        "tests/api/test_steps_function.py",
-        "tests/api/test_token_lifetime.py",
-        "tests/api/test_year_limits.py",
-        "tests/e2e/test_control.py",
-        "tests/e2e/test_durable_runs.py",
-        "tests/e2e/test_flows.py",
-        "tests/e2e/test_pull.py",
-        "tests/e2e/test_schedules.py",
-        "tests/e2e/test_waits.py",
-        "tests/sdk/test_sdk_replay.py",
-    }
-)
+# DynamoDB Local: every test that runs on a backend-parametrized fixture (tests/ddblocal.py
+# `BACKENDS`: tests/api's `aws_env`, tests/sdk's `engine_plant`, tests/e2e's `runtime`) runs on
+# moto and, under the `ddblocal` marker, on AWS's DynamoDB Local, so a new store or handler
+# test cannot silently stay on moto. A module whose DynamoDB use is incidental to what it
+# checks (permission checks over every operation, fuzzing, a CLI's printing, the SDK's own
+# logic) says so itself, with the reason: `pytestmark = pytest.mark.moto_only("why")`; its
+# DynamoDB Local variants are left out (`EZGH_DDBLOCAL=all` runs them too).
+MOTO_ONLY = "moto_only"
 
 
 def _share_botocore_models() -> None:
@@ -312,16 +271,25 @@ def _longest_groups_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (-seconds(groups[item]), first[groups[item]]))
 
 
+def _moto_only(item: pytest.Item) -> bool:
+    """Whether the item's module left DynamoDB Local out (`MOTO_ONLY`, with its reason)."""
+    marker = item.get_closest_marker(MOTO_ONLY)
+    if marker is None:
+        return False
+    if not (marker.args and isinstance(marker.args[0], str) and marker.args[0].strip()):
+        raise pytest.UsageError(f"{item.nodeid}: moto_only needs its reason")
+    return True
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the DynamoDB Local variants of `DDBLOCAL_MODULES` only (unless EZGH_DDBLOCAL=all),
-    then order the items by worker group (see `WHOLE_PACKAGES`)."""
+    """Leave out the DynamoDB Local variants of `moto_only` modules (unless
+    EZGH_DDBLOCAL=all), then order the items by worker group (see `WHOLE_PACKAGES`)."""
     if os.environ.get("EZGH_DDBLOCAL") != "all":
         kept: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
         for item in items:
-            module = item.nodeid.split("::", 1)[0]
             on_ddblocal = item.get_closest_marker("ddblocal") is not None
-            (dropped if on_ddblocal and module not in DDBLOCAL_MODULES else kept).append(item)
+            (dropped if on_ddblocal and _moto_only(item) else kept).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept

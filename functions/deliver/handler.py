@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from ezgh_engine.observability import emit, logs, queues
 from ezgh_engine.service.deliver import lambda_handler
 
-logger = Logger(service="ezgh-deliver")
+logger = logs.configure("ezgh-deliver")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return lambda_handler(event, context)
+    with emit.flushing():
+        queues.record_batch(event, "subscriptions")
+        return lambda_handler(event, context)

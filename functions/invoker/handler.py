@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from ezgh_engine.observability import emit, logs, queues
 from ezgh_engine.service.invocation_queue import lambda_handler
 
-logger = Logger(service="ezgh-invoker")
+logger = logs.configure("ezgh-invoker")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return lambda_handler(event, context)
+    with emit.flushing():
+        queues.record_batch(event, "invocations")
+        return lambda_handler(event, context)

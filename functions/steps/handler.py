@@ -20,6 +20,9 @@ from ezgh_engine.api.events import as_json_request
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.errors import Unauthorized
+from ezgh_engine.observability import emit, logs
+
+logs.configure("ezgh-steps")
 
 STEPS_PATH = STEP_CALLS_PATH
 # What an invocation calls with its token: step calls, and its history's pages and the
@@ -42,4 +45,5 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if refused is not None:
         return refused
     logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
-    return resolver.resolve(as_json_request(event), context)
+    with emit.flushing():  # the throttles its clients met
+        return resolver.resolve(as_json_request(event), context)

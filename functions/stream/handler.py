@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from ezgh_engine.observability import emit, logs
 from ezgh_engine.service.stream import handle_batch
 
-logger = Logger(service="ezgh-stream")
+logger = logs.configure("ezgh-stream")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     def time_left() -> float:
         return float(context.get_remaining_time_in_millis()) / 1000
 
-    failed = handle_batch(event.get("Records", []), time_left if context is not None else None)
+    with emit.flushing():  # the throttles its clients met
+        failed = handle_batch(event.get("Records", []), time_left if context is not None else None)
     return {"batchItemFailures": [{"itemIdentifier": seq} for seq in failed]}

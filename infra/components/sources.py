@@ -54,6 +54,20 @@ class EventSources(Construct):
                         report_batch_item_failures=True,
                     )
                 )
+            elif not spec.keep_failed:
+                function.add_event_source(
+                    sources.DynamoEventSource(
+                        tables[spec.table],
+                        # What it shows begins at its deploy: no day-old history replayed.
+                        starting_position=lambda_.StartingPosition.LATEST,
+                        batch_size=spec.batch_size,
+                        max_batching_window=Duration.seconds(spec.batching_window_seconds),
+                        report_batch_item_failures=True,
+                        # A batch shown twice would count its metrics twice.
+                        retry_attempts=0,
+                        filters=_filters(spec),
+                    )
+                )
             else:
                 dlq = secure_queue(
                     self, f"{spec.table.capitalize()}StreamDlq", retention_period=DLQ_RETENTION

@@ -25,6 +25,7 @@ from ._internal.push_app import PushApp
 from ._internal.replay import Replayer
 from ._internal.step_context import StepContext, step_context
 from ._internal.steps import BlockingCallback, BlockingSteps, Callback, Steps
+from ._internal.trace import TraceContext
 from ._internal.worker import Worker
 from ._internal.workflow import Workflow, workflow
 
@@ -43,6 +44,7 @@ __all__ = [
     "StepContext",
     "StepError",
     "Steps",
+    "TraceContext",
     "Worker",
     "Workflow",
     "WorkflowsClient",

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from ezgh_engine import stack_name
 from ezgh_engine.topology import (
     FLOWS_FUNCTION,
     INVOCATIONS_QUEUE,
@@ -29,11 +30,10 @@ ENV_INVOCATIONS_QUEUE_ARN = "EZGH_INVOCATIONS_QUEUE_ARN"  # Scheduler targets it
 # Requests a second one API key may make, all environments together (0: no limit).
 ENV_KEY_RATE_LIMIT = "EZGH_KEY_RATE_LIMIT"
 DEFAULT_KEY_RATE_LIMIT = 100
-# What the resources the engine creates at run time (EZGH queues, pull apps' task queues) are
-# named after: the stack's name when deployed (infra sets it and scopes IAM to it, so two
-# stacks in one account never touch each other's queues), "ezgh" locally.
-ENV_STACK_PREFIX = "EZGH_STACK_PREFIX"
-DEFAULT_STACK_PREFIX = "ezgh"
+# The prefix of what the engine names at run time (`stack_name`, re-exported here).
+ENV_STACK_PREFIX = stack_name.ENV_STACK_PREFIX
+DEFAULT_STACK_PREFIX = stack_name.DEFAULT_STACK_PREFIX
+stack_prefix = stack_name.stack_prefix
 
 
 _INVOKER_ARN_ENV = INVOKER_FUNCTION.async_invoke.env_var if INVOKER_FUNCTION.async_invoke else ""
@@ -81,15 +81,6 @@ class Settings:
 
         answer = client("secretsmanager").get_secret_value(SecretId=self.token_secret_arn)
         return str(answer["SecretString"])
-
-
-def stack_prefix() -> str:
-    """The prefix of every resource name the engine creates at run time (see ENV_STACK_PREFIX).
-
-    Read on each call, not cached with `settings()`: it only names things, and the adapters
-    that use it need no other setting.
-    """
-    return os.environ.get(ENV_STACK_PREFIX) or DEFAULT_STACK_PREFIX
 
 
 def _required(name: str) -> str:

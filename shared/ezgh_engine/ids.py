@@ -46,6 +46,12 @@ def time_ordered_id() -> str:
     return str(uuid.UUID(int=value))
 
 
+def time_bound(ms: int) -> str:
+    """The smallest time-ordered ID of millisecond `ms` (every ID minted at or after `ms`
+    sorts after it, every one minted before sorts before it): for ranges of IDs by time."""
+    return str(uuid.UUID(int=(max(0, ms) & ((1 << 48) - 1)) << 80))
+
+
 def derived_id(*parts: str) -> str:
     """A UUID (v5) derived from its cause; the same parts always give the same ID."""
     return str(uuid.uuid5(_DERIVED_NS, "\x1f".join(parts)))

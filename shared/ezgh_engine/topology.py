@@ -124,12 +124,13 @@ class SqsSource:
 
 @dataclass(frozen=True)
 class Match:
-    """A stream filter's test of one attribute of the new image: its DynamoDB `type` ("S"
-    or "N") and the values it may hold (as DynamoDB writes them: "0" for the number 0)."""
+    """A stream filter's test of one attribute of the new image: its DynamoDB `type` ("S",
+    "N" or "BOOL") and the values it may hold (as DynamoDB writes them: "0" for the number
+    0, True for a true BOOL)."""
 
     name: str
-    values: tuple[str, ...]
-    type: Literal["S", "N"] = "S"
+    values: tuple[str | bool, ...]
+    type: Literal["S", "N", "BOOL"] = "S"
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,13 @@ class StreamSource:
     filters: tuple[tuple[Match, ...], ...] = ()
     removals: tuple[Match, ...] = ()
     kind: Literal["stream"] = "stream"
+    # Lambda's `MaximumBatchingWindowInSeconds`: how long the mapping gathers records before
+    # it invokes (0: at once). The local reader invokes at once whatever this says.
+    batching_window_seconds: int = 0
+    # Records the handler keeps failing on go to a dead-letter queue (retried, then kept for
+    # an operator). False: a reader that never fails its batch (showing the work, not doing
+    # it) gets neither retries nor a queue, nor its alarm's cost.
+    keep_failed: bool = True
 
     def filter_patterns(self) -> list[dict[str, Any]]:
         """The Lambda event filter patterns (any one passes); empty to deliver everything."""
@@ -332,6 +340,13 @@ YEAR_LIMIT_SWEEP = Recurring(
     message='{"type":"year-limit-sweep","scheduledTime":"<aws.scheduler.scheduled-time>"}',
 )
 
+# What runs do, as metrics, log lines and trace segments (service/observe.py): the second
+# reader of the runs table's stream, beside the outbox, so that showing the work never holds
+# it and the outbox's filter stays narrow.
+OBSERVE_FUNCTION = Function(
+    "observe", "functions.observe.handler:handler", timeout_seconds=60, memory_mb=256
+)
+
 # A flow's user-directed code (JMESPath, `http.request`): the flows function calls it for
 # each node that renders a template, computes an expression or sends a request
 # (`adapters.sandbox`, `interpreter/usercode.py`). Sandboxed: neither the token secret nor
@@ -349,6 +364,19 @@ SANDBOX_FUNCTION = Function(
 # `POWERTOOLS_*`): whether loopback and private hosts are allowed (`ezgh dev`).
 SANDBOX_ENV = ("EZGH_ALLOW_LOOPBACK_APPS",)
 
+# The observe function's reading of the runs stream: every run and step item's change (not
+# events, index items or removals), gathered for up to 30 s, so a busy stack pays one
+# invocation for up to 1,000 changes (metrics are per minute anyway). DynamoDB Streams
+# serves two readers of a shard at once: this one and the outbox.
+OBSERVE_SOURCE = StreamSource(
+    table="runs",
+    function="observe",
+    batch_size=1000,
+    filters=((Match("type", ("run",)),), (Match("type", ("step",)),)),
+    batching_window_seconds=30,
+    keep_failed=False,
+)
+
 TOPOLOGY = Topology(
     tables=(RUNS_TABLE, REGISTRY_TABLE),
     queues=(INVOCATIONS_QUEUE, NOTIFICATIONS_QUEUE),
@@ -361,10 +389,12 @@ TOPOLOGY = Topology(
         NOTIFY_FUNCTION,
         FLOWS_FUNCTION,
         SANDBOX_FUNCTION,
+        OBSERVE_FUNCTION,
     ),
     sources=(
-        # What service/stream.py reacts to: run items without a lease, and steps that start
-        # to wait (timers, branches). Events, index items and steps running or done don't.
+        # What service/stream.py reacts to: run items without a lease, steps that start to
+        # wait (timers, branches) and parallel steps that end (their run is asked for its
+        # next invocation). Events, index items and other steps running or done don't.
         StreamSource(
             table="runs",
             function="stream",
@@ -373,6 +403,11 @@ TOPOLOGY = Topology(
                 # that wakes a step and invokes at once): what it owes is sent when it ends.
                 (Match("type", ("run",)), Match("leaseUntil", (str(NO_LEASE),), "N")),
                 (Match("type", ("step",)), Match("status", ("sleeping", "retrying", "waiting"))),
+                (
+                    Match("type", ("step",)),
+                    Match("branch", (True,), "BOOL"),
+                    Match("status", ("completed", "failed", "cancelled")),
+                ),
             ),
             # A run item's removal (its TTL, or DeleteRun): the rest of the run goes with it
             # (service/retention.py).
@@ -381,6 +416,7 @@ TOPOLOGY = Topology(
         # As many as one group (handled at once: service/invocation_queue.py).
         SqsSource(queue="invocations", function="invoker", batch_size=GROUP_MAX_MESSAGES),
         SqsSource(queue="notifications", function="notify", batch_size=1),
+        OBSERVE_SOURCE,
     ),
     recurring=(YEAR_LIMIT_SWEEP,),
 )

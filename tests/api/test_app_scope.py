@@ -18,7 +18,7 @@ from ezgh_engine.adapters import event_sources, registry_store, runs_store
 from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.protocol import outcomes as rules
-from ezgh_engine.service import deliver, outcomes
+from ezgh_engine.service import deliver, launches, outcomes
 
 from tests.api.conftest import Project
 from tests.api.test_run_scopes import key, pull_app, start
@@ -34,7 +34,8 @@ def _local_sources(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def suspend(run_id: str, *waits: rules.Wait) -> None:
-    """The run's invocation answers `suspended` on `waits`, as an app's would."""
+    """The run's invocation answers `suspended` on `waits`, as an app's would; then the
+    outbox makes what the suspend started, as it does once it sees the commit."""
     leased = inv.take_lease(run_id, 1, now_ms=clock.now_ms(), lease_ms=600_000)
     assert leased is not None
     full = runs_store.get_run(run_id)
@@ -46,6 +47,11 @@ def suspend(run_id: str, *waits: rules.Wait) -> None:
         invocation_id=ids.time_ordered_id(),
         started_at=clock.iso(clock.now()),
     )
+    committed = runs_store.get_run(run_id)
+    assert committed is not None
+    launch = launches.missing(committed)
+    if launch is not None:
+        launches.launch(run_id, launch)
 
 
 def step(run_id: str, step_id: str) -> Any:

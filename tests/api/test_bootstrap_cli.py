@@ -13,6 +13,8 @@ from ezgh_engine.cli.main import main
 
 from tests.api.conftest import ENV, Project
 
+pytestmark = pytest.mark.moto_only("a deployed stack's outputs and SSM, not the runs table")
+
 OUTPUTS = {
     **{topology.table_output(t): ENV[t.env_var] for t in topology.TOPOLOGY.tables},
     **{topology.queue_output(q): f"https://sqs.example/{q.key}" for q in topology.TOPOLOGY.queues},

@@ -10,7 +10,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core import leases
 
-from tests.api.steps_helpers import stored_run
+from tests.api.steps_helpers import stored_run, write_raw
 
 NOW = 1_790_000_000_000
 
@@ -22,7 +22,7 @@ def _set_lease(run_id: str, lease_until: int) -> None:
         "UpdateExpression": "SET leaseUntil = :until",
         "ExpressionAttributeValues": {":until": {"N": str(lease_until)}},
     }
-    ws.transact([{"Update": update}])
+    write_raw([{"Update": update}])
 
 
 @pytest.mark.parametrize("lease_until", [leases.NO_LEASE, NOW - 1, NOW, NOW + 60_000])

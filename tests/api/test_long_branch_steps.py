@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from ezgh_engine import clock
-from ezgh_engine.adapters import push, runs_store
+from ezgh_engine.adapters import ddb, push, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.models import App
 from ezgh_engine.errors import StaleInvocation
-from ezgh_engine.service import branches, steps
+from ezgh_engine.service import branches, steps, stream
 
 from tests.api.test_branch_outcomes import STEP, _app, _run_with_branch
 
@@ -79,8 +79,14 @@ def test_a_branch_step_longer_than_the_invoke_timeout_fails_once_naming_the_limi
         steps.apply_ops(app.tokens[0], late)
     after = _step(run_id)
     assert after["status"] == "failed" and after["error"] == step["error"]
+    # The outbox sees the parallel step end and asks for the run: the main invocation replays.
+    ended = {
+        "OldImage": ddb.to_item({**after, "status": "running"}),
+        "NewImage": ddb.to_item(after),
+    }
+    stream.handle_record({"eventName": "MODIFY", "dynamodb": ended})
     run = runs_store.get_run(run_id, with_steps=False)
-    assert run is not None and run.invoke_seq > run.handled_seq  # the main invocation replays
+    assert run is not None and run.invoke_seq > run.handled_seq
 
 
 def test_a_branch_step_started_late_keeps_the_lease_and_records_its_end(

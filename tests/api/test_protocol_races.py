@@ -14,7 +14,15 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import runs_store
 from ezgh_engine.adapters import waits_store as ws
 
-from tests.api.steps_helpers import complete, free_lease, lease_token, start, steps_call, stored_run
+from tests.api.steps_helpers import (
+    complete,
+    free_lease,
+    lease_token,
+    start,
+    steps_call,
+    stored_run,
+    write_raw,
+)
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
 
@@ -27,7 +35,7 @@ def _raw_run(run_id: str) -> dict[str, Any]:
 
 def _sleeping(run_id: str, wake: str) -> None:
     """The run suspended on a sleep: step sleeping, lease released, its reason handled."""
-    ws.transact(
+    write_raw(
         [
             ws.plain_put(
                 {

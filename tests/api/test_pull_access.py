@@ -79,11 +79,10 @@ def test_a_heartbeat_for_an_answered_reason_is_refused_even_under_a_live_lease(
     from ezgh_engine import clock, config
     from ezgh_engine.adapters import invocations_store as inv
     from ezgh_engine.adapters import run_items as items
-    from ezgh_engine.adapters import waits_store as ws
     from ezgh_engine.core import tokens
     from ezgh_engine.errors import StaleInvocation
 
-    from tests.api.steps_helpers import stored_run
+    from tests.api.steps_helpers import stored_run, write_raw
 
     now = clock.iso(clock.now())
     run = stored_run()
@@ -100,7 +99,7 @@ def test_a_heartbeat_for_an_answered_reason_is_refused_even_under_a_live_lease(
 
     assert pull.heartbeat(token, task(1))["leaseSeconds"] > 0
     # Reason 1 answered, reason 2 arrived; the same epoch keeps a live lease.
-    ws.transact(
+    write_raw(
         [
             {
                 "Update": {

@@ -15,7 +15,7 @@ from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import runs_store
 from ezgh_engine.core import tokens
 
-from tests.api.steps_helpers import stored_run
+from tests.api.steps_helpers import stored_run, write_raw
 from tests.api.test_protocol_races import _raw_run, _sleeping
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
@@ -251,7 +251,9 @@ def _message_wait(run: Any, step_id: str, queue_id: str, key: str) -> None:
 
     wait = Wait(kind="message", step_id=step_id, name=step_id.split("#")[0])
     wait = replace(wait, queue_id=queue_id, key=key)
-    assert ws.transact(waits.suspend_actions(run, wait, at=clock.iso(clock.now()), order=step_id))
+    new = waits.suspend_writes(run, wait, at=clock.iso(clock.now()), order=step_id)
+    assert new.launch is not None  # what the outbox makes once the suspend commits
+    assert ws.transact(list(new.launch.items))
 
 
 def _resume(run: Any, message: Any) -> int:
@@ -320,7 +322,7 @@ def _suspend_on_callback(run_id: str) -> None:
             "ExpressionAttributeValues": {":z": {"N": "0"}},
         }
     }
-    assert ws.transact([ws.step_put(run_id, "approve#1", {**values, "order": "1"}), update])
+    write_raw([ws.step_put(run_id, "approve#1", {**values, "order": "1"}), update])
 
 
 def test_deleting_an_app_ends_its_live_runs_failed(

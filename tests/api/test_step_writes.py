@@ -10,7 +10,6 @@ from ezgh_engine import clock, config, ids
 from ezgh_engine.adapters import aws, runs_store
 from ezgh_engine.adapters import invocations_store as inv
 from ezgh_engine.adapters import run_items as items
-from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run
 from ezgh_engine.errors import StaleInvocation
@@ -24,6 +23,7 @@ from tests.api.steps_helpers import (
     steps_call,
     steps_of,
     stored_run,
+    write_raw,
 )
 
 
@@ -224,7 +224,7 @@ def test_a_resent_retryable_fail_answers_retry_even_once_the_retry_is_due(
     }
     first = steps_call(token, [fail])[1]["results"][0]
     assert first["result"] == "retry"
-    ws.transact(  # the retry's timer fired: it is due (no wake time)
+    write_raw(  # the retry's timer fired: it is due (no wake time)
         [
             {
                 "Update": {
@@ -247,7 +247,7 @@ def test_a_mark_of_an_earlier_run_attempt_is_not_a_running_step(aws_env: None) -
     steps_call(token, [start("a#1")])
     steps_call(token, [complete("a#1", 1), start("b#1")])
     assert steps_of(run)["b#1"] == ("running", 1)
-    ws.transact(
+    write_raw(
         [
             {
                 "Update": {

@@ -402,6 +402,20 @@ def test_the_events_say_when_no_deployment_was_reported(
     assert page.get_by_test_id("no-deployment").count() == 0
 
 
+def test_a_waiting_callbacks_url_is_shown_with_its_run(page, engine, client, app_id, link):
+    """GetRun gives a waiting callback's URL to a key that may complete it (the dev admin
+    key may): the run's page shows it, and it is the URL that completes the callback."""
+    run = client.start_run(app_id, "approval", {})
+    waiting = wait_status(
+        engine, client, run["id"], lambda r: r["steps"] and r["steps"][0]["status"] == "waiting"
+    )
+    url = waiting["steps"][0]["url"]
+    _open_run(page, link, run["id"])
+    assert page.locator("[data-testid=callback-url]").inner_text() == f"approve: POST {url}"
+    assert httpx.post(url, json={"ok": True}, timeout=10).status_code == 200
+    assert wait_ended(engine, client, run["id"])["output"] == {"body": {"ok": True}}
+
+
 def test_cancel_a_running_run(page, engine, client, app_id, link):
     run = client.start_run(app_id, "waiter", {"kind": "sleep"})
     wait_status(

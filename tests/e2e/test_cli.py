@@ -10,7 +10,12 @@ import sys
 import pytest
 from ezgh_engine.cli.main import main
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.moto_only(
+        "the CLI's printing: the calls it makes run on both in tests/api and tests/e2e"
+    ),
+]
 
 
 @pytest.fixture()

@@ -12,7 +12,11 @@ from ezgh_engine.cli.main import main
 
 from tests.e2e.test_flows import interpreter  # noqa: F401  (a fixture, used below)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("interpreter")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.usefixtures("interpreter"),
+    pytest.mark.moto_only("the CLI's printing: flows run on both in tests/e2e/test_flows.py"),
+]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flows" / "order-check.json"
 
 

@@ -19,7 +19,10 @@ from ezgh_workflows import WorkflowsClient
 
 from tests.e2e.test_durable_runs import wait_ended
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.moto_only("the local runtime's execution environments, not what DynamoDB stores"),
+]
 
 ROUNDS = 16
 

@@ -18,7 +18,12 @@ from ezgh_engine.topology import YEAR_LIMIT_SWEEP
 
 from tests.e2e.test_durable_runs import wait_ended, wait_sleeping
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.moto_only(
+        "the CLI: repair's reads and writes run on both in tests/api/test_repair.py"
+    ),
+]
 
 
 def _repair(*args: str) -> tuple[int, dict[str, Any]]:

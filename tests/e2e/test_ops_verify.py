@@ -11,7 +11,13 @@ from ezgh_engine.cli import verify
 from ezgh_engine.cli.main import main
 from ezgh_engine.local.runtime import LocalRuntime
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real_time]  # the canary times a real sleep
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.real_time,
+    pytest.mark.moto_only(
+        "the canary's report (in real time): what it runs is tests/e2e/test_durable_runs.py's, on both"
+    ),
+]  # the canary times a real sleep
 
 
 def _settings(engine: LocalRuntime) -> dict[str, str]:

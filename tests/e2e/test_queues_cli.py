@@ -10,7 +10,12 @@ from ezgh_engine.cli.main import main
 
 from tests.e2e.workflows_app import CALLS
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.moto_only(
+        "the CLI's printing: the queue store runs on both in tests/api/test_queues.py"
+    ),
+]
 
 
 def _ezgh(engine: Any, capsys: pytest.CaptureFixture[str], *argv: str) -> Any:

@@ -41,7 +41,15 @@ class CardDeclinedError(Exception):
 
 @workflow("onboarding")
 async def onboarding(ctx: Context) -> Any:
-    user = await ctx.step.run("load-user", lambda: count("load-user", {"email": "a@x.io"}))
+    def load_user() -> Any:
+        # Where this step's own spans would join the run's trace (tests/e2e/test_observability).
+        trace = step_context().trace
+        assert trace is not None and ctx.trace is not None
+        note("trace", {"run_id": ctx.run_id, "traceparent": trace.traceparent,
+                       "same": trace == ctx.trace})  # fmt: skip
+        return count("load-user", {"email": "a@x.io"})
+
+    user = await ctx.step.run("load-user", load_user)
     await ctx.step.run("welcome-email", lambda: count("welcome-email", "sent"))
     await ctx.step.sleep("cooldown", ctx.input.get("cooldown", "3d"))
     return await ctx.step.run("follow-up", lambda: count("follow-up", user["email"]))

@@ -6,7 +6,9 @@ another's: IDs, times, tokens and URLs differ by run, the rest must not.
 - every ISO time becomes `TIME` (so races, which order by time, are not golden material),
   but a sleep step's `wakeAt` becomes its distance from its `startedAt` (`"+3600s"`): the
   duration is what the engine must get right;
-- tokens and invocation IDs become placeholders; the engine's URL becomes `ENGINE_URL`;
+- tokens and invocation IDs become placeholders, and so does an invoke request's `trace`
+  (derived from the run and invocation IDs: tests/unit/test_trace_ids.py holds its form);
+  the engine's URL becomes `ENGINE_URL`;
 - a history cursor (protocol 1.5: sealed, random) becomes ``<cursor-n>``, numbered by first
   appearance as IDs are, and back again;
 - a long string of one repeated character (a large value) becomes ``<'x' * 70000>``, and
@@ -30,6 +32,7 @@ TIME = "2026-01-01T00:00:00.000Z"
 ENGINE_URL = "http://127.0.0.1:1"
 TOKEN = "<token>"
 INVOCATION = "<invocation>"
+TRACE = "<trace>"
 _SECRET_KEYS = {"token": TOKEN, "invocationId": INVOCATION}
 
 
@@ -63,6 +66,8 @@ class Canon:
             return {
                 key: _SECRET_KEYS[key]
                 if key in _SECRET_KEYS and isinstance(item, str)
+                else TRACE
+                if key == "trace" and isinstance(item, dict) and "traceparent" in item
                 else self.to_canonical(item)
                 for key, item in value.items()
             }

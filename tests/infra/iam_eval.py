@@ -232,6 +232,8 @@ def needs(call: dict[str, Any], region: str, account: str) -> list[Need]:
         return [Need("sts:AssumeRole", str(params.get("RoleArn", "*")))]
     if service == "secretsmanager":
         return [Need(f"secretsmanager:{operation}", str(params.get("SecretId", "*")))]
+    if service == "xray":  # X-Ray's actions take no resource but "*"
+        return [Need(f"xray:{operation}", "*")]
     raise ValueError(
         f"no IAM mapping for {service}:{operation}; add one to tests/infra/iam_eval.py"
     )

@@ -55,6 +55,8 @@ STACK_NAME = "ezgh"
 
 # Grants no local request can exercise, each with why the function needs it on AWS.
 AWS_ONLY: dict[str, str] = {
+    # The engine sends a run's own segments too (observability/traces.py: the invoker's and
+    # observe's requests are checked above); the other functions' are the runtime's.
     "xray:PutTraceSegments": "active tracing: the Lambda runtime sends the segments",
     "xray:PutTelemetryRecords": "active tracing: the Lambda runtime sends the segments",
     "logs:CreateLogStream": "the Lambda runtime writes the function's logs",
@@ -268,6 +270,9 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         "scheduler:UpdateSchedule": "granted with CreateSchedule (Scheduler.grant_manage_schedules)",
     },
     "invoker": {
+        # An outcome is no transaction any more (adapters/run_writes): the lease's
+        # ConditionCheck is the steps function's (`run_writes.write_leased`).
+        "dynamodb:ConditionCheckItem": _LEVEL,
         "dynamodb:Query": "queries of the registry and of the runs table's GSI (read level)",
         "iam:PassRole": "a timer longer than SQS's 15 minutes (messages.resend_timer)",
         "scheduler:CreateSchedule": "a timer longer than SQS's 15 minutes (messages.resend_timer)",
@@ -304,6 +309,9 @@ UNEXERCISED: dict[str, dict[str, str]] = {
         # It writes the job index and failed items (PutItem) on the runs table and
         # `queue.send`'s idempotency records (PutItem, UpdateItem) on the registry.
         "dynamodb:UpdateItem": _LEVEL + " (used on the registry, not on the runs table)",
+    },
+    "observe": {
+        "dynamodb:Query": "part of the runs table's read level (it reads a run item by key)",
     },
     "notify": {
         "dynamodb:DeleteItem": _LEVEL,

@@ -32,6 +32,7 @@ from ezgh_engine import config  # noqa: E402
 from ezgh_engine.adapters import sqs_queues  # noqa: E402
 from ezgh_engine.api.app import route_keys  # noqa: E402
 from ezgh_engine.cli import teardown  # noqa: E402
+from ezgh_engine.observability import names, traces  # noqa: E402
 from ezgh_engine.topology import (  # noqa: E402
     API_FUNCTION,
     FLOWS_FUNCTION,
@@ -208,7 +209,7 @@ def test_the_year_limit_sweep_is_an_hourly_schedule_of_the_invoker(
 def test_every_queue_is_encrypted_and_tls_only(template: dict[str, Any]) -> None:
     queues = resources(template, "AWS::SQS::Queue")
     # topology queues + their DLQs + one failure queue per stream source
-    streams = [s for s in TOPOLOGY.sources if isinstance(s, StreamSource)]
+    streams = [s for s in TOPOLOGY.sources if isinstance(s, StreamSource) and s.keep_failed]
     assert len(queues) == 2 * len(TOPOLOGY.queues) + len(streams)
     tls_only = set()
     for policy in resources(template, "AWS::SQS::QueuePolicy").values():
@@ -243,6 +244,14 @@ def test_event_source_mapping(stack: EzghStack, template: dict[str, Any], spec: 
     assert m["BatchSize"] == spec.batch_size
     if isinstance(spec, SqsSource):
         assert m["EventSourceArn"] == getatt(logical_id(stack, stack.queues.by_key[spec.queue]))
+    elif not spec.keep_failed:  # the observe function: shows the work, never retried
+        table = logical_id(stack, stack.tables.by_key[spec.table])
+        assert m["EventSourceArn"] == getatt(table, "StreamArn")
+        assert m["StartingPosition"] == "LATEST"
+        assert m["MaximumRetryAttempts"] == 0 and "DestinationConfig" not in m
+        assert m["MaximumBatchingWindowInSeconds"] == spec.batching_window_seconds > 0
+        filters = m["FilterCriteria"]["Filters"]
+        assert [json.loads(f["Pattern"]) for f in filters] == spec.filter_patterns()
     else:
         table = logical_id(stack, stack.tables.by_key[spec.table])
         assert m["EventSourceArn"] == getatt(table, "StreamArn")
@@ -622,8 +631,11 @@ def test_alarms_cover_every_dlq_and_function(stack: EzghStack, template: dict[st
     for dlq in dlqs:
         name = getatt(logical_id(stack, dlq), "QueueName")
         assert ("ApproximateNumberOfMessagesVisible", json.dumps(name)) in watched
-    for fn in stack.functions.by_key.values():
-        assert ("Errors", json.dumps({"Ref": logical_id(stack, fn)})) in watched
+    shows_only = {s.function for s in TOPOLOGY.sources if isinstance(s, StreamSource)}
+    shows_only &= {s.function for s in TOPOLOGY.sources if not getattr(s, "keep_failed", True)}
+    for key, fn in stack.functions.by_key.items():
+        alarmed = ("Errors", json.dumps({"Ref": logical_id(stack, fn)})) in watched
+        assert alarmed == (key not in shows_only), key  # the observe function: no alarm
     for a in alarms:
         assert a["Properties"]["Threshold"] == 0
         assert a["Properties"]["ComparisonOperator"] == "GreaterThanThreshold"
@@ -829,6 +841,50 @@ def test_alarms_are_a_context_option() -> None:
     assert len(resources(default, "AWS::CloudWatch::Alarm")) > 0
     rest = {k for k, v in default["Resources"].items() if v["Type"] != "AWS::CloudWatch::Alarm"}
     assert set(without["Resources"]) == rest
+
+
+def test_the_dashboard_is_a_context_option_off_by_default() -> None:
+    """Off, the stack has no dashboard (it costs nothing); on, one dashboard whose graphs
+    read the engine's own metrics in its namespace, for this stack's `service`."""
+    _, on = _synth_named("Dash", **{"ezgh:dashboard": "true"})
+    _, default = _synth_named("Dash")
+    assert resources(default, "AWS::CloudWatch::Dashboard") == {}
+    (dashboard,) = resources(on, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in names.ALL:
+        assert f'\\"{metric.name}\\"' in body, metric.name
+    assert f'\\"{names.NAMESPACE}\\"' in body and '\\"service\\",\\"Dash\\"' in body
+    rest = {k for k, v in on["Resources"].items() if v["Type"] != "AWS::CloudWatch::Dashboard"}
+    assert set(default["Resources"]) == rest
+
+
+def test_the_log_level_is_a_context_option() -> None:
+    """INFO by default (a run's start, end, invocations and failures); DEBUG adds a line per
+    completed step and wait; a level Powertools does not know is refused at synth."""
+    for chosen, expected in ((None, "INFO"), ("debug", "DEBUG")):
+        context = {} if chosen is None else {"ezgh:logLevel": chosen}
+        _, template = _synth_named("Lvl", **context)
+        for function in resources(template, "AWS::Lambda::Function").values():
+            env = function["Properties"]["Environment"]["Variables"]
+            assert env["LOG_LEVEL"] == expected
+    with pytest.raises(ValueError, match="ezgh:logLevel"):
+        _synth_named("Lvl", **{"ezgh:logLevel": "chatty"})
+
+
+def test_traces_and_metrics_are_context_options() -> None:
+    """No function records traces unless `ezgh:traceSampleRate` says how many (X-Ray bills
+    each); metrics are on unless `ezgh:metrics=false`."""
+    _, default = _synth_named("Obs")
+    _, chosen = _synth_named("Obs", **{"ezgh:traceSampleRate": "0.05", "ezgh:metrics": "false"})
+    for template, rate, disabled in ((default, None, None), (chosen, "0.05", "true")):
+        for function in resources(template, "AWS::Lambda::Function").values():
+            env = function["Properties"].get("Environment", {}).get("Variables", {})
+            if not any(k.startswith("EZGH_") for k in env):
+                continue  # the sandbox
+            assert env.get(traces.ENV_SAMPLE_RATE) == rate
+            assert env.get("POWERTOOLS_METRICS_DISABLED") == disabled
+    with pytest.raises(ValueError, match="traceSampleRate"):
+        _synth_named("Obs", **{"ezgh:traceSampleRate": "2"})
 
 
 def test_the_invoker_is_invoked_asynchronously_with_retries_and_the_queue_on_failure(

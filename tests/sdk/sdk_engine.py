@@ -37,7 +37,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -234,6 +234,11 @@ class Plant:
         if self.engine is not None:
             self.engine.outbox_add(wire.dumps(message), delay_seconds)
 
+    def send_each(self, many: Sequence[wire.Message], delay_seconds: float = 0) -> None:
+        """A stream batch's starts sent together (`messages.send_each`): one message each."""
+        for message in many:
+            self.send(message, delay_seconds)
+
     def schedule(self, timer: wire.Timer, fire_at: datetime, run_id: str, step_id: str) -> None:
         if self.engine is not None:
             self.engine.outbox_add(wire.dumps(timer), (fire_at - clock.now()).total_seconds())
@@ -277,6 +282,7 @@ def plant(server: DynamoDBLocal | None = None) -> Iterator[Plant]:
                 made = Plant("moto" if server is None else "ddblocal")
                 patch.setattr(push, "network_transport", lambda: _AppTransport(made))
                 patch.setattr(messages, "send", made.send)
+                patch.setattr(messages, "send_each", made.send_each)
                 patch.setattr(messages, "_create_schedule", made.schedule)
                 patch.setattr(messages, "drop_timer", lambda *args: None)
                 yield made

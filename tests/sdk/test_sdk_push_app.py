@@ -15,6 +15,8 @@ from ezgh_engine.protocol import PROTOCOL_VERSION
 from ezgh_workflows import Context, PushApp, workflow
 from sdk_engine import KEY, Engine, make_app, post, signed_headers
 
+pytestmark = pytest.mark.moto_only("the push app's own HTTP and signatures")
+
 
 @workflow("hello")
 async def hello(ctx: Context) -> str:

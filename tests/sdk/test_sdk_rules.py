@@ -12,6 +12,10 @@ import pytest
 from ezgh_workflows import Context, StepError, workflow
 from sdk_engine import Engine, invoke, make_app, run_to_end
 
+pytestmark = pytest.mark.moto_only(
+    "the SDK's own rules; what the engine records and a replay reads back runs on both in test_sdk_replay.py"
+)
+
 
 def _run_steps(engine: Engine, body: Any, name: str = "wf") -> dict[str, Any]:
     return invoke(make_app(engine, workflow(name)(body)), engine, name)

@@ -18,6 +18,10 @@ from ezgh_workflows import (
 )
 from sdk_engine import Engine, branches, invoke, make_app, run_to_end
 
+pytestmark = pytest.mark.moto_only(
+    "the SDK's side of waits; their engine side runs on both in tests/e2e/test_waits.py"
+)
+
 
 def test_retries_suspend_and_count_attempts(engine: Engine) -> None:
     seen: list[tuple[int, str]] = []

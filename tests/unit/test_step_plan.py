@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from ezgh_engine import clock, config
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, run_writes
+from ezgh_engine.adapters.intents import Intent
 from ezgh_engine.core import retries, tokens
 from ezgh_engine.core.models import RunError, Step
 from ezgh_engine.core.protocol_rules import MAX_RETRIES, end_differs
@@ -43,8 +44,11 @@ def fresh(n: int = 1, fraction: float = 0.5) -> Fresh:
 
 
 def update(plan: Plan) -> dict[str, Any]:
-    assert plan.item is not None and "Update" in plan.item
-    body: dict[str, Any] = plan.item["Update"]
+    """The UpdateItem the write path makes of the plan's own step write."""
+    assert plan.item is not None
+    action = run_writes.request(plan.item)
+    assert "Update" in action
+    body: dict[str, Any] = action["Update"]
     return body
 
 
@@ -52,8 +56,9 @@ def values(body: dict[str, Any]) -> dict[str, Any]:
     return ddb.from_item(body.get("ExpressionAttributeValues", {}))
 
 
-def put_item(action: dict[str, Any]) -> dict[str, Any]:
-    return ddb.from_item(action["Put"]["Item"])
+def put_item(intent: Intent) -> dict[str, Any]:
+    """The item the write path puts for `intent`."""
+    return ddb.from_item(run_writes.request(intent)["Put"]["Item"])
 
 
 def step(status: Any, **fields: Any) -> Step:
@@ -111,7 +116,7 @@ def test_a_refused_start_answers_the_running_attempt_or_what_is_recorded() -> No
 
 def test_a_completion_updates_the_running_attempt_and_is_its_own_event() -> None:
     plan = end.plan(MAIN, fresh(), ops.Complete("a#1", '{"n":1}'), None, leased=False)
-    assert plan.result == Ok("a#1") and plan.carries and not plan.bump and plan.others == ()
+    assert plan.result == Ok("a#1") and plan.carries and plan.others == ()
     body = update(plan)
     assert "startEpoch = :epoch" in body["ConditionExpression"]
     assert values(body)[":output"] == '{"n":1}' and values(body)[":evtId"] == "evt-1"
@@ -129,7 +134,7 @@ def test_an_end_of_a_step_started_inline_puts_its_whole_item() -> None:
     assert plan.item is not None
     item = put_item(plan.item)
     assert item["status"] == "completed" and item["order"] == "order-0"
-    assert plan.item["Put"]["ConditionExpression"] == "attribute_not_exists(pk)"
+    assert run_writes.request(plan.item)["Put"]["ConditionExpression"] == "attribute_not_exists(pk)"
 
 
 def test_a_failure_without_retry_fails_the_step_with_an_event() -> None:
@@ -163,11 +168,14 @@ def test_a_failure_past_the_retry_budget_fails_the_step(attempt: int, allowed: i
     assert put_item(plan.others[0])["stepAttempt"] == attempt
 
 
-def test_a_branch_step_that_ends_asks_for_its_run_unless_it_retries() -> None:
-    done = end.plan(BRANCH, fresh(), ops.Complete("b#1", "1"), None, leased=True)
-    assert done.bump and "branchEpoch = :bepoch" in update(done)["ConditionExpression"]
+def test_a_branch_step_ends_under_its_lease_and_releases_it_unless_it_retries() -> None:
+    """(Its end asks for the run's next invocation through the outbox: service.stream.)"""
+    done = update(end.plan(BRANCH, fresh(), ops.Complete("b#1", "1"), None, leased=True))
+    assert "branchEpoch = :bepoch AND branchLeaseUntil >= :now" in done["ConditionExpression"]
+    assert values(done)[":branchLeaseUntil"] == 0
     request = ops.Fail("b#1", RunError.from_api(ERROR), True, attempt=1, retries=2)
-    assert not end.plan(BRANCH, fresh(), request, None, leased=True).bump
+    retry = update(end.plan(BRANCH, fresh(), request, None, leased=True))
+    assert "branchLeaseUntil" not in retry["UpdateExpression"]
 
 
 def test_a_refused_retryable_failure_answers_its_retry_else_what_is_recorded() -> None:
@@ -203,7 +211,7 @@ def test_a_start_after_an_end_is_a_next_mark_on_the_end_s_item() -> None:
     plans = _plans(ops.Complete("a#1", "1"), ops.Start("b#1", "b", 1))
     writes, results = executor.compose(MAIN, plans)
     assert len(writes) == 1
-    mark = values(writes[0]["Update"])[":next"]
+    mark = values(run_writes.request(writes[0])["Update"])[":next"]
     assert mark["stepId"] == "b#1" and mark["attempt"] == 1 and mark["startEpoch"] == 3
     assert results == [
         Ok("a#1"),
@@ -214,7 +222,7 @@ def test_a_start_after_an_end_is_a_next_mark_on_the_end_s_item() -> None:
 def test_the_mark_goes_on_the_ended_step_s_item_not_on_its_event() -> None:
     plans = _plans(ops.Fail("a#1", RunError.from_api(ERROR)), ops.Start("b#1", "b", 1))
     (item, event), _ = executor.compose(MAIN, plans)
-    assert ":next" in values(item["Update"]) and "next" not in put_item(event)
+    assert ":next" in values(run_writes.request(item)["Update"]) and "next" not in put_item(event)
 
 
 def test_a_recorded_value_carries_a_start_in_its_put() -> None:

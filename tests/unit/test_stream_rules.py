@@ -27,11 +27,17 @@ def test_cancelling_run_does():
 
 
 def _record(
-    event_name: str, item_type: str | None, status: str | None = None, lease: int = 0
+    event_name: str,
+    item_type: str | None,
+    status: str | None = None,
+    lease: int = 0,
+    branch: bool = False,
 ) -> dict:
-    image = {"type": {"S": item_type}} if item_type else {}
+    image: dict = {"type": {"S": item_type}} if item_type else {}
     if status:
         image["status"] = {"S": status}
+    if branch:
+        image["branch"] = {"BOOL": True}
     if item_type == "run":
         image["leaseUntil"] = {"N": str(lease)}
     side = "OldImage" if event_name == "REMOVE" else "NewImage"  # as DynamoDB streams them
@@ -50,6 +56,10 @@ def test_the_runs_stream_delivers_only_what_the_outbox_reacts_to():
         assert source.matches(_record("MODIFY", "step", status))
     for status in ("running", "completed", "failed", "cancelled"):
         assert not source.matches(_record("MODIFY", "step", status))
+    # A parallel step that ends asks for its run's next invocation (service/stream.py).
+    for status in ("completed", "failed", "cancelled"):
+        assert source.matches(_record("MODIFY", "step", status, branch=True))
+    assert not source.matches(_record("MODIFY", "step", "running", branch=True))
     assert not source.matches(_record("INSERT", "run.started"))  # an event item
     # A run item's removal (TTL or DeleteRun) deletes the rest of the run (service/retention);
     # other removals (steps, events, index items) cost nothing.
@@ -58,7 +68,7 @@ def test_the_runs_stream_delivers_only_what_the_outbox_reacts_to():
     assert not source.matches(_record("REMOVE", "run.started"))
     assert not source.matches(_record("INSERT", None))
     patterns = source.filter_patterns()
-    assert len(patterns) == 3  # Lambda allows 5 per mapping
+    assert len(patterns) == 4  # Lambda allows 5 per mapping
     assert patterns[-1] == {
         "eventName": ["REMOVE"],
         "dynamodb": {"OldImage": {"type": {"S": ["run"]}}},

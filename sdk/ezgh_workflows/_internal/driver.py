@@ -92,7 +92,9 @@ class Invocation:
         self._request = request
         self._began = clock.monotonic()
         self._transport = transport
-        self._calls = StepCalls(transport, hold=request.holds_step_ends, run_id=request.run.id)
+        self._calls = StepCalls(
+            transport, hold=request.holds_step_ends, run_id=request.run.id, trace=request.trace
+        )
         self._input = request.run.input
         self._deployment_id = deployment_id
         self._recorded = {step.id: step for step in request.steps}
@@ -448,12 +450,22 @@ class Invocation:
         steps = Steps(self)
         if self._workflow.is_async:
             ctx: Context[Any] = Context(
-                input=self._input, run_id=run.id, attempt=run.attempt, step=steps
+                input=self._input,
+                run_id=run.id,
+                attempt=run.attempt,
+                step=steps,
+                trace=self._request.trace,
             )
             coro = self._run_async(ctx)
             return self._workflow_loop.create_task(coro, name=f"ezgh:{run.workflow}")
         blocking = BlockingSteps(steps, self._workflow_loop)
-        ctx = Context(input=self._input, run_id=run.id, attempt=run.attempt, step=blocking)
+        ctx = Context(
+            input=self._input,
+            run_id=run.id,
+            attempt=run.attempt,
+            step=blocking,
+            trace=self._request.trace,
+        )
         future: asyncio.Future[Finished] = self._loop.create_future()
         self._thread = threading.Thread(
             target=self._run_blocking, args=(ctx, future), name=f"ezgh:{run.workflow}", daemon=True

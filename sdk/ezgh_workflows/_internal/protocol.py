@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ErrorBody
+from .trace import TraceContext, parse_trace
 
 PROTOCOL_VERSION = "1.5"
 # From 1.3 an invocation's answer may carry `ops`: the step ends held since its last call.
@@ -84,6 +85,8 @@ class InvokeRequest:
     # 1.5: the history does not fit the request: `steps` lists the steps not ended (or none)
     # and this cursor opens the rest, page by page (the history call).
     steps_cursor: str | None = None
+    # Where the app's own spans join the run's trace (`trace`; None from an older engine).
+    trace: TraceContext | None = None
 
     @property
     def holds_step_ends(self) -> bool:
@@ -156,6 +159,7 @@ def parse_invoke(body: Any) -> InvokeRequest:
         protocol=str(body.get("protocol") or "1.2"),
         answer_within_seconds=_opt_positive(body, "answerWithinSeconds"),
         steps_cursor=_opt_str(body, "stepsCursor"),
+        trace=parse_trace(body.get("trace")),
     )
 
 

@@ -112,7 +112,7 @@ async def run_step(
     attempt = int(results[0].get("attempt") or 1)
     # Started inline (with the previous step's end): its end echoes what the start said.
     inline = results[0].get("inline")
-    context = StepContext(step_id, attempt, idempotency_key(run_id, step_id))
+    context = StepContext(step_id, attempt, idempotency_key(run_id, step_id), calls.trace)
     outcome, retryable = await _call(request.fn, context)
     if outcome.error is None:
         result = await calls.end(protocol.op_complete(step_id, outcome.value, inline=inline))

@@ -23,6 +23,7 @@ from . import payload_cache, protocol
 from .errors import AbortInvocation, TransportError
 from .protocol import Op, RecordedStep
 from .protocol_rules import end_differs
+from .trace import TraceContext
 from .transport import StateReader, StepTransport
 
 # At most this many ends are held before they are sent on their own (the engine takes up to
@@ -35,8 +36,16 @@ logger = logging.getLogger("ezgh_workflows")
 class StepCalls:
     """Sends ops through a `StepTransport`; holds step ends back when ``hold`` is true."""
 
-    def __init__(self, transport: StepTransport, *, hold: bool, run_id: str = "") -> None:
+    def __init__(
+        self,
+        transport: StepTransport,
+        *,
+        hold: bool,
+        run_id: str = "",
+        trace: TraceContext | None = None,
+    ) -> None:
         self._transport = transport
+        self.trace = trace  # the invocation's place in the run's trace (its steps' context)
         self._hold = hold
         self._run_id = run_id
         self._held: list[Op] = []

@@ -6,6 +6,8 @@ import hashlib
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from .trace import TraceContext
+
 
 @dataclass(frozen=True)
 class StepContext:
@@ -13,12 +15,14 @@ class StepContext:
 
     ``idempotency_key`` is the same on every attempt of the step (hex SHA-256 of
     ``"<run id>:<step id>"``): pass it to the systems the step calls so a retried attempt does
-    not repeat their effect.
+    not repeat their effect. ``trace``: where this invocation sits in the run's trace, for
+    the step's own spans (None when the engine sent none).
     """
 
     step_id: str
     attempt: int
     idempotency_key: str
+    trace: TraceContext | None = None
 
 
 _CURRENT: ContextVar[StepContext | None] = ContextVar("ezgh_current_step", default=None)

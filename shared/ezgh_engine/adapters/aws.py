@@ -139,6 +139,17 @@ def _retry_cancelled_for_capacity(
     return ids.random_fraction() * min(2.0 ** (attempts - 1), 20.0)
 
 
+def _count_throttle(response: Any = None, **_: Any) -> None:
+    """botocore's `needs-retry` hook, first of all: count each throttled answer (the
+    `Throttles` metric, `observability`), whether or not it is retried. Decides nothing."""
+    parsed = response[1] if isinstance(response, tuple) and len(response) > 1 else None
+    if isinstance(parsed, dict) and parsed.get("Error") and is_throttle_answer(parsed):
+        from ezgh_engine.observability import metrics, names
+
+        metrics.add(names.THROTTLES, 1)
+    return None
+
+
 _lock = threading.Lock()
 
 
@@ -156,6 +167,10 @@ def client(service: str, read_timeout: int | None = None) -> Any:
                 _retry_cancelled_for_capacity,
                 unique_id="ezgh-retry-cancelled-for-capacity",
             )
+        # First: a retry handler that answers a delay ends the round of handlers.
+        made.meta.events.register_first(
+            "needs-retry", _count_throttle, unique_id="ezgh-count-throttles"
+        )
         _made.append(made)
         if _observers:
             _attach(made)

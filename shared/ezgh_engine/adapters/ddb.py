@@ -48,6 +48,32 @@ def from_item(item: dict[str, Any]) -> dict[str, Any]:
     return {k: _plain(_de.deserialize(v)) for k, v in item.items()}
 
 
+def _value_bytes(value: dict[str, Any]) -> int:
+    ((kind, inner),) = value.items()
+    if kind == "S":
+        return len(inner.encode("utf-8", "surrogatepass"))
+    if kind == "N":
+        digits = len(str(inner).lstrip("-").replace(".", "").lstrip("0")) or 1
+        return (digits + 1) // 2 + 1
+    if kind == "B":
+        return len(inner)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind in ("SS", "NS", "BS"):
+        return sum(_value_bytes({kind[0]: v}) for v in inner)
+    if kind == "L":
+        return 3 + sum(1 + _value_bytes(v) for v in inner)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode()) + _value_bytes(v) for k, v in inner.items())
+    return len(str(inner))
+
+
+def item_bytes(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB counts it against its 400 KB limit (attribute names and
+    values, in the low-level format)."""
+    return sum(len(name.encode()) + _value_bytes(value) for name, value in item.items())
+
+
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 

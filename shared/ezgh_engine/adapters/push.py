@@ -333,6 +333,7 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         "Content-Type": "application/json",
         **signed_headers(app.signing_key, app.url, raw, invocation_of(body)),
         "User-Agent": "ezgh-engine",
+        **trace_headers(body),
     }
     try:
         answer = pinned_post(target, content=raw, headers=headers, timeout=timeout)
@@ -395,6 +396,17 @@ def sync_app(app: App) -> Synced:
         raise AppUnreachable(f"app {app.name} answered sync with {exc.message}") from None
     said = data.get("protocol")
     return Synced(names, said if isinstance(said, str) and VERSION_RE.match(said) else None)
+
+
+def trace_headers(body: dict[str, Any]) -> dict[str, str]:
+    """An invoke request's trace context (its `trace` field) as the HTTP headers tracing
+    libraries read (W3C `traceparent`, X-Ray's `X-Amzn-Trace-Id`): an app's instrumented
+    server joins the run's trace without reading the body."""
+    trace = body.get("trace")
+    if not isinstance(trace, dict):
+        return {}
+    names = {"traceparent": "traceparent", "xrayTraceHeader": "X-Amzn-Trace-Id"}
+    return {header: str(trace[key]) for key, header in names.items() if trace.get(key)}
 
 
 def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.expressions import Update, UpdateAction
 from ezgh_engine.adapters.runs_store import CHILD_ITEM_TTL_SECONDS, event_put
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run
+from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.errors import Conflict
 
 RESET_STATUSES = ("failed", "cancelled", "sleeping", "waiting", "retrying")
@@ -137,3 +137,41 @@ def _retry_once(run: Run, *, at: str) -> None:
             raise RunChanged(f"run {run.id} changed meanwhile; read it and try again") from None
         ddb.raise_transient(exc)
         raise
+
+
+def end_now(run: Run, status: str, error: RunError, *, at: str) -> bool:
+    """End the live run `run` (as read: its `version`) with `status` and `error` now,
+    whatever invocation holds it: the epoch moves on, so that invocation's writes fail; the
+    reason it answered is marked handled. With its event, in one transaction. False when
+    the run ended or changed since it was read."""
+    now_s = int(clock.now().timestamp())
+    end = (
+        Update()
+        .set("status", status)
+        .set("endedAt", at)
+        .set("error", error.to_api())
+        .set_raw("handledSeq = invokeSeq, epoch = epoch + :one, version = version + :one", one=1)
+        .set("leaseUntil", 0)
+        .set("ttl", now_s + runs_store.RETENTION_SECONDS)
+        .where(f"{items.LIVE_CONDITION} AND version = :v", v=run.version)
+        .bind(typed=True, **{k.removeprefix(":"): v for k, v in items.LIVE_VALUES.items()})
+    )
+    actions = [
+        UpdateAction(end, TableName=settings().runs_table, Key=items.run_key(run.id)),
+        event_put(
+            run.id,
+            run.attempt,
+            f"run.{status}",
+            at,
+            now_s + CHILD_ITEM_TTL_SECONDS,
+            error=error.to_api(),
+        ),
+    ]
+    try:
+        client("dynamodb").transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True

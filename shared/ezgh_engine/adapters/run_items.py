@@ -109,6 +109,7 @@ def run_values(run: Run, *, started_event: str | None = None) -> dict[str, Any]:
     # Payloads other than its input are marked on the run item before they are stored
     # (`runs_store.put_payload`), so the purge lists S3 only for runs that stored one.
     values[PAYLOADS_ATTR] = PAYLOADS_NONE
+    values[events.KEYED_BY_START] = 1  # its events list a page at a time
     return values
 
 
@@ -147,6 +148,7 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         last_outcome=values.get(OUTCOME_ATTR),
         woke=values.get("wk"),  # invocations_store.WAKE_ATTR
         task_key_id=task_claims.polled_key(values.get("tc"), int(values.get("epoch", 0))),
+        events_through=values.get("evB"),  # run_writes.EVENTS_THROUGH_ATTR
     )
 
 
@@ -170,6 +172,7 @@ def step_from(values: dict[str, Any]) -> Step:
         callback_salt=values.get("cbSalt"),
         child_run_id=values.get("childRunId"),
         woke=values.get("wk"),  # invocations_store.WAKE_ATTR
+        event=next(iter(events.events_of(values)), None),
     )
 
 

@@ -15,18 +15,18 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import ids
-from ezgh_engine.adapters import ddb, payloads
+from ezgh_engine.adapters import ddb, event_listing, payloads, run_writes
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
+from ezgh_engine.adapters.intents import NewEvent
 from ezgh_engine.config import settings
-from ezgh_engine.core import events as core_events
 from ezgh_engine.core.models import Run
 from ezgh_engine.errors import ValidationError
 
-RETENTION_SECONDS = 30 * 24 * 3600
-# Steps and events outlive the longest run (a year) plus retention; the run item's own TTL is
-# set when it ends.
-CHILD_ITEM_TTL_SECONDS = 366 * 24 * 3600 + RETENTION_SECONDS
+# How long an ended run is kept, and how long its steps and events live (the run item's own
+# TTL is set when it ends): owned by the write path.
+RETENTION_SECONDS = run_writes.RETENTION_SECONDS
+CHILD_ITEM_TTL_SECONDS = run_writes.CHILD_ITEM_TTL_SECONDS
 
 
 class RunKeyTaken(Exception):
@@ -61,24 +61,10 @@ def event_put(
 ) -> dict[str, Any]:
     """A transaction Put of one event item (None fields are left out). Events sort by
     `event_id`, minted when the event happened (by default now)."""
-    values = {
-        "pk": items.run_pk(run_id),
-        "sk": items.EVENT_PREFIX + (event_id or ids.time_ordered_id()),
-        "type": event_type,
-        "at": at,
-        "attempt": attempt,
-        "ttl": expires,
-        **fields,
-    }
-    return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
-
-
-def outcome_event_put(run_id: str, mark: dict[str, Any], expires: int) -> dict[str, Any]:
-    """A Put of the event item a run item's last outcome (`lastOut`) stands for: written
-    by the next outcome before it replaces that mark, unconditionally (the same item each
-    time, so a retry or a crash between the two writes leaves one event)."""
-    values = {**items.outcome_event(run_id, mark), "ttl": expires}
-    return {"Put": {"TableName": _table(), "Item": ddb.to_item(values)}}
+    event = NewEvent(
+        run_id, attempt, event_type, at, expires, event_id or ids.time_ordered_id(), fields
+    )
+    return run_writes.request(event)
 
 
 def put_payload(project_id: str, run_id: str, path: str, text: str) -> None:
@@ -252,6 +238,35 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
     steps = items.with_started_next(
         [items.step_from(v) for v in step_items], step_items, int(run_values.get("attempt", 1))
     )
+    return items.run_from(run_values, tuple(steps))
+
+
+def step_values(run_id: str) -> list[dict[str, Any]]:
+    """The run's step items as stored (plain values), read consistently."""
+    return _query_all(
+        KeyConditionExpression="pk = :pk AND sk > :run",
+        ExpressionAttributeValues={":pk": {"S": items.run_pk(run_id)}, ":run": {"S": "RUN"}},
+        ConsistentRead=True,
+    )
+
+
+def get_branch_run(run_id: str, step: dict[str, Any]) -> Run | None:
+    """The run as a parallel step's branch invocation needs it: its item, and the steps of
+    the history its launch kept (`run_writes.write_history`) with `step` (its own item, as
+    its lease write answered) instead of all of the run's steps, its siblings among them
+    (each branch reading every sibling made a wide gather's reads grow with its square).
+    A step launched without that copy reads the whole run (`get_run`)."""
+    launch = step.get("hist")
+    if not launch:
+        return get_run(run_id)
+    answer = _ddb().get_item(TableName=_table(), Key=items.run_key(run_id), ConsistentRead=True)
+    if "Item" not in answer:
+        return None
+    run_values = ddb.from_item(answer["Item"])
+    history = run_writes.read_history(run_id, str(launch)) if step.get("histChunks") else []
+    values = [v for v in history if v.get("stepId") != step.get("stepId")] + [step]
+    attempt = int(run_values.get("attempt", 1))
+    steps = items.with_started_next([items.step_from(v) for v in values], values, attempt)
     return items.run_from(run_values, tuple(steps))
 
 
@@ -457,57 +472,32 @@ def _index_key(item: dict[str, Any]) -> dict[str, Any]:
 def list_events(
     run_id: str, *, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the run's events in ID order, after the cursor's: its event items (an
-    invocation's item stands for up to three events) merged with the events its run and step
-    items carry, each mapped by `core.events`. Every page reads the run's events whole: a
-    folded event may sort far from its item, and listing is a rare, read-only path."""
-    after = _events_after(run_id, cursor)
-    found = _query_all(
-        KeyConditionExpression="pk = :pk AND begins_with(sk, :evt)",
-        ExpressionAttributeValues={
-            ":pk": {"S": items.run_pk(run_id)},
-            ":evt": {"S": items.EVENT_PREFIX},
-        },
-        ConsistentRead=True,
-    )
-    events = core_events.events_after([*found, *_mark_items(run_id, after)], after)
-    page = events[:limit]
-    if len(events) <= limit:
-        return page, None
-    last = {"after": {"S": page[-1]["id"]}}
-    return page, ddb.encode_cursor(last, scope=f"events:{run_id}")
+    """A page of the run's events in ID order, after the cursor's (`adapters.event_listing`:
+    about a page of items read per page)."""
+    after, start = _events_after(run_id, cursor)
+    found = event_listing.page(run_id, after=after, start=start, limit=limit)
+    if found.after is None:
+        return found.events, None
+    last: dict[str, Any] = {"after": {"S": found.after}}
+    if found.start is not None:
+        last["from"] = {"S": found.start}
+    return found.events, ddb.encode_cursor(last, scope=f"events:{run_id}")
 
 
-def _events_after(run_id: str, cursor: str | None) -> str:
-    """The ID of the last event a cursor's page held ("" for the first page)."""
+def _events_after(run_id: str, cursor: str | None) -> tuple[str, str | None]:
+    """The ID of the last event a cursor's page held ("" for the first page), and the key
+    of the event item to read from (None: from that ID)."""
     if not cursor:
-        return ""
+        return "", None
     key = ddb.decode_cursor(cursor, scope=f"events:{run_id}")
     after = key.get("after", {}).get("S")
     if isinstance(after, str):
-        return after
+        start = key.get("from", {}).get("S")
+        return after, start if isinstance(start, str) else None
     sk = key.get("sk", {}).get("S")  # a cursor of the first version: the last item's key
     if isinstance(sk, str) and sk.startswith(items.EVENT_PREFIX):
-        return sk.removeprefix(items.EVENT_PREFIX)
+        return sk.removeprefix(items.EVENT_PREFIX), ""
     raise ValidationError("cursor is not valid")
-
-
-def _mark_items(run_id: str, after: str) -> list[dict[str, Any]]:
-    """The run's own items that carry events after `after`: its run item (`run.started`,
-    `startEvtId`) and its steps (`step.completed`, `evtId`); see `core.events`."""
-    return _query_all(
-        KeyConditionExpression="pk = :pk AND sk >= :run",
-        # The run item's last outcome (`lastOut`) is listed whatever `after` says: its
-        # events are filtered by ID with the rest (`core.events.events_after`).
-        FilterExpression="evtId > :after OR startEvtId > :after OR attribute_exists(lastOut)",
-        ProjectionExpression=", ".join(core_events.MARK_ATTRIBUTES),
-        ExpressionAttributeValues={
-            ":pk": {"S": items.run_pk(run_id)},
-            ":run": {"S": items.RUN_SK},
-            ":after": {"S": after},
-        },
-        ConsistentRead=True,
-    )
 
 
 def delete_run(run: Run) -> None:

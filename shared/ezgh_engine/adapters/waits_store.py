@@ -1,5 +1,6 @@
-"""DynamoDB writes of waits: steps that end in a later invocation (callbacks, child runs,
-messages, retries, parallel branches), and the writes that end them.
+"""Waits: steps that end in a later invocation (callbacks, child runs, messages, retries,
+parallel branches): their keys, reads, and the write intents that record and end them
+(`adapters.run_writes` writes them).
 
 Ending a wait is always one transaction: a conditional update of the step (so a wait ends
 once, whoever races) and an `invokeSeq` bump of its live run (so the stream sends the
@@ -8,18 +9,21 @@ invocation that continues it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, run_writes
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
-from ezgh_engine.adapters.expressions import Update, UpdateAction
+from ezgh_engine.adapters.intents import (
+    AskRun,
+    DeleteItem,
+    Intent,
+    NewItem,
+    NewStep,
+    StepChange,
+)
 from ezgh_engine.config import settings
-
-LIVE = items.LIVE_VALUES
-LIVE_CONDITION = items.LIVE_CONDITION
 
 
 def _ddb() -> Any:
@@ -38,48 +42,23 @@ def callback_pk(token_hash: str) -> str:
     return f"CALLBACK#{token_hash}"
 
 
-def step_put(run_id: str, step_id: str, values: dict[str, Any]) -> dict[str, Any]:
-    """A transaction Put of a new step item (refused if it exists)."""
-    item = {
-        "pk": items.run_pk(run_id),
-        "sk": items.STEP_PREFIX + step_id,
-        "type": "step",
-        "runId": run_id,
-        "stepId": step_id,
-        **values,
-    }
-    return {
-        "Put": {
-            "TableName": _table(),
-            "Item": ddb.to_item(item),
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-    }
+def step_put(run_id: str, step_id: str, values: dict[str, Any]) -> NewStep:
+    """A new step item (refused if it exists)."""
+    return NewStep(run_id, step_id, values)
 
 
-def plain_put(values: dict[str, Any], *, only_new: bool = True) -> dict[str, Any]:
-    put: dict[str, Any] = {"TableName": _table(), "Item": ddb.to_item(values)}
-    if only_new:
-        put["ConditionExpression"] = "attribute_not_exists(pk)"
-    return {"Put": put}
+def plain_put(values: dict[str, Any], *, only_new: bool = True) -> NewItem:
+    """Any other item, whole (`values` hold its key)."""
+    return NewItem(values, only_new)
 
 
-def delete(pk: str, sk: str) -> dict[str, Any]:
-    return {"Delete": {"TableName": _table(), "Key": items.key(pk, sk)}}
+def delete(pk: str, sk: str) -> DeleteItem:
+    return DeleteItem(pk, sk)
 
 
-def bump_run(run_id: str) -> dict[str, Any]:
+def bump_run(run_id: str) -> AskRun:
     """Ask for an invocation of the live run (the stream sends it)."""
-    return {
-        "Update": {
-            "TableName": _table(),
-            "Key": items.run_key(run_id),
-            "UpdateExpression": "SET invokeSeq = invokeSeq + :one, version = version + :one",
-            "ConditionExpression": LIVE_CONDITION,
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": {**LIVE, ":one": {"N": "1"}},
-        }
-    }
+    return AskRun(run_id)
 
 
 def step_update(
@@ -90,29 +69,18 @@ def step_update(
     when: str,
     when_values: dict[str, Any],
     remove: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """A transaction Update of a step: SET plain `sets`, REMOVE `remove`, if `when`.
+) -> StepChange:
+    """A step's update: SET plain `sets`, REMOVE `remove`, if `when`.
 
     `when` names attributes as `#name` (e.g. `#status`, `#wakeAt`) and its values as
     `:key` in `when_values` (plain values).
     """
-    update = Update().where(when, **{k.removeprefix(":"): v for k, v in when_values.items()})
-    for name, value in sets.items():
-        update.set(name, value)
-    update.remove(*remove)
-    return UpdateAction(update, TableName=_table(), Key=items.step_key(run_id, step_id))
+    return StepChange(run_id, step_id, sets, when, when_values, remove)
 
 
-def transact(actions: list[dict[str, Any]]) -> bool:
+def transact(intents: Sequence[Intent]) -> bool:
     """Write all or nothing; False when a condition was refused (the race was lost)."""
-    try:
-        _ddb().transact_write_items(TransactItems=actions)
-    except ClientError as exc:
-        if "ConditionalCheckFailed" in ddb.cancellation_codes(exc):
-            return False
-        ddb.raise_transient(exc)
-        raise
-    return True
+    return run_writes.transact(intents)
 
 
 def get(pk: str, sk: str) -> dict[str, Any] | None:

@@ -165,6 +165,9 @@ class StepAnswer(BaseModel):
     outputRef: str | None = None
     error: RunError | None = None
     childRunId: str | None = None  # an `invoke` step's child run
+    # A waiting `callback` step's URL, shown to a key with `workflows.runs.resume` on the run
+    # (who holds the URL may complete the callback).
+    url: str | None = None
 
 
 class RunAnswer(BaseModel):

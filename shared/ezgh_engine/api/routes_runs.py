@@ -13,16 +13,19 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
+from ezgh_engine import clock
 from ezgh_engine.api import models as m
 from ezgh_engine.api import pages
 from ezgh_engine.api.auth import bearer_token, principal_for
 from ezgh_engine.api.errors import MAX_BODY_BYTES, check_value_size
 from ezgh_engine.api.idempotency import Answer, answer_once
 from ezgh_engine.api.responses import json_response
-from ezgh_engine.core import validation
+from ezgh_engine.config import settings
+from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Principal
 from ezgh_engine.core.validation import iso_time
-from ezgh_engine.errors import PayloadTooLarge, Unauthorized
+from ezgh_engine.errors import PayloadTooLarge, Unauthorized, ValidationError
+from ezgh_engine.observability import logs
 from ezgh_engine.service import callbacks, invocation_state, run_views, runs, steps, wire
 
 router = APIGatewayHttpRouter()
@@ -33,6 +36,14 @@ RUN = f"{PREFIX}/runs/<runId>"
 
 def _caller(org_id: str, project_id: str) -> Principal:
     return principal_for(router.current_event, org_id, project_id)
+
+
+def _run_answer(principal: Principal, run: Any, steps_cursor: str | None = None) -> Any:
+    """The run as GetRun shows it to `principal`: its callback steps' URLs only for a key
+    that may complete them (`runs.may_resume`)."""
+    return run_views.run_answer(
+        run, steps_cursor=steps_cursor, with_callback_urls=runs.may_resume(principal, run)
+    )
 
 
 @router.post(
@@ -59,7 +70,7 @@ def start_run(
             run_key=body.runKey,
             timeout_seconds=body.timeoutSeconds,
         )
-        return (201 if created else 200), run_views.run_answer(started)
+        return (201 if created else 200), _run_answer(principal, started)
 
     return answer_once(principal, "POST /runs", idempotency_key, body.model_dump(mode="json"), run)
 
@@ -121,7 +132,9 @@ def search_runs(
         "6 MB, in order (the input, the output, each step's result); the others are "
         "references read with GetPayload (inputRef, outputRef). When the steps' records "
         "alone do not fit, the answer holds the first ones and nextStepsCursor: pass it as "
-        "stepsCursor for the run with the next ones."
+        "stepsCursor for the run with the next ones. A waiting callback step carries its url "
+        "for a key that also holds workflows.runs.resume on the run (whoever holds the URL "
+        "may complete the callback)."
     ),
     responses=m.doc(200, m.RunAnswer, "the run with its steps"),
 )
@@ -131,8 +144,9 @@ def get_run(
     runId: str,
     stepsCursor: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> Response[Any]:
-    run = runs.get_run(_caller(orgId, projectId), runId)
-    return json_response(200, run_views.run_answer(run, steps_cursor=stepsCursor))
+    principal = _caller(orgId, projectId)
+    run = runs.get_run(principal, runId)
+    return json_response(200, _run_answer(principal, run, steps_cursor=stepsCursor))
 
 
 @router.post(
@@ -227,8 +241,26 @@ def step_calls(body: Annotated[dict[str, Any], Body()]) -> Response[Any]:
     token = bearer_token(router.current_event)
     if token is None:
         raise Unauthorized("missing invocation token (Authorization: Bearer <token>)")
-    with wire.answering(body.get("protocol")):  # 1.5: large recorded outputs by reference
+    # 1.5: large recorded outputs by reference; the lines logged carry the run's ID.
+    with wire.answering(body.get("protocol")), logs.bound(**_call_ids(token, body)):
         return json_response(200, steps.apply_ops(token, body))
+
+
+def _call_ids(token: str, body: Any) -> dict[str, str | None]:
+    """The IDs a step call's log lines carry: the run its invocation token names (none
+    when it does not verify: the call is refused as it is) and the step of a call with one
+    op (one call per step since protocol 1.3)."""
+    try:
+        run_id: str | None = tokens.verify(settings().token_secret, token, clock.now_ms()).run_id
+    except Unauthorized:
+        return {}
+    ops = body.get("ops") if isinstance(body, dict) else None
+    one = ops[0] if isinstance(ops, list) and len(ops) == 1 else None
+    try:  # only a valid step ID (the op is refused as it is otherwise)
+        step_id = validation.check_step_id(one.get("stepId")) if isinstance(one, dict) else None
+    except ValidationError:
+        step_id = None
+    return {"run_id": run_id, "step_id": step_id}
 
 
 def _invocation_token() -> str:

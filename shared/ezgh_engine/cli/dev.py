@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ezgh_engine import clock
+from ezgh_engine.observability import sinks, traces
+
+TELEMETRY_DIR = "telemetry"
 
 
 def register(subparsers: Any) -> None:
@@ -43,8 +46,25 @@ def register(subparsers: Any) -> None:
         help="serve this PushApp, register and sync it (repeatable; EzFlow's interpreter, "
         "the topology's flows function, is always served: the engine's own app, no project's)",
     )
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="print no line per run start, invocation, step end, wait and run end (they are "
+        "still written to STATE_DIR/telemetry/lines.log, with the EMF metrics beside them)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
+
+
+def show_runs(state_dir: Path, *, quiet: bool) -> None:
+    """What `ezgh dev` shows of its runs (the handlers read these variables, which travel
+    with every call to the execution environments): a line per fact on the terminal
+    (unless `quiet`), lines and EMF documents under `STATE_DIR/telemetry`, and every run's
+    trace (the emulator's X-Ray). A value the user set is kept."""
+    os.environ.setdefault(sinks.ENV_TELEMETRY_DIR, str((state_dir / TELEMETRY_DIR).resolve()))
+    os.environ.setdefault(traces.ENV_SAMPLE_RATE, "1")
+    os.environ[sinks.ENV_DEV_PROGRESS] = "0" if quiet else "1"
 
 
 def reset_state(state_dir: Path) -> None:
@@ -58,6 +78,8 @@ def reset_state(state_dir: Path) -> None:
         path.unlink(missing_ok=True)  # the snapshot first: a journal alone is still whole
     for path in (state_dir / STATE_NAME, state_dir / "dev.env"):
         path.unlink(missing_ok=True)
+    for name in (sinks.LINES_FILE, sinks.METRICS_FILE):
+        (state_dir / TELEMETRY_DIR / name).unlink(missing_ok=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,6 +145,7 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     began = clock.monotonic()
     if args.reset:
         reset_state(state_dir)
+    show_runs(state_dir, quiet=args.quiet)
     engine_clock = clock.SharedOffsetClock(args.clock_file) if args.clock_file else None
     runtime = LocalRuntime(
         port=args.port,

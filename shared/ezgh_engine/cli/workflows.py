@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ezgh_engine.cli import replay_check
+from ezgh_engine.cli import replay_check, run_watch
 from ezgh_engine.cli.common import (
     UUID_RE,
     Api,
@@ -185,6 +185,17 @@ def _show_run(run: dict[str, Any]) -> None:
     if steps:
         print()
         table(steps, ("id", "kind", "status", "attempt", "startedAt", "endedAt"))
+    _show_callback_urls(steps or [])
+
+
+def _show_callback_urls(steps: list[dict[str, Any]]) -> None:
+    """The URLs of callback steps still waiting (GetRun shows them to a key that may
+    complete them): a POST of a JSON body completes one."""
+    for step in steps:
+        if step.get("kind") == "callback" and step.get("url") and step.get("status") == "waiting":
+            print(
+                f"callback {step.get('name') or step.get('id')} waits for a POST to {step['url']}"
+            )
 
 
 def runs_start(args: argparse.Namespace) -> int:
@@ -197,11 +208,20 @@ def runs_start(args: argparse.Namespace) -> int:
     }
     if args.run_key:
         body["runKey"] = args.run_key
-    return emit(args, api.request("POST", "/runs", body=body), _show_run)
+    started = api.request("POST", "/runs", body=body)
+    if args.wait:
+        return run_watch.watched(args, str(started["id"]), first=started)
+    return emit(args, started, _show_run)
 
 
 def runs_get(args: argparse.Namespace) -> int:
+    if args.follow:
+        return run_watch.watched(args, args.run_id)
     return emit(args, Api(args).run(args.run_id), _show_run)
+
+
+def runs_watch(args: argparse.Namespace) -> int:
+    return run_watch.watched(args, args.run_id)
 
 
 def runs_list(args: argparse.Namespace) -> int:
@@ -346,7 +366,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--workflow", required=True)
     p.add_argument("--input", help="JSON input")
     p.add_argument("--run-key")
-    leaf(runs, "get", runs_get, "show a run and its steps").add_argument("run_id")
+    run_watch.add_follow_flags(p, "--wait", "print the run's progress until it ends")
+    p = leaf(runs, "get", runs_get, "show a run and its steps")
+    p.add_argument("run_id")
+    run_watch.add_follow_flags(p, "--follow", "print the run's progress until it ends")
+    p = leaf(
+        runs,
+        "watch",
+        runs_watch,
+        f"print a run's progress until it ends ({run_watch.EXIT_HELP})",
+    )
+    p.add_argument("run_id")
+    run_watch.add_follow_flags(p, None, "")
     p = leaf(runs, "list", runs_list, "search runs, newest first")
     p.add_argument("--app")
     p.add_argument("--workflow")

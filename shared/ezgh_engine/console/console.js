@@ -654,6 +654,13 @@
       kv.push(["Child runs", h("span", {}, children.map((st) =>
         h("a", { href: `#/runs/${enc(st.childRunId)}`, class: "mono", "data-testid": "child-link", text: `${st.name} → ${st.childRunId} ` })))]);
     }
+    // A waiting callback's URL (GetRun shows it to a key that may complete it): a POST of a
+    // JSON body to it completes the callback.
+    const callbacks = (run.steps || []).filter((st) => st.kind === "callback" && st.url && st.status === "waiting");
+    if (callbacks.length) {
+      kv.push(["Callbacks", h("span", {}, callbacks.map((st) =>
+        h("div", { "data-testid": "callback-url" }, `${st.name}: POST `, h("span", { class: "mono", text: st.url }))))]);
+    }
     return h("div", { class: "card" },
       h("div", { class: "row" }, h("a", { href: "#/runs", text: "← Runs" })),
       h("div", { class: "row" }, h("h1", { "data-testid": "run-title", text: run.workflow }), badge(run.status),

@@ -7,15 +7,17 @@ the tests read events through it, and a new event type or a new folding changes 
 | shape        | item                                      | its events                          |
 |--------------|-------------------------------------------|-------------------------------------|
 | `event`      | `EVT#<id>`                                | itself                              |
-| `invocation` | `EVT#<id>` with `startedId` or `runEnd`   | `invocation.started` (`startedId`,  |
-|              | (an invocation's outcome)                 | `startedAt`), the outcome, the run's|
-|              |                                           | end (`runEnd`: `run.<status>`)      |
+| `invocation` | `EVT#<startedId>` with `startedId` or     | `invocation.started` (`startedId`,  |
+|              | `runEnd` (an invocation's outcome, its ID | `startedAt`), the outcome, the run's|
+|              | in `eventId`; before: `EVT#<outcome id>`) | end (`runEnd`: `run.<status>`)      |
 | `run`        | `RUN` with `startEvtId` and/or `lastOut`  | `run.started`; `lastOut`: the last  |
 |              | (the commit of its last outcome)          | outcome, as an `invocation` item    |
 | `step`       | `STEP#<id>` with `evtId`                  | `step.completed`                    |
 
 Items are plain values (as `adapters.ddb` decodes them); events are the API's shape, each with
-its `id`, by which a run's events sort. The run item's `lastOut` may also have been written
+its `id`, by which a run's events sort; every event an item carries sorts at or after the
+item's key (an invocation's item is keyed by its start), so items read in key order give the
+events in order up to the last key read (`adapters.event_listing`). The run item's `lastOut` may also have been written
 out as its event item already (the next outcome does so before replacing it, and a crash may
 stop it there): one ID is one event (`events_after`).
 """
@@ -33,6 +35,14 @@ EVENT_PREFIX = "EVT#"
 OUTCOME_ATTR = "lastOut"
 # Attributes of an invocation's event item that are other events folded into it.
 FOLDED = ("startedId", "startedAt", "runEnd")
+# Set on a run item (`run_items.run_values`) whose invocation items are all keyed by their
+# start (below): its events can be listed a page at a time (`adapters.event_listing`).
+KEYED_BY_START = "ek"
+# An invocation's item is keyed by its start (`EVT#<startedId>`), its earliest event, so every
+# event an item carries sorts at or after its key (ListRunEvents reads items in key order);
+# its outcome's own ID is then this attribute. (Items written before were keyed by the
+# outcome's ID: `eventId` absent.)
+EVENT_ID = "eventId"
 # The attributes the events of run and step items are made of (a listing's projection).
 MARK_ATTRIBUTES = (
     "sk",
@@ -53,9 +63,10 @@ Event = dict[str, Any]
 
 
 def _plain(values: Item) -> list[Event]:
-    """An event item: every attribute but the keys, its ID from its sort key."""
-    event = {k: v for k, v in values.items() if k not in {"pk", "sk", "ttl", *FOLDED}}
-    event["id"] = values["sk"].removeprefix(EVENT_PREFIX)
+    """An event item: every attribute but the keys, its ID from its sort key (or, on an
+    invocation's item keyed by its start, `eventId`)."""
+    event = {k: v for k, v in values.items() if k not in {"pk", "sk", "ttl", EVENT_ID, *FOLDED}}
+    event["id"] = values.get(EVENT_ID) or values["sk"].removeprefix(EVENT_PREFIX)
     return [event]
 
 
@@ -84,7 +95,8 @@ def outcome_values(mark: dict[str, Any]) -> Item:
     (`invocation.started`, the outcome, the run's end). `lastOut` uses short names: the run
     item is written several times a run and every write pays for its whole size."""
     values: Item = {
-        "sk": EVENT_PREFIX + str(mark["i"]),
+        "sk": EVENT_PREFIX + str(mark.get("v") or mark["i"]),
+        EVENT_ID: str(mark["i"]),
         "type": f"invocation.{mark['k']}",
         "at": mark.get("a"),
         "attempt": int(mark.get("n", 1)),

@@ -195,6 +195,8 @@ class Step:
     # A sleep woken by two single writes: its wake-up's mark, which the run item gets next
     # (`invocations_store.wake_sleep`; None on sleeps woken before, in one transaction).
     woke: str | None = field(default=None, compare=False, hash=False)
+    # The run event the step's item carries (its `step.completed`, `core.events`), if any.
+    event: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def to_api(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -257,13 +259,16 @@ class Run:
     app_name: str | None = None
     steps: tuple[Step, ...] = field(default=())
     # The last committed outcome's event, carried by the run item (`run_items.outcome_mark`)
-    # until the next outcome writes it out as an event item (`invocations_store.write_ahead`).
+    # until the next outcome writes it out as an event item (`run_writes.commit`).
     last_outcome: Any = field(default=None, compare=False, hash=False)
     # The mark of the run's last sleep wake-up (`invocations_store.wake_mark`), or None.
     woke: str | None = field(default=None, compare=False, hash=False)
     # The API key that polled the pull task of the current lease (`core.task_claims`): what
     # that task's code does acts for it. None: no task of this lease was polled by a key.
     task_key_id: str | None = field(default=None, compare=False, hash=False)
+    # Up to which event ID the run's step events are also kept in order (segment items for
+    # ListRunEvents: `adapters.run_writes.event_segments`); None: none kept yet.
+    events_through: str | None = field(default=None, compare=False, hash=False)
 
     @property
     def ended(self) -> bool:

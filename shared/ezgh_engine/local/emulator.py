@@ -48,9 +48,9 @@ log = logging.getLogger("ezgh.local.emulator")
 _FIXED_ENV = {
     "AWS_DEFAULT_REGION": REGION,
     "AWS_REGION": REGION,
-    # Powertools: no X-Ray daemon here, and EMF metrics on stdout are noise in a dev loop.
+    # Powertools: no X-Ray daemon here. (The engine's EMF metrics go to a file under
+    # `ezgh dev`, never to its terminal: `observability.sinks`.)
     "POWERTOOLS_TRACE_DISABLED": "1",
-    "POWERTOOLS_METRICS_DISABLED": "1",
 }
 _DEFAULT_ENV = {  # only when the user has not chosen
     "POWERTOOLS_SERVICE_NAME": "ezgh",

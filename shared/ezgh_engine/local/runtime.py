@@ -53,6 +53,14 @@ Bootstrap = Callable[[], tuple[str, str, str]]
 AppSpec = str | tuple[str, Any]  # "MODULE:ATTR", or (name, PushApp)
 
 
+def stream_poller_name(source: StreamSource) -> str:
+    """A stream reader's name (its checkpoints are journaled under it): the outbox's is the
+    table's, `stream:<table>`; another reader of the same stream adds its function."""
+    if source.function == "stream":
+        return f"stream:{source.table}"
+    return f"stream:{source.table}:{source.function}"
+
+
 def _not_ready() -> dict[str, Any]:
     body = {"error": {"code": "starting", "message": "ezgh dev is starting; dev.env is not ready"}}
     return {
@@ -480,7 +488,7 @@ class LocalRuntime:
         create_recurring(self.topology, lambda key: function_arn(self.topology.function(key)))
 
     def _stream_arn(self, poller_name: str) -> str:
-        table = poller_name.split(":", 1)[1]
+        table = poller_name.split(":")[1]
         return self.provisioned.stream_arns[table]
 
     def _build_pollers(self) -> None:
@@ -501,7 +509,7 @@ class LocalRuntime:
                     )
                 )
             elif isinstance(source, StreamSource):
-                name = f"stream:{source.table}"
+                name = stream_poller_name(source)
                 self.pollers.append(
                     StreamPoller(
                         name=name,

@@ -1,12 +1,16 @@
 """Branch invocations: each parallel step runs in an invocation of its own (issue 3).
 
-When steps are awaited together, the main invocation suspends and the engine records each
-unrecorded `run` step as `waiting` with `branch` set. The stream sends one `branch` message per
-such step; handling it takes the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`), so
-two deliveries never run one step at once, and invokes the app with `branch.stepId`: the SDK
-replays up to that step, runs only it, and answers `branch`. The invocation's token carries the
-step ID and its branch epoch: it authorizes that step's start/complete/fail and nothing else.
-Ending the step bumps the run's `invokeSeq` (steps_store), which resumes the workflow.
+When steps are awaited together, the main invocation suspends and, once its suspend has
+committed, the stream records each unrecorded `run` step as `waiting` with `branch` set
+(`service.launches`). The stream sends one `branch` message per such step; handling it takes
+the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`: one conditional write), so two
+deliveries never run one step at once, and invokes the app with `branch.stepId`: the SDK
+replays up to that step, runs only it, and answers `branch`. A wide launch's steps replay from
+a copy of the history before it and their own step (`runs_store.get_branch_run`), not from
+every sibling. The invocation's token carries the step ID and its branch epoch: it authorizes
+that step's start/complete/fail and nothing else. Ending the step releases its lease, and the
+stream, seeing a parallel step end, asks for the run's next invocation, which resumes the
+workflow.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from __future__ import annotations
 import logging
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import registry_store, runs_store
+from ezgh_engine.adapters import registry_store, run_writes, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.adapters.intents import NewEvent, StepChange
 from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
+from ezgh_engine.core.events import EVENT_ID
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import RunError
 from ezgh_engine.core.run_errors import APP_DELETED
@@ -31,73 +37,47 @@ from ezgh_engine.service.wire import invoke_request
 log = logging.getLogger(__name__)
 
 
-def _take_lease(run_id: str, step_id: str, now_ms: int, lease_ms: int) -> bool:
-    update = {
-        "Update": {
-            "TableName": ws._table(),
-            "Key": {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": f"STEP#{step_id}"}},
-            "UpdateExpression": "SET branchEpoch = branchEpoch + :one, branchLeaseUntil = :until",
-            "ConditionExpression": (
-                "branch = :true AND #status IN (:waiting, :running) AND branchLeaseUntil < :now"
-            ),
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": {
-                ":one": {"N": "1"},
-                ":true": {"BOOL": True},
-                ":waiting": {"S": "waiting"},
-                ":running": {"S": "running"},
-                ":now": {"N": str(now_ms)},
-                ":until": {"N": str(now_ms + lease_ms)},
-            },
-        }
-    }
-    live = ws.bump_run(run_id)["Update"]
-    check = {k: v for k, v in live.items() if k != "UpdateExpression"}
-    check["ExpressionAttributeValues"] = ws.LIVE
-    return ws.transact([update, {"ConditionCheck": check}])
-
-
 def _end_step(run_id: str, step_id: str, epoch: int, status: str, error: RunError) -> None:
-    """End the branch's step with an error (cancelled run, unreachable app) and resume."""
-    update = ws.step_update(
+    """End the branch's step with an error (cancelled run, unreachable app); the outbox
+    asks for its run's next invocation when it sees the end."""
+    update = StepChange(
         run_id,
         step_id,
-        sets={
+        {
             "status": status,
             "endedAt": clock.iso(clock.now()),
             "error": error.to_api(),
             "branchLeaseUntil": 0,
         },
-        when="branchEpoch = :e AND #status IN (:waiting, :running)",
-        when_values={":e": epoch, ":waiting": "waiting", ":running": "running"},
+        "branchEpoch = :e AND #status IN (:waiting, :running)",
+        {":e": epoch, ":waiting": "waiting", ":running": "running"},
     )
-    ws.transact([update, ws.bump_run(run_id)])
+    run_writes.transact([update])
 
 
 def _release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int) -> None:
-    update = ws.step_update(
+    update = StepChange(
         run_id,
         step_id,
-        sets={"branchLeaseUntil": until_ms, "branchFailures": failures},
-        when="branchEpoch = :e",
-        when_values={":e": epoch},
+        {"branchLeaseUntil": until_ms, "branchFailures": failures},
+        "branchEpoch = :e",
+        {":e": epoch},
     )
-    ws.transact([update])
+    run_writes.transact([update])
 
 
 def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     """Handle one `branch` message; a `Retry` when it must come back later."""
     now_ms = clock.now_ms()
     lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
-    if not _take_lease(run_id, step_id, now_ms, lease_ms):
+    raw = steps_store.take_branch_lease(run_id, step_id, now_ms=now_ms, lease_ms=lease_ms)
+    if raw is None:
         return _not_leased(run_id, step_id, now_ms)
-    raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
     attempt_before = int(raw.get("attempt", 0))
-    run = runs_store.get_run(run_id)
-    if run is None:
-        return None
-    if run.status == "cancelling":
+    run = runs_store.get_branch_run(run_id, raw)
+    if run is None or run.ended or run.status == "cancelling":
+        # An ended run's pending steps end with it (its cleanup may have come first).
         _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
     app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
@@ -217,8 +197,8 @@ def _settle(run_id: str, step_id: str, epoch: int, attempt_before: int) -> None:
             f"the branch invocation did not run step {step_id}",
         )
         _end_step(run_id, step_id, epoch, "failed", error)
-    else:
-        _release(run_id, step_id, epoch, 0, 0)
+    elif int(after.get("branchLeaseUntil", 0)) or int(after.get("branchFailures", 0)):
+        _release(run_id, step_id, epoch, 0, 0)  # (a step's end released it already)
 
 
 def _record_invocation(
@@ -229,23 +209,24 @@ def _record_invocation(
     started_at: str,
     outcome: outcome_rules.Outcome,
 ) -> None:
-    expires = int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
-    common = {
+    expires = int(clock.now().timestamp()) + run_writes.CHILD_ITEM_TTL_SECONDS
+    fields = {
+        EVENT_ID: ids.time_ordered_id(),  # the outcome's own ID
         "invocationId": invocation_id,
         "deploymentId": outcome.deployment_id,
         "stepId": step_id,
+        "startedId": invocation_id,
+        "startedAt": started_at,
     }
-    ws.transact(  # one item: the outcome, carrying the start (`run_items.expand_event`)
-        [
-            runs_store.event_put(
-                run_id,
-                attempt,
-                f"invocation.{outcome.kind}",
-                clock.iso(clock.now()),
-                expires,
-                startedId=invocation_id,
-                startedAt=started_at,
-                **common,
-            ),
-        ]
+    # One item, keyed by its earliest event (the start): the outcome, carrying the start
+    # (`core.events`).
+    event = NewEvent(
+        run_id,
+        attempt,
+        f"invocation.{outcome.kind}",
+        clock.iso(clock.now()),
+        expires,
+        invocation_id,
+        fields,
     )
+    run_writes.write_each([event])

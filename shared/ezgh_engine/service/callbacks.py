@@ -20,6 +20,7 @@ from ezgh_engine import clock, ids
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import runs_store
 from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.adapters.intents import NewItem, NewStep
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Step
 from ezgh_engine.errors import Conflict, NotFound
@@ -52,8 +53,9 @@ def create_actions(
     order: str,
     at: str,
     expires: int,
-) -> tuple[list[dict[str, Any]], str]:
-    """The writes of a new callback step (to put under the invocation's lease), and its URL."""
+) -> tuple[tuple[NewStep, NewItem], str]:
+    """The writes of a new callback step (to put under the invocation's lease): the step
+    and its index entry; and its URL."""
     salt = ids.secret_token(16)
     token = token_for(run_id, step_id, salt)
     wake = None
@@ -80,7 +82,7 @@ def create_actions(
         "ttl": expires,
     }
     url = settings().api_url + CALLBACK_PATH + token
-    return [ws.step_put(run_id, step_id, step), ws.plain_put(index)], url
+    return (ws.step_put(run_id, step_id, step), ws.plain_put(index)), url
 
 
 def _seconds(value: int) -> Any:

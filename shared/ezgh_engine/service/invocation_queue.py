@@ -48,6 +48,7 @@ from typing import Any
 from ezgh_engine.adapters import messages as queue
 from ezgh_engine.core import messages as wire
 from ezgh_engine.core.messages import Retry
+from ezgh_engine.observability import logs
 from ezgh_engine.service import at_once, branches, invoker, pull, schedules, year_limits
 from ezgh_engine.service.sqs_batch import Redeliver, process_at_once
 
@@ -82,6 +83,12 @@ HANDLERS: dict[type[Any], Callable[[Any], Retry | None]] = {
     wire.TaskWatch: _on_task_watch,
     wire.YearLimitSweep: _on_year_limit_sweep,
 }
+
+
+def _handle(message: wire.Message) -> Retry | None:
+    """Answer one message by its class's handler, its log lines carrying its run's ID."""
+    with logs.bound(run_id=getattr(message, "run_id", None)):
+        return HANDLERS[type(message)](message)
 
 
 # A message of a group that raised comes back through the queue after this (Lambda's own
@@ -119,7 +126,7 @@ def handle_message(body: str) -> Retry | None:
     if isinstance(message, wire.Group):  # Lambda gave up on a group: each goes on its own
         queue.send_each(message.messages)
         return None
-    return HANDLERS[type(message)](message)
+    return _handle(message)
 
 
 def handle_event(event: Any) -> None:
@@ -134,7 +141,7 @@ def handle_event(event: Any) -> None:
         handle_group(message)
         return
     try:
-        retry = HANDLERS[type(message)](message)
+        retry = _handle(message)
     except Exception:
         log.exception("invocation event failed; Lambda will invoke it again")
         raise
@@ -159,7 +166,7 @@ def handle_group(group: wire.Group) -> None:
 def _in_group(message: wire.Message) -> Callable[[], None]:
     def answer() -> None:
         try:
-            retry = HANDLERS[type(message)](message)
+            retry = _handle(message)
         except Exception:
             log.exception("%s of a group failed; it comes back through the queue", message.TYPE)
             retry = Retry(after_seconds=FAILED_RETRY_SECONDS)

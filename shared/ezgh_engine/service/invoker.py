@@ -18,12 +18,13 @@ from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, registry_store, runs_store
 from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, RequestTooLarge, invoke_app
 from ezgh_engine.config import settings
-from ezgh_engine.core import leases, tokens
+from ezgh_engine.core import leases, run_facts, tokens
 from ezgh_engine.core.messages import Retry, Timer
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED, request_too_large
 from ezgh_engine.core.sizes import json_text
 from ezgh_engine.errors import StaleInvocation, ValidationError
+from ezgh_engine.observability import emit, logs
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import outcomes, pull, timers
@@ -90,9 +91,26 @@ def _invoke_leased(
     which took `taken_epoch`)."""
     started_at = clock.iso(clock.now())
     invocation_id = ids.time_ordered_id()
+    with logs.bound(run_id=run_id, invocation_id=invocation_id):
+        return _invoke_read(
+            run_id, leased, now_ms, lease_ms, taken_epoch, started_at, invocation_id
+        )
+
+
+def _invoke_read(
+    run_id: str,
+    leased: Run | None,
+    now_ms: int,
+    lease_ms: int,
+    taken_epoch: int | None,
+    started_at: str,
+    invocation_id: str,
+) -> Retry | None:
+    """`_invoke_leased` once its invocation has an ID (bound to its log lines)."""
     full = runs_store.get_run(run_id)
     if full is None:
         return None
+    logs.also(app_id=full.app_id)
     if leased is None and taken_epoch is not None and full.epoch != taken_epoch:
         # This handler stalled past its lease and a newer invocation holds the run: act
         # only on the epoch it took, so it neither runs a second attempt nor moves the
@@ -147,10 +165,13 @@ def _push(attempt: _Attempt) -> Retry | None:
     request = invoke_request(
         run, attempt.invocation_id, attempt.lease_ms, attempt.now_ms, app_protocol=app.protocol
     )
+    answered = _Answered(attempt)
     try:
         answer = invoke_app(app, request)
         outcome = outcome_rules.parse(answer, clock.now())
+        answered.said(outcome.kind)
     except RequestTooLarge as exc:
+        answered.said("tooLarge")
         # Only a request in the 1.4 shape grows past what an app takes (1.5: `bounds`).
         log.warning("run %s: %s", run.id, exc.message)
         size = len(json_text(request).encode())
@@ -164,6 +185,7 @@ def _push(attempt: _Attempt) -> Retry | None:
         )
         return None
     except AppTimedOut as exc:
+        answered.said("timedOut")
         failed, young_since_ms = fail_overrunning_steps(run, attempt.now_ms, attempt.lease_ms)
         if young_since_ms:
             # A step started late in the invocation still runs: keep the lease to its
@@ -179,8 +201,10 @@ def _push(attempt: _Attempt) -> Retry | None:
             return _invoke_again(run, at_once=True)
         return attempt.delivery_failed(exc)
     except AppUnreachable as exc:
+        answered.said("unreachable")
         return attempt.delivery_failed(exc)
     except outcome_rules.MalformedOutcome as exc:
+        answered.said("invalid")
         return attempt.delivery_failed(
             AppUnreachable(f"app {app.name} answered an invalid outcome: {exc}")
         )
@@ -190,6 +214,31 @@ def _push(attempt: _Attempt) -> Retry | None:
         # must be invoked again. A truly stale invocation's lease is gone: back_off refuses.
         return _invoke_again(run)
     return _record_answer(attempt, outcome, answer)
+
+
+class _Answered:
+    """How the app answered an invocation, emitted once as its fact (`observability`): the
+    app's latency (from the request's start to its answer) and what it said."""
+
+    def __init__(self, attempt: _Attempt) -> None:
+        self._attempt = attempt
+        self._began = clock.iso(clock.now())
+
+    def said(self, status: str) -> None:
+        attempt, run = self._attempt, self._attempt.run
+        fact = run_facts.Fact(
+            kind=run_facts.INVOCATION,
+            run_id=run.id,
+            at=clock.iso(clock.now()),
+            status=status,
+            started_at=self._began,
+            created_at=run.created_at,
+            app_id=run.app_id,
+            workflow=run.workflow,
+            attempt=run.attempt,
+            invocation_id=attempt.invocation_id,
+        )
+        emit.record(fact, app_name=attempt.app.name, invocation_began=attempt.started_at)
 
 
 def _record_answer(attempt: _Attempt, outcome: Any, answer: Any) -> Retry | None:

@@ -18,7 +18,9 @@ invocation lease (quiet for `older_than_seconds`):
 - a wake time far enough ahead that its timer must be a Scheduler schedule, and neither of
   that timer's schedule names exists: create it;
 - a run whose one-year limit is ahead and whose year-limit bucket is missing (the hourly
-  sweep would not see it, `service.year_limits`): write the bucket.
+  sweep would not see it, `service.year_limits`): write the bucket;
+- the launch its last suspend committed with some of its waits never made (the stream gave
+  up on that batch): make it again (`service.launches`: only what is missing).
 
 Every action is idempotent in the engine (a duplicate invocation answers nothing new, a
 duplicate branch message finds the step leased, and is held back, or ended, and dropped; a
@@ -57,7 +59,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.models import App, Run
 from ezgh_engine.core.queues import QueueRecord
-from ezgh_engine.service import year_limits
+from ezgh_engine.service import launches, year_limits
 from ezgh_engine.service.ops import ACTIVE_STATUSES, _active_run_items
 from ezgh_engine.service.timers import DEADLINE_STEP, YEAR_LIMIT, year_limit
 
@@ -71,8 +73,9 @@ BRANCH_OWED_STATUSES = ("waiting", "running")
 @dataclass(frozen=True)
 class RepairAction:
     """One thing to re-arm: `kind` is `invocation`, `branch` (a parallel step's branch
-    invocation), `timer` (send now), `schedule` or `year-limit` (the run's year-limit
-    bucket); `lease` is a dead process's lease released (`release_dead_leases`)."""
+    invocation), `timer` (send now), `schedule`, `year-limit` (the run's year-limit bucket)
+    or `launch` (`step_id`: the launch's ID); `lease` is a dead process's lease released
+    (`release_dead_leases`)."""
 
     run_id: str
     project_id: str
@@ -107,10 +110,12 @@ def plan(
     schedule_after_seconds: float,
     branch_lease_until: Callable[[str, str], int] = lambda run_id, step_id: 0,
     bucket_exists: Callable[[Run], bool] = lambda run: True,
+    launch_missing: Callable[[Run], str | None] = lambda run: None,
 ) -> list[RepairAction]:
     """What to re-arm for `run` (see the module's doc); `schedule_exists(run, step, wake)`,
     `branch_lease_until(run, step)` a parallel step's `branchLeaseUntil` (ms),
-    `bucket_exists(run)` whether the run's year-limit bucket is written."""
+    `bucket_exists(run)` whether the run's year-limit bucket is written,
+    `launch_missing(run)` the launch to make again (None: nothing missing)."""
     if run.status not in ACTIVE_STATUSES:
         return []
     quiet_since_ms = now_ms - int(older_than_seconds * 1000)
@@ -122,6 +127,10 @@ def plan(
         out.append(RepairAction(run.id, run.project_id, "invocation", why, seq=run.invoke_seq))
     else:
         out.extend(_wake_not_asked(run))
+        launch = launch_missing(run)
+        if launch:
+            why = "its last suspend's waits were not all made"
+            out.append(RepairAction(run.id, run.project_id, "launch", why, step_id=launch))
     out.extend(_branches_owed(run, quiet_since_ms, branch_lease_until))
     timed: list[tuple[str, str, str | None]] = [
         (s.id, s.status, s.wake_at) for s in run.steps if s.status in TIMED_STEP_STATUSES
@@ -216,6 +225,8 @@ def apply_action(action: RepairAction) -> None:
         messages.send_invocation(action.run_id, action.seq)
     elif action.kind == "branch":
         messages.send_branch(action.run_id, action.step_id)
+    elif action.kind == "launch":
+        launches.launch(action.run_id, action.step_id)
     elif action.kind in ("timer", "schedule"):
         # Past due: a message now; ahead: the same schedule the stream would have made.
         messages.schedule_timer(action.run_id, action.step_id, clock.parse_iso(action.wake_at))
@@ -273,6 +284,7 @@ def repair(
             schedule_after_seconds=lead.total_seconds(),
             branch_lease_until=_branch_lease_until,
             bucket_exists=buckets.exists,
+            launch_missing=launches.missing,
         )
         found = [
             a for a in found if a.kind != "branch" or (a.run_id, a.step_id) not in branches_sent

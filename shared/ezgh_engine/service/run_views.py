@@ -7,6 +7,12 @@
   `GET /runs/{runId}?stepsCursor=…` answers the run with the next ones.
 - SearchRuns: the runs with their values inline while they fit, in order; a value kept in
   S3 is a reference (a list reads no payload).
+
+A callback step that waits shows its `url` to a key that may complete it (`with_callback_urls`:
+`workflows.runs.resume` on the run, `service.runs.may_resume`): the URL is a bearer
+capability, so a key that may only read the run does not get it. The URL is made again from
+the engine's token secret and the salt kept on the step (`service.callbacks`): no usable
+secret is stored.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from ezgh_engine.adapters import ddb, payloads
 from ezgh_engine.core import answers
 from ezgh_engine.core.models import Run, Step
 from ezgh_engine.errors import ValidationError
+from ezgh_engine.service import callbacks
 
 NEXT_STEPS = "nextStepsCursor"
 
@@ -41,16 +48,19 @@ def _step_slot(step: Step, body: dict[str, Any]) -> list[answers.Slot]:
     return [answers.Slot(body, "output", "outputRef", payloads.step_output_path(step.id))]
 
 
-def run_answer(run: Run, *, steps_cursor: str | None = None) -> dict[str, Any]:
+def run_answer(
+    run: Run, *, steps_cursor: str | None = None, with_callback_urls: bool = False
+) -> dict[str, Any]:
     """GetRun's answer: `run` (its input read already) with the page of its steps that
-    `steps_cursor` opens (None: the first)."""
+    `steps_cursor` opens (None: the first); `with_callback_urls`: a callback step with its
+    `url` (for a key that may complete it)."""
     body = run.to_api(with_steps=False)
     slots = _run_slots(run, body)
     head = {k: v for k, v in body.items() if k not in ("input", "output")}
     head.update({s.ref_key: s.ref for s in slots})
     room = answers.ANSWER_BYTES - answers.size({**head, "steps": [], NEXT_STEPS: "c" * 512})
     steps = _after(run, steps_cursor)
-    bodies = [step.to_api() for step in steps]
+    bodies = [_step_body(run, step, with_callback_urls) for step in steps]
     step_slots = [_step_slot(step, b) for step, b in zip(steps, bodies, strict=True)]
     records = [_without_values(b) for b in bodies]
     count = answers.fitting_count(records, room)
@@ -61,6 +71,16 @@ def run_answer(run: Run, *, steps_cursor: str | None = None) -> dict[str, Any]:
         body[NEXT_STEPS] = ddb.encode_cursor(key, scope=_steps_scope(run.id))
     page_slots = [slot for group in step_slots[:count] for slot in group]
     answers.fit_values(body, [*slots, *page_slots])
+    return body
+
+
+def _step_body(run: Run, step: Step, with_callback_url: bool) -> dict[str, Any]:
+    body = step.to_api()
+    # Only while it may still complete it: after, the URL answers 409 and shows nothing.
+    waiting = with_callback_url and step.status == "waiting"
+    url = callbacks.url_for(run.id, step) if waiting else None
+    if url:
+        body["url"] = url
     return body
 
 

@@ -26,6 +26,7 @@ MAX_TIMEOUT_SECONDS = 365 * 86_400  # a run lasts at most a year (the default to
 READ = "workflows.runs.read"
 START = "workflows.runs.start"
 CANCEL = "workflows.runs.cancel"
+RESUME = "workflows.runs.resume"
 RUN_STATUSES = ("running", "cancelling", "completed", "failed", "cancelled", "timedOut")
 
 
@@ -204,6 +205,12 @@ def _visible_run(principal: Principal, run_id: str, *actions: str, with_steps: b
 
 def get_run(principal: Principal, run_id: str) -> Run:
     return _visible_run(principal, run_id, READ)
+
+
+def may_resume(principal: Principal, run: Run) -> bool:
+    """Whether the key may make the run's waits go on (`workflows.runs.resume` on it): the
+    key GetRun shows a callback's URL to, since whoever holds the URL may complete it."""
+    return principal.allows(RESUME, run_resource(run))
 
 
 def search_runs(

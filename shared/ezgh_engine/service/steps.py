@@ -7,7 +7,7 @@ A call's ops are written in one write when they can be (the fast path); when a s
 condition refuses it (a resent call, a step another invocation recorded), the ops are applied
 one by one under the lease, each answering what is recorded. The same ops may ride an
 invocation's answer (protocol 1.3, `ops`, parsed once by `protocol.ops.parse_answer_ops`):
-`answer_writes` gives their writes, for the outcome's transaction or ahead of its commit,
+`answer_writes` gives their writes, written ahead of the outcome's commit,
 and `apply_answer_ops` applies them one by one when a step refuses its write.
 """
 
@@ -16,12 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from ezgh_engine import clock
+from ezgh_engine.adapters.intents import Intent
 from ezgh_engine.config import settings
 from ezgh_engine.core import tokens
 from ezgh_engine.core.protocol_rules import end_differs
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.service.step_ops import checks, executor
-from ezgh_engine.service.step_ops.plan import Action, Caller
+from ezgh_engine.service.step_ops.plan import Caller
 
 MAX_OPS = protocol_ops.MAX_OPS
 
@@ -36,7 +37,7 @@ def apply_ops(token: str, body: Any) -> dict[str, Any]:
 
 def answer_writes(
     claims: tokens.InvocationClaims, deployment_id: str | None, ops: protocol_ops.AnswerOps
-) -> list[list[Action]]:
+) -> list[list[Intent]]:
     """The writes of the ops an invocation's answer carries (the steps it ended since its
     last step call, parsed by `protocol.ops.parse_answer_ops`), one list per op (a failure
     is its step and its event), each under the step's own conditions."""
@@ -54,7 +55,7 @@ def check_not_taken_over(claims: tokens.InvocationClaims) -> None:
 def apply_answer_ops(
     claims: tokens.InvocationClaims, deployment_id: str | None, ops: protocol_ops.AnswerOps
 ) -> list[str]:
-    """Apply an answer's ops one by one (after their writes in the outcome's transaction
+    """Apply an answer's ops one by one (after their writes ahead of the outcome's commit
     were refused); the IDs of the steps recorded with another outcome than the ops say.
     Raises `StaleInvocation` when the lease was lost."""
     caller = Caller(claims, deployment_id)

@@ -1,7 +1,8 @@
 """The outbox: reactions to committed changes of the `runs` table, read from its stream.
 
-A run write that leaves a reason to invoke unanswered and no lease sends an invocation; a step
-that starts sleeping gets its timer. Reactions are idempotent, so duplicate or repeated records
+A run write that leaves a reason to invoke unanswered and no lease sends an invocation; a
+suspend's commit makes what its new waits start (`service.launches`); a step that starts
+sleeping gets its timer. Reactions are idempotent, so duplicate or repeated records
 (at-least-once delivery; moto may even show an upsert as two INSERTs) do no harm.
 
 A throttle does not cost a record: the calls that have a way round one take it
@@ -22,11 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import aws, ddb, messages
+from ezgh_engine.adapters import aws, ddb, messages, run_writes
+from ezgh_engine.adapters.intents import AskRun
 from ezgh_engine.core.leases import wants_invocation as wants_invocation  # the one predicate
 from ezgh_engine.core.models import ENDED_STATUSES, LIVE_STATUSES
+from ezgh_engine.core.protocol_rules import STEP_ENDED_STATUSES
 from ezgh_engine.errors import TransientError
-from ezgh_engine.service import notifications, retention, waits, year_limits
+from ezgh_engine.observability import logs
+from ezgh_engine.service import launches, notifications, retention, waits, year_limits
 from ezgh_engine.service.timers import DEADLINE_STEP
 
 log = logging.getLogger(__name__)
@@ -37,8 +41,19 @@ def _image(record: dict[str, Any], which: str) -> dict[str, Any] | None:
     return ddb.from_item(raw) if raw else None
 
 
+def _run_of(record: dict[str, Any]) -> str | None:
+    """The run a record is about (a run item's `id`, a step's `runId`), for its log lines."""
+    change = record.get("dynamodb", {})
+    image = change.get("NewImage") or change.get("OldImage") or {}
+    found = image.get("runId") or image.get("id") or {}
+    return found.get("S") if isinstance(found, dict) else None
+
+
 def _on_run(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
     _on_run_waits(old, new)
+    launched = launches.launched_by(old, new) if new else None
+    if launched and new:  # a suspend committed: what its new waits start is made now
+        launches.launch(str(new["id"]), launched)
     if not wants_invocation(new):
         return
     assert new is not None
@@ -47,13 +62,24 @@ def _on_run(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
     messages.send_invocation(str(new["id"]), int(new["invokeSeq"]))
 
 
-def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None, asked: set[str]) -> None:
     if not new:
         return
     # A parallel step waiting for its branch invocation (new, or a retry that came due).
     waiting = new.get("branch") and new.get("status") == "waiting"
     if waiting and (not old or old.get("status") != "waiting"):
         messages.send_branch(str(new["runId"]), str(new["stepId"]))
+    # A parallel step that ended resumes its run: one ask per run in a batch however many
+    # of its steps ended in it (the ask comes after all of them were written), and none
+    # while an invocation is owed that has not begun (it will read this end).
+    ended = new.get("branch") and new.get("status") in STEP_ENDED_STATUSES
+    if ended and (not old or old.get("status") not in STEP_ENDED_STATUSES):
+        run_id = str(new["runId"])
+        if run_id not in asked:
+            # Refused: owed already, or the run ended meanwhile. Noted once written (a
+            # throttled ask is tried again with its record).
+            run_writes.transact([AskRun(run_id, unless_owed=True)])
+            asked.add(run_id)
     # Sleeps, retries and waits with a deadline get a timer for their (new) wake time.
     if new.get("status") not in ("sleeping", "retrying", "waiting") or not new.get("wakeAt"):
         return
@@ -83,8 +109,14 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
         waits.on_run_ended(new)
 
 
-def handle_record(record: dict[str, Any]) -> None:
-    """React to one stream record of the `runs` table."""
+def handle_record(record: dict[str, Any], asked: set[str] | None = None) -> None:
+    """React to one stream record of the `runs` table (`asked`: the runs asked for an
+    invocation by the batch's earlier records). Only run and step items are reacted to (the
+    topology's filter lets no other through on AWS): others are not even decoded."""
+    change = record.get("dynamodb", {})
+    image = change.get("NewImage") or change.get("OldImage") or {}
+    if (image.get("type") or {}).get("S") not in ("run", "step"):
+        return
     if record.get("eventName") == "REMOVE":
         removed = _image(record, "OldImage")
         if removed and removed.get("type") == "run":  # its TTL (or DeleteRun): the rest goes
@@ -97,7 +129,7 @@ def handle_record(record: dict[str, Any]) -> None:
         _on_run(old, new)
         notifications.on_run_change(old, new)  # issue 4: run-result notifications
     elif item_type == "step":
-        _on_step(old, new)
+        _on_step(old, new, set() if asked is None else asked)
 
 
 # A record whose reaction is throttled is tried again here while the invocation has more
@@ -114,11 +146,14 @@ def _throttled(error: BaseException) -> bool:
     return isinstance(error, TransientError) or aws.is_throttle(error)
 
 
-def _handle_patiently(record: dict[str, Any], time_left: Callable[[], float] | None) -> None:
+def _handle_patiently(
+    record: dict[str, Any], time_left: Callable[[], float] | None, asked: set[str]
+) -> None:
     """`handle_record`, tried again while it is throttled and the invocation has time."""
     for tried in itertools.count():
         try:
-            handle_record(record)
+            with logs.bound(run_id=_run_of(record)):
+                handle_record(record, asked)
             return
         except Exception as error:
             wait = min(THROTTLE_BACKOFF * 2**tried, THROTTLE_BACKOFF_MAX)
@@ -154,12 +189,13 @@ def _handle_in_order(
 ) -> str | None:
     """Handle records until one fails (answer its sequence number) or a group of starts
     could not be sent (the batch is failed from that group's first record: see
-    `handle_batch`)."""
+    `handle_batch`). `asked`: the runs whose resume this batch has written already."""
+    asked: set[str] = set()
     for record in records:
         sequence = str(record.get("dynamodb", {}).get("SequenceNumber", ""))
         outbox.mark(sequence)
         try:
-            _handle_patiently(record, time_left)
+            _handle_patiently(record, time_left, asked)
         except Exception:
             log.exception("stream record failed; retrying from it")
             return sequence

@@ -14,6 +14,7 @@ from datetime import timedelta
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import invocations_store as store
 from ezgh_engine.adapters import messages, runs_store, steps_store
+from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.core.messages import Timer
 from ezgh_engine.core.models import Run, RunError
@@ -160,39 +161,7 @@ def end_now(run_id: str, status: str, error: RunError) -> bool:
     run = runs_store.get_run(run_id, with_steps=False)
     if run is None or run.ended:
         return False
-    at = clock.iso(clock.now())
-    now_s = int(clock.now().timestamp())
-    update = {
-        "Update": {
-            "TableName": ws._table(),
-            "Key": {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "RUN"}},
-            "UpdateExpression": (
-                "SET #status = :t, endedAt = :at, #error = :e, handledSeq = invokeSeq, "
-                "epoch = epoch + :one, leaseUntil = :zero, version = version + :one, #ttl = :ttl"
-            ),
-            "ConditionExpression": "#status IN (:running, :cancelling) AND version = :v",
-            "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
-            "ExpressionAttributeValues": {
-                **ws.LIVE,
-                ":t": {"S": status},
-                ":at": {"S": at},
-                ":e": ws.ddb.to_attr(error.to_api()),
-                ":one": {"N": "1"},
-                ":zero": {"N": "0"},
-                ":v": {"N": str(run.version)},
-                ":ttl": {"N": str(now_s + runs_store.RETENTION_SECONDS)},
-            },
-        }
-    }
-    event = runs_store.event_put(
-        run_id,
-        run.attempt,
-        f"run.{status}",
-        at,
-        now_s + runs_store.CHILD_ITEM_TTL_SECONDS,
-        error=error.to_api(),
-    )
-    if not ws.transact([update, event]):
+    if not control.end_now(run, status, error, at=clock.iso(clock.now())):
         return False
     waits.cancel_leftovers(run_id)
     return True

@@ -1,10 +1,11 @@
 """Waits: what a suspended invocation asks to wait for, and what ends each wait.
 
-- A new wait becomes a step item written in the suspend transaction: a child run (`invoke`,
-  the child itself in the same transaction, its ID derived from the parent and the step; of
-  another app only where the parent app's key may start it, `service.app_authority`), a
-  message wait (`message`, with its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
-  `<runId>#<stepId>`), or a parallel branch (`run` with `branch`).
+- A new wait becomes a step item made once its suspend has committed (`service.launches`): a
+  child run (`invoke`, then the child itself, its ID derived from the parent and the step;
+  of another app only where the parent app's key may start it, `service.app_authority`), a
+  message wait (`message`, then its waiter index item `MSGWAIT#<project>#<queue>#<key>` /
+  `<runId>#<stepId>`), or a parallel branch (`run` with `branch`). A sleep's step, and a
+  wait that ended at once (refused), is written ahead of the commit.
 - A wait ends with a conditional step update and an `invokeSeq` bump in one transaction
   (`adapters.waits_store`): a message (`resume_message_waiters`), the child's end (from the
   stream), a timeout (`service.timers`), a callback (`service.callbacks`).
@@ -14,14 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import payloads, registry_store, runs_store
+from ezgh_engine.adapters import payloads, registry_store, run_writes, runs_store
 from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
-from ezgh_engine.config import settings
+from ezgh_engine.adapters.intents import Intent, Launch, NewEvent, NewItem, NewStep
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import CANCELLED_ERROR, Run, RunError, Step
 from ezgh_engine.errors import Conflict, NotFound, ValidationError
@@ -42,8 +44,42 @@ def child_run_id(parent: Run, step_id: str) -> str:
     return ids.derived_id(parent.id, step_id, str(parent.attempt))
 
 
-def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[str, Any]]:
-    """Transaction items recording a new wait (not a sleep) of a suspended invocation."""
+def sleep_step(
+    run: Run, *, step_id: str, name: str, order: str, started_at: str, wake_at: str, expires: int
+) -> NewStep:
+    """A new `sleeping` step, written ahead of its suspend's commit: its timer (armed by the
+    stream when it sees it) finds it, and a retry of the outcome finds it recorded."""
+    values = {
+        "name": name,
+        "kind": "sleep",
+        "status": "sleeping",
+        "attempt": 1,
+        "order": order,
+        "startedAt": started_at,
+        "wakeAt": wake_at,
+        "ttl": expires,
+    }
+    return NewStep(run.id, step_id, values)
+
+
+@dataclass(frozen=True)
+class NewWait:
+    """How a suspend records a new wait (not a sleep): `ahead`, a step written before the
+    commit (a wait that ended at once, refused); `launch`, what starts once the suspend committed
+    (the step and what ends it: a branch invocation, a child run, a waiter index)."""
+
+    ahead: tuple[NewStep, ...] = ()
+    launch: Launch | None = None
+
+    @property
+    def ended_at_once(self) -> bool:
+        """A wait that ended already (a message wait on a queue that is not there, an
+        invoke the app's key may not start): the run must be invoked again to see it."""
+        return any(step.values.get("status") == "failed" for step in self.ahead)
+
+
+def suspend_writes(run: Run, wait: Wait, *, at: str, order: str) -> NewWait:
+    """What records a new wait (not a sleep) of a suspended invocation."""
     base = {
         "name": wait.name,
         "kind": wait.kind,
@@ -61,12 +97,12 @@ def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[s
             "branchEpoch": 0,
             "branchLeaseUntil": 0,
         }
-        return [ws.step_put(run.id, wait.step_id, values)]
+        return NewWait(launch=Launch((NewStep(run.id, wait.step_id, values),)))
     if wait.kind == "message":
         queue_id, error = _wait_queue(run, wait.queue_id or "")
         if error is not None:  # failed now, as `send_to_queue` fails: never a silent wait
             failed = {**base, "status": "failed", "endedAt": at, "error": error.to_api()}
-            return [ws.step_put(run.id, wait.step_id, failed)]
+            return NewWait(ahead=(NewStep(run.id, wait.step_id, failed),))
         wake = clock.iso(clock.now() + wait.timeout) if wait.timeout else None
         values = {
             **base,
@@ -87,19 +123,20 @@ def suspend_actions(run: Run, wait: Wait, *, at: str, order: str) -> list[dict[s
             "workflow": run.workflow,
             "ttl": _expires(),
         }
-        return [ws.step_put(run.id, wait.step_id, values), ws.plain_put(index, only_new=False)]
+        step = NewStep(run.id, wait.step_id, values)
+        return NewWait(launch=Launch((step, NewItem(index, only_new=False))))
     if wait.kind == "invoke":
         child_id = child_run_id(run, wait.step_id)
         values = {**base, "status": "waiting", "childRunId": child_id}
-        actions = [ws.step_put(run.id, wait.step_id, values)]
-        if runs_store.get_run(child_id, with_steps=False) is None:
-            refused = _invoke_refusal(run, wait)
-            if refused is not None:  # failed now, no child: the app's key may not start it
-                failed = {**base, "status": "failed", "endedAt": at, "error": refused.to_api()}
-                return [ws.step_put(run.id, wait.step_id, failed)]
-            actions += _child_actions(run, child_id, wait, at)
-        return actions
-    return []  # callbacks and retries exist already
+        step = NewStep(run.id, wait.step_id, values)
+        if runs_store.get_run(child_id, with_steps=False) is not None:
+            return NewWait(launch=Launch((step,)))
+        refused = _invoke_refusal(run, wait)
+        if refused is not None:  # failed now, no child: the app's key may not start it
+            failed = {**base, "status": "failed", "endedAt": at, "error": refused.to_api()}
+            return NewWait(ahead=(NewStep(run.id, wait.step_id, failed),))
+        return NewWait(launch=Launch((step, _child_item(run, child_id, wait, at))))
+    return NewWait()  # callbacks and retries exist already
 
 
 def _child_app(parent: Run, wait: Wait) -> tuple[str, str | None]:
@@ -139,20 +176,11 @@ def _wait_queue(run: Run, ref: str) -> tuple[str, RunError | None]:
         return ref, RunError("user", QUEUE_WAIT_ERROR, f"{err.status} {err.code}: {err}")
 
 
-def ended_at_once(actions: list[dict[str, Any]]) -> bool:
-    """Whether `suspend_actions` recorded a wait that ended already (a message wait on a
-    queue that is not there): the run must be invoked again to see it."""
-    for action in actions:
-        item = action.get("Put", {}).get("Item", {})
-        if item.get("type", {}).get("S") == "step" and item.get("status", {}).get("S") == "failed":
-            return True
-    return False
-
-
-def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict[str, Any]]:
+def _child_item(parent: Run, child_id: str, wait: Wait, at: str) -> NewItem:
+    """The child run's item (a large input stored first, under the child's payloads)."""
     app_id, app_name = _child_app(parent, wait)
     text = validation.encode_value(wait.input, "input")
-    large = len(text.encode()) > settings().payload_inline_bytes
+    large = not run_writes.inline(text)
     if large:
         payloads.put(parent.project_id, child_id, payloads.RUN_INPUT_PATH, text)
     child = Run(
@@ -172,7 +200,7 @@ def _child_actions(parent: Run, child_id: str, wait: Wait, at: str) -> list[dict
         parent_run_id=parent.id,
         parent_step_id=wait.step_id,
     )
-    return [ws.plain_put(items.run_values(child, started_event=ids.time_ordered_id()))]
+    return NewItem(items.run_values(child, started_event=ids.time_ordered_id()))
 
 
 def end_wait_actions(
@@ -185,7 +213,7 @@ def end_wait_actions(
     error: RunError | None = None,
     kind: str | None = None,
     project_id: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Intent]:
     """End a `waiting` step (of `kind`, if given) with an output or an error; bump the run.
     A large output goes to the run's payloads (`project_id` needed)."""
     at = clock.iso(clock.now())
@@ -194,7 +222,7 @@ def end_wait_actions(
         sets["error"] = error.to_api()
     else:
         text = validation.encode_value(output, "output")
-        if project_id and len(text.encode()) > settings().payload_inline_bytes:
+        if project_id and not run_writes.inline(text):
             path = payloads.step_output_path(step_id, ids.time_ordered_id())
             runs_store.put_payload(project_id, run_id, path, text)
             sets["outputRef"] = path
@@ -209,14 +237,14 @@ def end_wait_actions(
             run_id, step_id, sets=sets, when=when, when_values=values, remove=("wakeAt",)
         ),
         ws.bump_run(run_id),
-        runs_store.event_put(
+        NewEvent(
             run_id,
             attempt,
             event_type,
             at,
             _expires(),
-            stepId=step_id,
-            error=error.to_api() if error else None,
+            ids.time_ordered_id(),
+            {"stepId": step_id, "error": error.to_api() if error else None},
         ),
     ]
 
@@ -224,7 +252,7 @@ def end_wait_actions(
 MESSAGE_SEEN_PREFIX = "MSG#"
 
 
-def _message_seen_put(run_id: str, message_id: str) -> dict[str, Any]:
+def _message_seen_put(run_id: str, message_id: str) -> NewItem:
     """The marker `RUN#<runId>` / `MSG#<messageId>` a resume writes (only if new): a
     message resumes at most one wait of a run, however often SQS delivers it."""
     values = {
@@ -349,7 +377,7 @@ def cancel_run_quietly(run_id: str) -> None:
         control.request_cancel(run, at=clock.iso(clock.now()))
 
 
-def cancel_step_actions(run: Run | None, run_id: str, step: Any) -> list[dict[str, Any]]:
+def cancel_step_actions(run: Run | None, run_id: str, step: Any) -> list[Intent]:
     """Extra writes when a pending step is cancelled: its message index item."""
     if step is not None and getattr(step, "kind", None) == "message":
         raw = ws.get(items.run_pk(run_id), items.STEP_PREFIX + step.id) or {}
@@ -359,7 +387,7 @@ def cancel_step_actions(run: Run | None, run_id: str, step: Any) -> list[dict[st
     return []
 
 
-def _cancelled_item(run: Run, step: Step, at: str) -> dict[str, Any]:
+def _cancelled_item(run: Run, step: Step, at: str) -> NewStep:
     """The Put of a step that was running by a `next` mark only, as `cancelled`."""
     values = {
         "name": step.name,

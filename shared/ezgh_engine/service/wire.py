@@ -20,10 +20,11 @@ from typing import Any
 
 from ezgh_engine.adapters import ddb, payloads
 from ezgh_engine.config import settings
-from ezgh_engine.core import tokens
+from ezgh_engine.core import tokens, trace_ids
 from ezgh_engine.core.models import Run, Step
 from ezgh_engine.core.protocol_rules import STEP_ENDED_STATUSES
 from ezgh_engine.core.sizes import carried_size, json_text
+from ezgh_engine.observability import traces
 from ezgh_engine.protocol import bounds, spoken_with, takes_references
 from ezgh_engine.service import callbacks
 
@@ -76,6 +77,12 @@ def step_ref_body(run_id: str, step: Step) -> dict[str, Any]:
     """The 1.5 shape of a recorded step: an output kept in S3 stays its reference
     (`outputRef`, a payload path the SDK reads with the payload call); nothing is read."""
     return _protocol_fields(run_id, step, step.to_api())
+
+
+def trace_context(run: Run, invocation_id: str) -> trace_ids.TraceContext:
+    """The invocation's trace context as the app gets it: the run's trace, the app's span
+    of this invocation as the parent, sampled as the run's trace is recorded."""
+    return trace_ids.app_context(run.id, run.created_at, invocation_id, traces.sample_rate())
 
 
 def history_cursor(run_id: str, phase: str, after: dict[str, Any] | None = None) -> str:
@@ -135,6 +142,8 @@ def invoke_request(
         # How long the invoker waits for the answer (docs/protocol.md section 11); a pull
         # worker's task has no such limit (heartbeats extend its lease).
         **({} if pull else {"answerWithinSeconds": cfg.invoke_timeout_seconds}),
+        # Where the app's own spans join the run's trace (docs/protocol.md section 1.2).
+        "trace": trace_context(run, invocation_id).to_wire(),
     }
     if not takes_references(version):
         return _whole(request, run)

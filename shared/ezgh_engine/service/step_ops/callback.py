@@ -3,14 +3,15 @@ callback's index item and its `step.waiting` event, under the lease."""
 
 from __future__ import annotations
 
+from ezgh_engine.adapters.intents import Intent, NewItem, NewStep
 from ezgh_engine.core.models import Step
 from ezgh_engine.protocol.ops import Callback
 from ezgh_engine.protocol.results import Ok
 from ezgh_engine.service import callbacks
-from ezgh_engine.service.step_ops.plan import Action, Caller, Fresh, Plan, event, recorded
+from ezgh_engine.service.step_ops.plan import Caller, Fresh, Plan, event, recorded
 
 
-def prepare(caller: Caller, fresh: Fresh, request: Callback) -> tuple[list[Action], str]:
+def prepare(caller: Caller, fresh: Fresh, request: Callback) -> tuple[tuple[NewStep, NewItem], str]:
     """The callback's writes and URL (its secret is drawn here)."""
     return callbacks.create_actions(
         caller.run_id,
@@ -28,14 +29,14 @@ def plan(
     caller: Caller,
     fresh: Fresh,
     request: Callback,
-    prepared: tuple[list[Action], str],
+    prepared: tuple[tuple[NewStep, NewItem], str],
     *,
     leased: bool,
 ) -> Plan:
     del leased
-    (item, *others), url = prepared
-    waiting = event(caller, fresh, "step.waiting", request.step_id)
-    return Plan(request.step_id, Ok(request.step_id, url), item, (*others, waiting))
+    (item, index), url = prepared
+    others: tuple[Intent, ...] = (index, event(caller, fresh, "step.waiting", request.step_id))
+    return Plan(request.step_id, Ok(request.step_id, url), item, others)
 
 
 def replan(plan: Plan, step: Step | None, at: str) -> Plan:

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ezgh_engine.adapters import steps_store as store
-from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.adapters.intents import Intent, NewStep, StepChange
 from ezgh_engine.core.models import Step
 from ezgh_engine.core.protocol_rules import STEP_ENDED_STATUSES
 from ezgh_engine.protocol.ops import Cancel, Reject
 from ezgh_engine.protocol.results import Ok
 from ezgh_engine.service import waits
-from ezgh_engine.service.step_ops.plan import Action, Caller, Fresh, Plan, event, recorded
+from ezgh_engine.service.step_ops.plan import Caller, Fresh, Plan, event, recorded
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Existing:
     needs besides its own (its message waiter's index)."""
 
     step: Step | None
-    extra: tuple[Action, ...] = ()
+    extra: tuple[Intent, ...] = ()
 
 
 def prepare(caller: Caller, fresh: Fresh, request: Cancel | Reject) -> Existing:
@@ -51,13 +51,13 @@ def plan(
     ended = event(caller, fresh, f"step.{status}", step_id, error=error)
     if existing is None:
         values = {**sets, **_new(request, fresh)}
-        return Plan(step_id, Ok(step_id), ws.step_put(caller.run_id, step_id, values), (ended,))
-    item = ws.step_update(
+        return Plan(step_id, Ok(step_id), NewStep(caller.run_id, step_id, values), (ended,))
+    item = StepChange(
         caller.run_id,
         step_id,
-        sets=sets,
-        when="#status = :was",
-        when_values={":was": existing.status},
+        sets,
+        "#status = :was",
+        {":was": existing.status},
         remove=("wakeAt",),
     )
     child = existing.child_run_id if existing.kind == "invoke" else None

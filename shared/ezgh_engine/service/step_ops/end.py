@@ -10,9 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import payloads, runs_store
-from ezgh_engine.adapters import steps_store as store
-from ezgh_engine.config import settings
+from ezgh_engine.adapters import payloads, run_writes, runs_store
+from ezgh_engine.adapters.intents import Intent, StepEnd
 from ezgh_engine.core import retries
 from ezgh_engine.core.models import Step
 from ezgh_engine.core.protocol_rules import may_retry
@@ -20,7 +19,6 @@ from ezgh_engine.protocol.ops import Complete, Fail
 from ezgh_engine.protocol.results import Ok, RetryAt
 from ezgh_engine.service.step_ops import checks
 from ezgh_engine.service.step_ops.plan import (
-    Action,
     Caller,
     Fresh,
     Plan,
@@ -36,7 +34,7 @@ def prepare(caller: Caller, fresh: Fresh, request: Complete | Fail) -> str | Non
     """A completion's output too large to keep in the step's item is stored first: answer
     its payload path (None: kept inline)."""
     del fresh
-    if isinstance(request, Fail) or not _too_large(request.output_text):
+    if isinstance(request, Fail) or run_writes.inline(request.output_text):
         return None
     # Check the invocation before the object exists: a refused late call must leave no
     # payload behind (its run may be gone, its purge run already).
@@ -46,10 +44,6 @@ def prepare(caller: Caller, fresh: Fresh, request: Complete | Fail) -> str | Non
     path = payloads.step_output_path(request.step_id, ids.time_ordered_id())
     runs_store.put_payload(caller.claims.project_id, caller.run_id, path, request.output_text)
     return path
-
-
-def _too_large(text: str) -> bool:
-    return len(text.encode()) > settings().payload_inline_bytes
 
 
 def retry_at(fresh: Fresh, request: Fail) -> str | None:
@@ -69,27 +63,21 @@ def plan(
     """The end's write (and a failure's event item; a completion is its step's own event)."""
     del leased  # the same write on the fast path and under the lease
     fields, others, result = _fields(caller, fresh, request, prepared)
-    item: Action
-    if request.inline is not None:
-        item = store.inline_end_action(
-            caller.lease,
-            step_id=request.step_id,
-            at=fresh.at,
-            start=request.inline,
-            expires=fresh.expires,
-            **fields,
-        )
-    else:
-        item = store.finish_action(caller.lease, step_id=request.step_id, at=fresh.at, **fields)
-    retry = isinstance(result, RetryAt)
-    # A branch's step that ended resumes its run: the same transaction asks for it.
-    bump = caller.branch_step is not None and not retry
-    return Plan(request.step_id, result, item, others, carries=not retry, bump=bump)
+    item = StepEnd(
+        caller.lease,
+        request.step_id,
+        fresh.at,
+        inline=request.inline,
+        expires=fresh.expires,
+        **fields,
+    )
+    # (A branch's step that ended resumes its run: the outbox asks for it, service.stream.)
+    return Plan(request.step_id, result, item, others, carries=not isinstance(result, RetryAt))
 
 
 def _fields(
     caller: Caller, fresh: Fresh, request: Complete | Fail, ref: str | None
-) -> tuple[dict[str, Any], tuple[Action, ...], Ok | RetryAt]:
+) -> tuple[dict[str, Any], tuple[Intent, ...], Ok | RetryAt]:
     """The step writer's arguments, the other writes and the result of an end."""
     step_id = request.step_id
     if isinstance(request, Complete):

@@ -19,14 +19,16 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from ezgh_engine.adapters import run_writes
 from ezgh_engine.adapters import steps_store as store
+from ezgh_engine.adapters.intents import Intent
 from ezgh_engine.core.models import Step
 from ezgh_engine.errors import ValidationError
 from ezgh_engine.protocol import ops
 from ezgh_engine.protocol.results import Recorded, Result, Started
 from ezgh_engine.service import waits, wire
 from ezgh_engine.service.step_ops import callback, cancel, checks, end, record, start
-from ezgh_engine.service.step_ops.plan import Action, Caller, Fresh, OpModule, Plan, ride
+from ezgh_engine.service.step_ops.plan import Caller, Fresh, OpModule, Plan, ride
 
 MODULES: dict[type, ModuleType] = {
     ops.Start: start,
@@ -60,8 +62,6 @@ def fast(caller: Caller, requests: list[ops.StepOp]) -> bool:
 
 def apply_batch(caller: Caller, requests: list[ops.StepOp]) -> list[dict[str, Any]]:
     """Every op's result: one write for the lot when `fast`, else one op at a time."""
-    if caller.branch_step is not None:
-        checks.check_branch_live(caller.claims)
     if not fast(caller, requests):
         return [apply_one(caller, r) for r in requests]
     prepared = []
@@ -75,8 +75,8 @@ def apply_batch(caller: Caller, requests: list[ops.StepOp]) -> list[dict[str, An
     # invocation whose run ended or moved on (a pull worker's token outlives its lease).
     checks.check_live(caller.claims)
     try:
-        store.write(writes)
-    except store.AlreadyRecorded:  # let each op say what is recorded
+        run_writes.write(writes)
+    except run_writes.AlreadyRecorded:  # let each op say what is recorded
         return [apply_one(caller, r, p) for r, p in zip(requests, prepared, strict=True)]
     return [_wire(result) for result in results]
 
@@ -86,7 +86,7 @@ def _wire(result: Result) -> dict[str, Any]:
     return result.to_wire()
 
 
-def compose(caller: Caller, plans: list[Plan]) -> tuple[list[Action], list[Result]]:
+def compose(caller: Caller, plans: list[Plan]) -> tuple[list[Intent], list[Result]]:
     """A batch's writes and results: a new step's start right after an end that `carries`
     rides that end's item (`plan.ride`), so it costs no write of its own."""
     written: list[Plan] = []
@@ -114,16 +114,24 @@ def apply_one(caller: Caller, request: ops.StepOp, prepared: Any = None) -> dict
     plan = module.plan(caller, fresh, request, prepared, leased=True)
     if not plan.writes:  # decided without a write (a cancel of an ended step)
         return _answer(caller, plan)
+    if caller.branch_step is not None:
+        # Its step's own conditions hold the branch lease: the run need only be live.
+        checks.check_live(caller.claims)
     try:
-        store.transact(caller.lease, plan.writes, bump=plan.bump)
-    except store.AlreadyRecorded:
+        written = run_writes.write_leased(caller.lease, plan.writes)
+    except run_writes.AlreadyRecorded:
+        if caller.branch_step is not None:  # refused for the lease, or for the step?
+            checks.check_branch_live(caller.claims)
         step = store.get_step(caller.run_id, plan.step_id)
         return _answer(caller, module.replan(plan, step, fresh.at))
     if plan.cancel_child:
         waits.cancel_run_quietly(plan.cancel_child)
-    if plan.result is None:  # the store counted the attempt: read it back
-        step = store.get_step(caller.run_id, plan.step_id)
-        return Started(plan.step_id, step.attempt if step else 1).to_wire()
+    if plan.result is None:  # the store counted the attempt: from the write, or read back
+        attempt = written.get("attempt")
+        if attempt is None:
+            step = store.get_step(caller.run_id, plan.step_id)
+            attempt = step.attempt if step else 1
+        return Started(plan.step_id, int(attempt)).to_wire()
     return _answer(caller, plan)
 
 
@@ -142,7 +150,7 @@ def recorded_body(caller: Caller, step_id: str, step: Step | None) -> dict[str, 
     return wire.step_body(caller.claims.project_id, caller.run_id, step)
 
 
-def end_writes(caller: Caller, requests: tuple[ops.EndOp, ...]) -> list[list[Action]]:
+def end_writes(caller: Caller, requests: tuple[ops.EndOp, ...]) -> list[list[Intent]]:
     """The writes of an answer's step ends (protocol 1.3 `ops`, checked by
     `ops.parse_answer_ops`), one list per op, each under its step's own conditions."""
     writes = []

@@ -23,14 +23,20 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import runs_store
+from ezgh_engine.adapters import run_writes
 from ezgh_engine.adapters import steps_store as store
+from ezgh_engine.adapters.intents import (
+    Intent,
+    NewEvent,
+    NextStart,
+    StepEnd,
+    StepWrite,
+    ValueRecord,
+)
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Step
 from ezgh_engine.protocol.ops import InlineStart
 from ezgh_engine.protocol.results import Recorded, Result, RetryAt, Started
-
-Action = dict[str, Any]  # a transaction action: a step store builder's Put or UpdateAction
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ class Fresh:
     def draw(cls) -> Fresh:
         now = clock.now()
         order, event_id = ids.time_ordered_id(), ids.time_ordered_id()
-        expires = int(now.timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS
+        expires = int(now.timestamp()) + run_writes.CHILD_ITEM_TTL_SECONDS
         return cls(now, order, event_id, ids.random_fraction(), expires)
 
 
@@ -86,23 +92,22 @@ class Plan:
     `item` is the write of the op's own step item (None: nothing to write, `result` is the
     answer); `others` its other writes (a failure's event, a callback's index item). `result`
     None: the step's attempt, read back once written (a start the store counted). `carries`:
-    a new step's start right after may ride `item` (a `next` mark, `store.with_next`);
-    `rides`: this start may ride the previous op's `item`. `bump`: a branch's step that
-    ended asks for the run's next invocation. `recorded`: the step read when a plan answers
-    `Recorded`. `cancel_child`: a child run to cancel once written."""
+    a new step's start right after may ride `item` (its `then`, `ride`); `rides`: this start
+    may ride the previous op's `item`. `recorded`: the step read when a plan answers
+    `Recorded`.
+    `cancel_child`: a child run to cancel once written."""
 
     step_id: str
     result: Result | None
-    item: Action | None = None
-    others: tuple[Action, ...] = ()
+    item: StepWrite | None = None
+    others: tuple[Intent, ...] = ()
     carries: bool = False
     rides: InlineStart | None = None
-    bump: bool = False
     recorded: Step | None = field(default=None, compare=False)
     cancel_child: str | None = None
 
     @property
-    def writes(self) -> list[Action]:
+    def writes(self) -> list[Intent]:
         return [] if self.item is None else [self.item, *self.others]
 
 
@@ -119,16 +124,20 @@ def recorded(step_id: str, step: Step | None) -> Plan:
 def ride(carrier: Plan, start: Plan, caller: Caller) -> tuple[Plan, Started]:
     """`carrier` (an end) whose item also starts `start`'s step (attempt 1, a `next` mark),
     and the result that start answers."""
-    assert carrier.item is not None and start.rides is not None
-    assert isinstance(start.result, Started)
-    item = store.with_next(
-        carrier.item,
-        step_id=start.result.step_id,
-        start=start.rides,
-        epoch=caller.claims.epoch,
-        run_attempt=caller.claims.attempt,
+    assert start.rides is not None and isinstance(start.result, Started)
+    if not isinstance(carrier.item, StepEnd | ValueRecord):
+        raise TypeError("a start rides an end or a value record only")
+    then = NextStart(
+        start.result.step_id,
+        start.rides.name,
+        start.rides.order,
+        start.rides.started_at,
+        caller.claims.epoch,
+        caller.claims.attempt,
     )
-    return replace(carrier, item=item), replace(start.result, inline=start.rides)
+    return replace(carrier, item=replace(carrier.item, then=then)), replace(
+        start.result, inline=start.rides
+    )
 
 
 def is_retry(plan: Plan) -> bool:
@@ -153,18 +162,16 @@ class OpModule(Protocol):
         ...
 
 
-def event(caller: Caller, fresh: Fresh, event_type: str, step_id: str, **fields: Any) -> Action:
-    """The Put of a run event item about a step (`fresh.event_id` sorts it)."""
-    return runs_store.event_put(
+def event(caller: Caller, fresh: Fresh, event_type: str, step_id: str, **fields: Any) -> NewEvent:
+    """A run event item about a step (`fresh.event_id` sorts it)."""
+    return NewEvent(
         caller.run_id,
         caller.claims.attempt,
         event_type,
         fresh.at,
         fresh.expires,
-        event_id=fresh.event_id,
-        stepId=step_id,
-        deploymentId=caller.deployment_id,
-        **fields,
+        fresh.event_id,
+        {"stepId": step_id, "deploymentId": caller.deployment_id, **fields},
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ezgh_engine.adapters import steps_store as store
+from ezgh_engine.adapters.intents import ValueRecord
 from ezgh_engine.core.models import Step
 from ezgh_engine.protocol.ops import Record
 from ezgh_engine.protocol.results import Ok
@@ -20,16 +20,16 @@ def prepare(caller: Caller, fresh: Fresh, request: Record) -> None:
 def plan(caller: Caller, fresh: Fresh, request: Record, prepared: Any, *, leased: bool) -> Plan:
     """The value step's Put; it is its own `step.completed` event."""
     del prepared, leased
-    item = store.record_action(
+    item = ValueRecord(
         caller.lease,
-        step_id=request.step_id,
-        name=request.name,
-        kind="value",
-        order=fresh.order,
-        at=fresh.at,
-        output_text=request.output_text,
-        expires=fresh.expires,
-        marks=marks(caller, fresh),
+        request.step_id,
+        request.name,
+        "value",
+        fresh.order,
+        fresh.at,
+        request.output_text,
+        fresh.expires,
+        marks(caller, fresh),
     )
     return Plan(request.step_id, Ok(request.step_id), item, carries=True)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ezgh_engine.adapters import steps_store as store
+from ezgh_engine.adapters.intents import StepStart
 from ezgh_engine.core.models import Step
 from ezgh_engine.protocol.ops import InlineStart, Start
 from ezgh_engine.protocol.results import Started
@@ -25,15 +25,15 @@ def plan(caller: Caller, fresh: Fresh, request: Start, prepared: Any, *, leased:
     counts it otherwise (`result` None: read back)."""
     del prepared
     attempt = None if leased or caller.branch_step is not None else request.attempt
-    item = store.start_action(
+    item = StepStart(
         caller.lease,
-        step_id=request.step_id,
-        name=request.name,
-        kind="run",
-        order=fresh.order,
-        at=fresh.at,
-        expires=fresh.expires,
-        attempt=attempt,
+        request.step_id,
+        request.name,
+        "run",
+        fresh.order,
+        fresh.at,
+        fresh.expires,
+        attempt,
     )
     if attempt is None:
         return Plan(request.step_id, None, item)

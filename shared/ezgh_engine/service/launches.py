@@ -1,0 +1,87 @@
+"""What a suspend starts, started by the outbox once the suspend has committed.
+
+A suspend's new waits that set other machinery going (a parallel step's branch invocation, a
+child run, a message waiter `send` finds) are not written with it: its commit (one
+conditional write of the run item) names them (`lastOut.l`, kept in chunk items written
+ahead: `adapters.run_writes.commit`), and the stream, seeing that commit, makes their items
+here. So a suspend that never commits starts nothing, and one that does is as wide as it
+likes: no transaction holds it, and its launches are written several at a time.
+
+Every write is only-if-new, so a stream record delivered again (or a retried outcome's
+second launch of the same steps) makes nothing twice. A launch that meets an ended run
+makes nothing; one that raced the run's end is cleaned up as the end's own leftovers are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import run_writes, runs_store
+from ezgh_engine.core.models import ENDED_STATUSES, Run
+from ezgh_engine.service import waits
+
+log = logging.getLogger(__name__)
+
+
+def launched_by(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+    """The launch a run item's write commits (its outcome's event ID), if it is new with
+    this write: a suspend that started waits."""
+    mark = new.get("lastOut")
+    if not isinstance(mark, dict) or not mark.get("l"):
+        return None
+    before = (old or {}).get("lastOut")
+    if isinstance(before, dict) and before.get("i") == mark.get("i"):
+        return None  # the same commit seen again (another write of the run item)
+    return str(mark["l"])
+
+
+def launch(run_id: str, launch_id: str) -> int:
+    """Make the items of a committed suspend's launch; answer how many waits were started.
+    Nothing for a run that ended, or that a RetryRun moved to another attempt, since."""
+    attempt, entries = run_writes.launch_entries(run_id, launch_id)
+    run = runs_store.get_run(run_id, with_steps=False)
+    if not entries or run is None or run.ended or run.attempt != attempt:
+        return 0
+    _with_history(run_id, launch_id, entries)
+    made = run_writes.make_launched(entries)
+    # The run may have ended while these were written, after its cleanup read its steps:
+    # then they are its leftovers too (either that cleanup or this one sees each).
+    after = runs_store.get_run(run_id, with_steps=False)
+    if after is None or after.status in ENDED_STATUSES:
+        waits.cancel_leftovers(run_id)
+    log.debug("run %s: launch %s made %d of %d waits", run_id, launch_id, made, len(entries))
+    return made
+
+
+def _with_history(run_id: str, launch_id: str, entries: list[list[dict[str, Any]]]) -> None:
+    """A wide launch's parallel steps replay from a copy of the history before it, not from
+    the whole run (their siblings too): when the copy costs less than what it saves
+    (`run_writes.history_pays`), it is written now and each parallel step names it."""
+    branches = [entry[0] for entry in entries if entry and entry[0].get("branch") is True]
+    if len(branches) < run_writes.HISTORY_MIN_BRANCHES:
+        return
+    history = runs_store.step_values(run_id)
+    size = sum(len(json.dumps(v, separators=(",", ":"))) for v in history)
+    if not run_writes.history_pays(len(branches), size):
+        return
+    chunks = run_writes.write_history(run_id, launch_id, history)
+    for step in branches:
+        step["hist"], step["histChunks"] = launch_id, chunks
+
+
+def missing(run: Run) -> str | None:
+    """The launch the run's last outcome committed when some of its waits have no item
+    (the stream never made them: its batch was given up on), else None (`ezgh ops repair`
+    launches it again; what exists is left as it is)."""
+    mark = run.last_outcome
+    if not isinstance(mark, dict) or not mark.get("l") or run.ended:
+        return None
+    attempt, entries = run_writes.launch_entries(run.id, str(mark["l"]))
+    if attempt != run.attempt:
+        return None
+    known = {items.STEP_PREFIX + step.id for step in run.steps}
+    made = all(not entry or str(entry[0].get("sk")) in known for entry in entries)
+    return None if made else str(mark["l"])
