@@ -276,3 +276,40 @@ def test_a_crash_mid_compaction_after_an_image_replays_the_journal(
         assert _state(urls) == before and _stream() == stream
     finally:
         third.stop()
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept by the image", "not kept"])
+def test_the_runs_trace_segments_outlive_a_clean_stop(
+    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """A replay of the journal puts X-Ray's segments back (PutTraceSegments is journaled):
+    the image keeps them too. A service the image would not keep (here X-Ray, taken off its
+    list) means no image at all: the next start replays, and nothing is lost."""
+    import json
+
+    if not kept:
+        monkeypatch.setattr(image, "SERVICES", tuple(s for s in image.SERVICES if s != "xray"))
+
+    trace_id = "1-5f84c7a1-0123456789abcdef01234567"
+    segment = {
+        "name": "ezgh-invoker",
+        "id": "0123456789abcdef",
+        "trace_id": trace_id,
+        "start_time": 1.0,
+        "end_time": 2.0,
+    }
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        aws.client("xray").put_trace_segments(TraceSegmentDocuments=[json.dumps(segment)])
+    finally:
+        first.stop()
+    assert (tmp_path / image.IMAGE_NAME).exists() == kept
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        traces = aws.client("xray").batch_get_traces(TraceIds=[trace_id])["Traces"]
+        assert [t["Id"] for t in traces] == [trace_id]
+        assert len(replays) == (1 if kept else 2)
+    finally:
+        second.stop()

@@ -623,7 +623,7 @@ class Emulator:
             loaded = None
         if loaded is not None:
             journal.reopen()
-            self.restored = restored_from(loaded.kept, loaded.requests)
+            self.restored = restored_from(loaded.kept, loaded.requests, loaded.services)
             how = "the image of the last clean stop"
         else:
             self.restored = replay(journaling.app, journal.open())
@@ -640,18 +640,25 @@ class Emulator:
             )
 
     def _save_image(self, journaling: JournalingApp) -> None:
-        """The image of a clean stop (nothing runs any more), for the next start."""
+        """The image of a clean stop (nothing runs any more), for the next start: only when
+        every service the journal holds requests of is one the image keeps."""
         path = journaling.journal.path.with_name(image.IMAGE_NAME)
         began = clock.monotonic()
         try:
             with journaling.lock:
                 journal = journaling.journal
+                services = sorted(self.restored.services | journal.services_written)
+                others = [s for s in services if s not in image.SERVICES]
+                if others:  # the image would lose their state: the next start replays
+                    log.info("no image of this stop: the journal has requests of %s", others)
+                    image.discard(path)
+                    return
                 journal.sync_now()  # the mark is of what a crash would keep
                 kept = list(journaling.checkpoints.values())
                 if journaling.mappings is not None:
                     kept.append(journaling.mappings)
                 requests = self.restored.requests + journal.changes_written
-                size = image.save(path, journal.mark(), requests, kept)
+                size = image.save(path, journal.mark(), requests, kept, services)
         except Exception:  # the journal has it all: the next start replays it
             log.warning("could not write the image of this stop to %s", path, exc_info=True)
             image.discard(path)

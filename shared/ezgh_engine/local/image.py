@@ -45,8 +45,9 @@ log = logging.getLogger("ezgh.local.image")
 IMAGE_NAME = "image.pickle"
 # Bumped when what an image holds changes shape: an older image is then not loaded.
 IMAGE_FORMAT = 1
-# The services whose state the journal keeps (those `persistence.snapshot_records` rebuilds).
-SERVICES = ("dynamodb", "sqs", "s3", "scheduler")
+# The services whose state the journal keeps: those `persistence.snapshot_records` rebuilds,
+# and X-Ray (the runs' trace segments, which a replay of the journal puts back too).
+SERVICES = ("dynamodb", "sqs", "s3", "scheduler", "xray")
 # How much of the journal's end its mark digests (records carry IDs and times: two journals
 # of one size never end alike).
 TAIL_BYTES = 64 * 1024
@@ -68,6 +69,7 @@ class Loaded:
 
     requests: int
     kept: list[dict[str, Any]] = field(default_factory=list)
+    services: list[str] = field(default_factory=list)  # of the journal's requests
 
 
 def journal_mark(journal_path: Path, generation: int, snapshot_size: int) -> JournalMark:
@@ -139,7 +141,9 @@ def _release_received() -> None:
                     queue._pending_messages.clear()
 
 
-def save(path: Path, mark: JournalMark, requests: int, kept: list[dict[str, Any]]) -> int:
+def save(
+    path: Path, mark: JournalMark, requests: int, kept: list[dict[str, Any]], services: list[str]
+) -> int:
     """Write the image of moto's state now (the caller holds the journal's lock and nothing
     is in flight), atomically and durably; answer its size in bytes. The file is two
     pickles: a header (the versions and the journal's mark, checked without unpickling
@@ -148,7 +152,8 @@ def save(path: Path, mark: JournalMark, requests: int, kept: list[dict[str, Any]
     pickle.dump({**_versions(), "mark": asdict(mark)}, buffer, protocol=pickle.HIGHEST_PROTOCOL)
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.dispatch_table = _DISPATCH
-    pickler.dump({"backends": _backends(), "requests": requests, "kept": kept})
+    body = {"backends": _backends(), "requests": requests, "kept": kept, "services": services}
+    pickler.dump(body)
     temporary = _temporary(path)
     with private_files.open_private(temporary, "wb") as file:
         file.write(buffer.getbuffer())
@@ -173,12 +178,13 @@ def load(path: Path, mark: JournalMark) -> Loaded | None:
                 return None
             body = pickle.load(file)
             backends, requests, kept = body["backends"], int(body["requests"]), body["kept"]
+            services = list(body["services"])
     except Exception as error:  # damaged: the journal still has it all
         log.warning("image %s could not be read (%s); replaying the journal", path, error)
         return None
     _install(backends)
     _release_received()
-    return Loaded(requests=requests, kept=list(kept))
+    return Loaded(requests=requests, kept=list(kept), services=services)
 
 
 def _stale(header: dict[str, Any], path: Path, mark: JournalMark) -> bool:

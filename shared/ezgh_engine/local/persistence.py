@@ -85,6 +85,7 @@ class Journal:
         self._file: IO[bytes] | None = None
         self.records_written = 0
         self.changes_written = 0  # of those, moto's changes (not the runtime's own records)
+        self.services_written: set[str] = set()  # the services of the requests among them
         self.generation = 0  # the snapshot's (0: none)
         self.size = 0  # the journal's bytes
         # Concurrent requests share their fdatasyncs (`append(..., wait=False)`).
@@ -157,6 +158,8 @@ class Journal:
         self.records_written += 1
         if record.get("t") not in _RUNTIME_KINDS:
             self.changes_written += 1
+        if record.get("t") == "http":
+            self.services_written.add(str(record.get("s")))
         self.size += len(frame)
         position = self.commits.written(len(frame))
         if not (self.sync if sync is None else sync):
@@ -218,6 +221,7 @@ class Journal:
         self.generation = 0
         self.size = 0
         self.changes_written = 0
+        self.services_written.clear()
         if self._file is not None:
             self._file.truncate(0)
             self._file.flush()
@@ -1026,15 +1030,19 @@ class Restored:
     checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)  # poller -> shard -> seq
     mappings: list[dict[str, Any]] | None = None
     kept: list[dict[str, Any]] = field(default_factory=list)  # checkpoint and mappings records
+    services: set[str] = field(default_factory=set)  # of the replayed requests
 
     @property
     def empty(self) -> bool:
         return self.requests == 0
 
 
-def restored_from(kept: Iterable[dict[str, Any]], requests: int) -> Restored:
-    """What a replay of `requests` requests and the `kept` runtime records reports."""
-    restored = Restored(requests=requests)
+def restored_from(
+    kept: Iterable[dict[str, Any]], requests: int, services: Iterable[str]
+) -> Restored:
+    """What a replay of `requests` requests to `services` and the `kept` runtime records
+    reports."""
+    restored = Restored(requests=requests, services=set(services))
     for record in kept:
         _keep(restored, record)
     return restored
@@ -1059,6 +1067,7 @@ def replay(app: Callable[..., Any], records: Iterable[dict[str, Any]]) -> Restor
                 _keep(restored, record)
             elif kind == "http":
                 restored.requests += 1
+                restored.services.add(str(record.get("s")))
                 if not _replay_request(app, record):
                     restored.refused += 1
             elif kind == "dlq":
