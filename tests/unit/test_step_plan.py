@@ -154,6 +154,7 @@ def test_a_retryable_failure_within_the_budget_waits_for_its_retry() -> None:
     assert not plan.carries  # a start after it does not ride a step that is not ended
     assert values(update(plan))[":status"] == "retrying"
     assert put_item(plan.others[0])["type"] == "step.retrying"
+    assert put_item(plan.others[0])["retryAt"] == plan.result.retry_at  # the backoff's end
 
 
 @pytest.mark.parametrize(
