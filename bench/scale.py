@@ -383,8 +383,10 @@ def report(out: dict[str, Any]) -> str:
         ]
         for x in sorted(m["limits"], key=lambda x: -x["share"]):
             ceiling = "-" if math.isinf(x["ceiling"]) else f"{x['ceiling']:,.0f}"
+            reached = "-" if math.isinf(x["reached_at"]) else f"{x['reached_at']:,.0f}"
             lines.append(
-                f"| {x['limit']} | {x['kind']} | {x['used']:,.1f} | {ceiling} | {x['share']:.0%} |"
+                f"| {x['limit']} | {x['kind']} | {x['used']:,.1f} | {ceiling}"
+                f" | {x['share']:.0%} | {reached} |"
             )
         h = m["highest"]
         lines.append(
