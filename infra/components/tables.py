@@ -38,7 +38,7 @@ class Tables(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         for index in spec.indexes:
-            narrow = index.projection is not None
+            narrow = index.projection == "INCLUDE"
             table.add_global_secondary_index(
                 index_name=index.name,
                 partition_key=dynamodb.Attribute(name=index.partition_key, type=_STRING),
@@ -48,6 +48,6 @@ class Tables(Construct):
                 projection_type=(
                     dynamodb.ProjectionType.INCLUDE if narrow else dynamodb.ProjectionType.ALL
                 ),
-                non_key_attributes=list(index.projection) if index.projection else None,
+                non_key_attributes=list(index.non_key_attributes) if narrow else None,
             )
         return table

@@ -17,8 +17,8 @@ from ezgh_engine.core.messages import GROUP_MAX_MESSAGES
 
 @dataclass(frozen=True)
 class Index:
-    """A global secondary index: its key attributes and what it copies (`projection`: None
-    for every attribute, else the non-key attributes it includes).
+    """A global secondary index: its key attributes and what it copies (`projection` "ALL":
+    every attribute; "INCLUDE": its keys, the table's and `non_key_attributes`).
 
     DynamoDB writes an index entry when a write adds, removes or changes the item's entry:
     its key or a projected attribute (`writes`); a write that changes nothing projected
@@ -27,15 +27,16 @@ class Index:
     name: str
     partition_key: str
     sort_key: str
-    projection: tuple[str, ...] | None = None
+    projection: Literal["ALL", "INCLUDE"] = "ALL"
+    non_key_attributes: tuple[str, ...] = ()
 
     def entry(self, item: dict[str, Any] | None) -> dict[str, Any] | None:
         """The index entry of an item (plain values), or None when it has none (sparse)."""
         if not item or self.partition_key not in item or self.sort_key not in item:
             return None
-        if self.projection is None:
+        if self.projection == "ALL":
             return dict(item)
-        keep = {"pk", "sk", self.partition_key, self.sort_key, *self.projection}
+        keep = {"pk", "sk", self.partition_key, self.sort_key, *self.non_key_attributes}
         return {k: v for k, v in item.items() if k in keep}
 
     def writes(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> int:
@@ -265,10 +266,10 @@ RUNS_INDEX_SHARDS = 8
 RUNS_SORT_KEY = "rSort"
 _LISTED = ("appId", "appName", "workflow")
 RUNS_LEGACY_INDEX = Index("gsi1", "gsi1pk", "gsi1sk")
-RUNS_INDEX = Index("runs", "rAll", RUNS_SORT_KEY, _LISTED)
-RUNS_BY_STATUS = Index("runsByStatus", "rStatus", RUNS_SORT_KEY, (*_LISTED, "status"))
-RUNS_BY_WORKFLOW = Index("runsByWorkflow", "rWf", RUNS_SORT_KEY, _LISTED)
-RUNS_BY_APP = Index("runsByApp", "rApp", RUNS_SORT_KEY, _LISTED)
+RUNS_INDEX = Index("runs", "rAll", RUNS_SORT_KEY, "INCLUDE", _LISTED)
+RUNS_BY_STATUS = Index("runsByStatus", "rStatus", RUNS_SORT_KEY, "INCLUDE", (*_LISTED, "status"))
+RUNS_BY_WORKFLOW = Index("runsByWorkflow", "rWf", RUNS_SORT_KEY, "INCLUDE", _LISTED)
+RUNS_BY_APP = Index("runsByApp", "rApp", RUNS_SORT_KEY, "INCLUDE", _LISTED)
 RUNS_NARROW_INDEXES = (RUNS_INDEX, RUNS_BY_STATUS, RUNS_BY_WORKFLOW, RUNS_BY_APP)
 
 RUNS_TABLE = Table(

@@ -45,8 +45,11 @@ class Provisioned:
 def index_params(index: Index) -> dict[str, Any]:
     """A `topology.Index` as CreateTable/UpdateTable declare it."""
     projection: dict[str, Any] = {"ProjectionType": "ALL"}
-    if index.projection is not None:
-        projection = {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(index.projection)}
+    if index.projection == "INCLUDE":
+        projection = {
+            "ProjectionType": "INCLUDE",
+            "NonKeyAttributes": list(index.non_key_attributes),
+        }
     return {
         "IndexName": index.name,
         "KeySchema": [
