@@ -144,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             figures["memory"] = report.memory_figures(figures)
             out["sizes"][str(size)] = figures
             if size == retention_size:  # its state is still there: purge the last run
+                stored = engine.stored(results[-1].run_id)
                 purge = engine.retention(results[-1].run_id)
-                out["retention"] = report.retention_figures(purge, results[-1])
+                out["retention"] = report.retention_figures(purge, results[-1], stored)
             if size == args.latency_steps:
                 for result in results:
                     latency_gaps.extend(report.step_gaps(result))
@@ -296,6 +297,23 @@ def print_report(out: dict[str, Any]) -> None:
             f"{_money(r['usd_per_million_runs'])}/M runs, {r['share_of_run_cost']:.1%} of the "
             f"run's own cost\n"
         )
+        st = r["stored"]
+        w(
+            f"Kept for {st['retention_days']} days after its end: {st['items']} items, "
+            f"{st['table_bytes']:,} B in the table, {st['index_bytes']:,} B in its indexes, "
+            f"{st['s3_bytes']:,} B in S3: {_money(r['storage_usd_per_million_runs'])}/M runs "
+            f"(with point-in-time recovery). The run with its purge and storage: "
+            f"{_money(r['run_with_after_end_usd_per_million_runs'])}/M runs\n"
+        )
+        fit = (out.get("goal") or {}).get("all_in") or {}
+        if "fixed_usd_per_million_runs" in fit:
+            fixed = fit["fixed_usd_per_million_runs"]
+            w(
+                f"A run's fixed cost, all-in: {_money(fixed)} + purge "
+                f"{_money(r['usd_per_million_runs'])} + storage "
+                f"{_money(r['storage_usd_per_million_runs'])} = "
+                f"{_money(fixed + r['after_end_usd_per_million_runs'])}/M runs\n"
+            )
     sh = out.get("short_sleep")
     if sh:
         w(

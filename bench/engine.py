@@ -22,11 +22,26 @@ from ezgh_workflows import WorkflowsClient
 
 from bench import workflows
 from bench.cost import Bill, bill
-from bench.instrument import AwsCall, CountingApp, Invocation, Recorder, origin
+from bench.instrument import AwsCall, CountingApp, Invocation, Recorder, item_size, origin
+from bench.keys import projected, table_of
 from bench.telemetry import TelemetryMeter
 
 LONG_SLEEP = "1h"  # past SQS's 15-minute delay: an EventBridge Scheduler at() schedule
 SHORT_SLEEP = "2s"  # any sleep up to 15 minutes: one SQS message with DelaySeconds
+
+
+# DynamoDB bills each stored item (and each index copy) 100 bytes over its own size.
+ITEM_OVERHEAD_BYTES = 100
+
+
+@dataclass
+class Stored:
+    """What one run keeps while it is retained (`Engine.stored`)."""
+
+    items: int = 0
+    table_bytes: int = 0
+    index_bytes: int = 0
+    s3_bytes: int = 0
 
 
 @dataclass
@@ -318,6 +333,37 @@ class Engine:
             cursor = page.get("nextCursor")
             if not cursor:
                 return EventPages(run_id, events, limit, pages)
+
+    def stored(self, run_id: str) -> Stored:
+        """What an ended run keeps while it is retained (harness reads, not billed): its
+        items in the runs table (DynamoDB bills 100 bytes over each item's size), their copies
+        in the table's indexes (the index keys and projected attributes, with the table's keys
+        and the same 100 bytes), and its objects in the payload bucket."""
+        ddb = aws.client("dynamodb")
+        physical = self.runtime.provisioned.tables["runs"]
+        table = table_of(physical)
+        stored = Stored()
+        pages = ddb.get_paginator("query").paginate(
+            TableName=physical,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"RUN#{run_id}"}},
+        )
+        for item in (i for page in pages for i in page.get("Items", [])):
+            stored.items += 1
+            stored.table_bytes += item_size(item) + ITEM_OVERHEAD_BYTES
+            for index in table.indexes if table else ():
+                if index.partition_key not in item:
+                    continue
+                names = projected(index)
+                kept = item if names is None else {k: v for k, v in item.items() if k in names}
+                stored.index_bytes += item_size(kept) + ITEM_OVERHEAD_BYTES
+        s3 = aws.client("s3")
+        bucket = self.runtime.provisioned.env[TOPOLOGY.bucket_env_var]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in page.get("Contents", []):
+                if f"/{run_id}/" in str(obj["Key"]):
+                    stored.s3_bytes += int(obj["Size"])
+        return stored
 
     def retention(self, run_id: str, timeout: float = 120.0) -> Bill:
         """What deleting an ended run costs once DynamoDB's TTL removes its run item (30

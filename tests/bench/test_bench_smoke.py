@@ -49,4 +49,10 @@ def test_bench_writes_figures_for_one_step(tmp_path: Path, capsys: pytest.Captur
     )
     retention = figures["retention"]  # the purge of the run once its item expires
     assert retention["requests_per_run"] > 0 and "BatchWriteItem" in retention["operations"]
+    stored = retention["stored"]  # what the run keeps until then, billed as storage
+    assert stored["items"] > 0 and stored["table_bytes"] > stored["items"] * 100
+    assert stored["index_bytes"] > 0  # the run item's copy in the runs index
+    assert retention["storage_usd_per_million_runs"] > 0
+    after = retention["usd_per_million_runs"] + retention["storage_usd_per_million_runs"]
+    assert retention["after_end_usd_per_million_runs"] == pytest.approx(after)
     assert "$/M steps" in capsys.readouterr().out
