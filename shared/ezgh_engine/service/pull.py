@@ -18,7 +18,11 @@ How an invocation of a pull app runs (docs/architecture.md, "Pull apps"):
 
 `taskId` is an HMAC-signed token naming the run, the epoch, the reason (`seq`) the
 invocation answers, its ID and start time, so the outcome can be applied without any lookup
-beyond the run itself.
+beyond the run itself (`service.task_ids`).
+
+A parallel step's task (a branch task) is held by its step's own lease instead of the run's:
+`poll`, `heartbeat` and `post_outcome` hand it to `service.pull_branch`, and its `branch`
+message, not `task-watch`, watches it.
 """
 
 from __future__ import annotations
