@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import dbos_bench, idle, report, throughput
+from bench import dbos_bench, idle, report, scale, throughput
 from bench import prices as p
 from bench.engine import LONG_SLEEP, SHORT_SLEEP, Engine
 
@@ -102,6 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the run of the step count the goal check computes (when not in --sizes)",
     )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="only the scale model (bench/scale.py): requests per partition key and function, "
+        "and the limits at 10, 100 and 1,000 starts a second",
+    )
+    parser.add_argument(
+        "--scale-runs", type=int, default=8, help="runs the scale model records (at least 2)"
+    )
     parser.add_argument("--workers", type=int, default=1, help="idle pull workers to price")
     parser.add_argument("--subscriptions", type=int, default=1, help="subscriptions to price")
     parser.add_argument("--idle-only", action="store_true", help="only the idle month")
@@ -112,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         "prices": {"date": p.PRICES_DATE, "region": p.REGION, "sources": p.SOURCES},
         "sizes": {},
     }
+    if args.scale:
+        with Engine() as engine:
+            workload = scale.record(engine, max(2, args.scale_runs), 10, 100)
+        out["scale"] = scale.figures(workload)
+        sys.stdout.write(scale.report(out["scale"]))
+        _write(args.json, out)
+        return 0
     if not args.no_idle:
         out["idle"] = idle.idle_figures(idle.synth_template(), args.workers, args.subscriptions)
     if args.idle_only:

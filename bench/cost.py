@@ -10,7 +10,14 @@ from typing import Any
 from ezgh_engine.topology import TOPOLOGY, StreamSource
 
 from bench import prices as p
-from bench.instrument import AppRequest, AwsCall, Invocation, read_bytes, request_units
+from bench.instrument import (
+    AppRequest,
+    AwsCall,
+    Invocation,
+    index_units,
+    read_bytes,
+    request_units,
+)
 
 # Requests that cost nothing and are not counted as requests: the stream mapping's reads are
 # free, the local Scheduler's own bookkeeping is emulation (on AWS the service fires and
@@ -36,8 +43,10 @@ class Bill:
     requests: Counter[str] = field(default_factory=Counter)
     operations: Counter[str] = field(default_factory=Counter)
     usd: dict[str, float] = field(default_factory=dict)
-    wru: float = 0.0
+    wru: float = 0.0  # index copies included (`index_wru`)
     rru: float = 0.0
+    # The write units of the index copies DynamoDB made of the writes (bench/keys.py).
+    index_wru: float = 0.0
     # The transactional half of `wru`: what the same writes would cost outside transactions.
     transact_wru_premium: float = 0.0
     ddb_bytes_read: int = 0
@@ -82,6 +91,7 @@ class Bill:
             "usd": {k: round(v, 12) for k, v in self.usd.items()},
             "usd_total": round(self.total_usd, 12),
             "dynamodb_wru": self.wru,
+            "dynamodb_index_wru": self.index_wru,
             "dynamodb_transact_wru_premium": self.transact_wru_premium,
             "dynamodb_rru": self.rru,
             "dynamodb_wru_by_item": dict(self.wru_by_item),
@@ -166,6 +176,10 @@ def bill(
                     b.wru_by_item[kind or "?"] += units
                     if access.transactional:
                         b.transact_wru_premium += units / 2
+            copies = sum(index_units(a, sizes) for a in call.accesses)
+            b.index_wru += copies
+            b.wru_by_item["index copies"] += copies
+            wru += copies
             b.wru += wru
             b.rru += rru
             usd["dynamodb"] += wru * p.DYNAMODB_USD_PER_WRU + rru * p.DYNAMODB_USD_PER_RRU

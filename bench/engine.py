@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from ezgh_workflows import WorkflowsClient
 
 from bench import workflows
 from bench.cost import Bill, bill
-from bench.instrument import CountingApp, Recorder, origin
+from bench.instrument import AwsCall, CountingApp, Invocation, Recorder, origin
 from bench.telemetry import TelemetryMeter
 
 LONG_SLEEP = "1h"  # past SQS's 15-minute delay: an EventBridge Scheduler at() schedule
@@ -37,6 +38,12 @@ class RunResult:
     stamps: list[float]
     seconds: float
     sleep_index: int | None  # the step after which the sleep came (for latency gaps)
+    # What was recorded, as seen (bench/scale.py attributes it to keys and functions).
+    calls: list[AwsCall] = field(default_factory=list)
+    invocations: list[Invocation] = field(default_factory=list)
+    sizes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # The ids of what existed before the run began (its project, app, API key...).
+    identities: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -137,6 +144,7 @@ class Engine:
         sleep: str | None = LONG_SLEEP,
         sleep_after: int | None = None,
         timeout: float = 300.0,
+        step_ms: int = 0,
     ) -> RunResult:
         """Start one `bench` run on a fresh state and follow it to its end."""
         rt, rec = self.runtime, self.recorder
@@ -147,6 +155,9 @@ class Engine:
         payload: dict[str, Any] = {"n": steps}
         if sleep:
             payload.update(sleep=sleep, sleepAfter=after)
+        if step_ms:
+            payload["stepMs"] = step_ms
+        identities = self._identities()
         rec.clear()
         rec.phase = "start"
         rec.active = True
@@ -192,6 +203,10 @@ class Engine:
             list(workflows.STAMPS.pop(run_id, [])),
             seconds,
             after if sleep else None,
+            calls,
+            invocations,
+            dict(rec.sizes),
+            identities,
         )
 
     def run_fan(self, width: int, timeout: float = 600.0) -> FanResult:
@@ -335,6 +350,17 @@ class Engine:
         calls, invocations, apps, fires = rec.snapshot()
         return bill(calls, invocations, apps, sum(fires.values()), rec.sizes)
 
+    def _identities(self) -> set[str]:
+        """Every id in the keys of the items there are (harness reads, not counted)."""
+        found: set[str] = set()
+        ddb = aws.client("dynamodb")
+        for table in self.runtime.provisioned.tables.values():
+            for page in ddb.get_paginator("scan").paginate(TableName=table):
+                for item in page.get("Items", []):
+                    for value in item.values():
+                        found.update(_UUID.findall(str(value.get("S", ""))))
+        return found
+
     def _learn_sizes(self) -> None:
         """Read the final item sizes (harness requests, not counted): an UpdateItem's WRUs
         depend on the size of the item it updates, which the request does not carry."""
@@ -346,6 +372,9 @@ class Engine:
             except Exception:
                 continue
             self.recorder.learn_table(table, items)
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _wake_receivers() -> None:

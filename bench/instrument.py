@@ -28,6 +28,8 @@ from typing import Any
 
 from ezgh_engine import clock as engine_clock
 
+from bench.keys import IndexKnowledge, query_partition
+
 _where = threading.local()
 
 
@@ -111,6 +113,10 @@ class DdbAccess:
     # A Query with a ProjectionExpression answers part of each item and is billed for all of
     # it: the sort keys of what it answered, to size the items by what is known of them.
     projected: list[str] = field(default_factory=list)
+    # Writes: the index copies it wrote, as (index name, index partition key value)
+    # (bench/keys.py). Queries: the partition read, (table or `table/index`, key value).
+    index_writes: list[tuple[str, str]] = field(default_factory=list)
+    read_partition: tuple[str, str] | None = None
 
 
 def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> list[DdbAccess]:
@@ -154,6 +160,7 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
                 filtered_out=max(0, dropped) if "FilterExpression" in params else 0,
                 partition=(table, pk) if pk else None,
                 projected=projected if pk else [],
+                read_partition=query_partition(params) if operation == "Query" else None,
             )
         ]
     if operation == "TransactWriteItems":
@@ -213,6 +220,39 @@ def ddb_accesses(operation: str, params: dict[str, Any], parsed: dict[str, Any])
     return []
 
 
+def index_writes(
+    knowledge: IndexKnowledge, operation: str, params: dict[str, Any], ok: bool
+) -> list[list[tuple[str, str]]]:
+    """The index copies each access of `ddb_accesses` wrote (reads and refused writes:
+    none), learning what the writes change on the way."""
+    if operation in ("PutItem", "UpdateItem", "DeleteItem"):
+        kind = operation.removesuffix("Item")
+        table = str(params.get("TableName", ""))
+        key = _key_of(table, params.get("Item") if kind == "Put" else params.get("Key"))
+        return [knowledge.write(table, kind, key, params) if ok else []]
+    if operation == "TransactWriteItems":
+        found = []
+        for action in params.get("TransactItems", []):
+            ((kind, body),) = action.items()
+            table = str(body.get("TableName", ""))
+            key = _key_of(table, body.get("Item") if kind == "Put" else body.get("Key"))
+            live = ok and kind in ("Put", "Update", "Delete")
+            found.append(knowledge.write(table, kind, key, body) if live else [])
+        return found
+    if operation == "BatchWriteItem":
+        found = []
+        for table, writes in params.get("RequestItems", {}).items():
+            for write in writes:
+                if "PutRequest" in write:
+                    body = write["PutRequest"]
+                    found.append(knowledge.write(table, "Put", _key_of(table, body["Item"]), body))
+                else:
+                    key = _key_of(table, write.get("DeleteRequest", {}).get("Key"))
+                    found.append(knowledge.write(table, "Delete", key, {}))
+        return found
+    return []
+
+
 def _units(size: int, unit: int) -> int:
     return max(1, -(-size // unit))
 
@@ -240,6 +280,26 @@ def read_bytes(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) -> int
         whole = sum(sizes.get((table, pk, sk), 0) for sk in access.projected)
         answered = max(answered, whole)
     return answered + filtered_bytes(access, sizes)
+
+
+def index_units(access: DdbAccess, sizes: dict[tuple[str, str, str], int]) -> float:
+    """The write units of the index copies a write made: each copy the size of what its
+    index projects, the whole item for `ALL` (bench/keys.py), else at most 1 KB: one unit.
+    Not transactional: DynamoDB updates an index outside the transaction's double price."""
+    from bench.keys import projected, table_of
+    from bench.prices import DYNAMODB_WRU_BYTES
+
+    if not access.index_writes or access.key is None:
+        return 0.0
+    definition = table_of(access.key[0])
+    indexes = {i.name: i for i in definition.indexes} if definition else {}
+    size = max(access.request_size, sizes.get(access.key, 0))
+    units = 0.0
+    for name, _ in access.index_writes:
+        index = indexes.get(name)
+        whole = index is None or projected(index) is None
+        units += _units(size, DYNAMODB_WRU_BYTES) if whole else 1
+    return units
 
 
 def request_units(
@@ -312,6 +372,7 @@ class Recorder:
         self.active = False
         self.phase = "run"
         self.sizes: dict[tuple[str, str, str], int] = {}
+        self.index = IndexKnowledge()  # the index keys items carry (kept across clears)
         self.clear()
 
     def clear(self, *, keep_sizes: bool = False) -> None:
@@ -333,8 +394,12 @@ class Recorder:
         service, operation = record["service"], record["operation"]
         parsed = record.get("parsed") or {}
         params = record.get("params") or {}
+        hits: list[list[tuple[str, str]]] = []
         if service == "dynamodb":
             self._learn_sizes(operation, params, parsed)
+            with self._lock:
+                ok = int(record.get("status") or 200) < 300
+                hits = index_writes(self.index, operation, params, ok)
         if not self.active or where is None:
             return
         empty_poll = operation == "ReceiveMessage" and not parsed.get("Messages")
@@ -351,6 +416,9 @@ class Recorder:
         )
         if service == "dynamodb":
             call.accesses = ddb_accesses(operation, params, parsed)
+            writes = [a for a in call.accesses if a.kind == "write"]
+            for access, written in zip(writes, hits, strict=False):
+                access.index_writes = written
         if service == "sqs" and operation == "ReceiveMessage":
             call.messages = len(parsed.get("Messages", []))
         with self._lock:
@@ -380,6 +448,7 @@ class Recorder:
                 key = _key_of(table, item)
                 if key is not None:
                     self.sizes[key] = max(self.sizes.get(key, 0), item_size(item))
+                    self.index.learn_item(table, item)
 
     def wrap_handler(self, key: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         def timed(event: dict[str, Any], context: Any) -> Any:

@@ -24,19 +24,30 @@ def _stamp(run_id: str, i: int) -> dict[str, int]:
 @workflow("bench")
 async def bench(ctx: Context) -> Any:
     """`n` sequential run steps; one sleep of `sleep` before step `sleepAfter` (default n//2;
-    `sleepAfter` = n puts it after the last); no sleep when `sleep` is absent."""
+    `sleepAfter` = n puts it after the last); no sleep when `sleep` is absent. Each step
+    body takes `stepMs` milliseconds (0 by default), waiting as an app's step would."""
     n = int(ctx.input["n"])
+    step_seconds = float(ctx.input.get("stepMs", 0)) / 1000
     sleep = ctx.input.get("sleep")
     sleep_after = int(ctx.input.get("sleepAfter", n // 2))
     done = 0
     for i in range(n):
         if sleep and i == sleep_after:
             await ctx.step.sleep("pause", sleep)
-        out = await ctx.step.run("s", lambda i=i: _stamp(ctx.run_id, i))
+        out = await ctx.step.run("s", _body(ctx.run_id, i, step_seconds))
         done += 1 if out["i"] == i else 0
     if sleep and sleep_after >= n:
         await ctx.step.sleep("pause", sleep)
     return {"steps": done}
+
+
+def _body(run_id: str, i: int, seconds: float) -> Any:
+    async def body() -> dict[str, int]:
+        if seconds:
+            await asyncio.sleep(seconds)
+        return _stamp(run_id, i)
+
+    return body
 
 
 @workflow("fan")

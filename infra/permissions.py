@@ -44,11 +44,11 @@ class Access:
     send_to: tuple[str, ...] = ()  # queue keys the function sends messages to
     schedules: bool = False  # create/delete timer schedules (and pass the scheduler role)
     token_secret: bool = False  # read the invocation-token HMAC key
-    # SQS actions on the EZGH queues users create at run time (`ezgh-q-*`, issue 4).
+    # SQS actions on the EZGH queues users create at run time (`ezgh-q-*`).
     user_queues: tuple[str, ...] = ()
     # Create, change and delete the `deliver` function's event source mappings (subscriptions).
     event_source_mappings: bool = False
-    # SQS actions on pull apps' task queues (`ezgh-tasks-<appId>`, issue 5).
+    # SQS actions on pull apps' task queues (`ezgh-tasks-<appId>`).
     task_queues: tuple[str, ...] = ()
     # BatchWriteItem on the runs table: `DELETE .../runs/{id}` deletes a run's items.
     deletes_runs: bool = False
@@ -78,9 +78,9 @@ ACCESS: dict[str, Access] = {
             "sqs:DeleteMessage",
         ),
         event_source_mappings=True,  # a subscription is a mapping to `deliver`
-        # Cron schedules (issue 5): create, update (pause/resume) and delete them.
+        # Cron schedules: create, update (pause/resume) and delete them.
         schedules=True,
-        # Pull apps (issue 5): a task queue per app, long-polled by its workers through the API.
+        # Pull apps: a task queue per app, long-polled by its workers through the API.
         task_queues=(
             "sqs:CreateQueue",
             "sqs:DeleteQueue",
@@ -120,7 +120,7 @@ ACCESS: dict[str, Access] = {
         send_to=("invocations",),
         schedules=True,
         token_secret=True,  # mints the invocation token it hands the app
-        # Pull apps (issue 5): queues a task on the app's task queue (created if missing).
+        # Pull apps: queues a task on the app's task queue (created if missing).
         task_queues=("sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:SendMessage"),
     ),
     # Subscriptions: polls the EZGH queues through its run-time mappings (so it needs the

@@ -195,7 +195,7 @@ class EzghStack(Stack):
                 function.add_environment("POWERTOOLS_METRICS_DISABLED", "true")
 
     def _task_worker_role(self) -> iam.Role:
-        """The role pull workers' queue credentials are sessions of (issue 18).
+        """The role whose sessions are pull workers' queue credentials.
 
         Only the api function may assume it (`service/pull.queue_access`), each time with a
         session policy naming one app's queue; the role itself allows receive and delete on
@@ -224,7 +224,7 @@ class EzghStack(Stack):
         suppress(
             role,
             "IAM5",
-            f"This stack's pull apps' task queues (sqs `{self.task_queue_prefix}*`, issue 5): "
+            f"This stack's pull apps' task queues (sqs `{self.task_queue_prefix}*`): "
             "every session the api vends narrows it to one app's queue (a session policy).",
             applies_to=[matching(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{prefix}\*$")],
             children=True,
@@ -338,7 +338,7 @@ class EzghStack(Stack):
             )
             prefix = re.escape(self.user_queue_prefix)
             wildcards.append(rf"^Resource::arn:<AWS::Partition>:sqs:.*:{prefix}\*$")
-        if access.task_queues:  # issue 5: one task queue per pull app
+        if access.task_queues:  # one task queue per pull app
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=list(access.task_queues),
@@ -358,15 +358,15 @@ class EzghStack(Stack):
                 "Scoped to this stack's own resources: a table's indexes (table/<name>/index/*, "
                 "for GSI queries), objects in the payload bucket (keys are per run), and "
                 "schedules in this stack's schedule group (one per long timer), the EZGH queues "
-                f"users create at run time (sqs `{self.user_queue_prefix}*`, issue 4), pull apps' "
-                f"task queues (sqs `{self.task_queue_prefix}*`, issue 5) and the `deliver` "
+                f"users create at run time (sqs `{self.user_queue_prefix}*`), pull apps' "
+                f"task queues (sqs `{self.task_queue_prefix}*`) and the `deliver` "
                 "function's event source mappings (conditioned on its ARN).",
                 applies_to=[matching(w) for w in wildcards],
                 children=True,
             )
 
     def _async_invokes(self) -> None:
-        """The functions invoked asynchronously (topology `AsyncInvoke`, issue 18): their
+        """The functions invoked asynchronously (topology `AsyncInvoke`): their
         event queue's retries and on-failure queue, `lambda:InvokeFunction` for the functions
         that invoke them (with the ARN in their environment) and for Scheduler's role (long
         timers and cron fires target the function); the ARN alone for the functions that make

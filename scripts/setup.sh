@@ -1,17 +1,37 @@
 #!/usr/bin/env bash
-# Create .venv and install the engine, the SDK and the test tools (quick when already done).
+# Create .venv and install the engine, the SDK and `ezgh dev` (quick when already done);
+# with --dev, the test tools and the CDK too (pytest, mypy, ruff, playwright, schemathesis,
+# aws-cdk-lib: scripts/test-deps.sh asks for them).
 # Prints its phases, and pip's own progress while it installs (a copy goes to .venv/install.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+case "${1:-}" in
+  "") want=runtime ;;
+  --dev) want=dev ;;
+  *) echo "usage: scripts/setup.sh [--dev]" >&2; exit 2 ;;
+esac
 began=$SECONDS
 phase() { echo "setup [$((SECONDS - began))s]: $*"; }
 if [ ! -x .venv/bin/python ]; then
   phase "creating .venv with $("$PYTHON" --version 2>&1)..."
   "$PYTHON" -m venv .venv
 fi
+# The stamp names what was installed: "runtime", or "dev" (which includes it; an older
+# setup's empty stamp installed everything).
 stamp=.venv/.ezgh-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ sdk/pyproject.toml -nt "$stamp" ]; then
+have="$(cat "$stamp" 2>/dev/null || echo none)"
+[ -n "$have" ] || have=dev
+if [ "$have" = none ] || { [ "$have" = runtime ] && [ "$want" = dev ]; } \
+   || [ pyproject.toml -nt "$stamp" ] || [ sdk/pyproject.toml -nt "$stamp" ]; then
+  [ "$have" = dev ] && want=dev  # an update keeps what was there
+  if [ "$want" = dev ]; then
+    what="the engine, the SDK, the test tools and the CDK (first time: about a minute)"
+    engine='.[dev,infra]'
+  else
+    what="the engine, the SDK and ezgh dev (first time: about 15 s)"
+    engine='.'
+  fi
   log=.venv/install.log
   : >"$log"
   # pip's progress bars need a terminal: on one, pip writes to it directly (and the log
@@ -29,11 +49,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ sdk/pyproject.toml 
     echo "setup failed while upgrading pip; the log is in $log" >&2
     exit 1
   fi
-  phase "installing the engine, the SDK and the dev tools (first time: about a minute)..."
+  phase "installing $what..."
   # --no-compile, then compileall on every core: pip byte-compiles what it installs one file
-  # at a time, about 40 s of CPU (two thirds of it aws_cdk's generated modules), the longest
-  # part of a setup from pip's cache.
-  if ! pip_run install --no-compile -e ./sdk -e '.[dev,infra]'; then
+  # at a time, about 40 s of CPU for --dev (two thirds of it aws_cdk's generated modules),
+  # the longest part of a setup from pip's cache.
+  if ! pip_run install --no-compile -e ./sdk -e "$engine"; then
     echo "setup failed while installing; the log is in $log" >&2
     exit 1
   fi
@@ -43,7 +63,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ sdk/pyproject.toml 
   if ! .venv/bin/python -m compileall -q -j 0 "$site" >>"$log" 2>&1; then
     phase "some files did not byte-compile (listed in $log); going on"
   fi
-  touch "$stamp"
+  echo "$want" >"$stamp"
   phase "ready: .venv (ezgh: .venv/bin/ezgh)"
 else
   phase "ready: .venv is up to date"

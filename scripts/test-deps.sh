@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# What only the tests need beyond .venv: AWS's DynamoDB Local and Debian's Chromium
-# (quick when already there). scripts/test.sh runs it; the demo does not need it.
+# What only the tests need: .venv with the test tools and the CDK (`setup.sh --dev`), AWS's
+# DynamoDB Local, the TypeScript SDK's dev dependencies and Debian's Chromium (quick when
+# already there). scripts/test.sh runs it; the demo does not need it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/setup.sh --dev
 
 # AWS's DynamoDB Local (the `ddblocal` tests): the jar ships in the npm package
 # amplify-dynamodb-simulator. `npm pack` fetches that one package (its Node dependencies are

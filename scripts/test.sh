@@ -12,8 +12,7 @@
 # `bash scripts/test.sh tests/faults --runs 200` (a longer fault campaign).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bash scripts/test-deps.sh
+bash scripts/test-deps.sh  # .venv with the test tools (setup.sh --dev), DynamoDB Local, ...
 # Let Python write bytecode (an environment may set PYTHONDONTWRITEBYTECODE): pytest then keeps
 # the modules it rewrites for assertions (the test modules, and every module of the pytest
 # plugins' packages: schemathesis, hypothesis, anyio, about 360) for the next process (the

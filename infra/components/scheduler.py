@@ -17,8 +17,8 @@ class Scheduler(Construct):
 
     The role may send to the target queue (`sqs:SendMessage`: cron schedules, and timers
     made where the invoker's ARN is not known) and, granted by the stack, invoke the invoker
-    function (`lambda:InvokeFunction`: long timers target it directly, issue 18). Either way
-    no other Lambda sits between a timer firing and the invoker.
+    function (`lambda:InvokeFunction`: long timers target it directly, so a timer costs no
+    SQS request). Either way no other Lambda sits between a timer firing and the invoker.
     """
 
     def __init__(self, scope: Construct, id: str, *, target: sqs.IQueue) -> None:
@@ -72,7 +72,7 @@ class Scheduler(Construct):
         """Let `grantee` create and delete schedules in this group, handing them the role."""
         iam.Grant.add_to_principal(
             grantee=grantee,
-            # Update: cron schedules (issue 5) are paused, resumed and changed in place.
+            # Update: cron schedules are paused, resumed and changed in place.
             actions=[
                 "scheduler:CreateSchedule",
                 "scheduler:DeleteSchedule",

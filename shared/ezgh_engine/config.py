@@ -62,8 +62,8 @@ class Settings:
     invoke_max_attempts: int = 8
     token_secret_env: str = ""
     token_secret_arn: str = ""
-    # The invoker function's ARN where this function may invoke it asynchronously (issue 18:
-    # starts without an SQS message, Scheduler targeting it); "" sends to the queue instead.
+    # The invoker function's ARN where this function may invoke it asynchronously (starts
+    # without paying for an SQS message, Scheduler targeting it); "" sends to the queue instead.
     invoker_function_arn: str = ""
     # Per-key rate limit of the API (service/rate_limits.py): requests a second, 0 for none.
     key_rate_limit: int = DEFAULT_KEY_RATE_LIMIT

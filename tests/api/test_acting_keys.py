@@ -401,7 +401,21 @@ def _answer_with_invoke(run_id: str, task: dict[str, Any]) -> Any:
             "app": "beta", "input": {}}  # fmt: skip
     answer = {"taskId": task["taskId"], "outcome": "suspended", "waits": [wait]}
     assert pull.post_outcome(task["api"]["token"], answer) == {"result": "ok"}
+    _launch(run_id)
     return step(run_id, "call#1")
+
+
+def _launch(run_id: str) -> None:
+    """What the stream does once a suspend committed: start what its new waits wait on (a
+    child run for an invoke that was allowed; a refused one ended before the commit)."""
+    from ezgh_engine.adapters import runs_store
+    from ezgh_engine.service import launches
+
+    committed = runs_store.get_run(run_id)
+    assert committed is not None
+    launch = launches.missing(committed)
+    if launch is not None:
+        launches.launch(run_id, launch)
 
 
 def test_a_polled_task_acts_for_the_key_that_polled_it(project: Project) -> None:

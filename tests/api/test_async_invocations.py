@@ -1,5 +1,6 @@
-"""Issue 18: the stream starts the invoker with an asynchronous Lambda invoke, and long
-timers' schedules target the invoker function, instead of an SQS message each.
+"""The stream starts the invoker with an asynchronous Lambda invoke, and long timers'
+schedules target the invoker function, instead of an SQS message each (a request fewer to
+pay for per start and per timer).
 
 On in-process moto (both DynamoDB backends), with the local Lambda API (`local.lambda_async`)
 on loopback: what the stream and the timers send, what the invoker does with an event

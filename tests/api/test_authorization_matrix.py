@@ -1,4 +1,4 @@
-"""The authorization matrix: every operation of the engine's OpenAPI document (issue 13).
+"""The authorization matrix: every operation of the engine's OpenAPI document.
 
 For each operation, a key holding exactly the permissions it needs (scoped to one app's
 workflow, one app or one queue where the operation has a resource) succeeds; keys holding any

@@ -1,4 +1,4 @@
-"""Regression (issue 8, found by the fault suite, seed 8): a branch invocation that ran its
+"""Regression (found by the fault suite, seed 8): a branch invocation that ran its
 step must not fail it as `BranchNotRun` because the step is pending again when it answers.
 
 The race: the branch invocation starts its step, the body fails, `fail` (retryable) commits,

@@ -1,4 +1,4 @@
-"""A parent's cancel racing its child's end (issue 14, the intermittent of
+"""A parent's cancel racing its child's end (once an intermittent failure of
 tests/e2e/test_control.py::test_cancelling_during_a_wait_runs_cleanup[child]).
 
 CancelRun makes the parent `cancelling` and cancels its waiting child; the child's

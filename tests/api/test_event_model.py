@@ -1,5 +1,5 @@
 """ListRunEvents reads a run's events from the items the engine's own writes make, through the
-one event model (core/events, issue 19): a run started (the run item's `startEvtId`), a step
+one event model (core/events): a run started (the run item's `startEvtId`), a step
 completed by the app's step call (the step's `evtId`), the invocation that ended the run (its
 start, its outcome and the run's end carried by the run item's `lastOut`, the commit of that
 outcome), and a run ended by its time limit (a plain event item)."""

@@ -1,4 +1,4 @@
-"""The lease's conditional write agrees with `core.leases` (issue 19): `take_lease` succeeds
+"""The lease's conditional write agrees with `core.leases`: `take_lease` succeeds
 exactly when `lease_free` says so, and on every run `wants_invocation` accepts."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A parallel step (a branch invocation's step) longer than the invoke timeout: it fails
 once, naming the limit, and never runs again beside itself because the invoker stopped
-waiting, as a main invocation's step does (tests/api/test_long_steps.py, issue 14).
+waiting, as a main invocation's step does (tests/api/test_long_steps.py).
 
 Before: the branch invoker's read timeout was a delivery failure like any other: the step's
 lease was released after a 2 s backoff, the next branch invocation found the step `running`

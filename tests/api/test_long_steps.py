@@ -1,4 +1,4 @@
-"""A step longer than the invoke timeout (issue 14): it fails once, with an error naming the
+"""A step longer than the invoke timeout: it fails once, with an error naming the
 limit; it never runs again beside itself because the invoker stopped waiting.
 
 Before: the invoker's timeout counted a delivery failure, backed off 2 s and invoked again;

@@ -1,4 +1,4 @@
-"""`POST .../apps/{app}/tasks/access` (issue 18): an hour's credentials that can only receive
+"""`POST .../apps/{app}/tasks/access`: an hour's credentials that can only receive
 and delete one pull app's tasks, so its workers long-poll SQS directly instead of waiting
 inside the api function."""
 

@@ -1,4 +1,4 @@
-"""Push request signatures, protocol 1.4 (issue 13): the engine's signer against the SDK's
+"""Push request signatures, protocol 1.4: the engine's signer against the SDK's
 PushApp. A signature covers the method, the path and the invocation (its ID and epoch), so a
 request captured off the wire replays only as itself."""
 

@@ -535,3 +535,38 @@ def test_the_memory_keeps_the_newest_version_it_read() -> None:
     assert cache.get("k", lambda: None) == ("a", 3)
     cache.forget("a")
     assert cache.get("k", lambda: ("a", 4)) == ("a", 4)
+
+
+def test_the_status_is_the_last_deliverys_and_only_a_recovery_writes(
+    project: Project, fresh_memory: None
+) -> None:
+    """A failed delivery sets the status; the next successful one (here: after the app
+    synced) sets it back to `ok` and keeps `lastFailure`. Deliveries that succeed while the
+    status is `ok` write nothing to the subscription."""
+    from ezgh_engine.adapters import aws, registry_store
+    from ezgh_engine.service import deliver
+
+    queue, app = _start_subscription(project)
+    stored = registry_store.get_app(project.project_id, app["id"])
+    assert stored is not None
+    registry_store.update_app_after_sync(stored, ["another"])  # chargeCustomer went away
+    assert deliver.deliver_record(_message(queue, 0)) is False
+    (sub,) = project.call("GET", "/subscriptions").body["subscriptions"]
+    assert sub["status"].startswith("Run not started") and sub["lastFailure"]["messageId"] == (
+        "msg-0000"
+    )
+    stored = registry_store.get_app(project.project_id, app["id"])
+    assert stored is not None
+    registry_store.update_app_after_sync(stored, ["chargeCustomer"])
+    assert deliver.deliver_record(_message(queue, 0)) is True  # the redelivery
+    (sub,) = project.call("GET", "/subscriptions").body["subscriptions"]
+    assert sub["status"] == "ok" and sub["lastFailure"]["messageId"] == "msg-0000"
+    seen: list[dict[str, Any]] = []
+    stop = aws.observe(seen.append)
+    try:
+        for n in range(1, 6):
+            assert deliver.deliver_record(_message(queue, n)) is True
+    finally:
+        stop()
+    writes = [r for r in seen if r["operation"] == "UpdateItem" and "SUB#" in json.dumps(r)]
+    assert writes == []

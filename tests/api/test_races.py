@@ -1,5 +1,7 @@
-"""Races and stuck shapes of issue 14, each reproduced on the real handlers on in-process
-moto with a skipped clock and failures injected at the boto3 seam (`adapters.aws.intercept`)."""
+"""Races and stuck shapes a targeted attack found (stalled timers, cancels, RetryRun, expired
+run keys, messages delivered twice, deleted apps), each reproduced on the real handlers on
+in-process moto with a skipped clock and failures injected at the boto3 seam
+(`adapters.aws.intercept`)."""
 
 from __future__ import annotations
 
@@ -105,8 +107,8 @@ def _fail(run_id: str) -> None:
     leased = runs_store.get_run(run_id)
     assert leased is not None
     if leased.lease_until_ms < clock.now_ms() or leased.handled_seq >= leased.invoke_seq:
-        # Only a live invocation with an unanswered reason may answer (issue 13): give the
-        # run one, as the invoker would.
+        # Only a live invocation with an unanswered reason may answer (a stale token must
+        # not act): give the run one, as the invoker would.
         free_lease(leased)
         bumped = runs_store.get_run(run_id, with_steps=False)
         assert bumped is not None

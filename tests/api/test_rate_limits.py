@@ -124,9 +124,9 @@ def test_a_refused_key_costs_no_more_writes_in_that_second(
     takes: list[str] = []
     real = rate_limit_store.take
 
-    def counting(key_id: str, window: int, most: int) -> bool:
+    def counting(key_id: str, window: int, most: int, full: set[int] | None = None) -> bool:
         takes.append(key_id)
-        return real(key_id, window, most)
+        return real(key_id, window, most, full)
 
     monkeypatch.setattr(rate_limit_store, "take", counting)
     for _ in range(limit + 5):
@@ -144,3 +144,68 @@ def test_admit_answers_retry_after_seconds(aws_env: None, limit: int, held: Held
     with pytest.raises(rate_limits.RateLimited) as refused:
         rate_limits.admit(key_id)
     assert refused.value.retry_after_seconds == 1
+
+
+def test_a_high_limit_counts_on_several_items_and_stays_exact(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `ITEM_WRITES_PER_SECOND` a key's count spreads over several counter items (no
+    partition key takes more than its share), and 40 concurrent takes of a budget of 10
+    still admit exactly 10: a full shard sends a request to the others."""
+    monkeypatch.setattr(rate_limit_store, "ITEM_WRITES_PER_SECOND", 4)
+    assert rate_limit_store.shares(10) == [4, 3, 3]
+    key_id, window, admitted = ids.new_id(), 1_900_000_000, []
+    lock = threading.Lock()
+
+    def take() -> None:
+        ok = rate_limit_store.take(key_id, window, 10)
+        with lock:
+            admitted.append(ok)
+
+    threads = [threading.Thread(target=take) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert admitted.count(True) == 10
+    from ezgh_engine.adapters import aws
+    from ezgh_engine.config import settings
+
+    counts = [
+        aws.client("dynamodb").get_item(
+            TableName=settings().registry_table,
+            Key={
+                "pk": {"S": rate_limit_store.counter_pk(key_id, window, shard)},
+                "sk": {"S": rate_limit_store.SK},
+            },
+            ConsistentRead=True,
+        )["Item"]["n"]["N"]
+        for shard in range(3)
+    ]
+    assert counts == ["4", "3", "3"]
+
+
+def test_a_sharded_key_is_refused_from_memory_once_every_shard_is_full(
+    project: Project, limit: int, held: HeldClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the key's count on three items, the request past the limit tries each shard once
+    (three refused writes), and after that this environment refuses from memory."""
+    monkeypatch.setattr(rate_limit_store, "ITEM_WRITES_PER_SECOND", 1)
+    writes: list[int] = []
+    real = rate_limit_store._take_shard
+
+    def counting(key_id: str, window: int, shard: int, share: int) -> bool:
+        writes.append(shard)
+        return real(key_id, window, shard, share)
+
+    monkeypatch.setattr(rate_limit_store, "_take_shard", counting)
+    for _ in range(limit):
+        assert project.call("GET", "/apps").status == 200
+    assert sorted(set(writes)) == [0, 1, 2]  # each request on a shard of its own turn
+    refused = project.call("GET", "/apps")
+    assert refused.status == 429 and refused.body["error"]["code"] == "rate_limited"
+    assert len(writes) == limit + 3
+    assert project.call("GET", "/apps").status == 429
+    assert len(writes) == limit + 3
+    held.advance(1)
+    assert project.call("GET", "/apps").status == 200

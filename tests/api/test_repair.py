@@ -1,4 +1,4 @@
-"""`service.repair` over stored run shapes, on moto and on DynamoDB Local (issue 15): what the
+"""`service.repair` over stored run shapes, on moto and on DynamoDB Local: what the
 tables say is owed is listed, re-armed with `apply`, and a healthy run is left alone."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _steps(run: Run) -> list[tuple[str, str]]:
     return [(s.id, s.wake_at or "") for s in got.steps]
 
 
-# --- a start from kept state: the dead process's leases (`ezgh dev`, issue 15) -------------
+# --- a start from kept state: the dead process's leases (`ezgh dev`) -------------------------
 
 SERVED, OWN, PULLED = "app-served", "app-own-process", "app-pull"
 

@@ -1,4 +1,4 @@
-"""Every `{appId}` and `{queueId}` path takes each form of its reference alike (issue 15).
+"""Every `{appId}` and `{queueId}` path takes each form of its reference alike.
 
 An app is named by its UUID, its `wfa_` slug or its name; a queue by its ID or its name. The
 authorization matrix calls each operation of the OpenAPI document with the UUID; here each

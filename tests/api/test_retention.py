@@ -1,4 +1,4 @@
-"""Retention (issue 14): every item and object of a run is gone once its run item is (its
+"""Retention: every item and object of a run is gone once its run item is (its
 TTL, 30 days after it ended, or DeleteRun); DeleteRun leaves no callback index item."""
 
 from __future__ import annotations

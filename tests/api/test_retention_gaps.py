@@ -1,4 +1,4 @@
-"""Retention gaps issue 14 named that `service/retention.py` still left (see also
+"""Retention gaps a targeted attack found that `service/retention.py` still left (see also
 tests/api/test_retention.py): a refused late step call's large output, and a message
 wait's index item, which lives outside the run's partition."""
 

@@ -1,4 +1,5 @@
-"""Run permissions against a key's resource scope (issue 13's authorization findings).
+"""Run permissions against a key's resource scope: what an attack on the running API
+found a scoped key could do outside its scope.
 
 Every test drives the real API handler on in-process moto with keys scoped to one
 `<app name>/<workflow>`, and checks the state after a refusal: nothing may have happened.
@@ -142,7 +143,7 @@ def test_runs_of_a_deleted_app_keep_their_resource(project: Project) -> None:
         assert project.call("GET", f"/runs/{run_id}{sub}", key=stranger).status == 403
     assert project.call("POST", f"/runs/{run_id}/cancel", key=stranger).status == 403
     assert project.call("DELETE", f"/runs/{run_id}", key=stranger).status == 403
-    # Deleting the app ended its live runs (issue 14: `workflows.app_deleted`); the refused
+    # Deleting the app ended its live runs (`workflows.app_deleted`); the refused
     # calls changed nothing.
     assert status_of(run_id) == "failed"
     listed = project.call("GET", "/runs", key=stranger).body["runs"]

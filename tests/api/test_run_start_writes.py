@@ -1,4 +1,4 @@
-"""A run's start (issue 18): without a run key it is one conditional Put (a transaction of
+"""A run's start: without a run key it is one conditional Put (a transaction of
 one item was billed twice the write units); with a key the run and its key stay one
 transaction. Either way a second start of the same ID or key is refused."""
 

@@ -1,5 +1,5 @@
-"""SearchRuns and `GET /jobs` read a bounded number of index items per request (issue 17:
-a page of 100 runs with 10,000 stored), and their cursors still visit every match once.
+"""SearchRuns and `GET /jobs` read a bounded number of index items per request (a page of
+100 runs with 10,000 stored), and their cursors still visit every match once.
 
 The default listing (no filter) is one read of `limit` items. A filtered one reads on until
 it has `limit` matches or `SEARCH_READ_BUDGET` items, then answers what it has with a cursor

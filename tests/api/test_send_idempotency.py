@@ -1,5 +1,5 @@
 """`POST /queues/{id}/messages` with an Idempotency-Key when storing the answer fails after
-SQS took the messages (issue 14): the caller still gets its answer, a resend answers the
+SQS took the messages: the caller still gets its answer, a resend answers the
 one stored copy, and nothing is sent twice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""App signing keys are sealed in the registry table (issue 13): the stored item holds no
+"""App signing keys are sealed in the registry table: the stored item holds no
 clear key, and the engine still signs with it."""
 
 from __future__ import annotations

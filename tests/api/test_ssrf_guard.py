@@ -1,4 +1,4 @@
-"""The engine's outgoing-request guard (issue 13): which addresses it may call, failing closed
+"""The engine's outgoing-request guard: which addresses it may call, failing closed
 when a name does not resolve, and the request pinned to the address it checked.
 
 Nothing here connects anywhere: the decisions are a pure function over addresses, names

@@ -292,7 +292,7 @@ def test_a_malformed_attempt_or_inline_is_a_validation_error_and_writes_nothing(
     assert steps_of(run) == {}
 
 
-# --- an outcome's writes ahead of its commit (issue 18) -------------------------------------
+# --- an outcome's writes ahead of its commit ----------------------------------------------
 # An end, or a suspend on sleeps, writes its other items first (the held ends, a new sleeping
 # step, the previous outcome's event) and commits with one conditional write of the run item,
 # which carries the outcome's own event (`lastOut`). A crash between the two is injected at

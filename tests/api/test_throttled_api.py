@@ -1,5 +1,5 @@
 """DynamoDB throttling the API: the contract's `429 rate_limited` with a Retry-After, never
-a 500 (issue 14). Step calls (`/v1/invocations/steps`, the engine's own protocol) keep
+a 500. Step calls (`/v1/invocations/steps`, the engine's own protocol) keep
 answering a 5xx, which the SDK's step transport resends."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An invocation token works while its invocation holds the lease, and no longer (issue 13).
+"""An invocation token works while its invocation holds the lease, and no longer.
 
 After its invocation answered (here `suspended`, waiting on a callback), or once its lease
 ran out, the token starts, ends, records and cancels nothing: 409 `invalid_state`, the

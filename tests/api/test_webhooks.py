@@ -1,5 +1,5 @@
 """HTTPS subscription deliveries are signed as Standard Webhooks, and a target's URL is shown
-in full only to keys that may manage the subscription (issue 13).
+in full only to keys that may manage the subscription.
 
 Deliveries end in a mock transport: nothing leaves the process.
 """

@@ -1,10 +1,10 @@
-"""Issue 17: the web console, driven in headless Chromium against the local engine."""
+"""The web console, driven in headless Chromium against the local engine."""
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -227,26 +227,179 @@ def test_the_runs_list_refreshes_while_runs_move(page, engine, client, app_id, l
     assert page.get_by_test_id("refresh-note").inner_text() == ""
 
 
+# Where each part of a lane is drawn, in pixels: its track, the failed attempts' ticks, the
+# backoffs and the bar of the attempt that ran last.
+_LANE_GEOMETRY = """lane => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.right]; };
+  return {
+    track: box(lane.querySelector('.track')),
+    ticks: [...lane.querySelectorAll('.failed-attempt')].map(box),
+    backoffs: [...lane.querySelectorAll('[data-testid=backoff]')].map(box),
+    bar: box(lane.querySelector('.bar')),
+  };
+}"""
+
+
+def _iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def test_retries_are_visible_on_the_timeline(page, engine, client, app_id, link, monkeypatch):
+    """A retried step's lane shows where each attempt failed and its backoff until the next
+    attempt was due (the `step.retrying` event's `retryAt`): while the step waits, and once
+    it completed, each before the attempt that came after it."""
     monkeypatch.setenv(config.ENV_SQS_MAX_DELAY, "0")  # backoffs through the SkipClock
     config.reset_settings()
-    try:
-        run = client.start_run(app_id, "flaky", {"succeed_on": 2, "retries": 3})
-        wait_status(
+
+    def failed(attempt: int) -> dict[str, Any]:
+        return wait_status(
             engine,
             client,
             run["id"],
-            lambda r: r["steps"] and r["steps"][0]["status"] == "retrying",
+            lambda r: (
+                r["steps"]
+                and r["steps"][0]["status"] == "retrying"
+                and r["steps"][0]["attempt"] == attempt
+            ),
         )
+
+    try:
+        run = client.start_run(app_id, "flaky", {"succeed_on": 7, "retries": 10})
+        # Skip over the first backoffs; the sixth is 16 to 32 s long: time to look at it.
+        for attempt in range(1, 6):
+            failed(attempt)
+            engine.clock.advance(timedelta(minutes=11))
+        waiting = failed(6)
+        _open_run(page, link, run["id"])
+        lane = page.locator("[data-step-name=call]")
+        assert lane.get_by_test_id("backoff").count() == 6
+        assert "next attempt" in lane.inner_text()
+        retrying = [
+            e for e in client.list_run_events(run["id"])["events"] if e["type"] == "step.retrying"
+        ]
+        assert retrying[-1]["retryAt"] == waiting["steps"][0]["wakeAt"]  # the event says when
+        drawn = [
+            int(ms)
+            for ms in lane.get_by_test_id("backoff").evaluate_all(
+                "els => els.map(e => e.dataset.ms)"
+            )
+        ]
+        assert drawn == [
+            round((_iso(e["retryAt"]) - _iso(e["at"])).total_seconds() * 1000) for e in retrying
+        ]
+        assert drawn[-1] >= 16_000
         engine.clock.advance(timedelta(minutes=11))
         wait_ended(engine, client, run["id"])
     finally:
         monkeypatch.delenv(config.ENV_SQS_MAX_DELAY)
         config.reset_settings()
     _open_run(page, link, run["id"])
-    assert page.locator("[data-step-name=call] [data-testid=retries]").inner_text() == " · 1 retry"
+    lane = page.locator("[data-step-name=call]")
+    assert lane.get_by_test_id("retries").inner_text() == " · 6 retries"
+    assert "in backoff" in lane.get_by_test_id("backoff-total").inner_text()
+    shapes = lane.evaluate(_LANE_GEOMETRY)
+    track_left, track_right = shapes["track"]
+    assert len(shapes["ticks"]) == len(shapes["backoffs"]) == 6
+    for (tick, _), (left, right) in zip(shapes["ticks"], shapes["backoffs"], strict=True):
+        # Each backoff starts where its attempt failed, inside the track, before the
+        # attempt that succeeded.
+        assert track_left - 2 <= tick <= left + 2 and right <= track_right + 1
+        assert right > left and right <= shapes["bar"][0] + 1
     types = page.locator("[data-testid=event] td:nth-child(2)").all_inner_texts()
-    assert "step.retrying" in types
+    assert types.count("step.retrying") == 6
+    lane.click()  # the detail lists the failed attempts
+    assert "attempt 6 failed at" in page.get_by_test_id("attempts").inner_text()
+    shot(page, "retried")
+
+
+def test_a_steps_kind_label_and_its_name_never_run_together(page, engine, client, app_id, link):
+    """ "CALLBACKapprove": the kind label was a fixed width its longer words overflowed, so
+    the name started right where the label's text ended."""
+    run = client.start_run(app_id, "approval", {})
+    wait_status(engine, client, run["id"], lambda r: len(r["steps"]) >= 2)
+    _open_run(page, link, run["id"])
+    for name in ("approve", "publish"):
+        gap = page.locator(f"[data-step-name={name}] .name").evaluate(
+            """cell => {
+              const kind = cell.querySelector('.kind');
+              const label = document.createRange();
+              label.selectNodeContents(kind);  // its text, also where it overflows its box
+              const rest = document.createRange();
+              rest.setStartAfter(kind);
+              rest.setEndAfter(cell.lastChild);
+              const end = Math.max(kind.getBoundingClientRect().right,
+                                   label.getBoundingClientRect().right);
+              return rest.getBoundingClientRect().left - end;
+            }"""
+        )
+        assert gap >= 4, (name, gap)
+    assert page.locator("[data-step-name=approve] .name").get_attribute("title") == (
+        "callback approve"
+    )
+    shot(page, "kinds")
+
+
+def test_a_run_that_ended_before_any_step_says_so(page, engine, client, app_id, link):
+    """Not "No steps yet.": an ended run will never have one."""
+    run = client.start_run(app_id, "sequence", {"n": "not a number"})  # range() raises
+    ended = wait_ended(engine, client, run["id"])
+    assert ended["status"] == "failed" and ended["steps"] == []
+    _open_run(page, link, run["id"])
+    text = page.get_by_test_id("timeline").inner_text()
+    assert "No steps: the run failed before its first step" in text
+    assert "yet" not in text
+
+
+def test_apps_are_named_even_when_they_came_after_the_page(page, engine, client, app_id, link):
+    """A run of an app registered after the runs page read the app names (as `ezgh dev`
+    registers its apps while a console is open) is shown by the app's name, on the list, on
+    its page and on the schedules page; never as its UUID."""
+    from ezgh_engine.adapters import registry_store
+
+    page.goto(link)
+    page.wait_for_selector("[data-testid=runs] table")
+    with _api(engine) as http:
+        made = http.post("/apps", json={"name": "late-workers", "kind": "pull"}).json()
+        stored = registry_store.get_app(engine.project_id, made["id"])
+        assert stored is not None
+        registry_store.update_app_after_sync(stored, ["work"])
+        started = http.post("/runs", json={"appId": made["id"], "workflow": "work", "input": {}})
+        assert started.status_code == 201, started.text
+        schedule = {"appId": made["id"], "workflow": "work", "cron": "0 9 * * 1"}
+        assert http.post("/schedules", json=schedule).status_code == 201
+    run_id = started.json()["id"]
+    row = f"tr[data-run-id='{run_id}']"
+    page.click("[data-testid=run-filters] button[type=submit]")  # the page is not left
+    page.wait_for_selector(row)
+    cell = page.locator(f"{row} td:nth-child(3)")  # the App column
+    assert cell.inner_text() == "late-workers", cell.inner_text()
+    assert made["id"] not in page.locator(row).inner_text()
+    page.goto(f"{link.split('#')[0]}#/runs/{run_id}")
+    assert page.get_by_test_id("run-app").inner_text() == "late-workers"
+    page.click("#nav a[data-page=schedules]")
+    assert page.locator("[data-testid=schedule] td:nth-child(2)").inner_text() == "late-workers"
+    with _api(engine) as http:
+        assert http.post(f"/runs/{run_id}/cancel").status_code == 202
+
+
+def test_the_events_say_when_no_deployment_was_reported(
+    page, engine, client, app_id, link, monkeypatch
+):
+    """The deployment column was "—" throughout under `ezgh dev`: the events carry
+    `deploymentId` where the app reports one (the test app does, see conftest), and an app
+    that reports none is told how to."""
+    monkeypatch.delenv("EZGH_DEPLOYMENT_ID")
+    run = wait_ended(engine, client, client.start_run(app_id, "sequence", {"n": 1})["id"])
+    _open_run(page, link, run["id"])
+    cells = page.locator("[data-testid=event] [data-testid=deployment]").all_inner_texts()
+    assert set(cells) == {"—"}
+    assert "PushApp(deployment_id=" in page.get_by_test_id("no-deployment").inner_text()
+    monkeypatch.setenv("EZGH_DEPLOYMENT_ID", DEPLOYMENT_ID)
+    run = wait_ended(engine, client, client.start_run(app_id, "sequence", {"n": 1})["id"])
+    _open_run(page, link, run["id"])
+    cells = page.locator("[data-testid=event] [data-testid=deployment]").all_inner_texts()
+    assert DEPLOYMENT_ID in cells
+    assert page.get_by_test_id("no-deployment").count() == 0
 
 
 def test_a_waiting_callbacks_url_is_shown_with_its_run(page, engine, client, app_id, link):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from ezgh_engine.cli.main import main
@@ -221,3 +224,60 @@ def test_serve_your_push_app_yourself(engine, ezgh, monkeypatch, client):
     text = ezgh("apps", "create", "theirs", "--url", url)
     assert "export EZGH_SIGNING_KEY=" in text and "apps sync theirs" in text
     assert "ezgh workflows apps update theirs --url http" not in text
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(engine, client, app_id, tmp_path):
+    """`ezgh … | head`: head exits after its lines and the pipe closes under the command. Here
+    the reader is gone before the command writes at all, so every command's first write
+    meets the closed pipe: it stops quietly (status 141, as a shell reports a command that
+    SIGPIPE stopped), whatever it was printing."""
+    run = client.start_run(app_id, "sequence", {"n": 2})
+    client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    env = {**os.environ, **engine.env}
+    for argv in (
+        ["workflows", "runs", "get", run["id"]],
+        ["workflows", "runs", "get", run["id"], "--json"],
+        ["workflows", "runs", "events", run["id"]],
+        ["queues", "list"],
+        ["workflows", "--help"],
+    ):
+        ezgh = subprocess.Popen(
+            [sys.executable, "-m", "ezgh_engine.cli", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert ezgh.stdout is not None and ezgh.stderr is not None
+        ezgh.stdout.close()
+        err = ezgh.stderr.read().decode()
+        code = ezgh.wait(timeout=60)
+        assert "Traceback" not in err and "BrokenPipe" not in err, (argv, err)
+        assert code in (0, 141), (argv, code, err)  # 0: --help, which argparse ends itself
+
+
+def test_values_are_printed_in_jsons_spelling(engine, ezgh, client, app_id):
+    """A run's `null` input and a `false`/`true` among its values read as JSON spells them,
+    not as Python's `None`/`False`/`True`."""
+    run = client.start_run(app_id, "plain", None)
+    client.wait_for_run(run["id"], timeout=30, interval=0.1)
+    text = ezgh("runs", "get", run["id"])
+    assert "input        null" in text and "None" not in text
+    from ezgh_engine.cli.common import record, table
+
+    lines: list[str] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            lines.extend(line for line in text.splitlines() if line.strip())
+
+    record({"input": None, "ok": True, "paused": False, "n": 1.5}, out=Out())
+    table([{"a": True, "b": None}], ("a", "b"), out=Out())
+    assert [line.split() for line in lines] == [
+        ["input", "null"],
+        ["ok", "true"],
+        ["paused", "false"],
+        ["n", "1.5"],
+        ["A", "B"],
+        ["true", "-"],
+    ]

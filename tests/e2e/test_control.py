@@ -1,4 +1,4 @@
-"""Issue 3 end to end: step retries, cancellation during each kind of wait, run time limits
+"""Run control end to end: step retries, cancellation during each kind of wait, run time limits
 and RetryRun, long sleeps."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15: `ezgh dev --state-dir D` keeps everything across a restart and a `kill -9`.
+"""`ezgh dev --state-dir D` keeps everything across a restart and a `kill -9`.
 
 Each test runs `ezgh dev` in a subprocess (its moto is its own) on a fixed port, with engine
 time read from a `SkipClock.share()` file this test moves (`--clock-file`), so a three-day
@@ -291,7 +291,7 @@ def test_restarts_mid_run_lose_nothing_and_reset_starts_empty(dev: Dev, tmp_path
     app_id = dev.app_id()
     for how, sig in (("ctrl-c", signal.SIGINT), ("kill-9", signal.SIGKILL)):
         runs = _mid_run(dev, tmp_path, how)
-        # Both land inside invocations: step bodies are running (issue 15), and blocked until
+        # Both land inside invocations: step bodies are running, and blocked until
         # the gate opens after the stop: Ctrl-C must not wait for them (it would forever).
         gate = tmp_path / f"gate-{how}"
         held = _inside_invocations(dev, gate)

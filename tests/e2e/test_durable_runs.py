@@ -188,7 +188,7 @@ def test_duplicate_message_during_a_running_step_is_held_off(engine, client, app
 
     run = client.start_run(app_id, "gated", {})
     engine.wait_for(lambda: CALLS["gated"] == 1, 20)
-    # The live invocation came as an asynchronous invoke (issue 18): its event is in flight.
+    # The live invocation came as an asynchronous invoke: its event is in flight.
     assert _in_flight(_async_queue(engine)) == 1
     sqs = aws_client("sqs")
     sqs.send_message(
@@ -283,7 +283,7 @@ def _invoke_messages_sent(records: list[dict], queue_url: str | None = None) -> 
 def test_a_woken_sleep_invokes_at_once_with_one_invoke_message_per_run(engine, client, app_id):
     """The sleep's wake-up write takes the run's lease and the timer's handler invokes the
     app itself: the only invoke message of the run is its start's (docs/benchmarks.md), and
-    that is an asynchronous invoke of the invoker, not an SQS message (issue 18)."""
+    that is an asynchronous invoke of the invoker, not an SQS message."""
     from ezgh_engine.adapters import aws
 
     seen: list[dict] = []

@@ -65,6 +65,11 @@ def test_the_example_flow_through_the_cli(engine: Any, capsys: Any) -> None:
     )
     done = _ended(engine, capsys, small["id"])
     assert done["output"] == {"result": {"orderId": 1, "approved": True, "trackingId": "cli-1"}}
+    # For people too, a value is spelled as JSON spells it: the `auto` node's output is `true`.
+    shown = _ezgh(engine, capsys, "flows", "jobs", "get", small["id"], as_json=False)
+    auto = next(line for line in shown.splitlines() if line.startswith("auto "))
+    assert auto.split()[-2:] == ["true", "-"], auto  # its output, and no error
+    assert "True" not in shown and "None" not in shown
     skipped = {a["nodeId"] for a in done["actions"] if a["status"] == "SKIPPED"}
     assert skipped == {"approval", "decided"}
     large = _ezgh(

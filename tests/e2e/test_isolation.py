@@ -1,4 +1,4 @@
-"""Concurrent calls of one function never share per-request state (issue 12, item 4).
+"""Concurrent calls of one function never share per-request state.
 
 Lambda serves one request per execution environment; Powertools' resolver keeps the current
 event in a class attribute. Served from one process on many threads, a read-only key's

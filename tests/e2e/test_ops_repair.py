@@ -1,4 +1,4 @@
-"""`ezgh ops repair` (issue 15): re-arm a lost invocation message, a lost timer schedule (a
+"""`ezgh ops repair`: re-arm a lost invocation message, a lost timer schedule (a
 sleep's) and a lost year-limit bucket."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_repair_re_arms_a_lost_timer_schedule(engine, client, app_id):
 
 
 def test_repair_re_arms_a_lost_invocation_message(engine, client, app_id):
-    """The run's start is an asynchronous invoke of the invoker (issue 18): its event is
+    """The run's start is an asynchronous invoke of the invoker: its event is
     lost in Lambda's queue (which may drop events it cannot keep up with); repair re-arms."""
     invoker = next(p for p in engine.pollers if p.name == "async:invoker")
     invoker.pause()

@@ -224,7 +224,7 @@ class TracingWorker(Worker):
 
 
 def test_an_idle_worker_long_polls_its_queue_not_the_api(engine, client, pull):
-    """Issue 18: an idle worker waits on SQS with the engine's vended credentials, and the
+    """An idle worker waits on SQS with the engine's vended credentials, and the
     task it receives there runs as one from `tasks/poll` would."""
     worker = pull.worker(TracingWorker, worker_id="direct")
     engine.wait_for(lambda: worker.ways["direct"] >= 2, timeout=20)  # two idle long polls

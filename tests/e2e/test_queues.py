@@ -243,7 +243,7 @@ def _waits_ready() -> bool:
 
 needs_waits = pytest.mark.skipif(
     not _waits_ready(),
-    reason="ezgh_engine.service.waits.resume_message_waiters (issue 3) has not landed yet",
+    reason="ezgh_engine.service.waits.resume_message_waiters has not landed yet",
 )
 
 
@@ -264,6 +264,39 @@ def test_no_waiter_means_retries_then_dlq(engine, api, app_id):
     dead = engine.wait_for(lambda: _drain(queue, dlq=True), timeout=40)
     assert [m["Body"] for m in dead] == ["nobody"]
     assert api("GET", f"/subscriptions/{sub['id']}")["status"] == "No run to resume (message)"
+
+
+@needs_waits
+def test_the_status_clears_once_a_redelivery_resumes_a_run(engine, api, client, app_id):
+    """`No run to resume (message)` is the status while nobody waits; once a run waits and
+    the redelivered message resumes it, the subscription reads `ok` again, and its
+    `lastFailure` still says what happened."""
+    queue = api.queue("late-replies", visibilityTimeoutSeconds=1, maxReceiveCount=50)
+    sub = api.subscribe(
+        "late-replies",
+        {
+            "kind": "workflow",
+            "mode": "resume",
+            "appId": app_id,
+            "workflow": "message-wait",
+            "correlationAttribute": "orderKey",
+        },
+    )
+    (sent,) = api.send("late-replies", {"body": "paid", "attributes": {"orderKey": "order:7"}})
+    failing = engine.wait_for(
+        lambda: (s := api("GET", f"/subscriptions/{sub['id']}"))["status"] != "ok" and s,
+        timeout=30,
+    )
+    assert failing["status"] == "No run to resume (message)"
+    run = client.start_run(app_id, "message-wait", {"queue": queue["id"], "key": "order:7"})
+    done = client.wait_for_run(run["id"], timeout=60, interval=0.1)
+    assert done["status"] == "completed" and done["output"]["message"]["body"] == "paid"
+    now = api("GET", f"/subscriptions/{sub['id']}")
+    assert now["status"] == "ok", now
+    assert now["lastFailure"]["message"] == "No run to resume (message)"
+    assert now["lastFailure"]["messageId"] == sent["messageId"]
+    listed = api("GET", "/subscriptions")["subscriptions"]
+    assert [s["status"] for s in listed if s["id"] == sub["id"]] == ["ok"]
 
 
 # --- https targets ---------------------------------------------------------------------------
@@ -302,8 +335,9 @@ def test_https_target_gets_the_message_and_non_2xx_is_retried(engine, api):
         (got,) = _Endpoint.received
         assert got["messageId"] == sent["messageId"] and got["body"] == "ping"
         assert got["attributes"] == {"a": "b"} and got["queueId"] == queue["id"]
+        # The retry succeeded: the status is `ok` again, the failure is kept as the last one.
         status = api("GET", f"/subscriptions/{sub['id']}")
-        assert "503" in status["status"]
+        assert status["status"] == "ok" and "503" in status["lastFailure"]["message"]
         engine.wait_for(lambda: _drain(queue) == [], timeout=10)
     finally:
         server.shutdown()

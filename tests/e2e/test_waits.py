@@ -1,4 +1,4 @@
-"""Issue 3 end to end: callbacks, child runs, parallel steps and message waits."""
+"""Durable waits end to end: callbacks, child runs, parallel steps and message waits."""
 
 from __future__ import annotations
 

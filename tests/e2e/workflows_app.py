@@ -108,7 +108,7 @@ async def gated(ctx: Context) -> Any:
     return await ctx.step.run("slow", wait_gate)
 
 
-# --- issue 3: retries, waits, children, parallel steps, cancellation ----------------------
+# --- retries, waits, children, parallel steps, cancellation -------------------------------
 
 SEEN: dict[str, list[Any]] = {}
 
@@ -310,7 +310,7 @@ class FlakyApp:
 served = FlakyApp(app)
 
 
-# --- issue 4: queues (appended) ------------------------------------------------------------
+# --- queues ------------------------------------------------------------------------------
 
 QUEUE_INPUTS: list[Any] = []  # every input a queue-started run recorded, in the order recorded
 

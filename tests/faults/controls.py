@@ -1,6 +1,6 @@
-"""Issue 14's class of defects, generated: controls applied to runs while faults are injected,
-and the checks of statuses and retention the plain campaign (tests/faults/harness.py) does
-not make.
+"""Races and retention gaps of run controls, as a class, generated: controls applied to runs
+while faults are injected, and the checks of statuses and retention the plain campaign
+(tests/faults/harness.py) does not make.
 
 Each generated run gets a program (tests/faults/dsl.py, plus this module's ops) and one
 control, drawn by hypothesis:

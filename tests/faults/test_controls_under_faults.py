@@ -1,4 +1,4 @@
-"""Issue 14: cancels, RetryRun, DeleteRun, retention by TTL and steps longer than the invoke
+"""Cancels, RetryRun, DeleteRun, retention by TTL and steps longer than the invoke
 timeout, generated and applied under seeded faults (tests/faults/controls.py): 0 wrong
 statuses, 0 stuck, nothing left of a removed run, no step run beside itself.
 

@@ -1,4 +1,4 @@
-"""Issue 8: generated workflows under seeded faults lose nothing, duplicate nothing, and
+"""Generated workflows under seeded faults lose nothing, duplicate nothing, and
 none is stuck; their outputs are the fault-free ones (tests/faults/harness.py)."""
 
 from __future__ import annotations

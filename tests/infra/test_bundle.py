@@ -3,7 +3,7 @@ in an interpreter that sees only the bundle (and the standard library).
 
 The dev virtualenv has every package installed, so importing the handlers there proves
 nothing about the bundle; this is the test that fails when the bundle misses a requirement
-(issue 12: `cryptography` was missing, so every API request and step call would have failed
+(it once shipped without `cryptography`, so every API request and step call would have failed
 on Lambda with ModuleNotFoundError).
 
 The bundle is built with the same code path as the deployed one (`bundle.build`), for the
@@ -112,7 +112,7 @@ def test_every_handler_and_engine_module_imports_from_the_bundle_alone(
 def test_the_probe_fails_when_the_bundle_misses_a_requirement(
     host_bundle: Path, tmp_path: Path
 ) -> None:
-    """The check above can fail: without `cryptography` (issue 12's defect) imports break."""
+    """The check above can fail: a bundle without `cryptography` does not import."""
     broken = tmp_path / "broken"
     bundle._link_tree(host_bundle, broken)
     for path in broken.glob("cryptography*"):

@@ -84,7 +84,7 @@ def test_transactions_keep_their_tables_and_kinds() -> None:
 
 
 def test_assume_role_keeps_the_role_not_the_session_policy() -> None:
-    """The IAM check needs the role an AssumeRole names (issue 18's worker credentials);
+    """The IAM check needs the role an AssumeRole names (pull workers' queue credentials);
     without it the call was recorded as `{}` and checked against `*`."""
     params = {"RoleArn": "arn:aws:iam::1:role/w", "RoleSessionName": "s", "Policy": "{}"}
     assert call_log.trim("sts", "AssumeRole", params) == {"RoleArn": "arn:aws:iam::1:role/w"}

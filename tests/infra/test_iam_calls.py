@@ -1,5 +1,5 @@
 """Every function's IAM policy allows every AWS request it makes, and grants nothing it never
-uses (issue 12).
+uses: a deployed function must never be refused a call the local runtime allowed.
 
 The end-to-end suite runs in a child process with `EZGH_AWS_CALL_LOG` set, so
 `ezgh_engine.local.call_log` records each request per function (the local runtime's `Invoker`

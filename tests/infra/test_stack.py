@@ -695,7 +695,7 @@ def test_scheduler_role_is_passed_to_scheduler_only(
         }
 
 
-# --- per-stack runtime resources, concurrency (issue 12) --------------------------------
+# --- per-stack runtime resources, concurrency ---------------------------------------------
 
 
 def _synth_named(name: str, **context: Any) -> tuple[EzghStack, dict[str, Any]]:
@@ -794,7 +794,7 @@ def test_reserved_concurrency_is_a_context_option() -> None:
 def test_task_worker_role_receives_and_deletes_tasks_only(
     stack: EzghStack, template: dict[str, Any]
 ) -> None:
-    """Issue 18: workers' queue credentials are sessions of this role, which only the api
+    """Workers' queue credentials are sessions of this role, which only the api
     function may assume, and which can do nothing but receive and delete on task queues."""
     from ezgh_engine.service import pull
 
@@ -833,7 +833,7 @@ def test_a_worker_session_is_narrowed_to_its_own_queue() -> None:
 
 
 def test_alarms_are_a_context_option() -> None:
-    """Issue 18: alarms are most of the idle month ($0.10 each); `-c ezgh:alarms=false`
+    """Alarms are most of the idle month ($0.10 each); `-c ezgh:alarms=false`
     leaves them out, and nothing else changes."""
     _, without = _synth_named("NoAlarms", **{"ezgh:alarms": "false"})
     _, default = _synth_named("NoAlarms")
@@ -890,7 +890,7 @@ def test_traces_and_metrics_are_context_options() -> None:
 def test_the_invoker_is_invoked_asynchronously_with_retries_and_the_queue_on_failure(
     stack: EzghStack, template: dict[str, Any]
 ) -> None:
-    """Issue 18: the stream starts runs with an asynchronous invoke of the invoker. Lambda
+    """The stream starts runs with an asynchronous invoke of the invoker. Lambda
     retries a failed invocation twice within six hours, then puts the event in the
     invocations queue; only the stream (and Scheduler) may invoke it."""
     (config,) = resources(template, "AWS::Lambda::EventInvokeConfig").values()

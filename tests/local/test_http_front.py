@@ -207,3 +207,53 @@ def test_loggable_path() -> None:
     assert loggable_path("/v1/organizations/o/projects/p/runs?cursor=c") == (
         "/v1/organizations/o/projects/p/runs"
     )
+
+
+@pytest.mark.parametrize("front_kind", ["api bridge", "asgi"])
+def test_a_client_gone_before_its_answer_is_no_traceback(front_kind: str, capfd: Any) -> None:
+    """A stop of `ezgh dev` kills execution environments mid-request: the front then writes
+    its answer to a connection reset by its peer. That is the client's going, said in a
+    debug line, not a `ConnectionResetError` traceback on the terminal (socketserver's
+    `handle_error` printed one for each)."""
+    import struct
+    import threading
+
+    answering = threading.Event()
+    gone = threading.Event()
+
+    def slow(event: dict[str, Any]) -> Any:
+        answering.set()
+        gone.wait(10)  # answer only once the client has reset the connection
+        return {"statusCode": 200, "headers": {}, "body": "x" * 1_000_000}
+
+    async def slow_app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await receive()
+        answering.set()
+        gone.wait(10)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x" * 1_000_000})
+
+    served = serve_api(slow).serve() if front_kind == "api bridge" else serve_asgi(slow_app)
+    try:
+        for _ in range(3):
+            answering.clear()
+            gone.clear()
+            conn = socket.create_connection(("127.0.0.1", served.port), timeout=30)
+            conn.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answering.wait(10)
+            # A process killed with a request in flight: its socket is reset, not closed.
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+            gone.set()
+        probe = socket.create_connection(("127.0.0.1", served.port), timeout=30)
+        probe.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        gone.set()
+        assert probe.recv(64).startswith(b"HTTP/1.1 200")  # still serving
+        probe.close()
+    finally:
+        served.shutdown()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err
+    assert "BrokenPipeError" not in err, err

@@ -1,9 +1,10 @@
-"""The emulator's journal (issue 15): torn tails, and what a replay must give back exactly."""
+"""The emulator's journal: torn tails, and what a replay must give back exactly."""
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,16 @@ from ezgh_engine.local import persistence
 from ezgh_engine.local.account import ACCOUNT_ID, REGION
 from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.persistence import Journal, read_records
+
+
+@pytest.fixture(autouse=True)
+def _restarts_replay() -> Iterator[None]:
+    """Each restart here replays the journal, as after a crash: a stop writes no image of
+    the state (tests/local/test_image.py tests the image a clean stop writes). A patch of
+    its own: the tests' `monkeypatch.undo()` leaves it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Emulator, "_save_image", lambda self, journaling: None)
+        yield
 
 
 def test_a_torn_tail_is_cut_off_and_appending_goes_on(tmp_path: Path) -> None:
@@ -426,7 +437,7 @@ def test_a_crash_at_any_point_of_a_compaction_restores_the_same_state(
 
             monkeypatch.setattr(persistence, "_frame", torn)
         elif at == "after the rename":
-            monkeypatch.setattr(persistence, "_fsync_directory", _raise)
+            monkeypatch.setattr(persistence.private_files, "fsync_directory", _raise)
         else:
             real_append = journal.append
 

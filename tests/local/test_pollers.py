@@ -354,3 +354,47 @@ def test_a_stopped_pollers_wake_up_never_reaches_a_handler(
     aws.client("sqs").send_message(QueueUrl=url, MessageBody="real")
     wait_until(lambda: events)
     assert [r["body"] for e in events for r in e["Records"]] == ["real"]
+
+
+def test_a_batch_cut_off_by_the_stop_is_no_error(
+    resources: Provisioned, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop kills the execution environments with their calls in flight: the batch comes
+    back at the next start, as after a crash, said in an info line, not an error with a
+    traceback. The same failure while running is an error with its traceback."""
+    from ezgh_engine.local.environments import EnvironmentDied
+
+    url, arn = make_queue("cut-off", visibility=1)
+    calling, killed = threading.Event(), threading.Event()
+
+    def invoke(event: dict[str, Any]) -> Any:
+        calling.set()
+        killed.wait(10)
+        raise EnvironmentDied("invoker's environment died mid-call")
+
+    aws.client("sqs").send_message(QueueUrl=url, MessageBody="in flight")
+    poller = SqsPoller(name="t", queue_url=url, queue_arn=arn, invoke=invoke, activity=Activity())
+    poller.start()
+    assert calling.wait(10)
+    stopping = threading.Thread(target=poller.stop)
+    stopping.start()
+    wait_until(lambda: poller._stop.is_set())
+    with caplog.at_level("INFO", logger="ezgh.local.pollers"):
+        killed.set()
+        stopping.join(10)
+    lines = [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records]
+    assert ("INFO", "t: a batch was cut off by the stop; it will be retried", None) in lines
+    assert not [line for line in lines if line[0] == "ERROR"], lines
+
+    calling.clear()
+    running = SqsPoller(name="r", queue_url=url, queue_arn=arn, invoke=invoke, activity=Activity())
+    caplog.clear()
+    with caplog.at_level("INFO", logger="ezgh.local.pollers"):
+        running.start()
+        try:
+            assert calling.wait(10)
+            wait_until(lambda: any(r.levelname == "ERROR" for r in caplog.records))
+        finally:
+            running.stop()
+    error = next(r for r in caplog.records if r.levelname == "ERROR")
+    assert error.exc_info is not None  # a failure while running keeps its traceback

@@ -114,7 +114,7 @@ def test_stream_to_queue_to_invoker_then_idle(engine: LocalRuntime, recorder: Re
                 "leaseUntil": {"N": "0"},
             },
         )
-    engine.wait_idle(timeout=10)
+    engine.wait_idle(timeout=60)
     assert sorted(recorder.invoker) == ["RUN#0", "RUN#1", "RUN#2"]
     assert len(recorder.stream) == 3
 
@@ -130,13 +130,13 @@ def test_invocations_run_as_concurrently_as_the_topology_allows(
 
     at_once = 8
     assert INVOKER_FUNCTION.local_concurrency >= at_once
-    recorder.hold = threading.Barrier(at_once, timeout=15)
+    recorder.hold = threading.Barrier(at_once, timeout=60)
     try:
         for i in range(at_once):
             aws.client("sqs").send_message(
                 QueueUrl=os.environ["EZGH_INVOCATIONS_QUEUE_URL"], MessageBody=f"HOLD#{i}"
             )
-        engine.wait_idle(timeout=30)
+        engine.wait_idle(timeout=120)
         assert not recorder.hold.broken, "fewer invocations ran at once than the topology allows"
     finally:
         recorder.hold = None
@@ -149,13 +149,13 @@ def test_reset_empties_everything(engine: LocalRuntime, recorder: Recorder) -> N
     aws.client("dynamodb").put_item(
         TableName=table, Item={"pk": {"S": "x"}, "sk": {"S": "y"}, **run}
     )
-    engine.wait_idle(timeout=10)
+    engine.wait_idle(timeout=60)
     engine.reset()
     assert aws.client("dynamodb").scan(TableName=table)["Items"] == []
     aws.client("dynamodb").put_item(
         TableName=table, Item={"pk": {"S": "z"}, "sk": {"S": "y"}, **run}
     )
-    engine.wait_for(lambda: "z" in recorder.invoker, timeout=10)  # pollers follow the reset
+    engine.wait_for(lambda: "z" in recorder.invoker, timeout=60)  # pollers follow the reset
 
 
 def test_scheduler_timer_with_skip_clock(engine: LocalRuntime, recorder: Recorder) -> None:
@@ -173,10 +173,10 @@ def test_scheduler_timer_with_skip_clock(engine: LocalRuntime, recorder: Recorde
             "Input": "timer",
         },
     )
-    engine.wait_idle(timeout=10)
+    engine.wait_idle(timeout=60)
     assert recorder.invoker == []
     engine.clock.advance(timedelta(days=3, seconds=1))
-    engine.wait_idle(timeout=10)
+    engine.wait_idle(timeout=60)
     assert recorder.invoker == ["timer"]
 
 
@@ -186,7 +186,7 @@ def test_wait_idle_reports_what_is_busy(engine: LocalRuntime) -> None:
     )
     with pytest.raises(TimeoutError, match="queue invocations"):
         engine.wait_idle(timeout=0.3)
-    engine.wait_idle(timeout=5, include_delayed=False)
+    engine.wait_idle(timeout=60, include_delayed=False)
 
 
 def test_app_names() -> None:

@@ -1,5 +1,5 @@
-"""Regression (issue 8, a parent left `waiting` on a child that ended): a stream reader must
-not see the records of a transaction before it commits.
+"""Regression (found by the fault suite: a parent left `waiting` on a child that ended): a
+stream reader must not see the records of a transaction before it commits.
 
 moto applies a `TransactWriteItems` action by action, appending each one's stream record,
 and rolls back when a later action is refused; `emulator.lighten_dynamodb` then truncates

@@ -1,4 +1,4 @@
-"""Regression (issue 8, found by the fault suite): a failed transaction must not cut the
+"""Regression (found by the fault suite): a failed transaction must not cut the
 stream readers off the table.
 
 moto rolls a cancelled `TransactWriteItems` back by putting a deep copy of the table in place,

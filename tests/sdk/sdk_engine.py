@@ -1,6 +1,6 @@
 """The real engine for SDK tests, in process on moto (it replaced a fake that re-implemented
-the step ops, issue 19), its tables on moto or on AWS's DynamoDB Local (the `BACKENDS` of
-tests/ddblocal.py, as tests/api's `aws_env`: the rest stays on moto).
+the step ops and could drift from them), its tables on moto or on AWS's DynamoDB Local (the
+`BACKENDS` of tests/ddblocal.py, as tests/api's `aws_env`: the rest stays on moto).
 
 `Plant` is one module's engine: the tables, moto's queue and bucket, a project and one push app
 registered through the API handler. `Engine` is one test's view of it. Nothing here decides

@@ -147,7 +147,7 @@ def test_send_to_queue_checks_the_message_count() -> None:
 def test_send_step_retries_a_send_still_in_progress() -> None:
     """`409 idempotency_conflict` "still in progress" means an earlier attempt's send has
     not answered yet (or its answer is being stored): transient, so the step's retry policy
-    resends the same key, instead of failing the run (issue 14)."""
+    resends the same key, instead of failing the run."""
 
     class Fake:
         def send(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Round boundaries do not depend on timing (issue 19).
+"""Round boundaries do not depend on timing.
 
 A round is the set of step calls the workflow issues before it blocks on all of them: however
 many times its own code yields to the loop first, however slow a thread (a step body's, or a

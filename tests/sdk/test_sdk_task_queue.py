@@ -1,4 +1,4 @@
-"""The SDK's SigV4 signer for its direct task-queue requests (issue 18) signs exactly as
+"""The SDK's SigV4 signer for its direct task-queue requests signs exactly as
 botocore does: same canonical request, same signature, for the same instant."""
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def _worker_against(answers: dict[str, httpx.Response]) -> tuple[Worker, list[st
 
 @pytest.mark.parametrize("status", [404, 409])
 def test_an_engine_that_vends_no_credentials_is_polled_through_the_api(status: int) -> None:
-    """409 (no worker role) or 404 (an engine before issue 18): `tasks/poll` as before."""
+    """409 (no worker role) or 404 (an engine older than vended queue credentials):
+    `tasks/poll` as before."""
     refused = httpx.Response(status, json={"error": {"code": "conflict", "message": "no"}})
     worker, seen = _worker_against({"/tasks/access": refused, "/tasks/poll": httpx.Response(204)})
     assert worker._poll() is None and worker._poll() is None

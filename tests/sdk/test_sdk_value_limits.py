@@ -1,4 +1,4 @@
-"""The SDK holds values to the engine's limits before sending them (issue 13): the nesting
+"""The SDK holds values to the engine's limits before sending them: the nesting
 limit is the engine's own constant, and a lone surrogate is refused in the workflow, not
 answered 400 by the engine later."""
 

@@ -1,4 +1,5 @@
-"""SDK side of issue 3 against the fake engine: retries, cancellation, callbacks, parallel
+"""The SDK side of durable waits and run control, against the engine in process
+(tests/sdk/sdk_engine.py): retries, cancellation, callbacks, parallel
 branches, races, child and message waits, over-long sleeps."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The emulator's patches of moto's internals fail loudly when those internals are gone
-(issue 19): `ezgh dev` must not run on without its DynamoDB lock or stream wakeups."""
+"""The emulator's patches of moto's internals fail loudly when those internals are gone:
+`ezgh dev` must not run on without its DynamoDB lock or stream wakeups."""
 
 from __future__ import annotations
 

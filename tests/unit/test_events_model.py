@@ -1,4 +1,4 @@
-"""One event model (core/events, issue 19): the table from the `runs` table's item shapes to
+"""One event model (core/events): the table from the `runs` table's item shapes to
 the run events they carry, as ListRunEvents reads them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-""" "Does this run want an invocation?" is decided once (core/leases, issue 19): the stream
+""" "Does this run want an invocation?" is decided once (core/leases): the stream
 handler's predicate, the topology's stream filter and the lease's conditional write agree."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The two sides of the invocation protocol agree (issue 19): the engine's package
+"""The two sides of the invocation protocol agree: the engine's package
 (`ezgh_engine.protocol`) and its mirror in the SDK (`ezgh_workflows._internal.protocol`) speak
 the same version, name the same step ops, and each op and outcome the SDK builds parses on
 the engine's side as what the SDK meant."""

@@ -1,4 +1,4 @@
-"""One owner per cross-boundary decision (issue 19): the engine and the SDK decide the retry
+"""One owner per cross-boundary decision: the engine and the SDK decide the retry
 budget, the ended statuses and "a held end recorded with another outcome" with the same code.
 
 `ezgh_engine.core.protocol_rules` owns them; the SDK, distributed without the engine, ships a

@@ -1,4 +1,4 @@
-"""A run's API view: an ended run lists no step still pending (issue 15, item 8)."""
+"""A run's API view: an ended run lists no step still pending."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""scripts/setup.sh tells a newcomer where it is (issue 15): its phases, and pip's own progress.
+"""scripts/setup.sh tells a newcomer where it is: its phases, and pip's own progress; the
+demo's setup installs the runtime only, `--dev` (the tests') the tools too.
 
 The script runs for real, in a copy of the repository's layout, with a stand-in Python whose
 `-m venv` makes a `.venv/bin/python` that answers pip, compileall and the site-packages query
@@ -65,9 +66,9 @@ def _layout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return repo, env | {"PYTHON": str(tools / "python")}
 
 
-def _setup(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _setup(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "scripts/setup.sh"],
+        ["bash", "scripts/setup.sh", *args],
         cwd=repo,
         env=env,
         capture_output=True,
@@ -95,7 +96,7 @@ def test_a_first_setup_prints_its_phases_and_pips_own_lines_then_a_second_is_qui
     assert _phases(first.stdout) == [
         "creating .venv with Python 3.99.0...",
         "upgrading pip...",
-        "installing the engine, the SDK and the dev tools (first time: about a minute)...",
+        "installing the engine, the SDK and ezgh dev (first time: about 15 s)...",
         "byte-compiling the installed packages...",
         "ready: .venv (ezgh: .venv/bin/ezgh)",
     ]
@@ -107,7 +108,7 @@ def test_a_first_setup_prints_its_phases_and_pips_own_lines_then_a_second_is_qui
     assert "Collecting fake-package" in (repo / ".venv" / "install.log").read_text()
     calls = _pip_calls(repo)
     assert len(calls) == 2 and all(c.endswith("--progress-bar off") for c in calls), calls
-    assert "-e ./sdk -e .[dev,infra]" in calls[1]
+    assert calls[1] == "pip install --no-compile -e ./sdk -e . --progress-bar off", calls
 
     second = _setup(repo, env)
     assert second.returncode == 0, second.stderr
@@ -150,3 +151,36 @@ def test_on_a_terminal_pip_draws_its_progress_bars(tmp_path: Path) -> None:
     assert done.returncode == 0
     calls = _pip_calls(repo)
     assert len(calls) == 2 and all(c.endswith("--progress-bar on") for c in calls), calls
+
+
+def test_the_tests_setup_adds_the_tools_once_and_the_demos_then_keeps_them(
+    tmp_path: Path,
+) -> None:
+    """`--dev` (scripts/test-deps.sh) on a runtime-only .venv installs the test tools and the
+    CDK; the demo's setup after it is quick and takes nothing away, and an update of a
+    pyproject.toml installs the tools again too."""
+    repo, env = _layout(tmp_path)
+    assert _setup(repo, env).returncode == 0
+    dev = _setup(repo, env, "--dev")
+    assert dev.returncode == 0, dev.stderr
+    assert (
+        "installing the engine, the SDK, the test tools and the CDK (first time: about a minute)..."
+        in _phases(dev.stdout)
+    )
+    calls = _pip_calls(repo)
+    assert len(calls) == 4 and "-e ./sdk -e .[dev,infra] " in calls[3], calls
+    for args in ((), ("--dev",)):
+        again = _setup(repo, env, *args)
+        assert _phases(again.stdout) == ["ready: .venv is up to date"], args
+    assert len(_pip_calls(repo)) == 4
+    future = (repo / ".venv" / ".ezgh-installed").stat().st_mtime + 10
+    os.utime(repo / "pyproject.toml", (future, future))
+    assert _setup(repo, env).returncode == 0
+    assert "-e ./sdk -e .[dev,infra] " in _pip_calls(repo)[-1]  # what was there stays
+
+
+def test_an_unknown_argument_is_refused(tmp_path: Path) -> None:
+    repo, env = _layout(tmp_path)
+    done = _setup(repo, env, "--everything")
+    assert done.returncode == 2 and "usage: scripts/setup.sh [--dev]" in done.stderr
+    assert not (repo / ".venv").exists()

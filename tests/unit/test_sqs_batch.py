@@ -1,4 +1,4 @@
-"""SQS handlers answer Lambda through Powertools' batch utility (service/sqs_batch, issue 19):
+"""SQS handlers answer Lambda through Powertools' batch utility (service/sqs_batch):
 a record whose handler raises, or asks for redelivery, is reported in `batchItemFailures`;
 the rest are done. The local runtime's poller deletes exactly the others (tests/local)."""
 

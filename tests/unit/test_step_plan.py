@@ -1,4 +1,4 @@
-"""The step ops' planners, without a table (issue 19): each op's decision from its typed
+"""The step ops' planners, without a table: each op's decision from its typed
 request, the invocation and what was drawn for it (`Fresh`), and from the step as re-read
 after a refusal; the executor's batch composition; the lease checks."""
 
@@ -154,6 +154,7 @@ def test_a_retryable_failure_within_the_budget_waits_for_its_retry() -> None:
     assert not plan.carries  # a start after it does not ride a step that is not ended
     assert values(update(plan))[":status"] == "retrying"
     assert put_item(plan.others[0])["type"] == "step.retrying"
+    assert put_item(plan.others[0])["retryAt"] == plan.result.retry_at  # the backoff's end
 
 
 @pytest.mark.parametrize(

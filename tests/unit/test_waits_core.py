@@ -1,4 +1,5 @@
-"""Pure parts of issue 3: retry backoff, the new wait kinds and outcomes, branch tokens."""
+"""Pure parts of durable waits and run control: retry backoff, the new wait kinds and
+outcomes, branch tokens."""
 
 from __future__ import annotations
 

@@ -54,6 +54,11 @@ class PushApp:
     ``X-Ezgh-Signature`` made with the app's signing key (``signing_key=``, else the
     ``EZGH_SIGNING_KEY`` environment variable); others are refused with 401. ``GET`` answers a
     short description. ``signing_key`` may be set after creation.
+
+    ``deployment_id`` names the code being served: the engine records it with each step and
+    invocation (ListRunEvents, ``ezgh workflows replay-check``). Without it,
+    ``EZGH_DEPLOYMENT_ID`` or the platform's own IDs (Lambda, Vercel, Cloud Run, Fly.io,
+    Render) are read at each request.
     """
 
     def __init__(
@@ -61,12 +66,14 @@ class PushApp:
         workflows: Iterable[Workflow],
         *,
         signing_key: str | None = None,
+        deployment_id: str | None = None,
         transport_factory: TransportFactory | None = None,
     ) -> None:
         self._workflows = _index(workflows)
         self.signing_key = (
             signing_key if signing_key is not None else os.environ.get(SIGNING_KEY_ENV)
         )
+        self.deployment_id = deployment_id
         self._transport_factory = transport_factory or http_transport_factory
 
     @property
@@ -142,7 +149,7 @@ class PushApp:
 
     def _dispatch(self, body: Any) -> HttpResponse | _InvokeJob:
         kind = body.get("type") if isinstance(body, dict) else None
-        deployment_id = detect_deployment_id()
+        deployment_id = self.deployment_id or detect_deployment_id()
         if kind == "sync":
             answer = protocol.sync_answer(list(self._workflows), deployment_id)
             return HttpResponse(200, answer)

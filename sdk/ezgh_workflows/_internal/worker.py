@@ -59,7 +59,7 @@ class Worker:
     until `stop` (or SIGTERM, when `run` is called in the main thread); tasks in progress
     finish first. Several workers, in one process or many, share an app's tasks.
     ``direct_queue=False`` waits for tasks on ``tasks/poll`` even where the engine offers
-    direct queue access.
+    direct queue access. ``deployment_id`` names the code being run, as for `PushApp`.
     """
 
     def __init__(
@@ -76,6 +76,7 @@ class Worker:
         poll_wait_seconds: int = MAX_POLL_SECONDS,
         transport_factory: TransportFactory | None = None,
         direct_queue: bool = True,
+        deployment_id: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -96,6 +97,8 @@ class Worker:
         self.app: dict[str, Any] = {}
         self.direct_queue = direct_queue
         self._queue: TaskQueue | None = None
+        # As `PushApp`'s: else EZGH_DEPLOYMENT_ID or the platform's IDs, read per task.
+        self.deployment_id = deployment_id
 
     @property
     def workflows(self) -> list[Workflow]:
@@ -285,7 +288,7 @@ class Worker:
     def _execute(self, task: dict[str, Any]) -> dict[str, Any] | None:
         """The outcome body of the task, by the same driver `PushApp` uses; None when the SDK
         could not run it (the engine delivers it again when the lease ends)."""
-        deployment_id = detect_deployment_id()
+        deployment_id = self.deployment_id or detect_deployment_id()
         try:
             request = protocol.parse_invoke(task)
         except protocol.ProtocolError as exc:

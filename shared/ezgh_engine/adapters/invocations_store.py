@@ -108,7 +108,7 @@ def wake_sleep(
     lease: tuple[int, int, int] | None = None,
 ) -> str | None:
     """Complete a sleeping step and ask for an invocation, once: None when already woken or
-    the run is no longer live. Two single writes (issue 18: a transaction bills each item
+    the run is no longer live. Two single writes (a transaction would bill each item
     twice), the step first, so whatever invocation the second one asks for replays the sleep
     completed; the second (`ask_after_wake`) marks the run item with this wake-up, so a
     timer delivered again after a crash between the two knows whether to ask still

@@ -4,11 +4,12 @@
 | --- | --- | --- | --- |
 | queue | `QUEUE#<queueId>` | `QUEUE` | `data` (JSON); gsi1: `QUEUES#<projectId>` / `<name>` |
 | queue name | `QUEUENAME#<projectId>#<name>` | `QUEUENAME` | `queueId`; uniqueness |
-| subscription | `SUB#<subId>` | `SUB` | `data` (JSON), `version`, `lastFailure*`; gsi1: `SUBS#<projectId>` / `<createdAt>#<id>` |
+| subscription | `SUB#<subId>` | `SUB` | `data` (JSON), `version`, `lastFailure*`, `lastDeliveredAt`; gsi1: `SUBS#<projectId>` / `<createdAt>#<id>` |
 | queue's subscription | `QUEUESUB#<queueId>` | `QUEUESUB` | `subscriptionId`; one per queue |
 
-A subscription's last failure is kept in attributes of its own, written by the `deliver`
-function without a version check, so a concurrent PATCH never loses it (and vice versa).
+A subscription's last failure (and the success after it that clears its status) is kept in
+attributes of its own, written by the `deliver` function without a version check, so a
+concurrent PATCH never loses it (and vice versa).
 """
 
 from __future__ import annotations
@@ -152,7 +153,13 @@ def delete_queue(queue: QueueRecord) -> None:
 
 # --- subscriptions -------------------------------------------------------------------------
 
-_STATE_FIELDS = ("version", "last_failure", "last_failure_at", "last_failure_message_id")
+_STATE_FIELDS = (
+    "version",
+    "last_failure",
+    "last_failure_at",
+    "last_failure_message_id",
+    "last_delivered_at",
+)
 
 
 def _sub_from(item: dict[str, Any]) -> Subscription:
@@ -167,6 +174,7 @@ def _sub_from(item: dict[str, Any]) -> Subscription:
         last_failure_message_id=(
             item["lastFailureMessageId"]["S"] if "lastFailureMessageId" in item else None
         ),
+        last_delivered_at=item["lastDeliveredAt"]["S"] if "lastDeliveredAt" in item else None,
     )
 
 
@@ -252,12 +260,14 @@ def save_subscription(sub: Subscription) -> Subscription:
         _subscriptions.forget(sub.queue_id)
 
 
-def record_failure(sub_id: str, message: str, message_id: str, at: str) -> None:
-    """Remember a delivery's failure as the subscription's status (no version check)."""
+def record_failure(sub: Subscription, message: str, message_id: str, at: str) -> None:
+    """Remember a delivery's failure as the subscription's status (no version check). This
+    environment forgets its copy, so its next delivery sees the failure (and a success can
+    clear it: `record_delivered`)."""
     try:
         ddb().update_item(
             TableName=table(),
-            Key=item_key(f"SUB#{sub_id}", "SUB"),
+            Key=item_key(f"SUB#{sub.id}", "SUB"),
             UpdateExpression="SET lastFailure = :f, lastFailureAt = :a, lastFailureMessageId = :m",
             ConditionExpression="attribute_exists(pk)",
             ExpressionAttributeValues={
@@ -269,6 +279,29 @@ def record_failure(sub_id: str, message: str, message_id: str, at: str) -> None:
     except ClientError as err:
         if not is_condition_failure(err):
             raise
+    finally:
+        _subscriptions.forget(sub.queue_id)
+
+
+def record_delivered(sub: Subscription, at: str) -> None:
+    """A delivery at `at` succeeded after the failure `sub` shows: its status reads `ok`
+    again (`Subscription.failing`). Written only then, not per message: a busy queue's
+    deliveries would all write this one item. Never moves the time back (a slower delivery
+    answering late)."""
+    try:
+        ddb().update_item(
+            TableName=table(),
+            Key=item_key(f"SUB#{sub.id}", "SUB"),
+            UpdateExpression="SET lastDeliveredAt = :a",
+            ConditionExpression="attribute_exists(pk) AND "
+            "(attribute_not_exists(lastDeliveredAt) OR lastDeliveredAt < :a)",
+            ExpressionAttributeValues={":a": _s(at)},
+        )
+    except ClientError as err:
+        if not is_condition_failure(err):
+            raise
+    finally:
+        _subscriptions.forget(sub.queue_id)
 
 
 def delete_subscription(sub: Subscription) -> None:

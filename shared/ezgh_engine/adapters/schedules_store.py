@@ -12,7 +12,7 @@ Items (docs/architecture.md, "registry"):
 
 Each schedule has one EventBridge Scheduler schedule `c-<id>` in the engine's schedule group:
 `cron(...)` with `ScheduleExpressionTimezone`, targeting the invoker function (Scheduler
-invokes it asynchronously with the input as its event: no SQS request; issue 18), or the
+invokes it asynchronously with the input as its event: no SQS request to pay for), or the
 invocations queue where this function does not know the invoker's ARN, with the input
 `{"type": "cron", "scheduleId", "scheduledTime": "<aws.scheduler.scheduled-time>"}`, which
 Scheduler fills in for any target ("Adding context attributes", Scheduler user guide).

@@ -73,11 +73,11 @@ def openapi() -> Response[Any]:
 
 resolver.include_router(apps_router)
 resolver.include_router(runs_router)
-resolver.include_router(schedules_router)  # issue 5
-resolver.include_router(pull_router)  # issue 5: pull apps
-resolver.include_router(queues_router)  # issue 4: queues and subscriptions
-resolver.include_router(console_router)  # issue 17: the web console's static files
-resolver.include_router(flows_router)  # issue 16: EzFlow graph workflows
+resolver.include_router(schedules_router)  # cron schedules
+resolver.include_router(pull_router)  # pull apps and their workers' tasks
+resolver.include_router(queues_router)  # queues and subscriptions
+resolver.include_router(console_router)  # the web console's static files
+resolver.include_router(flows_router)  # EzFlow graph workflows
 
 
 def route_keys() -> list[str]:

@@ -41,7 +41,8 @@ logger = Logger(service="ezgh-api")
 MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the contract's limit on bodies and JSON values
 # A step call's ops carry values of up to 1 MiB each (held to it by `protocol.ops`), so its
 # body is one such value and its envelope over the limit on bodies: a step's end of 1 MiB
-# rides the call that starts the next step (issue 19: refused 413, it failed the invocation).
+# rides the call that starts the next step (refused 413 at the
+# body limit, it would fail the invocation).
 STEP_CALLS_PATH = "/v1/invocations/steps"
 MAX_STEP_CALL_BYTES = 2 * MAX_BODY_BYTES
 # The bodies that may carry a value of 1 MiB and more: step calls, and a pull worker's

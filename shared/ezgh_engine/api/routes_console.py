@@ -1,4 +1,4 @@
-"""The web console (issue 17): three static files served at `GET /console` by the API itself.
+"""The web console: three static files served at `GET /console` by the API itself.
 
 The console is a single page that talks to the public HTTP API with the user's API key, so
 serving it needs no key: the files hold no data. They ship as package data of `ezgh_engine`

@@ -85,7 +85,7 @@ class TargetBody(BaseModel):
     mode: Literal["start", "resume"] | None = None
     appId: str | None = None
     workflow: str | None = None
-    flowId: str | None = None  # kind "flow" (issue 16)
+    flowId: str | None = None  # kind "flow": an EzFlow graph workflow
     correlationAttribute: str | None = None
 
 

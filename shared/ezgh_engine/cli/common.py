@@ -174,12 +174,17 @@ def csv(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def shown(value: Any) -> str:
+    """A value as the CLI prints it: a string as it is, anything else in JSON's spelling
+    (`true`, `null`, `1.5`, `{"a":1}`), never Python's (`True`, `None`)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
+    """A table cell: `-` when there is no value."""
+    return "-" if value is None else shown(value)
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], out: Any = None) -> None:
@@ -204,7 +209,7 @@ def record(item: dict[str, Any], fields: Sequence[str] | None = None, out: Any =
     width = max((len(k) for k in keys), default=0)
     for key in keys:
         if key in item:
-            print(f"{key.ljust(width)}  {_cell(item[key])}", file=out)
+            print(f"{key.ljust(width)}  {shown(item[key])}", file=out)
 
 
 def emit(args: argparse.Namespace, data: Any, human: Callable[[Any], None]) -> int:

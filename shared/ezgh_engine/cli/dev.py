@@ -68,12 +68,13 @@ def show_runs(state_dir: Path, *, quiet: bool) -> None:
 
 
 def reset_state(state_dir: Path) -> None:
-    """Delete what `ezgh dev` keeps in `state_dir` (the journal and its snapshot, state.json,
-    dev.env); other files there stay."""
+    """Delete what `ezgh dev` keeps in `state_dir` (the image of its last stop, the journal
+    and its snapshot, state.json, dev.env); other files there stay."""
+    from ezgh_engine.local.image import IMAGE_NAME
     from ezgh_engine.local.persistence import JOURNAL_NAME, SNAPSHOT_NAME, STATE_NAME
 
     aws_dir = state_dir / "aws"
-    for path in (aws_dir / SNAPSHOT_NAME, aws_dir / JOURNAL_NAME):
+    for path in (aws_dir / IMAGE_NAME, aws_dir / SNAPSHOT_NAME, aws_dir / JOURNAL_NAME):
         path.unlink(missing_ok=True)  # the snapshot first: a journal alone is still whole
     for path in (state_dir / STATE_NAME, state_dir / "dev.env"):
         path.unlink(missing_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ezgh` script; answers the process exit code."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:  # (also after --help): here, not at exit, where it could not be caught
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     func = getattr(args, "func", None)
@@ -36,6 +47,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     return int(func(args) or 0)
+
+
+def _reader_gone() -> int:
+    """Whoever read the output stopped reading (`ezgh … | head`): stop quietly, as `cat`
+    does, instead of a traceback. What is still buffered for stdout goes nowhere (Python
+    would try to flush it at exit and report the closed pipe again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # what a shell reports for a command a closed pipe stopped (128 + SIGPIPE)
 
 
 if __name__ == "__main__":

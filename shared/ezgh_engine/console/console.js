@@ -1,4 +1,4 @@
-// EZGH console (issue 17): one page over the public HTTP API, with the user's API key.
+// EZGH console: one page over the public HTTP API, with the user's API key.
 //
 // Rules this file keeps:
 // - Every value from the API reaches the page as text (textContent, setAttribute on safe
@@ -500,6 +500,8 @@
         return;
       }
       if (!current(v)) return;
+      await learnAppNames(data.runs || [], names);
+      if (!current(v)) return;
       const answered = performance.now();
       renderRunsTable(table, data.runs || [], names);
       renderPager(pager, data.nextCursor, load);
@@ -518,12 +520,31 @@
     await load();
   }
 
+  // Apps asked for by ID and not found (deleted, or the key may not read them): not again.
+  const unnamedApps = new Set();
+
+  /** Runs of an app created after the page read the app names (an app `ezgh dev` registered
+   *  meanwhile): read the names again, once per such app, so it is shown by name. */
+  async function learnAppNames(runs, names) {
+    const missing = runs.map((r) => r.appId).filter((id) => id && !(id in names) && !unnamedApps.has(id));
+    if (!missing.length) return;
+    Object.assign(names, (await appNames()).names);
+    for (const id of missing) if (!(id in names)) unnamedApps.add(id);
+  }
+
+  /** An app by name (its ID on hover); by ID only when this key may not read it. */
+  function appCell(appId, names) {
+    return names[appId]
+      ? h("td", { "data-testid": "app-name", title: appId, text: names[appId] })
+      : h("td", { class: "mono", "data-testid": "app-name", text: appId || "" });
+  }
+
   function renderRunsTable(container, runs, names) {
     const rows = runs.map((run) => {
       const tr = h("tr", { class: "clickable", "data-run-id": run.id, "data-status": run.status },
         h("td", {}, h("a", { href: `#/runs/${enc(run.id)}`, class: "mono", text: run.id })),
         h("td", { text: run.workflow }),
-        h("td", { text: names[run.appId] || run.appId }),
+        appCell(run.appId, names),
         h("td", {}, badge(run.status)),
         h("td", { text: run.attempt }),
         h("td", { class: "mono", text: run.runKey || "" }),
@@ -593,7 +614,7 @@
     }
     if (!current(v)) return;
     clear(main);
-    main.append(runHeader(run, v), runTimeline(run), runValues(run), runEvents(run, events, eventsError));
+    main.append(runHeader(run, v), runTimeline(run, events && events.events), runValues(run), runEvents(run, events, eventsError));
     if (!ENDED.has(run.status)) {
       later(v, () => pageRun(v, runId).catch((err) => showBanner(errorText(err))), REFRESH_MS);
     }
@@ -619,7 +640,7 @@
       ["Run ID", h("span", { class: "mono", text: run.id })],
       ["Status", h("span", { "data-testid": "run-status" }, badge(run.status))],
       ["Attempt", h("span", { "data-testid": "run-attempt", text: run.attempt })],
-      ["App", run.appName ? h("span", { title: run.appId, text: run.appName }) : h("span", { class: "mono", text: run.appId })],
+      ["App", run.appName ? h("span", { "data-testid": "run-app", title: run.appId, text: run.appName }) : h("span", { class: "mono", "data-testid": "run-app", text: run.appId })],
       ["Run key", run.runKey ? h("span", { class: "mono", text: run.runKey }) : null],
       [run.parentIsJob ? "Parent job" : "Parent run", run.parentRunId ? h("a", { href: `#/${run.parentIsJob ? "jobs" : "runs"}/${enc(run.parentRunId)}`, class: "mono", "data-testid": "parent-link", text: run.parentRunId }) : null],
       ["Schedule", run.scheduleId ? h("span", { class: "mono", text: run.scheduleId }) : null],
@@ -648,47 +669,101 @@
       h("dl", { class: "kv" }, kv.map(([k, value]) => [h("dt", { text: k }), h("dd", {}, value)])));
   }
 
-  function runTimeline(run) {
+  /**
+   * A step's failed attempts and their backoffs, from the run's `step.retrying` events:
+   * `{stepId: [{failedAt, until, attempt, error}]}`. `until` is when the next attempt was due
+   * (the event's `retryAt`; an older event without it: the next failure, else the step's
+   * latest start).
+   */
+  function retriesByStep(run, events) {
+    const found = {};
+    for (const ev of events || []) {
+      if (ev.type !== "step.retrying" || !ev.stepId) continue;
+      (found[ev.stepId] = found[ev.stepId] || []).push({
+        failedAt: Date.parse(ev.at), until: ev.retryAt ? Date.parse(ev.retryAt) : NaN,
+        attempt: ev.stepAttempt, error: ev.error,
+      });
+    }
+    for (const st of run.steps || []) {
+      const list = found[st.id] || [];
+      list.forEach((r, i) => {
+        if (!Number.isNaN(r.until)) return;
+        const next = list[i + 1] ? list[i + 1].failedAt : (st.wakeAt ? Date.parse(st.wakeAt) : Date.parse(st.startedAt));
+        r.until = Number.isNaN(next) || next < r.failedAt ? r.failedAt : next;
+      });
+    }
+    return found;
+  }
+
+  /** Where a time falls on the run's axis, in percent. */
+  function axis(start, span) {
+    return (ms) => `${(100 * (ms - start)) / span}%`;
+  }
+
+  /** What the timeline says when a run has no steps: an ended run will never have any. */
+  const NO_STEPS = {
+    completed: "No steps: the workflow completed without one.",
+    failed: "No steps: the run failed before its first step (its error is below).",
+    cancelled: "No steps: the run was cancelled before its first step.",
+    timedOut: "No steps: the run timed out before its first step.",
+  };
+
+  function runTimeline(run, events) {
     const steps = run.steps || [];
+    const retries = retriesByStep(run, events);
     const times = [];
     const t = (iso) => (iso ? Date.parse(iso) : NaN);
     for (const st of steps) {
       if (!Number.isNaN(t(st.startedAt))) times.push(t(st.startedAt));
       if (!Number.isNaN(t(st.endedAt))) times.push(t(st.endedAt));
+      for (const r of retries[st.id] || []) times.push(r.failedAt, r.until);
     }
     const now = Date.now();
     const start = Math.min(t(run.startedAt) || t(run.createdAt) || now, ...times);
     const end = Math.max(run.endedAt ? t(run.endedAt) : now, ...times, start + 1);
-    const span = end - start;
+    const at = axis(start, end - start);
     const lanes = steps.map((st, i) => {
+      const failed = retries[st.id] || [];
+      const last = failed[failed.length - 1];
+      // A step waiting for its next attempt has run nothing since its last failure.
+      const waiting = st.status === "retrying" && last && Date.parse(st.startedAt || "") <= last.failedAt;
       const s0 = Number.isNaN(t(st.startedAt)) ? null : t(st.startedAt);
-      const s1 = Number.isNaN(t(st.endedAt)) ? (ENDED.has(run.status) ? s0 : now) : t(st.endedAt);
+      const s1 = waiting ? last.failedAt
+        : Number.isNaN(t(st.endedAt)) ? (ENDED.has(run.status) ? s0 : now) : t(st.endedAt);
       const bar = h("div", { class: `bar k-${st.kind} st-${st.status}`, title: `${st.kind} ${st.status}` });
       if (s0 !== null) {
-        bar.style.left = `${(100 * (s0 - start)) / span}%`;
-        bar.style.width = `${Math.max(0.4, (100 * ((s1 || s0) - s0)) / span)}%`;
+        bar.style.left = at(s0);
+        bar.style.width = `${Math.max(0.4, parseFloat(at((s1 || s0))) - parseFloat(at(s0)))}%`;
       } else {
         bar.style.left = "0";
         bar.style.width = "0";
       }
-      const retries = (st.attempt || 1) - 1;
+      const track = h("div", { class: "track" }, retryMarks(failed, at), bar);
+      const retried = (st.attempt || 1) - 1;
+      const backoffMs = failed.reduce((sum, r) => sum + (r.until - r.failedAt), 0);
       const waitNote = WAIT_KINDS.has(st.kind)
         ? ({ sleep: "sleep", callback: "waits for a callback", message: "waits for a message", invoke: "waits for a child run" })[st.kind]
         : null;
       const lane = h("div", { class: "lane clickable", "data-testid": "step", "data-step-name": st.name, "data-kind": st.kind, "data-status": st.status },
         h("span", { class: "muted", text: String(i + 1) }),
-        h("span", { class: "name", title: st.name }, h("span", { class: "kind", text: st.kind }), st.name),
-        h("div", { class: "track" }, bar),
+        h("span", { class: "name", title: `${st.kind} ${st.name}` },
+          h("span", { class: "kind", "data-testid": "step-kind", text: st.kind }),
+          h("span", { class: "step-name", "data-testid": "step-name", text: st.name })),
+        track,
         h("span", { class: "meta" }, badge(st.status), " attempt ", String(st.attempt || 1),
-          retries > 0 ? h("span", { class: "retry-mark", "data-testid": "retries", text: ` · ${retries} retr${retries === 1 ? "y" : "ies"}` }) : null,
+          retried > 0 ? h("span", { class: "retry-mark", "data-testid": "retries", text: ` · ${retried} retr${retried === 1 ? "y" : "ies"}` }) : null,
+          failed.length ? h("span", { class: "muted", "data-testid": "backoff-total", text: ` · ${fmtDuration(backoffMs)} in backoff` }) : null,
           " · ", s0 !== null ? fmtDuration((s1 || s0) - s0) : "not started",
           waitNote ? h("span", { class: "muted", text: ` · ${waitNote}` }) : null,
-          st.wakeAt ? h("span", {}, " until ", fmtTime(st.wakeAt)) : null));
+          st.wakeAt ? h("span", {}, waiting ? " next attempt " : " until ", fmtTime(st.wakeAt)) : null));
       const detail = h("div", { class: "detail" });
       const fill = () => {
         clear(detail);
         append(detail, [
           h("div", { class: "meta" }, "started ", fmtTime(st.startedAt), " · ended ", fmtTime(st.endedAt), " · step ", h("span", { class: "mono", text: st.id })),
+          failed.length ? h("div", { class: "meta", "data-testid": "attempts" }, failed.map((r) =>
+            h("div", {}, `attempt ${r.attempt || "?"} failed at `, fmtTime(new Date(r.failedAt).toISOString()),
+              `${r.error && r.error.message ? ` (${r.error.message})` : ""}; waited ${fmtDuration(r.until - r.failedAt)}`))) : null,
           st.error ? h("div", {}, h("h2", { text: "Error" }), jsonBlock(st.error, "step-error")) : null,
           st.outputRef ? payloadLoader(run.id, st.outputRef, "Output") : ("output" in st ? h("div", {}, h("h2", { text: "Output" }), jsonBlock(st.output, "step-output")) : null),
         ]);
@@ -710,9 +785,25 @@
       });
       return wrap;
     });
+    const empty = NO_STEPS[run.status] || "No steps yet.";
     return h("div", { class: "card timeline", "data-testid": "timeline" },
       h("h2", { text: `Steps (${steps.length})` }),
-      lanes.length ? lanes : h("p", { class: "muted", text: "No steps yet." }));
+      lanes.length ? lanes : h("p", { class: "muted", "data-testid": "no-steps", text: empty }));
+  }
+
+  /** A step's failed attempts on its track: a tick where each failed, then its backoff
+   *  (hatched) until the next attempt was due. */
+  function retryMarks(failed, at) {
+    return failed.map((r) => {
+      const waited = r.until - r.failedAt;
+      const title = `attempt ${r.attempt || "?"} failed${r.error && r.error.message ? `: ${r.error.message}` : ""}; backoff ${fmtDuration(waited)}`;
+      const mark = h("div", { class: "failed-attempt", title });
+      mark.style.left = at(r.failedAt);
+      const backoff = h("div", { class: "backoff", "data-testid": "backoff", "data-ms": String(Math.round(waited)), title });
+      backoff.style.left = at(r.failedAt);
+      backoff.style.width = `${Math.max(0.4, parseFloat(at(r.until)) - parseFloat(at(r.failedAt)))}%`;
+      return [backoff, mark];
+    });
   }
 
   /** A large value stored outside the run (or job: `base` "jobs"), read on demand with its
@@ -776,6 +867,14 @@
     card.append(h("table", {},
       h("thead", {}, h("tr", {}, ["At", "Type", "Attempt", "Step", "Deployment", "Details"].map((x) => h("th", { text: x })))),
       body), more);
+    // An invocation's and a step's events name the deployment that ran them, when its app
+    // reports one; the run's own events (started, ended) never do.
+    if (!(data.events || []).some((ev) => ev.deploymentId)) {
+      card.append(h("p", { class: "muted", "data-testid": "no-deployment", text:
+        "No event names a deployment: the app reported no deployment ID. Set one with " +
+        "PushApp(deployment_id=…) or EZGH_DEPLOYMENT_ID (on Lambda, Vercel, Cloud Run, Fly.io " +
+        "and Render the platform's own ID is read); ezgh dev names the code of its --app apps." }));
+    }
     return card;
   }
 
@@ -856,14 +955,15 @@
 
   async function pageSchedules(v) {
     const data = await allPages("/schedules", "schedules");
+    const { names } = await appNames();
     if (!current(v)) return;
     const reload = () => current(v) && route();
     main.appendChild(h("h1", { text: "Schedules" }));
-    main.appendChild(table(["Schedule", "Workflow", "Cron", "Timezone", "Next run", "State", ""],
+    main.appendChild(table(["Schedule", "App", "Workflow", "Cron", "Timezone", "Next run", "State", ""],
       (data.schedules || []).map((sc) => {
         const paused = sc.paused === true || sc.state === "paused" || sc.status === "paused";
         return h("tr", { "data-testid": "schedule" },
-          h("td", { class: "mono", text: sc.slug || sc.id }), h("td", { text: sc.workflow }),
+          h("td", { class: "mono", text: sc.slug || sc.id }), appCell(sc.appId, names), h("td", { text: sc.workflow }),
           h("td", { class: "mono", text: sc.cron }), h("td", { text: sc.timezone || "UTC" }),
           h("td", {}, fmtTime(sc.nextRunAt)), h("td", {}, badge(paused ? "paused" : "active")),
           h("td", {}, actionButton(paused ? "Resume" : "Pause", {}, async () => {

@@ -1,4 +1,4 @@
-"""One event model: which items of the `runs` table carry which run events (issue 19).
+"""One event model: which items of the `runs` table carry which run events.
 
 A run's events are not all event items: to save writes, four item shapes carry them. This
 module is the one table from shape to events; ListRunEvents (`runs_store.list_events`) and

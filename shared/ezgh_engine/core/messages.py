@@ -53,7 +53,7 @@ class Timer:
 
 @dataclass(frozen=True)
 class Branch:
-    """Run one parallel step of the run in an invocation of its own (issue 3)."""
+    """Run one parallel step of the run in an invocation of its own."""
 
     TYPE: ClassVar[str] = "branch"
     run_id: str

@@ -110,8 +110,19 @@ class Subscription:
     last_failure: str | None = None
     last_failure_at: str | None = None
     last_failure_message_id: str | None = None
+    # When a delivery last succeeded after a failure (written only then): the failure, if
+    # older, is past.
+    last_delivered_at: str | None = None
     # An https target's signing secret, sealed (`service.subscriptions`); never answered.
     sealed_secret: str | None = None
+
+    @property
+    def failing(self) -> bool:
+        """Its last delivery failed: no delivery has succeeded since its last failure."""
+        if not self.last_failure:
+            return False
+        delivered = self.last_delivered_at
+        return not delivered or delivered < (self.last_failure_at or "")
 
     def to_api(self, *, show_url: bool = True) -> dict[str, Any]:
         """The API's shape. Without `show_url` (a key that may not manage it), an https
@@ -134,8 +145,9 @@ class Subscription:
             "maxConcurrency": self.max_concurrency,
             "state": "paused" if self.paused else "active",
             "paused": self.paused,
-            # The seed: "status shows the last failure, e.g. No run to resume (message)".
-            "status": self.last_failure or "ok",
+            # The seed: "status shows the last failure, e.g. No run to resume (message)";
+            # once a later delivery succeeded, `ok` again (`lastFailure` still tells it).
+            "status": self.last_failure if self.failing and self.last_failure else "ok",
             "lastFailure": failure,
             "createdAt": self.created_at,
         }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,6 +61,16 @@ def _malformed(message: str) -> RequestRefused:
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-answer (its connection reset: an execution environment that a
+        stop of `ezgh dev` killed with a request in flight) is a debug line, not a
+        traceback on the terminal; anything else is logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            log.debug("a client went away before its answer: %s", type(error).__name__)
+            return
+        log.error("serving a request failed", exc_info=error)
 
 
 class BaseHandler(BaseHTTPRequestHandler):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import logging
 import os
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +21,8 @@ from ezgh_engine.local.asgi import serve_asgi
 log = logging.getLogger("ezgh.local.apps")
 
 _GENERIC_ATTRS = {"app", "application", "push_app", "pushapp", "asgi"}
+# What the SDK reads for the deployment ID (`ezgh_workflows._internal.deployment`).
+DEPLOYMENT_ENV = "EZGH_DEPLOYMENT_ID"
 
 
 def app_name(module: str, attr: str) -> str:
@@ -31,17 +36,37 @@ def app_name(module: str, attr: str) -> str:
 
 
 def load_app(spec: str) -> tuple[str, Any]:
-    """Import `MODULE:ATTR` (the working directory importable, as for uvicorn); (name, app)."""
+    """Import `MODULE:ATTR` (the working directory importable, as for uvicorn); (name, app).
+
+    An app that names no deployment, where `EZGH_DEPLOYMENT_ID` does not either, reports
+    `dev_deployment_id`: so a run's events say which version of the code ran each step."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"--app {spec!r}: expected MODULE:ATTR")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
-    app = importlib.import_module(module_name)
+    module = importlib.import_module(module_name)
+    app: Any = module
     for part in attr.split("."):
         app = getattr(app, part)
+    if getattr(app, "deployment_id", "") is None and not os.environ.get(DEPLOYMENT_ENV):
+        app.deployment_id = dev_deployment_id(app, module)
     return app_name(module_name, attr.split(".")[-1]), app
+
+
+def dev_deployment_id(app: Any, module: Any) -> str:
+    """`dev-` and a digest of the source files of the app's module and of its workflows'
+    modules: the same code has the same ID across restarts, an edit gives a new one."""
+    names = {module.__name__} | {getattr(wf, "__module__", "") for wf in app.workflows}
+    digest = hashlib.sha256()
+    for name in sorted(n for n in names if n in sys.modules):
+        source = getattr(sys.modules[name], "__file__", None)
+        digest.update(name.encode() + b"\0")
+        if source:
+            with contextlib.suppress(OSError):
+                digest.update(Path(source).read_bytes())
+    return f"dev-{digest.hexdigest()[:12]}"
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
-from ezgh_engine.local import moto_expressions
+from ezgh_engine.local import image, moto_expressions
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
 from ezgh_engine.local.emulator_gate import KEY_HEADER, EmulatorGate, new_credentials
 from ezgh_engine.local.moto_internals import MotoInternalsMissing
@@ -36,6 +36,7 @@ from ezgh_engine.local.persistence import (
     JournalingApp,
     Restored,
     replay,
+    restored_from,
     serve_journaled,
 )
 
@@ -538,14 +539,17 @@ class Emulator:
         self.state_dir = state_dir
         self.journaling: JournalingApp | None = None
         self.restored = Restored()
+        self._restored_whole = False  # the state dir's state is all in moto: `stop` saves it
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
         self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
         # What the gate lets in (`local.emulator_gate`): the engine's processes get them.
         self.access_key_id = self._secret_access_key = ""
 
-    def start(self) -> str:
-        """Start the server on a free loopback port, point the process at it; return its URL."""
+    def start(self, before_restore: Callable[[], None] | None = None) -> str:
+        """Start the server on a free loopback port, point the process at it, restore the
+        state dir's state; return its URL. `before_restore` runs once the process points at
+        the server, before the restore (work to overlap with it)."""
         self.access_key_id, self._secret_access_key = new_credentials()  # this start's own
         journal: Journal | None = None
         if self.state_dir is not None:
@@ -580,20 +584,6 @@ class Emulator:
         quicker_dispatch()
         lighten_sqs()
         serialize_sqs_queues()
-        if self.journaling is not None:
-            began = clock.monotonic()
-            records = self.journaling.journal.open()
-            self.restored = replay(self.journaling.app, records)
-            for record in self.restored.kept:  # for the next snapshot
-                self.journaling.remember(record)
-            if not self.restored.empty:
-                log.info(
-                    "restored %d request(s) from %s in %.2fs (%d refused)",
-                    self.restored.requests,
-                    self.journaling.journal.path,
-                    clock.monotonic() - began,
-                    self.restored.refused,
-                )
         env: dict[str, str | None] = {
             **_FIXED_ENV,
             "AWS_ENDPOINT_URL": self.endpoint_url,
@@ -613,8 +603,67 @@ class Emulator:
         self.apply_env(env)
         if self.dynamodb_url:
             self._wipe_dynamodb_local()  # tables a previous runtime left in the same instance
+        if before_restore is not None:
+            before_restore()
+        if self.journaling is not None:  # (in process: no client of the server's is used)
+            self._restore(self.journaling)
         log.debug("moto server on %s", self.endpoint_url)
         return self.endpoint_url
+
+    def _restore(self, journaling: JournalingApp) -> None:
+        """moto's state as the state dir keeps it: the image of the last clean stop when
+        the journal has not moved since (`local.image`), else a replay of the journal."""
+        began = clock.monotonic()
+        journal = journaling.journal
+        try:
+            loaded = image.load(journal.path.with_name(image.IMAGE_NAME), journal.mark())
+        except Exception:  # installed in part, perhaps: moto from nothing, then the replay
+            log.warning("could not install the image of the last stop", exc_info=True)
+            self._post_reset()
+            loaded = None
+        if loaded is not None:
+            journal.reopen()
+            self.restored = restored_from(loaded.kept, loaded.requests, loaded.services)
+            how = "the image of the last clean stop"
+        else:
+            self.restored = replay(journaling.app, journal.open())
+            how = f"a replay of {journal.path} ({self.restored.refused} refused)"
+        for record in self.restored.kept:  # for the next snapshot
+            journaling.remember(record)
+        self._restored_whole = True  # what `stop` may make an image of
+        if not self.restored.empty:
+            log.info(
+                "restored %d request(s) in %.2fs from %s",
+                self.restored.requests,
+                clock.monotonic() - began,
+                how,
+            )
+
+    def _save_image(self, journaling: JournalingApp) -> None:
+        """The image of a clean stop (nothing runs any more), for the next start: only when
+        every service the journal holds requests of is one the image keeps."""
+        path = journaling.journal.path.with_name(image.IMAGE_NAME)
+        began = clock.monotonic()
+        try:
+            with journaling.lock:
+                journal = journaling.journal
+                services = sorted(self.restored.services | journal.services_written)
+                others = [s for s in services if s not in image.SERVICES]
+                if others:  # the image would lose their state: the next start replays
+                    log.info("no image of this stop: the journal has requests of %s", others)
+                    image.discard(path)
+                    return
+                journal.sync_now()  # the mark is of what a crash would keep
+                kept = list(journaling.checkpoints.values())
+                if journaling.mappings is not None:
+                    kept.append(journaling.mappings)
+                requests = self.restored.requests + journal.changes_written
+                size = image.save(path, journal.mark(), requests, kept, services)
+        except Exception:  # the journal has it all: the next start replays it
+            log.warning("could not write the image of this stop to %s", path, exc_info=True)
+            image.discard(path)
+            return
+        log.info("saved the state's image (%d bytes) in %.2fs", size, clock.monotonic() - began)
 
     def apply_env(self, env: Mapping[str, str | None]) -> None:
         """Set (or, for None, remove) variables, remembering the old values for `stop()`."""
@@ -674,6 +723,9 @@ class Emulator:
             self._server = None
             _running.discard(id(self))
         if self.journaling is not None:
+            if self._restored_whole:
+                self._save_image(self.journaling)
+            self._restored_whole = False
             self.journaling.journal.close()
             self.journaling = None
         for name, value in self._saved_env.items():

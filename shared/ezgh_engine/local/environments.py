@@ -463,6 +463,20 @@ def _serve_call(name: str, kwargs: dict[str, Any]) -> Any:
     return methods[name](**kwargs)
 
 
+def start_forkserver(functions: Iterable[Function]) -> None:
+    """Start the forkserver for `functions` now: it imports their handlers and makes their
+    clients (`_warm`), seconds of CPU, while the caller does other work (the start of `ezgh
+    dev` restores and provisions meanwhile), instead of when the first environment is
+    needed. Call it once the process's `AWS_*` variables are the emulator's."""
+    _start_context(_handler_modules(functions))
+    with _spawn_lock:
+        forkserver.ensure_running()  # spawns it and returns: the imports run in the server
+
+
+def _handler_modules(functions: Iterable[Function]) -> list[str]:
+    return sorted({f.handler.partition(":")[0] for f in functions})
+
+
 class Environments:
     """Every topology function's pool, for one life of the engine (a restart kills it)."""
 
@@ -476,8 +490,7 @@ class Environments:
         functions = list(functions)
         self._clock_path = clock_path
         self._faults = faults
-        preload = sorted({f.handler.partition(":")[0] for f in functions})
-        context = _start_context(preload)
+        context = _start_context(_handler_modules(functions))
         self.pools = {f.key: Pool(f, self._setup, context) for f in functions}
 
     def _setup(self) -> Setup:
@@ -639,9 +652,13 @@ def serve(conn: Connection, function: Function, setup: Setup) -> None:
         call_log.install(function.key)
         handler = import_handler(function.handler)
     except BaseException:
-        conn.send(("failed", traceback.format_exc()))
+        with contextlib.suppress(OSError):  # (the runtime gone meanwhile: nobody to tell)
+            conn.send(("failed", traceback.format_exc()))
         return
-    conn.send(("ready", None))
+    try:
+        conn.send(("ready", None))
+    except OSError:  # the runtime stopped while this environment started: end quietly
+        return
     while True:
         try:
             request = conn.recv()

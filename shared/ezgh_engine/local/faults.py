@@ -1,4 +1,4 @@
-"""Seeded fault injection for the local runtime (issue 8: "prove that nothing is lost").
+"""Seeded fault injection for the local runtime (to prove that nothing is lost).
 
 A `FaultPlan` is a seed and one probability per fault. Given to a `LocalRuntime`
 (`runtime.set_faults(plan)`), it plays what AWS and a user's app may do to the engine:

@@ -1,4 +1,4 @@
-"""Lambda's asynchronous invocation, locally (issue 18): `Invoke` with `InvocationType=Event`.
+"""Lambda's asynchronous invocation, locally: `Invoke` with `InvocationType=Event`.
 
 On AWS the stream starts the invoker with an asynchronous invoke, and Scheduler's timers
 invoke it the same way; Lambda keeps each event in a queue of its own, runs it in one of the
@@ -35,14 +35,14 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws
-from ezgh_engine.local._http import BaseHandler
+from ezgh_engine.local._http import BaseHandler, Server
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
 from ezgh_engine.local.emulator_gate import same, signed_by
+from ezgh_engine.local.environments import EnvironmentDied
 from ezgh_engine.local.handlers import LambdaContext
 from ezgh_engine.local.pollers import Activity, Invoke, SqsPoller
 from ezgh_engine.topology import AsyncInvoke, Function, Topology
@@ -84,15 +84,14 @@ class AsyncInvokes:
             self._by_name[context.invoked_function_arn] = function
         self.queue_urls: dict[str, str] = {}  # function key -> its event queue
         self.on_failure_urls: dict[str, str] = {}  # function key -> its on-failure queue
-        self._server: ThreadingHTTPServer | None = None
+        self._server: Server | None = None
         self.url = ""
         self.accepted = 0
 
     def serve(self) -> str:
         """Start answering `Invoke` on a free loopback port; return its URL."""
         if self._server is None:
-            server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
-            server.daemon_threads = True
+            server = Server(("127.0.0.1", 0), _handler_class(self))
             threading.Thread(target=server.serve_forever, name="lambda-api", daemon=True).start()
             self._server = server
             self.url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -310,6 +309,10 @@ class AsyncInvokePoller(SqsPoller):
         try:
             self.invoke(event)
         except Exception as exc:
+            if self._stop.is_set() and isinstance(exc, EnvironmentDied):
+                # The stop killed its environment mid-call: the next start delivers it again.
+                log.info("%s: an event was cut off by the stop; it will be retried", self.name)
+                return
             self.failed += 1
             if attempt > self.spec.retry_attempts:
                 log.warning("%s: attempt %d failed; giving the event up", self.name, attempt)

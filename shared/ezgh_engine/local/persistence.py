@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ezgh_engine import clock
-from ezgh_engine.local import private_files
+from ezgh_engine.local import image, private_files
 from ezgh_engine.local.account import ACCOUNT_ID, REGION
 from ezgh_engine.local.group_commit import GroupCommit
 
@@ -52,6 +52,8 @@ log = logging.getLogger("ezgh.local.persistence")
 JOURNAL_NAME = "journal.log"
 SNAPSHOT_NAME = "snapshot.log"
 _HEADER = struct.Struct("<II")
+# Records of the runtime's own, not changes to moto's state (a replay counts the others).
+_RUNTIME_KINDS = frozenset({"base", "checkpoint", "mappings"})
 # Reads: never journaled. Everything else on these services is (a harmless extra is cheap).
 _READ_PREFIXES = ("Get", "BatchGet", "Query", "Scan", "TransactGet", "Describe", "List")
 # (`ReceiveMessage` is not journaled either, but what it moves to a dead-letter queue is.)
@@ -82,6 +84,8 @@ class Journal:
         self.sync = sync
         self._file: IO[bytes] | None = None
         self.records_written = 0
+        self.changes_written = 0  # of those, moto's changes (not the runtime's own records)
+        self.services_written: set[str] = set()  # the services of the requests among them
         self.generation = 0  # the snapshot's (0: none)
         self.size = 0  # the journal's bytes
         # Concurrent requests share their fdatasyncs (`append(..., wait=False)`).
@@ -124,6 +128,20 @@ class Journal:
         body = [r for r in snapshot[1:-1]] + [r for r in records if r.get("t") != "base"]
         return body
 
+    def mark(self) -> image.JournalMark:
+        """Which journal (and snapshot) is on disk now, as `local.image` matches it."""
+        generation, snapshot_size = _generation_of(self.snapshot_path)
+        return image.journal_mark(self.path, generation, snapshot_size)
+
+    def reopen(self) -> None:
+        """Open for appending without reading: the caller restored the state by other means
+        (`local.image`, which checked that this journal and snapshot are the ones it
+        matches, so they hold no torn tail or damage to cut)."""
+        private_files.private_dir(self.path.parent)
+        self.generation, _ = _generation_of(self.snapshot_path)
+        self._file = private_files.open_private(self.path, "ab")
+        self.size = self._file.tell()
+
     def append(
         self, record: dict[str, Any], *, sync: bool | None = None, wait: bool = True
     ) -> int | None:
@@ -138,6 +156,10 @@ class Journal:
         self._file.write(frame)
         self._file.flush()
         self.records_written += 1
+        if record.get("t") not in _RUNTIME_KINDS:
+            self.changes_written += 1
+        if record.get("t") == "http":
+            self.services_written.add(str(record.get("s")))
         self.size += len(frame)
         position = self.commits.written(len(frame))
         if not (self.sync if sync is None else sync):
@@ -152,6 +174,11 @@ class Journal:
         durable (at once for None)."""
         if position is not None:
             self.commits.wait_durable(position)
+
+    def sync_now(self) -> None:
+        """Make everything appended so far durable."""
+        self._fdatasync()
+        self.commits.all_durable()
 
     def _fdatasync(self) -> None:
         file = self._file
@@ -177,7 +204,8 @@ class Journal:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, self.snapshot_path)
-        _fsync_directory(self.snapshot_path.parent)
+        private_files.fsync_directory(self.snapshot_path.parent)
+        image.discard(self.path.with_name(image.IMAGE_NAME))  # of the journal just folded
         self.generation = generation
         self._file.truncate(0)
         self._file.seek(0)
@@ -187,10 +215,13 @@ class Journal:
 
     def clear(self) -> None:
         """Forget everything (`ezgh dev --reset`, a runtime `reset()`)."""
+        image.discard(self.path.with_name(image.IMAGE_NAME))
         with contextlib.suppress(FileNotFoundError):
             self.snapshot_path.unlink()
         self.generation = 0
         self.size = 0
+        self.changes_written = 0
+        self.services_written.clear()
         if self._file is not None:
             self._file.truncate(0)
             self._file.flush()
@@ -210,13 +241,29 @@ def _frame(record: dict[str, Any]) -> bytes:
     return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def _fsync_directory(path: Path) -> None:
-    """Make a rename in `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
+def read_first_record(path: Path) -> dict[str, Any] | None:
+    """The first whole record of `path` (None if it has none), reading only that far."""
+    with open(path, "rb") as file:
+        header = file.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return None
+        length, crc = _HEADER.unpack(header)
+        payload = file.read(length)
+    if len(payload) != length or zlib.crc32(payload) != crc:
+        return None
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        record = json.loads(payload)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _generation_of(path: Path) -> tuple[int, int]:
+    """A snapshot's generation and size ((0, 0): none; -1: not one)."""
+    if not path.exists():
+        return 0, 0
+    first = read_first_record(path)
+    return (int(first.get("n", 0)) if first else -1), path.stat().st_size
 
 
 def read_snapshot(path: Path) -> list[dict[str, Any]]:
@@ -264,7 +311,7 @@ def _set_aside_damage(path: Path, good: int) -> None:
         file.write(rest)
         file.flush()
         os.fsync(file.fileno())
-    _fsync_directory(path.parent)
+    private_files.fsync_directory(path.parent)
     log.warning(
         "journal %s is damaged at byte %d of %d, with records after it (a crash of the "
         "machine before they were synced, or a damaged disk): starting from the %d byte(s) "
@@ -983,10 +1030,31 @@ class Restored:
     checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)  # poller -> shard -> seq
     mappings: list[dict[str, Any]] | None = None
     kept: list[dict[str, Any]] = field(default_factory=list)  # checkpoint and mappings records
+    services: set[str] = field(default_factory=set)  # of the replayed requests
 
     @property
     def empty(self) -> bool:
         return self.requests == 0
+
+
+def restored_from(
+    kept: Iterable[dict[str, Any]], requests: int, services: Iterable[str]
+) -> Restored:
+    """What a replay of `requests` requests to `services` and the `kept` runtime records
+    reports."""
+    restored = Restored(requests=requests, services=set(services))
+    for record in kept:
+        _keep(restored, record)
+    return restored
+
+
+def _keep(restored: Restored, record: dict[str, Any]) -> None:
+    """A checkpoint or mappings record, as a replay keeps it."""
+    if record.get("t") == "checkpoint":
+        restored.checkpoints.setdefault(record["poller"], {})[record["shard"]] = record["seq"]
+    else:
+        restored.mappings = list(record.get("mappings", []))
+    restored.kept.append(record)
 
 
 def replay(app: Callable[..., Any], records: Iterable[dict[str, Any]]) -> Restored:
@@ -995,16 +1063,11 @@ def replay(app: Callable[..., Any], records: Iterable[dict[str, Any]]) -> Restor
     with _lenient_schedule_start():
         for record in records:
             kind = record.get("t")
-            if kind == "checkpoint":
-                restored.checkpoints.setdefault(record["poller"], {})[record["shard"]] = record[
-                    "seq"
-                ]
-                restored.kept.append(record)
-            elif kind == "mappings":
-                restored.mappings = list(record.get("mappings", []))
-                restored.kept.append(record)
+            if kind in ("checkpoint", "mappings"):
+                _keep(restored, record)
             elif kind == "http":
                 restored.requests += 1
+                restored.services.add(str(record.get("s")))
                 if not _replay_request(app, record):
                     restored.refused += 1
             elif kind == "dlq":

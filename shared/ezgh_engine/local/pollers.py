@@ -21,6 +21,7 @@ from ezgh_engine import clock
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import events, incarnation
 from ezgh_engine.local.emulator import prune_stream_iterators, stream_wakeup
+from ezgh_engine.local.environments import EnvironmentDied
 
 if TYPE_CHECKING:
     from ezgh_engine.local.faults import FaultPlan
@@ -235,9 +236,13 @@ class SqsPoller(Poller):
             event = {"Records": [events.sqs_record(m, self.queue_arn) for m in messages]}
             try:
                 result = self.invoke(event)
-            except Exception:
+            except Exception as error:
                 # As in Lambda: nothing is deleted, the batch comes back after the visibility
                 # timeout (and goes to the dead-letter queue after maxReceiveCount).
+                if self._stop.is_set() and isinstance(error, EnvironmentDied):
+                    # The stop killed its environment mid-call: the next start runs it again.
+                    log.info("%s: a batch was cut off by the stop; it will be retried", self.name)
+                    return
                 log.exception(
                     "%s: handler raised; %d message(s) will be retried", self.name, len(messages)
                 )

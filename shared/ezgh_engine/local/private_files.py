@@ -62,3 +62,12 @@ def open_private_fd(path: Path, flags: int) -> int:
     fd = os.open(path, flags, FILE_MODE)
     os.fchmod(fd, FILE_MODE)
     return fd
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a rename (or a new file) in the directory `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

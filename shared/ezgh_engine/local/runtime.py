@@ -22,9 +22,10 @@ from ezgh_engine.adapters import aws
 from ezgh_engine.local import apps as local_apps
 from ezgh_engine.local import events, incarnation
 from ezgh_engine.local.emulator import Emulator
-from ezgh_engine.local.environments import Environments
+from ezgh_engine.local.environments import Environments, start_forkserver
 from ezgh_engine.local.handlers import Handler, resolve_all
 from ezgh_engine.local.http_bridge import ServedHttp, serve_api
+from ezgh_engine.local.lambda_async import ENDPOINT_ENV as LAMBDA_ENDPOINT_ENV
 from ezgh_engine.local.lambda_async import AsyncInvokes, function_arn
 from ezgh_engine.local.persistence import DevState, write_atomically
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
@@ -118,7 +119,8 @@ class LocalRuntime:
         self.persist = persist
         self.dev_state = DevState(self.state_dir)
         self.emulator = Emulator(state_dir=self.state_dir / "aws" if persist else None)
-        # `GET /v1/health` answers 200 only once dev.env holds a key that works (issue 15).
+        # `GET /v1/health` answers 200 only once dev.env holds a key that works, so a
+        # script that waits for health can use dev.env at once.
         self.ready = False
         self._startup_check = ids.secret_token()
         self._stopping = False
@@ -133,10 +135,10 @@ class LocalRuntime:
         self.environments: Environments | None = None
         self.invokers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self.pollers: list[Poller] = []
-        # Queue subscriptions' pollers, made at run time through the API (issue 4).
+        # Queue subscriptions' pollers, made at run time through the API.
         self.subscriptions = SubscriptionSources(self)
         self.scheduler: Scheduler | None = None
-        # Lambda's asynchronous invocations (issue 18): the invoker's starts and timers.
+        # Lambda's asynchronous invocations: the invoker's starts and timers.
         self.async_invokes = AsyncInvokes(topology)
         self.api_server: ServedHttp | None = None
         # The functions served at a function URL of their own (the steps function).
@@ -170,7 +172,7 @@ class LocalRuntime:
         # the handlers' environment is in place: the URL is in it.
         self.api_server = serve_api(self._invoke_api, port=self.port, track=self.activity.track)
         self.api_url = self.api_server.url
-        self.emulator.start()
+        self.emulator.start(before_restore=self._start_forkserver)
         restored = not self.emulator.restored.empty
         if self.persist:
             saved = self.dev_state.load() if restored else {}
@@ -434,6 +436,16 @@ class LocalRuntime:
 
     def _invoker_of(self, key: str) -> Callable[[dict[str, Any]], Any]:
         return lambda event: self.invokers[key](event)
+
+    def _start_forkserver(self) -> None:
+        """The execution environments' forkserver imports the handlers (seconds of CPU)
+        while the state is restored and the resources provisioned, not after them: the
+        first request would wait for it."""
+        if self.isolation == "process":
+            # Its clients are made for the `AWS_*` variables it starts with: all of them.
+            self.emulator.apply_env({LAMBDA_ENDPOINT_ENV: self.async_invokes.serve()})
+            functions = [f for f in self.topology.functions if f.key not in self._overrides]
+            start_forkserver(functions)
 
     def _resolve(self) -> None:
         """New execution environments (none run until called) and an invoker per function."""

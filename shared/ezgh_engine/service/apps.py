@@ -189,7 +189,7 @@ def delete_app(principal: Principal, app_ref: str) -> None:
     app = get_app(principal, app_ref)
     _require(principal, UPDATE_ACTION, app.name)
     registry_store.delete_app(app)
-    if app.kind == "pull":  # issue 5: its task queue goes with it
+    if app.kind == "pull":  # its task queue goes with it
         delete_task_queue(app.id)
     end_runs_of_deleted_app(app.project_id, app.id)
 

@@ -25,6 +25,11 @@ read again, with its creators, as this environment read it at most
 the queue, and for a workflow target `workflows.runs.start` (`resume`) on its workflow.
 Refused, nothing is delivered: the status says so (`Run not started: 403 forbidden: …`) and
 the message is retried like any failed delivery, then dead-lettered.
+
+The subscription's status is its last delivery's: a failure's words until a later delivery
+succeeds, then `ok` again (`lastFailure` keeps the failure). A success is written only after
+a failure this environment has seen (its copy of the subscription is up to
+`queues_store.CACHE_SECONDS` old), so a busy queue does not write its subscription per message.
 """
 
 from __future__ import annotations
@@ -201,8 +206,10 @@ def deliver_record(record: dict[str, Any]) -> bool:
         status = f"Delivery failed: {err.message}"
         log.warning("delivery of %s failed: %s", message["messageId"], err.message)
     else:
+        if sub.failing:  # as read a moment ago: a failure recorded meanwhile shows next time
+            queues_store.record_delivered(sub, clock.iso(clock.now()))
         return True
-    queues_store.record_failure(sub.id, status, str(message["messageId"]), clock.iso(clock.now()))
+    queues_store.record_failure(sub, status, str(message["messageId"]), clock.iso(clock.now()))
     _backoff(record, queue)
     return False
 

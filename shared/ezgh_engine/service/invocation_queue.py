@@ -1,6 +1,6 @@
 """The invoker's consumer: one message, parsed once, to the handler of its class.
 
-Messages come two ways (issue 18): in SQS records from the invocations queue (delayed
+Messages come two ways: in SQS records from the invocations queue (delayed
 messages, held ones, what Lambda's event queue gave up on), or as the event of an
 asynchronous invocation (the stream's starts, Scheduler's timers: `adapters.messages.start`).
 

@@ -126,7 +126,7 @@ def _invoke_read(
     # A job's app, the interpreter, has no record (service/flow_hosting.py).
     app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
     # A cancelling run is invoked like any other: the SDK raises its cancellation error in
-    # the workflow, whose cleanup may still run steps (issue 3).
+    # the workflow, whose cleanup may still run steps.
     if _past_deadline(run):
         timers.time_out(run.id)
         return None

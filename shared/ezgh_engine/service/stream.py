@@ -89,7 +89,7 @@ def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None, asked: set[
 
 
 def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-    """Issue 3: a run's time limit gets its timer; a run that ends resumes its parent. A
+    """A run's time limit gets its timer; a run that ends resumes its parent. A
     live run is counted in its creation hour's year-limit bucket (`year_limits.arm`: one
     write per hour and project per environment, none per run)."""
     if not new:
@@ -127,7 +127,7 @@ def handle_record(record: dict[str, Any], asked: set[str] | None = None) -> None
     item_type = item.get("type")
     if item_type == "run":
         _on_run(old, new)
-        notifications.on_run_change(old, new)  # issue 4: run-result notifications
+        notifications.on_run_change(old, new)  # run-result notifications
     elif item_type == "step":
         _on_step(old, new, set() if asked is None else asked)
 

@@ -71,7 +71,7 @@ def _check_target(principal: Principal, target: dict[str, Any]) -> dict[str, Any
         except ValidationError as err:
             raise ValidationError(f"target.url: {err.message}") from None
         return {"kind": "https", "url": url, "keyId": principal.key_id}
-    if kind == "flow":  # issue 16: a flow's jobs
+    if kind == "flow":  # an EzFlow graph's jobs
         return check_flow_target(principal, target)
     if kind != "workflow":
         raise ValidationError("target.kind: 'https', 'workflow' or 'flow'")

@@ -87,7 +87,9 @@ def _fields(
     when = retry_at(fresh, request)
     kind = "step.retrying" if when else "step.failed"
     error = request.error.to_api()
-    failure = event(caller, fresh, kind, step_id, error=error, stepAttempt=request.attempt)
+    # A retry's event says when the next attempt is due: the console draws the backoff.
+    due = {"retryAt": when} if when else {}
+    failure = event(caller, fresh, kind, step_id, error=error, stepAttempt=request.attempt, **due)
     fields: dict[str, Any] = {
         "output_text": None,
         "output_ref": None,

@@ -1,0 +1,315 @@
+"""The image of a clean stop (`local/image.py`): the next start loads it instead of replaying
+the journal, gets the very same state, and falls back to the replay whenever the journal
+moved on since (a crash after the image), the image is damaged or another version's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ezgh_engine.adapters import aws
+from ezgh_engine.local import image, persistence
+from ezgh_engine.local.emulator import Emulator
+
+from tests.local.test_persistence import _build_state, _checkpoint, _state, _stream
+
+
+@pytest.fixture()
+def replays(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many records each start replayed (a spy on `persistence.replay`)."""
+    counted: list[int] = []
+    real = persistence.replay
+
+    def replay(app: Any, records: Any) -> persistence.Restored:
+        records = list(records)
+        counted.append(len(records))
+        return real(app, records)
+
+    monkeypatch.setattr("ezgh_engine.local.emulator.replay", replay)
+    yield counted
+
+
+def _crash(emulator: Emulator, monkeypatch: pytest.MonkeyPatch, *, mid_save: bool = False) -> None:
+    """Stop as a `kill -9` would leave the state dir: no image of this life (with
+    `mid_save`, killed while writing it: a part of it in the temporary file, the image of
+    the life before still in place)."""
+
+    def save_in_part(self: Emulator, journaling: Any) -> None:
+        path = journaling.journal.path.with_name(image.IMAGE_NAME)
+        path.with_name(f".{path.name}.tmp").write_bytes(path.read_bytes()[:1000])
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Emulator, "_save_image", save_in_part if mid_save else lambda *a: None)
+        emulator.stop()
+
+
+def test_a_start_after_a_clean_stop_loads_the_image_and_replays_nothing(
+    tmp_path: Path, replays: list[int]
+) -> None:
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        urls = _build_state()
+        stream = _stream()
+        _checkpoint(first, stream[10]["seq"])
+        before = _state(urls)
+    finally:
+        first.stop()
+    assert (tmp_path / image.IMAGE_NAME).exists()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert replays == [0]  # the first start's empty journal; none at the second
+        assert second.restored.requests > 0  # a restored state, as the runtime sees it
+        assert _state(urls) == before
+        assert _stream() == stream  # the same records with the same sequence numbers
+        shard = "shardId-00000001541626099285-f35f62ef"
+        assert second.restored.checkpoints == {"stream:t": {shard: stream[10]["seq"]}}
+        # Writes go on into the same journal, numbered on from there.
+        aws.client("dynamodb").put_item(
+            TableName="t", Item={"pk": {"S": "later"}, "sk": {"S": "x"}, "g": {"S": "y"}}
+        )
+        assert int(_stream()[-1]["seq"]) == int(stream[-1]["seq"]) + 1
+        after = _state(urls)
+    finally:
+        second.stop()
+    third = Emulator(state_dir=tmp_path)
+    third.start()  # the image of the second life
+    try:
+        assert replays == [0]
+        assert _state(urls) == after
+    finally:
+        third.stop()
+
+
+@pytest.mark.parametrize("mid_save", [False, True], ids=["killed", "killed mid-save"])
+def test_a_crash_after_the_image_replays_the_whole_journal(
+    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch, mid_save: bool
+) -> None:
+    """The image is of the journal as it was at the clean stop: what the next life journaled
+    (then died without a stop, or while saving its own image) is only in the journal, so
+    the next start replays it all instead of loading the older image."""
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        urls = _build_state()
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        aws.client("sqs").send_message(QueueUrl=urls["work"], MessageBody="after the image")
+        aws.client("dynamodb").delete_item(
+            TableName="t", Key={"pk": {"S": "p1"}, "sk": {"S": "s1"}}
+        )
+        before, stream = _state(urls), _stream()
+    finally:
+        _crash(second, monkeypatch, mid_save=mid_save)
+    assert (tmp_path / image.IMAGE_NAME).exists()  # the first life's: it no longer matches
+    third = Emulator(state_dir=tmp_path)
+    third.start()
+    try:
+        assert len(replays) == 2 and replays[1] > 30  # the whole journal, not just the tail
+        assert third.restored.refused == 0
+        assert _state(urls) == before and _stream() == stream
+    finally:
+        third.stop()
+
+
+@pytest.mark.parametrize("damage", ["torn", "another version", "not a pickle"])
+def test_a_damaged_or_foreign_image_is_passed_over_for_the_journal(
+    tmp_path: Path, replays: list[int], damage: str
+) -> None:
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        urls = _build_state()
+        before = _state(urls)
+    finally:
+        first.stop()
+    path = tmp_path / image.IMAGE_NAME
+    if damage == "torn":
+        path.write_bytes(path.read_bytes()[:-100])
+    elif damage == "not a pickle":
+        path.write_bytes(b"{}")
+    else:
+        import io
+        import pickle
+
+        file = io.BytesIO(path.read_bytes())
+        header = pickle.load(file)  # the versions and the mark, then moto's objects
+        path.write_bytes(pickle.dumps({**header, "moto": "0.0.1"}) + file.read())
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert len(replays) == 2 and replays[1] > 30
+        assert _state(urls) == before
+    finally:
+        second.stop()
+
+
+def test_a_reset_and_a_compaction_delete_the_image(tmp_path: Path) -> None:
+    from ezgh_engine.cli.dev import reset_state
+
+    emulator = Emulator(state_dir=tmp_path / "aws")
+    emulator.start()
+    try:
+        _build_state()
+    finally:
+        emulator.stop()
+    path = tmp_path / "aws" / image.IMAGE_NAME
+    assert path.exists()
+    emulator.start()
+    try:
+        assert emulator.journaling is not None
+        emulator.journaling.compact()  # the image is of the journal just folded away
+        assert not path.exists()
+    finally:
+        emulator.stop()
+    assert path.exists()
+    reset_state(tmp_path)  # `ezgh dev --reset`
+    assert not path.exists() and not (tmp_path / "aws" / persistence.JOURNAL_NAME).exists()
+    emulator.start()
+    try:
+        assert emulator.restored.empty
+        emulator.reset()  # a runtime's reset (tests) empties the journal and drops the image
+    finally:
+        emulator.stop()
+    assert path.exists()  # the image of the empty state: a clean stop's
+
+
+def test_an_image_that_fails_to_install_midway_is_undone_and_the_journal_replayed(
+    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        urls = _build_state()
+        before = _state(urls)
+    finally:
+        first.stop()
+    real = image._install
+
+    def install_in_part(saved: dict[str, Any]) -> None:
+        real({"dynamodb": saved["dynamodb"]})  # moto now holds a part of the image
+        raise MemoryError("the rest did not fit")
+
+    monkeypatch.setattr(image, "_install", install_in_part)
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert len(replays) == 2 and replays[1] > 30
+        assert second.restored.refused == 0  # no table replayed onto one already there
+        assert _state(urls) == before
+    finally:
+        second.stop()
+
+
+def test_a_message_received_before_the_stop_is_visible_at_once_and_keeps_its_count(
+    tmp_path: Path,
+) -> None:
+    """Its consumer went with the stop (as after a replay), but not its receive count."""
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        sqs = aws.client("sqs")
+        url = sqs.create_queue(QueueName="held", Attributes={"VisibilityTimeout": "600"})[
+            "QueueUrl"
+        ]
+        sqs.send_message(QueueUrl=url, MessageBody="in flight at the stop")
+        taken = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)["Messages"]
+        assert len(taken) == 1
+        assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages") is None
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert second.restored.requests > 0
+        again = aws.client("sqs").receive_message(
+            QueueUrl=url, WaitTimeSeconds=0, AttributeNames=["ApproximateReceiveCount"]
+        )["Messages"]
+        assert [m["Body"] for m in again] == ["in flight at the stop"]
+        assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    finally:
+        second.stop()
+
+
+def test_a_crash_mid_compaction_after_an_image_replays_the_journal(
+    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction folds the journal the image is of into a new snapshot: killed between the
+    snapshot's rename and the image's deletion, it leaves an image of a snapshot generation
+    that is no longer there, which the next start passes over."""
+    from ezgh_engine.local import private_files
+
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        urls = _build_state()
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert second.journaling is not None
+        aws.client("sqs").send_message(QueueUrl=urls["work"], MessageBody="before the fold")
+        before, stream = _state(urls), _stream()
+
+        def killed(path: Path) -> None:
+            raise KeyboardInterrupt  # the process ends here
+
+        with monkeypatch.context() as patch:
+            patch.setattr(private_files, "fsync_directory", killed)
+            with pytest.raises(KeyboardInterrupt):
+                second.journaling.compact()
+    finally:
+        _crash(second, monkeypatch)
+    assert (tmp_path / image.IMAGE_NAME).exists()  # the first life's, of the old generation
+    third = Emulator(state_dir=tmp_path)
+    third.start()
+    try:
+        assert len(replays) == 2  # the new snapshot and its (dropped) old journal
+        assert third.restored.refused == 0
+        assert _state(urls) == before and _stream() == stream
+    finally:
+        third.stop()
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept by the image", "not kept"])
+def test_the_runs_trace_segments_outlive_a_clean_stop(
+    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """A replay of the journal puts X-Ray's segments back (PutTraceSegments is journaled):
+    the image keeps them too. A service the image would not keep (here X-Ray, taken off its
+    list) means no image at all: the next start replays, and nothing is lost."""
+    import json
+
+    if not kept:
+        monkeypatch.setattr(image, "SERVICES", tuple(s for s in image.SERVICES if s != "xray"))
+
+    trace_id = "1-5f84c7a1-0123456789abcdef01234567"
+    segment = {
+        "name": "ezgh-invoker",
+        "id": "0123456789abcdef",
+        "trace_id": trace_id,
+        "start_time": 1.0,
+        "end_time": 2.0,
+    }
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        aws.client("xray").put_trace_segments(TraceSegmentDocuments=[json.dumps(segment)])
+    finally:
+        first.stop()
+    assert (tmp_path / image.IMAGE_NAME).exists() == kept
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        traces = aws.client("xray").batch_get_traces(TraceIds=[trace_id])["Traces"]
+        assert [t["Id"] for t in traces] == [trace_id]
+        assert len(replays) == (1 if kept else 2)
+    finally:
+        second.stop()
