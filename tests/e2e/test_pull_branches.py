@@ -17,6 +17,8 @@ from ezgh_workflows import Context, Worker, WorkflowsClient, workflow
 # Pull workers poll, run and heartbeat in real time: no idle skipping.
 pytestmark = [pytest.mark.e2e, pytest.mark.real_time]
 
+# The pull lease of the tests that need none to run out by itself (the fixture's is 2 s).
+SAFE_LEASE_SECONDS = 15
 CALLS: Counter[str] = Counter()
 GATE = threading.Event()
 
@@ -106,7 +108,7 @@ def pull(engine: LocalRuntime, client: WorkflowsClient, monkeypatch) -> Iterator
             return w
 
         def synced(self) -> None:
-            engine.wait_for(lambda: client.get_app(app["id"])["status"] == "synced", timeout=10)
+            engine.wait_for(lambda: client.get_app(app["id"])["status"] == "synced", timeout=30)
 
     yield Env()
     GATE.set()
@@ -117,12 +119,14 @@ def pull(engine: LocalRuntime, client: WorkflowsClient, monkeypatch) -> Iterator
 
 
 @pytest.mark.parametrize("width", [3, 20])
-def test_a_gather_runs_on_a_pull_worker(engine, client, pull, width, caplog):
+def test_a_gather_runs_on_a_pull_worker(engine, client, pull, width, caplog, monkeypatch):
+    # A lease no busy machine outlasts between heartbeats: each step runs once.
+    monkeypatch.setenv("EZGH_PULL_LEASE_SECONDS", str(SAFE_LEASE_SECONDS))
     pull.worker(worker_id="w1", concurrency=8)
     pull.worker(worker_id="w2", concurrency=8, direct_queue=False)
     pull.synced()
     run = client.start_run(pull.app_id, "fan", {"width": width})
-    done = client.wait_for_run(run["id"], timeout=90, interval=0.2)
+    done = client.wait_for_run(run["id"], timeout=180, interval=0.2)
     assert done["status"] == "completed", done
     assert done["output"] == ["one", sum(i * i for i in range(width))]
     assert all(CALLS[f"part-{i}"] == 1 for i in range(width)), CALLS
@@ -131,16 +135,18 @@ def test_a_gather_runs_on_a_pull_worker(engine, client, pull, width, caplog):
     assert "outcome refused" not in caplog.text  # every branch task's answer was taken
 
 
-def test_a_worker_that_dies_mid_branch_hands_the_step_on(engine, client, pull):
+def test_a_worker_that_dies_mid_branch_hands_the_step_on(engine, client, pull, monkeypatch):
+    # (The dead worker's step calls must come within its lease, however busy the machine.)
+    monkeypatch.setenv("EZGH_PULL_LEASE_SECONDS", str(SAFE_LEASE_SECONDS))
     doomed = pull.worker(DeadWorker, worker_id="doomed", concurrency=4)
     pull.synced()
     run = client.start_run(pull.app_id, "fan-stuck", {})
-    engine.wait_for(lambda: CALLS["stuck-0"] == 1 and CALLS["stuck-1"] == 1, timeout=30)
+    engine.wait_for(lambda: CALLS["stuck-0"] == 1 and CALLS["stuck-1"] == 1, timeout=90)
     doomed.stop()  # a crashed process polls no more
     # The dead worker posted nothing: both branch leases end, and both tasks go out again.
-    engine.clock.advance(timedelta(seconds=3))
+    engine.clock.advance(timedelta(seconds=SAFE_LEASE_SECONDS + 2))
     pull.worker(worker_id="rescuer", concurrency=4)
-    done = client.wait_for_run(run["id"], timeout=60, interval=0.2)
+    done = client.wait_for_run(run["id"], timeout=120, interval=0.2)
     assert done["status"] == "completed", done
     assert done["output"] == [10, 11]
     # stuck-1 ended by its step call (its outcome never came): it is not run again.
