@@ -1,5 +1,5 @@
 """`python -m bench.console_render [--runs 10000] [--repeat 5] [--dynamodb-local]`: how long the
-web console takes to show a page of 100 runs with many runs stored (issue 17: under a second
+web console takes to show a page of 100 runs with many runs stored (the target: under a second
 with 10,000).
 
 Stores the runs straight into the local runtime's table (batch writes of the same items

@@ -1,4 +1,4 @@
-"""What a deployment costs in a month in which it does nothing (issue 18).
+"""What a deployment costs in a month in which it does nothing.
 
 Read off the synthesized CloudFormation template (infra/, as `cdk synth` makes it): every
 resource that bills while idle (SQS event source mappings and their pollers, alarms,

@@ -61,7 +61,7 @@ HTTP_API_CHUNK_BYTES = 512 * 1024
 # ("you pay for invocations"), and `ActionAfterCompletion: DELETE` is done by the service.
 SCHEDULER_USD_PER_INVOCATION = 1.00 / 1e6
 SCHEDULER_USD_PER_API_CALL = 0.0
-# A schedule whose target is a Lambda function (issue 18: long timers target the invoker)
+# A schedule whose target is a Lambda function (long timers and cron fires target the invoker)
 # bills that one Scheduler invocation plus the Lambda invocation it starts (asynchronous,
 # above); a queue target bills the invocation plus SQS's send, receive and delete.
 

@@ -197,7 +197,7 @@ def marginal(sizes: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-# Issue 18's goal: a 10-step run with one sleep at most $1.50 per million steps, all-in.
+# The cost goal: a 10-step run with one sleep at most $1.50 per million steps, all-in.
 GOAL_USD_PER_MILLION_STEPS = 1.50
 GOAL_STEPS = 10
 
@@ -294,7 +294,7 @@ def levers(figures: dict[str, Any]) -> list[dict[str, Any]]:
     premium = d.get("dynamodb_transact_wru_premium", 0.0)
     return [
         {
-            # Issue 18: an end, a sleep's suspend and a sleep's wake-up are single writes
+            # An end, a sleep's suspend and a sleep's wake-up are single writes
             # now; what is left in a transaction (each item 2x) is off the bench's path
             # (other waits' suspends, a retry's wake-up).
             "lever": "the remaining transactions as single writes",

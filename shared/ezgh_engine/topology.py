@@ -246,7 +246,7 @@ INVOCATIONS_QUEUE = Queue(
     max_receive_count=100,
 )
 
-# Issue 4 (queues): run-ended notifications wait here while the `notify` function sends them to
+# Queues: run-ended notifications wait here while the `notify` function sends them to
 # the app's queue; failures come back after a growing visibility timeout, for up to 24 hours.
 NOTIFICATIONS_QUEUE = Queue(
     key="notifications",
@@ -281,7 +281,7 @@ STREAM_FUNCTION = Function("stream", "functions.stream.handler:handler", timeout
 # The stream starts an invocation with an asynchronous invoke of this function (no SQS
 # message: 3 requests fewer per start), and Scheduler's long timers and cron fires target it
 # directly; what needs a delay (short timers, backoffs, held messages, task watches) still goes through the
-# invocations queue, which is also where Lambda puts an event it gave up on (issue 18).
+# invocations queue, which is also where Lambda puts an event it gave up on.
 #
 # One environment makes up to `GROUP_MAX_MESSAGES` (10) pushes at once, each on a thread of
 # its own: the stream hands it the starts of a batch of records as one event (a group), and
@@ -299,7 +299,7 @@ INVOKER_FUNCTION = Function(
     timeout_seconds=900,
     memory_mb=256,
     local_concurrency=8,
-    # The api makes the cron schedules, which fire the invoker directly (issue 18).
+    # The api makes the cron schedules, which fire the invoker directly (no SQS request per fire).
     async_invoke=AsyncInvoke(
         on_failure="invocations", invoked_by=("stream",), targeted_by=("api",)
     ),

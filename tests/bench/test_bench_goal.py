@@ -1,4 +1,4 @@
-"""The bench's goal check (issue 18): a run's cost as a fixed part plus a floor per step,
+"""The bench's goal check: a run's cost as a fixed part plus a floor per step,
 from the measured sizes, and the step count from which a run meets $1.50 per million
 steps. Synthetic figures on an exact line, so the answers are known."""
 

@@ -1,4 +1,4 @@
-"""The idle month of `python -m bench` (issue 18), from the synthesized template: which
+"""The idle month of `python -m bench`, from the synthesized template: which
 resources bill while nothing happens, and that an idle pull worker costs at most $0.10."""
 
 from __future__ import annotations

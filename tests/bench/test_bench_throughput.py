@@ -1,4 +1,4 @@
-"""`python -m bench.throughput` end to end at its smallest (issue 15): a few concurrent runs on
+"""`python -m bench.throughput` end to end at its smallest: a few concurrent runs on
 `ezgh dev`'s runtime with the journal on, its client in a process of its own. Checks that every
 run completes and the figures' shape and arithmetic; nothing depends on how fast the machine is
 (the rates are the bench's to report, not a test's to judge)."""
