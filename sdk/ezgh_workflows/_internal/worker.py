@@ -5,7 +5,9 @@ A task is the invoke request a push app would get (protocol §1.2) plus ``taskId
 task's lease while it runs (``POST /v1/invocations/heartbeat``) and posts the outcome
 (``POST /v1/invocations/outcome``), both with the invocation's token. A worker that dies
 stops heartbeating: when the lease ends the engine hands the task to another worker, and the
-dead worker's late step calls are refused.
+dead worker's late step calls are refused. A parallel step's task (a branch task: its
+request carries ``branch``) is run, heartbeated and answered the same way; the engine holds
+it by the step's own lease instead of the run's.
 
 Waiting for tasks: by default the worker asks the engine for credentials to its app's task
 queue (``POST .../tasks/access``) and long-polls the queue itself, so an idle worker costs one
