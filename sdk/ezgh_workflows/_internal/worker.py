@@ -11,7 +11,7 @@ it by the step's own lease instead of the run's.
 
 Waiting for tasks: by default the worker asks the engine for credentials to its app's task
 queue (``POST .../tasks/access``) and long-polls the queue itself, so an idle worker costs one
-SQS request per 20 s instead of a Lambda function waiting inside ``tasks/poll`` (issue 18).
+SQS request per 20 s instead of a Lambda function waiting inside ``tasks/poll``.
 A task received so is claimed with a first heartbeat (the engine's ``poll`` does the same
 check: a superseded, answered or expired task is dropped). An engine that vends no
 credentials (409, or 404 from an older engine) is polled through ``tasks/poll`` as before.

@@ -1,4 +1,4 @@
-"""Branch invocations: each parallel step runs in an invocation of its own (issue 3).
+"""Branch invocations: each parallel step runs in an invocation of its own.
 
 When steps are awaited together, the main invocation suspends and, once its suspend has
 committed, the stream records each unrecorded `run` step as `waiting` with `branch` set

@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 MAX_POLL_SECONDS = 20
 UPDATE_ACTION = "workflows.apps.update"
 WORKFLOW_NAME_MAX = 64
-# Direct task-queue access (issue 18): the role a worker's credentials are a session of. Its
+# Direct task-queue access (idle workers long-poll SQS, not a Lambda function): the role a worker's credentials are a session of. Its
 # policy allows the consumer actions on this stack's task queues; each session's policy
 # narrows them to one app's queue. Unset: the engine vends none (workers use `tasks/poll`).
 ENV_TASK_WORKER_ROLE = "EZGH_TASK_WORKER_ROLE_ARN"
