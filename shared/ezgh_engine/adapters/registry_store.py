@@ -262,6 +262,12 @@ def get_app_cached(project_id: str, app_ref: str) -> App | None:
     return _apps.get((project_id, app_ref), lambda: get_app(project_id, app_ref))
 
 
+def forget_cached_app(app_id: str) -> None:
+    """Forget what this environment read of one app (a delivery to it failed: the next
+    one reads it as it is now, a sync's new URL or signing key)."""
+    _apps.forget(app_id)
+
+
 def forget_cached_apps() -> None:
     """Forget every app read a moment ago (tests that write items behind the store's back)."""
     _apps.clear()
