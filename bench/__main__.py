@@ -66,6 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         help="history lengths for the scaling figures ('' to skip; 1000 is slow on moto)",
     )
     parser.add_argument(
+        "--seeded-histories",
+        type=_ints,
+        default=[],
+        help="history lengths whose steps the bench writes into the run instead of running "
+        "them (Engine.run_seeded): 10,000 in minutes, not an hour ('' to skip)",
+    )
+    parser.add_argument(
+        "--seeded-only",
+        action="store_true",
+        help="only the seeded histories (and their ListRunEvents)",
+    )
+    parser.add_argument(
         "--latency-steps",
         type=int,
         default=100,
@@ -134,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         idle.print_idle(sys.stdout.write, out["idle"])
         _write(args.json, out)
         return 0
+    if args.seeded_only:
+        with Engine() as engine:
+            out["seeded"] = [_seeded(engine, h, args.events_limit) for h in args.seeded_histories]
+        _scaling(sys.stdout.write, out["seeded"], seeded=True)
+        _write(args.json, out)
+        return 0
     latency_gaps: list[float] = []
     retention_size = 10 if 10 in args.sizes else args.sizes[0]
     with Engine() as engine:
@@ -170,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             }
         out["scaling"] = [_history(engine, h, args.events_limit) for h in args.histories]
+        out["seeded"] = [_seeded(engine, h, args.events_limit) for h in args.seeded_histories]
         out["fanout"] = [report.fan_figures(engine.run_fan(n)) for n in args.fanouts]
         out["fanout_marginal"] = report.fan_marginal(out["fanout"])
     out["marginal"] = report.marginal(out["sizes"])
@@ -196,6 +215,15 @@ def _history(engine: Engine, history: int, events_limit: int) -> dict[str, Any]:
     if events_limit:
         pages = engine.list_events(result.run_id, events_limit)
         figures["events"] = report.events_figures(pages)
+    return figures
+
+
+def _seeded(engine: Engine, history: int, events_limit: int) -> dict[str, Any]:
+    """`_history` over a run whose `history` steps the bench wrote (Engine.run_seeded)."""
+    result = engine.run_seeded(history)
+    figures = report.scaling_figures(result, history)
+    if events_limit:
+        figures["events"] = report.events_figures(engine.list_events(result.run_id, events_limit))
     return figures
 
 
@@ -393,20 +421,30 @@ def _latency(w: Any, lat: dict[str, Any]) -> None:
         w(f"  DBOS skipped: {lat['dbos_skipped']}\n")
 
 
-def _rest(w: Any, out: dict[str, Any]) -> None:
-    if out["scaling"]:
-        w("\nScaling: the invocation after the sleep (timer + invoke + 1 new step + completion)\n")
+def _scaling(w: Any, scaling: list[dict[str, Any]], *, seeded: bool = False) -> None:
+    """The invocation after a sleep, by the history before it (and ListRunEvents over it)."""
+    if not scaling:
+        return
+    how = "seeded by the bench" if seeded else "run"
+    w(
+        f"\nScaling ({how}): the invocation after the sleep (timer + invoke + 1 new step + "
+        "completion)\n| history steps | requests | DynamoDB RRU | DynamoDB bytes read | invoke "
+        "request bytes | app's calls answered bytes | invoker s | $ |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
+    for s in scaling:
         w(
-            "| history steps | requests | DynamoDB RRU | DynamoDB bytes read | invoke request bytes"
-            " | invoker s | $ |\n|---|---|---|---|---|---|---|\n"
+            f"| {s['history_steps']} | {s['requests']} | {s['dynamodb_rru']:.1f}"
+            f" | {s['dynamodb_bytes_read']:,} | {s['invoke_request_bytes']:,}"
+            f" | {s.get('app_calls_answer_bytes', 0):,}"
+            f" | {s['invoker_seconds']:.3f} | {s['usd'] * 1e6:.2f}e-6 |\n"
         )
-        for s in out["scaling"]:
-            w(
-                f"| {s['history_steps']} | {s['requests']} | {s['dynamodb_rru']:.1f}"
-                f" | {s['dynamodb_bytes_read']:,} | {s['invoke_request_bytes']:,}"
-                f" | {s['invoker_seconds']:.3f} | {s['usd'] * 1e6:.2f}e-6 |\n"
-            )
-        _events(w, out["scaling"])
+    _events(w, scaling)
+
+
+def _rest(w: Any, out: dict[str, Any]) -> None:
+    _scaling(w, out["scaling"])
+    _scaling(w, out.get("seeded") or [], seeded=True)
     _fanout(w, out.get("fanout") or [], out.get("fanout_marginal"))
     ref = out["sizes"].get("10") or next(iter(out["sizes"].values()))
     w(

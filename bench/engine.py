@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import tempfile
@@ -28,6 +29,11 @@ from bench.telemetry import TelemetryMeter
 
 LONG_SLEEP = "1h"  # past SQS's 15-minute delay: an EventBridge Scheduler at() schedule
 SHORT_SLEEP = "2s"  # any sleep up to 15 minutes: one SQS message with DelaySeconds
+
+# A seeded step's result: `{"i": k, "pad": "x..."}` of about this many bytes of JSON (a
+# realistic small step result: an ID, a few fields), as the `bench` workflow's steps return
+# `{"i": k}` padded.
+SEEDED_VALUE_BYTES = 256
 
 
 # DynamoDB bills each stored item (and each index copy) 100 bytes over its own size.
@@ -224,6 +230,64 @@ class Engine:
             identities,
         )
 
+    def run_seeded(
+        self, history: int, value_bytes: int = SEEDED_VALUE_BYTES, timeout: float = 1800.0
+    ) -> RunResult:
+        """The invocation after a sleep with `history` completed steps recorded before it,
+        without running them: a `history` run sleeps first, the bench writes the steps'
+        items as the engine writes a completed step (`seed_steps`), the run replays them
+        and sleeps again, and the invocation after that second sleep is what is measured
+        (phase `resume`), as `run` measures a run of `history` real steps."""
+        rt, rec = self.runtime, self.recorder
+        rt.reset()
+        client = self.client()
+        app_id = str(rt.apps["bench"].record["id"])
+        rec.clear()
+        rec.phase = "seed"
+        rec.active = True
+        began = time.perf_counter()
+        try:
+            run_id = str(client.start_run(app_id, "history", {"n": history})["id"])
+            rt.wait_for(lambda: self._count("scheduler", "CreateSchedule") >= 1, timeout)
+            rt.wait_idle(timeout)
+            seed_steps(rt.provisioned.tables["runs"], run_id, history, value_bytes)
+            rec.phase = "replay"  # the invocation that replays the seeded steps, then sleeps
+            self._wake()
+            rt.wait_for(lambda: self._count("scheduler", "CreateSchedule") >= 2, timeout)
+            rt.wait_idle(timeout)
+            rec.clear(keep_sizes=True)
+            rec.phase = "resume"
+            self._wake()
+            rt.wait_for(lambda: self._invokes() >= 1, timeout)
+            rt.wait_idle(timeout)
+            seconds = time.perf_counter() - began
+        finally:
+            rec.active = False
+        run = client.get_run(run_id)
+        if run.get("status") != "completed" or run.get("output", {}).get("steps") != history + 1:
+            raise RuntimeError(f"seeded run {run_id} ended {run.get('status')}: {run}")
+        self._learn_sizes()
+        calls, invocations, apps, fires = rec.snapshot()
+        resume = bill(calls, invocations, apps, sum(fires.values()), rec.sizes)
+        return RunResult(
+            run_id,
+            history + 1,
+            resume,
+            {"resume": resume},
+            [],
+            seconds,
+            history,
+            calls,
+            invocations,
+            dict(rec.sizes),
+        )
+
+    def _wake(self) -> None:
+        """Past a 1h sleep: the clock skips, the scheduler fires what is due."""
+        self.clock.advance(timedelta(hours=1, minutes=5))
+        if self.runtime.scheduler is not None:
+            self.runtime.scheduler.kick()
+
     def run_fan(self, width: int, timeout: float = 600.0) -> FanResult:
         """Start one `fan` run (a gather of `width` parallel steps) on a fresh state and
         follow it until nothing is left to do. A run that never completes (it stays
@@ -418,6 +482,48 @@ class Engine:
             except Exception:
                 continue
             self.recorder.learn_table(table, items)
+
+
+def seed_steps(table: str, run_id: str, history: int, value_bytes: int) -> None:
+    """Write `history` completed `run` steps (`s#1`...) into a run, each item as the engine
+    writes a completed step (its start and end, its result inline, its event's ID; the
+    attributes of `adapters/run_writes` `_step_values` and a step end), ordered after what
+    the run recorded so far. Harness writes: not counted."""
+    from ezgh_engine import clock, ids
+    from ezgh_engine.adapters import ddb
+
+    client = aws.client("dynamodb")
+    ttl = int(clock.now().timestamp()) + 365 * 24 * 3600
+    at = clock.iso(clock.now())
+    pad = max(0, value_bytes - len('{"i":0000,"pad":""}'))
+    batch: list[dict[str, Any]] = []
+    for k in range(history):
+        item = {
+            "pk": f"RUN#{run_id}",
+            "sk": f"STEP#s#{k + 1}",
+            "type": "step",
+            "runId": run_id,
+            "stepId": f"s#{k + 1}",
+            "name": "s",
+            "kind": "run",
+            "status": "completed",
+            "attempt": 1,
+            "order": ids.time_ordered_id(),
+            "startedAt": at,
+            "startEpoch": 1,
+            "ttl": ttl,
+            "evtId": ids.time_ordered_id(),
+            "evtAttempt": 1,
+            "endedAt": at,
+            "output": json.dumps({"i": k, "pad": "x" * pad}, separators=(",", ":")),
+        }
+        batch.append({"PutRequest": {"Item": ddb.to_item(item)}})
+        if len(batch) == 25 or k == history - 1:
+            left = {table: batch}
+            while left:
+                answer = client.batch_write_item(RequestItems=left)
+                left = answer.get("UnprocessedItems") or {}
+            batch = []
 
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -93,8 +93,16 @@ def scaling_figures(result: RunResult, history: int) -> dict[str, Any]:
     """What the invocation after the sleep costs, with `history` steps recorded before it."""
     resume: Bill = result.phases["resume"]
     invoker_seconds = resume.lambda_seconds.get("invoker", 0.0)
+    # What the app's own calls read back (protocol 1.5: the history's pages; its step calls'
+    # answers are a few hundred bytes each).
+    answered = sum(
+        i.response_bytes
+        for i in result.invocations
+        if i.phase == "resume" and i.function == "steps"
+    )
     return {
         "history_steps": history,
+        "app_calls_answer_bytes": answered,
         "requests": resume.total_requests,
         "operations": dict(resume.operations),
         "dynamodb_rru": resume.rru,

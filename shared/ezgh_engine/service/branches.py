@@ -24,7 +24,7 @@ from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.messages import Retry
-from ezgh_engine.core.models import RunError
+from ezgh_engine.core.models import App, Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import branch_answers as answers
@@ -50,7 +50,10 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         # An ended run's pending steps end with it (its cleanup may have come first).
         answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
-    app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
+    # As read a moment ago (a gather's branches read one app item): the main invocation
+    # reads it consistently and fails a run whose app was deleted; a delivery that fails
+    # forgets it, so the next one reads the app as it is now (`_app`).
+    app = _app(run)
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
         timers.end_now(run_id, "failed", APP_DELETED)
         return None
@@ -69,14 +72,22 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     try:
         outcome = outcome_rules.parse(invoke_app(app, request), clock.now())
     except AppTimedOut as exc:
+        registry_store.forget_cached_app(app.id)
         return _timed_out(run_id, step_id, epoch, failures + 1, attempt_before, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
+        registry_store.forget_cached_app(app.id)
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
     answers.record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
     if outcome.kind == "aborted":
         return answers.aborted(run_id, step_id, epoch, failures)
     answers.settle(run_id, step_id, epoch, attempt_before)
     return None
+
+
+def _app(run: Run) -> App | None:
+    """The app a branch invokes: as this environment read it less than
+    `registry_store.APP_CACHE_SECONDS` ago, or the engine's interpreter of a flow's run."""
+    return registry_store.get_app_cached(run.project_id, run.app_id) or interpreter_app_of(run)
 
 
 def _not_leased(run_id: str, step_id: str, now_ms: int) -> Retry | None:
