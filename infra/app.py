@@ -32,6 +32,7 @@ sys.path[:0] = [str(_ROOT), str(_ROOT / "shared")]
 
 from aws_cdk import App, Aspects  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
+from ezgh_engine.topology import RUNS_NARROW_INDEXES  # noqa: E402
 
 from infra import bundle  # noqa: E402
 from infra.components.api import Throttle  # noqa: E402
@@ -58,6 +59,9 @@ def build_app(*, code_dir: str, app: App | None = None) -> tuple[App, EzghStack]
         metrics=_flag(app, "ezgh:metrics", default=True),
         dashboard=_flag(app, "ezgh:dashboard", default=False),
         log_level=str(app.node.try_get_context("ezgh:logLevel") or "INFO").upper(),
+        # An existing stack upgrading to the narrow runs indexes: one more per deploy
+        # (docs/deploy.md); unset, all of them.
+        runs_indexes=_runs_indexes(app),
         description="EZGH Workflows: durable workflow engine (serverless, zero idle cost)",
     )
     Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
@@ -79,6 +83,11 @@ def _flag(app: App, key: str, *, default: bool) -> bool:
     if value is None:
         return default
     return str(value).lower() not in {"false", "0", "no"}
+
+
+def _runs_indexes(app: App) -> int:
+    value = _int_context(app, "ezgh:runsIndexes")
+    return len(RUNS_NARROW_INDEXES) if value is None else value
 
 
 def _int_context(app: App, key: str) -> int | None:

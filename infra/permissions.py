@@ -115,7 +115,7 @@ ACCESS: dict[str, Access] = {
     # for; a fire that starts nothing records why on its schedule (`lastError`, UpdateItem).
     "invoker": Access(
         tables={"runs": "read_write", "registry": "read_update"},
-        batch_reads=("registry",),
+        batch_reads=("registry", "runs"),
         payloads="read_write",
         send_to=("invocations",),
         schedules=True,

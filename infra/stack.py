@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from aws_cdk import ArnFormat, CfnElement, CfnOutput, Duration, Stack
@@ -22,10 +23,12 @@ from ezgh_engine.topology import (
     DELIVER_FUNCTION,
     FLOWS_FUNCTION,
     INVOCATIONS_QUEUE,
+    RUNS_NARROW_INDEXES,
     RUNS_TABLE,
     STEPS_FUNCTION,
     TOPOLOGY,
     StreamSource,
+    Table,
     Topology,
 )
 
@@ -71,6 +74,17 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 PUBLIC_CONCURRENCY = {STEPS_FUNCTION.key: 200, API_FUNCTION.key: 100, FLOWS_FUNCTION.key: 100}
 
 
+def declared_tables(tables: tuple[Table, ...], runs_indexes: int) -> tuple[Table, ...]:
+    """The tables as this deploy declares them: the runs table with the first `runs_indexes`
+    of its narrow indexes (CloudFormation creates at most one index per update, so an
+    existing stack adds them one deploy at a time: docs/deploy.md)."""
+    kept = RUNS_NARROW_INDEXES[:runs_indexes]
+    return tuple(
+        replace(t, indexes=tuple(i for i in t.indexes if i not in RUNS_NARROW_INDEXES or i in kept))
+        for t in tables
+    )
+
+
 class EzghStack(Stack):
     """Tables, queues, bucket, scheduler, functions, their sources, the API and alarms.
 
@@ -94,6 +108,7 @@ class EzghStack(Stack):
         metrics: bool = True,
         dashboard: bool = False,
         log_level: str = "INFO",
+        runs_indexes: int = len(RUNS_NARROW_INDEXES),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
@@ -105,7 +120,10 @@ class EzghStack(Stack):
         self.prefix = runtime_prefix(self.stack_name)
         self.user_queue_prefix = sqs_queues.name_prefix(self.prefix)
         self.task_queue_prefix = task_queues.name_prefix(self.prefix)
-        self.tables = Tables(self, "Tables", tables=topology.tables)
+        if not 0 <= runs_indexes <= len(RUNS_NARROW_INDEXES):
+            raise ValueError(f"ezgh:runsIndexes must be from 0 to {len(RUNS_NARROW_INDEXES)}")
+        self.runs_indexes = runs_indexes
+        self.tables = Tables(self, "Tables", tables=declared_tables(topology.tables, runs_indexes))
         self.queues = Queues(self, "Queues", queues=topology.queues)
         self.payloads = Payloads(self, "Payloads")
         self.token_secret = TokenSecret(self, "TokenSecret")
@@ -264,6 +282,8 @@ class EzghStack(Stack):
         env[config.ENV_TOKEN_SECRET_ARN] = self.token_secret.secret.secret_arn
         # Names of the queues the engine creates at run time, to which IAM is scoped.
         env[config.ENV_STACK_PREFIX] = self.prefix
+        if self.runs_indexes < len(RUNS_NARROW_INDEXES):  # an upgrade part-way (deploy.md)
+            env[config.ENV_LEGACY_RUNS_INDEX] = "1"
         return env
 
     def _grant_all(self) -> None:

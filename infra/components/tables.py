@@ -38,10 +38,16 @@ class Tables(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         for index in spec.indexes:
+            narrow = index.projection == "INCLUDE"
             table.add_global_secondary_index(
                 index_name=index.name,
                 partition_key=dynamodb.Attribute(name=index.partition_key, type=_STRING),
                 sort_key=dynamodb.Attribute(name=index.sort_key, type=_STRING),
-                projection_type=dynamodb.ProjectionType.ALL,
+                # Narrow indexes copy only what they list (topology.Index): a write that
+                # changes nothing they hold writes no index entry.
+                projection_type=(
+                    dynamodb.ProjectionType.INCLUDE if narrow else dynamodb.ProjectionType.ALL
+                ),
+                non_key_attributes=list(index.non_key_attributes) if narrow else None,
             )
         return table

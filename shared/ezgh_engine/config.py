@@ -28,6 +28,7 @@ ENV_INVOKE_TIMEOUT = "EZGH_INVOKE_TIMEOUT_SECONDS"
 ENV_INVOKE_ATTEMPTS = "EZGH_INVOKE_MAX_ATTEMPTS"
 ENV_INVOCATIONS_QUEUE_ARN = "EZGH_INVOCATIONS_QUEUE_ARN"  # Scheduler targets it directly
 # Requests a second one API key may make, all environments together (0: no limit).
+ENV_LEGACY_RUNS_INDEX = "EZGH_LEGACY_RUNS_INDEX"
 ENV_KEY_RATE_LIMIT = "EZGH_KEY_RATE_LIMIT"
 DEFAULT_KEY_RATE_LIMIT = 100
 # The prefix of what the engine names at run time (`stack_name`, re-exported here).
@@ -67,6 +68,9 @@ class Settings:
     invoker_function_arn: str = ""
     # Per-key rate limit of the API (service/rate_limits.py): requests a second, 0 for none.
     key_rate_limit: int = DEFAULT_KEY_RATE_LIMIT
+    # A stack part-way through creating the narrow runs indexes (one per deploy): new runs
+    # are also written to, and runs are listed from, the whole-item index `gsi1` as before.
+    legacy_runs_index: bool = False
 
     @cached_property
     def token_secret(self) -> str:
@@ -115,6 +119,7 @@ def settings() -> Settings:
         token_secret_arn=os.environ.get(ENV_TOKEN_SECRET_ARN, ""),
         invoker_function_arn=os.environ.get(_INVOKER_ARN_ENV, ""),
         key_rate_limit=int(os.environ.get(ENV_KEY_RATE_LIMIT, str(DEFAULT_KEY_RATE_LIMIT))),
+        legacy_runs_index=os.environ.get(ENV_LEGACY_RUNS_INDEX) == "1",
     )
 
 

@@ -17,9 +17,38 @@ from ezgh_engine.core.messages import GROUP_MAX_MESSAGES
 
 @dataclass(frozen=True)
 class Index:
+    """A global secondary index: its key attributes and what it copies (`projection` "ALL":
+    every attribute; "INCLUDE": its keys, the table's and `non_key_attributes`).
+
+    DynamoDB writes an index entry when a write adds, removes or changes the item's entry:
+    its key or a projected attribute (`writes`); a write that changes nothing projected
+    costs the index nothing. Projecting less keeps hot updates (leases, heartbeats) free."""
+
     name: str
     partition_key: str
     sort_key: str
+    projection: Literal["ALL", "INCLUDE"] = "ALL"
+    non_key_attributes: tuple[str, ...] = ()
+
+    def entry(self, item: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The index entry of an item (plain values), or None when it has none (sparse)."""
+        if not item or self.partition_key not in item or self.sort_key not in item:
+            return None
+        if self.projection == "ALL":
+            return dict(item)
+        keep = {"pk", "sk", self.partition_key, self.sort_key, *self.non_key_attributes}
+        return {k: v for k, v in item.items() if k in keep}
+
+    def writes(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> int:
+        """How many index writes a change of an item from `old` to `new` costs: 0 when its
+        entry is the same, 2 when its index key changed (a delete and a put), else 1."""
+        before, after = self.entry(old), self.entry(new)
+        if before == after:
+            return 0
+        if before is not None and after is not None:
+            moved = any(before[k] != after[k] for k in (self.partition_key, self.sort_key))
+            return 2 if moved else 1
+        return 1
 
 
 @dataclass(frozen=True)
@@ -225,11 +254,29 @@ class Topology:
         return next(f for f in self.functions if f.key == key)
 
 
+# The runs table's indexes (docs/architecture.md, "The runs indexes"). `gsi1` copies whole
+# items: flows' job and failed-item entries, and runs written before the narrow indexes
+# (read as one more shard until they are moved or gone). The runs' own indexes are narrow
+# and write-sharded: each run is listed under `RUNS_INDEX_SHARDS` keys per project chosen
+# by its ID, all sorted by `<createdAt>#<runId>` (`RUNS_SORT_KEY`), and each copies only
+# what a list filters on, so no lease, heartbeat or outcome write touches them; only the
+# status index's entry moves when the status does. Their order is the order an existing
+# stack creates them in (one per deploy: docs/deploy.md).
+RUNS_INDEX_SHARDS = 8
+RUNS_SORT_KEY = "rSort"
+_LISTED = ("appId", "appName", "workflow")
+RUNS_LEGACY_INDEX = Index("gsi1", "gsi1pk", "gsi1sk")
+RUNS_INDEX = Index("runs", "rAll", RUNS_SORT_KEY, "INCLUDE", _LISTED)
+RUNS_BY_STATUS = Index("runsByStatus", "rStatus", RUNS_SORT_KEY, "INCLUDE", (*_LISTED, "status"))
+RUNS_BY_WORKFLOW = Index("runsByWorkflow", "rWf", RUNS_SORT_KEY, "INCLUDE", _LISTED)
+RUNS_BY_APP = Index("runsByApp", "rApp", RUNS_SORT_KEY, "INCLUDE", _LISTED)
+RUNS_NARROW_INDEXES = (RUNS_INDEX, RUNS_BY_STATUS, RUNS_BY_WORKFLOW, RUNS_BY_APP)
+
 RUNS_TABLE = Table(
     key="runs",
     env_var="EZGH_RUNS_TABLE",
     stream=True,
-    indexes=(Index("gsi1", "gsi1pk", "gsi1sk"),),
+    indexes=(RUNS_LEGACY_INDEX, *RUNS_NARROW_INDEXES),
 )
 REGISTRY_TABLE = Table(
     key="registry",

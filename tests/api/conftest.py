@@ -12,7 +12,8 @@ import boto3
 import pytest
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws, registry_store
-from ezgh_engine.topology import TOPOLOGY
+from ezgh_engine.local.resources import table_params
+from ezgh_engine.topology import TOPOLOGY, Table
 from moto import mock_aws
 
 from tests.ddblocal import BACKENDS, DynamoDBLocal
@@ -39,35 +40,14 @@ ENV = {
 }
 
 
-def _create_table(ddb: Any, name: str, stream: bool) -> None:
+def _create_table(ddb: Any, spec: Table, name: str) -> None:
     kwargs: dict[str, Any] = {}
-    if stream:
+    if spec.stream:
         kwargs["StreamSpecification"] = {
             "StreamEnabled": True,
             "StreamViewType": "NEW_AND_OLD_IMAGES",
         }
-    ddb.create_table(
-        TableName=name,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "gsi1pk", "gsi1sk")
-        ],
-        KeySchema=[
-            {"AttributeName": "pk", "KeyType": "HASH"},
-            {"AttributeName": "sk", "KeyType": "RANGE"},
-        ],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": "gsi1",
-                "KeySchema": [
-                    {"AttributeName": "gsi1pk", "KeyType": "HASH"},
-                    {"AttributeName": "gsi1sk", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-        **kwargs,
-    )
+    ddb.create_table(**table_params(spec, name), **kwargs)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -92,7 +72,7 @@ def aws_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         registry_store.forget_cached_apps()  # apps read by an earlier test are not this one's
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         for table in TOPOLOGY.tables:
-            _create_table(ddb, ENV[table.env_var], table.stream)
+            _create_table(ddb, table, ENV[table.env_var])
         boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="ezgh-invocations")
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=ENV["EZGH_PAYLOAD_BUCKET"])
         try:

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 from ezgh_engine import ids
-from ezgh_engine.adapters import runs_store
+from ezgh_engine.adapters import runs_index, runs_store
 from ezgh_engine.core.flows.jobs import Actor, JobInput
 from ezgh_engine.core.models import Principal, Run
+from ezgh_engine.topology import RUNS_INDEX_SHARDS
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -79,44 +80,64 @@ class _Counting:
 
 
 def _count(monkeypatch: pytest.MonkeyPatch) -> _Counting:
-    counting = _Counting(runs_store._ddb())
-    monkeypatch.setattr(runs_store, "_ddb", lambda: counting)
+    counting = _Counting(runs_index._ddb())
+    monkeypatch.setattr(runs_index, "_ddb", lambda: counting)
     return counting
 
 
-def test_the_default_listing_is_one_read_of_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+PARTITIONS = RUNS_INDEX_SHARDS + 1  # the shards, and the whole-item index's older runs
+
+
+def test_the_default_listing_reads_about_a_page_over_every_shard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     newest_first = _store(30, set())
     counting = _count(monkeypatch)
     page, cursor = _search(10, None)
     assert page == newest_first[:10] and cursor
-    assert counting.limits == [10]  # not twice the page: nothing is filtered out
-    rest, _ = _search(25, cursor)
-    assert rest == newest_first[10:]
+    # A small chunk of each partition (no filter: nothing read is thrown away), and a chunk
+    # more of a shard the merge read out before the page was full.
+    assert len(counting.limits) >= PARTITIONS
+    assert sum(counting.scanned) <= 10 + PARTITIONS * 4
+    rest, last = _search(25, cursor)
+    assert rest == newest_first[10:] and last is None
 
 
-def test_a_rare_status_answers_short_pages_within_the_budget_and_finds_every_match(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_rare_status_is_read_from_its_own_index_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     newest_first = _store(60, {0, 19})  # the oldest run and one in the middle
     failed = [newest_first[60 - 1 - 19], newest_first[-1]]
-    monkeypatch.setattr(runs_store, "SEARCH_READ_BUDGET", 25, raising=False)
     counting = _count(monkeypatch)
     page, cursor = _search(10, None, status="failed")
-    assert page == [] and cursor  # 25 runs read, none failed: no walk through all 60
-    assert sum(counting.scanned) <= 25
-    seen, requests = list(page), 1
-    while cursor:
+    assert page == failed and cursor is None
+    assert sum(counting.scanned) == 2  # the matches, nothing else
+
+
+def test_a_filter_outside_the_index_key_pages_within_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """status + workflow: the status index's entries are tested for the workflow, at most
+    the budget a page; an empty page with a cursor says the budget ran out first."""
+    _store(60, set())
+    rare = _store(1, set(), workflow="rare")
+    monkeypatch.setattr(runs_index, "READ_BUDGET", 25)
+    counting = _count(monkeypatch)
+    seen: list[str] = []
+    cursor: str | None = None
+    requests = 0
+    while True:
         counting.scanned.clear()
-        page, cursor = _search(10, cursor, status="failed")
-        assert sum(counting.scanned) <= 25
+        page, cursor = _search(10, cursor, status="completed", workflow="rare")
+        assert sum(counting.scanned) <= 25 + PARTITIONS * 25
         seen += page
         requests += 1
-    assert seen == failed and requests == 3
+        if cursor is None:
+            break
+    assert seen == rare
 
 
 def test_a_scoped_search_pages_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     newest_first = _store(40, set())
-    monkeypatch.setattr(runs_store, "SEARCH_READ_BUDGET", 15, raising=False)
+    monkeypatch.setattr(runs_index, "READ_BUDGET", 15)
     wanted = set(newest_first[30:])  # the oldest ten only
     seen: list[str] = []
     cursor: str | None = None

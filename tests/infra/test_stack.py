@@ -160,6 +160,11 @@ def test_table_matches_topology(stack: EzghStack, template: dict[str, Any], spec
             {"AttributeName": index.partition_key, "KeyType": "HASH"},
             {"AttributeName": index.sort_key, "KeyType": "RANGE"},
         ]
+        # Narrow indexes copy only what they list: a lease changes nothing they hold.
+        projection = indexes[index.name]["Projection"]
+        assert projection["ProjectionType"] == index.projection
+        if index.projection == "INCLUDE":
+            assert sorted(projection["NonKeyAttributes"]) == sorted(index.non_key_attributes)
     if spec.stream:
         assert p["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
     else:
@@ -913,3 +918,23 @@ def test_the_invoker_is_invoked_asynchronously_with_retries_and_the_queue_on_fai
     assert callers == {"stream"}
     stream = props(template, logical_id(stack, stack.functions.by_key["stream"]))
     assert stream["Environment"]["Variables"]["EZGH_INVOKER_FUNCTION_ARN"] == getatt(invoker_lid)
+
+
+def test_an_upgrading_stack_declares_the_narrow_runs_indexes_one_more_a_deploy() -> None:
+    """CloudFormation adds at most one index per update (docs/deploy.md, "Upgrade")."""
+    from ezgh_engine.topology import RUNS_LEGACY_INDEX, RUNS_NARROW_INDEXES, TOPOLOGY
+
+    from infra.stack import declared_tables
+
+    for count in range(len(RUNS_NARROW_INDEXES) + 1):
+        runs = next(t for t in declared_tables(TOPOLOGY.tables, count) if t.key == "runs")
+        assert runs.indexes == (RUNS_LEGACY_INDEX, *RUNS_NARROW_INDEXES[:count])
+    registry = next(t for t in declared_tables(TOPOLOGY.tables, 0) if t.key == "registry")
+    assert registry == TOPOLOGY.table("registry")
+
+
+def test_a_stack_with_every_runs_index_lists_from_them(template: dict[str, Any]) -> None:
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::Lambda::Function":
+            env = resource["Properties"].get("Environment", {}).get("Variables", {})
+            assert config.ENV_LEGACY_RUNS_INDEX not in env

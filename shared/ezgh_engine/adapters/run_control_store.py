@@ -16,6 +16,7 @@ from ezgh_engine.adapters.runs_store import CHILD_ITEM_TTL_SECONDS, event_put
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run, RunError
 from ezgh_engine.errors import Conflict
+from ezgh_engine.topology import RUNS_BY_STATUS
 
 RESET_STATUSES = ("failed", "cancelled", "sleeping", "waiting", "retrying")
 RETRYABLE_STATUSES = ("failed", "timedOut")
@@ -41,13 +42,17 @@ def request_cancel(run: Run, *, at: str) -> None:
                 "TableName": settings().runs_table,
                 "Key": items.run_key(run.id),
                 "UpdateExpression": (
-                    "SET #status = :cancelling, invokeSeq = invokeSeq + :one, "
+                    "SET #status = :cancelling, #ist = :ist, invokeSeq = invokeSeq + :one, "
                     "version = version + :one"
                 ),
                 "ConditionExpression": "#status = :running",
-                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeNames": {
+                    "#status": "status",
+                    "#ist": RUNS_BY_STATUS.partition_key,
+                },
                 "ExpressionAttributeValues": {
                     ":cancelling": {"S": "cancelling"},
+                    ":ist": {"S": items.status_index_pk(run, "cancelling")},
                     ":running": {"S": "running"},
                     ":one": {"N": "1"},
                 },
@@ -95,6 +100,7 @@ def _retry_once(run: Run, *, at: str) -> None:
     again = (
         Update()
         .set("status", "running")
+        .set(RUNS_BY_STATUS.partition_key, items.status_index_pk(run, "running"))
         .set_raw(
             "attempt = attempt + :one, invokeSeq = invokeSeq + :one, version = version + :one, "
             # A new epoch: the old attempt's tokens and late writes are refused.
@@ -148,6 +154,7 @@ def end_now(run: Run, status: str, error: RunError, *, at: str) -> bool:
     end = (
         Update()
         .set("status", status)
+        .set(RUNS_BY_STATUS.partition_key, items.status_index_pk(run, status))
         .set("endedAt", at)
         .set("error", error.to_api())
         .set_raw("handledSeq = invokeSeq, epoch = epoch + :one, version = version + :one", one=1)

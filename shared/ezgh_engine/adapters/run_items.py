@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
+from ezgh_engine.config import settings
 from ezgh_engine.core import events, task_claims
 from ezgh_engine.core.events import EVENT_PREFIX, RUN_SK, STEP_PREFIX
+from ezgh_engine.core.flows.jobs import interpreter_app_id
 from ezgh_engine.core.models import Run, RunError, Step
+from ezgh_engine.topology import (
+    RUNS_BY_APP,
+    RUNS_BY_STATUS,
+    RUNS_BY_WORKFLOW,
+    RUNS_INDEX,
+    RUNS_INDEX_SHARDS,
+    RUNS_SORT_KEY,
+    Index,
+)
 
 __all__ = ["EVENT_PREFIX", "RUN_SK", "STEP_PREFIX"]
 
@@ -48,7 +60,63 @@ def run_key_pk_of(run: Run) -> str:
 
 
 def runs_index_pk(project_id: str) -> str:
+    """The whole-item index's (`gsi1`) key of a project's runs written before the narrow
+    indexes (and while a stack is part-way to them: `config.Settings.legacy_runs_index`)."""
     return f"RUNS#{project_id}"
+
+
+def shard_of(run_id: str) -> int:
+    """Which of the `RUNS_INDEX_SHARDS` keys lists a run: fixed by its ID, so a project's
+    index writes spread evenly over them (every reader merges them all)."""
+    return zlib.crc32(run_id.encode()) % RUNS_INDEX_SHARDS
+
+
+def index_sort(created_at: str, run_id: str) -> str:
+    """Where a run sorts in every runs index: by creation, then ID (unique)."""
+    return f"{created_at}#{run_id}"
+
+
+def index_pk(index: Index, project_id: str, value: str | None, shard: int) -> str:
+    """Shard `shard` of a runs index's key for a project (and the filter's `value`: a
+    status, workflow or app ID; None for `RUNS_INDEX`)."""
+    prefix = {
+        RUNS_INDEX.name: "RUNS",
+        RUNS_BY_STATUS.name: "RUNST",
+        RUNS_BY_WORKFLOW.name: "RUNWF",
+        RUNS_BY_APP.name: "RUNAPP",
+    }[index.name]
+    middle = "" if value is None else f"{value}#"
+    return f"{prefix}#{project_id}#{middle}{shard}"
+
+
+def status_index_pk(run: Run, status: str) -> str:
+    """The run's status-index key for `status`: every write that sets a run's status sets
+    this too (its entry moves: a delete and a put in the index). A job's (an EzFlow run's)
+    status entries are under `JOBST#`, which no run listing reads."""
+    key = index_pk(RUNS_BY_STATUS, run.project_id, status, shard_of(run.id))
+    return "JOBST" + key.removeprefix("RUNST") if is_job(run) else key
+
+
+def is_job(run: Run) -> bool:
+    """A run of the project's EzFlow interpreter: listed by `GET /jobs`, never by runs lists."""
+    return run.app_id == interpreter_app_id(run.project_id)
+
+
+def index_values(run: Run) -> dict[str, str]:
+    """The runs-index attributes of a new run item (`topology.RUNS_NARROW_INDEXES`); a job
+    is in the status index only (the one-year sweep and operators read it)."""
+    shard = shard_of(run.id)
+    values = {
+        RUNS_SORT_KEY: index_sort(run.created_at, run.id),
+        RUNS_BY_STATUS.partition_key: status_index_pk(run, run.status),
+    }
+    if not is_job(run):
+        values[RUNS_INDEX.partition_key] = index_pk(RUNS_INDEX, run.project_id, None, shard)
+        values[RUNS_BY_WORKFLOW.partition_key] = index_pk(
+            RUNS_BY_WORKFLOW, run.project_id, run.workflow, shard
+        )
+        values[RUNS_BY_APP.partition_key] = index_pk(RUNS_BY_APP, run.project_id, run.app_id, shard)
+    return values
 
 
 def key(pk: str, sk: str) -> dict[str, dict[str, str]]:
@@ -101,9 +169,11 @@ def run_values(run: Run, *, started_event: str | None = None) -> dict[str, Any]:
         "epoch": run.epoch,
         "leaseUntil": run.lease_until_ms,
         "invokeFailures": run.invoke_failures,
-        "gsi1pk": runs_index_pk(run.project_id),
-        "gsi1sk": f"{run.created_at}#{run.id}",
+        **index_values(run),
     }
+    if settings().legacy_runs_index:  # a stack part-way to the narrow indexes
+        values["gsi1pk"] = runs_index_pk(run.project_id)
+        values["gsi1sk"] = index_sort(run.created_at, run.id)
     if started_event is not None:
         values["startEvtId"] = started_event
     # Payloads other than its input are marked on the run item before they are stored

@@ -9,19 +9,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ezgh_engine import ids
-from ezgh_engine.adapters import ddb, event_listing, payloads, run_writes
+from ezgh_engine.adapters import (
+    ddb,
+    event_listing,
+    payloads,
+    registry_store,
+    run_writes,
+    runs_index,
+)
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.intents import NewEvent
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run
-from ezgh_engine.errors import ValidationError
+from ezgh_engine.errors import TransientError, ValidationError
+from ezgh_engine.topology import (
+    RUNS_BY_APP,
+    RUNS_BY_STATUS,
+    RUNS_BY_WORKFLOW,
+    RUNS_INDEX,
+    RUNS_SORT_KEY,
+)
 
 # How long an ended run is kept, and how long its steps and events live (the run item's own
 # TTL is set when it ends): owned by the write path.
@@ -390,9 +404,9 @@ def _query_all(**query: Any) -> list[dict[str, Any]]:
         kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
 
-# The most index items one SearchRuns request reads (each page of a filtered search reads
-# until it has `limit` matches or this many items; then it answers what it has and a cursor).
-SEARCH_READ_BUDGET = 1000
+# The most index items one SearchRuns request evaluates (`runs_index.READ_BUDGET`): a page
+# ends with what it found and a cursor when its filters matched fewer runs in as many.
+SEARCH_READ_BUDGET = runs_index.READ_BUDGET
 
 
 def search_runs(
@@ -405,13 +419,166 @@ def search_runs(
     cursor: str | None,
     keep: Callable[[Run], bool] | None = None,
 ) -> tuple[list[Run], str | None]:
-    """Runs of a project, newest first, matching every filter (attribute name → value) and,
-    with `keep`, that predicate (the runs a scoped key may read)."""
+    """Runs of a project, newest first, matching every filter (attribute name → value:
+    `appId`, `workflow`, `status`, `runKey`) and, with `keep`, that predicate (the runs a
+    scoped key may read).
+
+    A page reads the index that answers its filters (status, else workflow, else app, else
+    the project's), every shard of it merged, and the run items it lists (one BatchGetItem):
+    about `limit` entries when its filters are all in the index's key. A filter the index
+    does not answer is tested on its entries, at most `SEARCH_READ_BUDGET` of them a page:
+    a short (even empty) page with a cursor says the budget ran out first. A `runKey`
+    search reads the key's items instead (`runs_by_key`)."""
+    scope = json.dumps(["runs", project_id, filters, created_after, created_before], sort_keys=True)
+    if "runKey" in filters:
+        others = {k: v for k, v in filters.items() if k != "runKey"}
+        found = runs_by_key(project_id, filters["runKey"], others)
+        return _kept(found, others, created_after, created_before, keep)[:limit], None
+    if settings().legacy_runs_index:
+        return _search_whole_items(
+            project_id, filters, created_after, created_before, limit, cursor, keep, scope
+        )
+    below = _position(cursor, scope) if cursor else created_before
+    if created_before is not None and below is not None:
+        below = min(below, created_before)
+    bounds = runs_index.Bounds(below=below, above=created_after)
+
+    def keep_entry(entry: dict[str, Any]) -> bool:
+        return keep is None or keep(_entry_run(project_id, entry))
+
+    try:
+        page = runs_index.merged_page(
+            _partitions(project_id, filters), bounds, want=limit, keep=keep_entry
+        )
+    except runs_index.IndexUnavailable:
+        page = runs_index.merged_page(
+            _partitions(project_id, filters, fallback=True), bounds, want=limit, keep=keep_entry
+        )
+    stored = runs_index.run_items([runs_index.run_id_of(e) for e in page.entries])
+    listed = [stored[i] for i in map(runs_index.run_id_of, page.entries) if i in stored]
+    runs = _kept([items.run_from(v) for v in listed], filters, None, None, keep)
+    position = page.position
+    return runs, ddb.encode_cursor({"below": {"S": position}}, scope=scope) if position else None
+
+
+def _partitions(
+    project_id: str, filters: dict[str, str], *, fallback: bool = False
+) -> list[runs_index.Partition]:
+    """What a listing with `filters` reads: the shards of the index that answers the most
+    selective filter, the others tested on its entries, and the project's runs from before
+    the narrow indexes. `fallback`: the project index only (the others are still being
+    created), which can test an app or workflow but not a status."""
+    rest = dict(filters)
+    if fallback:
+        if "status" in filters:
+            raise TransientError("the runs indexes are still being created: try again soon")
+        index, value = RUNS_INDEX, None
+    elif "status" in rest:
+        index, value = RUNS_BY_STATUS, rest.pop("status")
+    elif "workflow" in rest:
+        index, value = RUNS_BY_WORKFLOW, rest.pop("workflow")
+    elif "appId" in rest:
+        index, value = RUNS_BY_APP, rest.pop("appId")
+    else:
+        index, value = RUNS_INDEX, None
+    tested = tuple(sorted(rest.items()))
+    parts = [replace(p, filters=tested) for p in runs_index.partitions(index, project_id, value)]
+    return [*parts, runs_index.legacy_partition(project_id, filters)]
+
+
+def _position(cursor: str, scope: str) -> str:
+    """Where a cursor's listing resumes: the sort key its last page stopped at (a cursor
+    made before the sharded indexes held the whole-item index's key, with the same value)."""
+    key = ddb.decode_cursor(cursor, scope=scope)
+    for name in ("below", "gsi1sk"):
+        value = key.get(name, {}).get("S")
+        if isinstance(value, str):
+            return value
+    raise ValidationError("cursor is not valid: pass the nextCursor of this same query")
+
+
+def _entry_run(project_id: str, entry: dict[str, Any]) -> Run:
+    """The run an index entry lists, as far as the entry says (its app, workflow and app
+    name: what `keep` decides on); a whole-item entry is the run."""
+    if "type" in entry:
+        return items.run_from(entry)
+    created = str(entry[RUNS_SORT_KEY]).rpartition("#")[0]
+    values = {
+        "id": runs_index.run_id_of(entry),
+        "projectId": project_id,
+        "appId": entry.get("appId", ""),
+        "appName": entry.get("appName"),
+        "workflow": entry.get("workflow", ""),
+        "status": entry.get("status", "running"),
+        "createdAt": created,
+    }
+    return items.run_from(values)
+
+
+def _kept(
+    runs: list[Run],
+    filters: dict[str, str],
+    created_after: str | None,
+    created_before: str | None,
+    keep: Callable[[Run], bool] | None,
+) -> list[Run]:
+    """The runs (as read from their items) still matching the filters (an index entry lags
+    its item a little), within the time range, that `keep` passes."""
+    fields = {"appId": "app_id", "workflow": "workflow", "status": "status"}
+    out = []
+    for run in runs:
+        if any(getattr(run, fields[k]) != v for k, v in filters.items() if k in fields):
+            continue
+        if created_after is not None and run.created_at < created_after:
+            continue
+        if created_before is not None and run.created_at >= created_before:
+            continue
+        if keep is None or keep(run):
+            out.append(run)
+    return out
+
+
+def runs_by_key(project_id: str, run_key: str, filters: dict[str, str]) -> list[Run]:
+    """The runs `run_key` names in the project, newest first: its item in each workflow's
+    scope (of the project's apps, narrowed by an `appId` or `workflow` filter) and its
+    project-wide item from before keys were scoped, read at once, then their runs."""
+    scopes: list[str | None] = [None]
+    for app in registry_store.list_apps(project_id):
+        if filters.get("appId", app.id) != app.id:
+            continue
+        for workflow in app.workflows:
+            if filters.get("workflow", workflow) == workflow:
+                scopes.append(items.run_key_scope(app.id, workflow))
+    keys = [items.key(items.run_key_pk(project_id, run_key, s), "RUNKEY") for s in scopes]
+    run_ids: list[str] = []
+    table = _table()
+    for start in range(0, len(keys), 100):
+        answer = _ddb().batch_get_item(RequestItems={table: {"Keys": keys[start : start + 100]}})
+        if answer.get("UnprocessedKeys"):
+            raise TransientError("DynamoDB is busy: run keys not read; try again")
+        run_ids += [str(ddb.from_item(i)["runId"]) for i in answer["Responses"].get(table, [])]
+    found = runs_index.run_items(run_ids)
+    runs = [items.run_from(v) for v in found.values() if v.get("projectId") == project_id]
+    return sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True)
+
+
+def _search_whole_items(
+    project_id: str,
+    filters: dict[str, str],
+    created_after: str | None,
+    created_before: str | None,
+    limit: int,
+    cursor: str | None,
+    keep: Callable[[Run], bool] | None,
+    scope: str,
+) -> tuple[list[Run], str | None]:
+    """SearchRuns on a stack part-way to the narrow indexes: the project's `gsi1` partition
+    of whole items, filters tested on them (`config.Settings.legacy_runs_index`)."""
     values: dict[str, Any] = {":pk": {"S": items.runs_index_pk(project_id)}}
     condition = "gsi1pk = :pk"
     if created_after and created_before:
         condition += " AND gsi1sk BETWEEN :lo AND :hi"
-        values[":lo"], values[":hi"] = {"S": created_after}, {"S": created_before + "~"}
+        values[":lo"], values[":hi"] = {"S": created_after}, {"S": created_before}
     elif created_after:
         condition += " AND gsi1sk > :lo"
         values[":lo"] = {"S": created_after}
@@ -431,15 +598,8 @@ def search_runs(
         kwargs["FilterExpression"] = " AND ".join(f"#f{i} = :f{i}" for i in range(len(filters)))
         kwargs["ExpressionAttributeNames"] = names
     kwargs["ExpressionAttributeValues"] = values
-    # A cursor pages this project's query with these filters only.
-    scope = json.dumps(["runs", project_id, filters, created_after, created_before], sort_keys=True)
     if cursor:
         kwargs["ExclusiveStartKey"] = ddb.decode_cursor(cursor, scope=scope)
-    # Unfiltered, a page is one read of `limit` items (the console's default listing). With
-    # filters (DynamoDB's Limit counts items before the filter) or `keep`, reads go on in
-    # larger pages, but never past SEARCH_READ_BUDGET items: a filter that matches few runs
-    # answers a short (even empty) page with a cursor where the reading stopped, instead of
-    # walking the whole index in one request.
     filtered = bool(filters) or keep is not None
     page_size = max(limit * 2, 25) if filtered else limit
     runs: list[Run] = []
@@ -465,7 +625,7 @@ def search_runs(
 
 
 def _index_key(item: dict[str, Any]) -> dict[str, Any]:
-    """Where a query of the runs index resumes after `item` (its table and index keys)."""
+    """Where a query of the whole-item index resumes after `item` (table and index keys)."""
     return {k: item[k] for k in ("pk", "sk", "gsi1pk", "gsi1sk")}
 
 

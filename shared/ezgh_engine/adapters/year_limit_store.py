@@ -4,22 +4,24 @@ One item per (creation hour, project) that had a live run, `YEARLIMIT#<day>` /
 `<hour>#<projectId>` in the `runs` table (no `type`: the stream's filter passes none of
 them), expiring after the hour's year limit and the retention that follows. The hourly sweep
 (`service.year_limits`) reads the day of the hour whose runs reach their limit, then each
-project's runs created in that hour from the project's runs index (`gsi1`: `RUNS#<project>`,
-sorted by `<createdAt>#<runId>`): O(projects that started runs then + their runs still
-stored), nothing per live run before its limit.
+project's live runs created in that hour from the status index's live keys (every shard,
+sorted by `<createdAt>#<runId>`): O(projects that started runs then + their runs still live),
+nothing per live run before its limit, nothing per ended run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import ddb
+from ezgh_engine.adapters import ddb, runs_index
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
+from ezgh_engine.topology import RUNS_BY_STATUS
 
 PREFIX = "YEARLIMIT#"
 
@@ -84,8 +86,45 @@ def buckets_up_to(day: datetime, last_hour: str) -> Iterator[tuple[str, str]]:
 
 
 def live_runs_created(project_id: str, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
-    """The project's live run items (running, cancelling) created in [`start`, `end`], read
-    from its runs index, oldest first."""
+    """The project's live run items (running, cancelling: runs and jobs) created in
+    [`start`, `end`]: listed by every shard of the status index's live keys and by the
+    whole-item index (runs from before the narrow indexes), then read 100 at a time."""
+    if settings().legacy_runs_index:
+        yield from _live_whole_items(project_id, start, end)
+        return
+    bounds = runs_index.Bounds(below=clock.iso(end) + "#\uffff", above=clock.iso(start))
+    parts = live_partitions(project_id)
+    batch: list[str] = []
+    for entry in runs_index.entries(parts, bounds):
+        batch.append(runs_index.run_id_of(entry))
+        if len(batch) == 100:
+            yield from _live(batch)
+            batch = []
+    yield from _live(batch)
+
+
+def live_partitions(project_id: str) -> list[runs_index.Partition]:
+    """Where a project's live runs are listed: each live status's shards (runs and jobs)
+    and the runs written before the narrow indexes (filtered to live ones)."""
+    parts: list[runs_index.Partition] = []
+    for status in ("running", "cancelling"):
+        parts += runs_index.partitions(RUNS_BY_STATUS, project_id, status)
+        parts += runs_index.job_status_partitions(project_id, status)
+    legacy = runs_index.legacy_partition(project_id, {})
+    parts += [replace(legacy, filters=(("status", s),)) for s in ("running", "cancelling")]
+    return parts
+
+
+def _live(run_ids: list[str]) -> Iterator[dict[str, Any]]:
+    found = runs_index.run_items(run_ids) if run_ids else {}
+    for run_id in run_ids:
+        values = found.get(run_id)
+        if values is not None and values.get("status") in ("running", "cancelling"):
+            yield values
+
+
+def _live_whole_items(project_id: str, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
+    """`live_runs_created` on a stack part-way to the narrow indexes (`gsi1` whole items)."""
     kwargs: dict[str, Any] = {
         "TableName": settings().runs_table,
         "IndexName": "gsi1",

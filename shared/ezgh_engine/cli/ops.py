@@ -3,6 +3,7 @@
     ezgh ops stuck-runs [--project-id UUID] [--older-than 300] [--json] [--stack EzghWorkflows]
     ezgh ops repair [--project-id UUID] [--older-than 300] [--yes] [--json] [--stack ...]
     ezgh ops verify [--stack EzghWorkflows] [--timeout 180] [--keep] [--json]
+    ezgh ops runs-index [--project-id UUID] [--yes] [--json] [--stack ...]
 
 `verify` runs a canary workflow through the API (see `ezgh_engine.cli.verify`); the others
 read the engine's tables directly. Where the tables are: with `--stack`, from that CloudFormation stack's outputs (as
@@ -18,7 +19,7 @@ import argparse
 import json
 from typing import Any
 
-from ezgh_engine.cli.common import configure_stack, operator_command, tables_parent
+from ezgh_engine.cli.common import add_yes, configure_stack, operator_command, tables_parent
 
 
 @operator_command("stuck-runs")
@@ -37,6 +38,24 @@ def _stuck_runs(args: argparse.Namespace) -> int:
     return 1 if stuck else 0
 
 
+@operator_command("runs-index")
+def _runs_index(args: argparse.Namespace) -> int:
+    from ezgh_engine.adapters import runs_index_migration as migration
+
+    configure_stack(args.stack)
+    result = migration.backfill(args.project_id, apply=args.yes)
+    summary = {"found": result.found, "moved": result.moved, "changed": result.changed}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif not args.yes:
+        missing = migration.indexes_missing()
+        state = f"; not ACTIVE yet: {', '.join(missing)}" if missing else ""
+        print(f"{result.found} run(s) to move into the narrow runs indexes{state}")
+    else:
+        print(f"moved {result.moved} of {result.found} run(s); {result.changed} kept changing")
+    return 1 if result.changed or (result.found and not args.yes) else 0
+
+
 def register(subparsers: Any) -> None:
     """Add `ezgh ops` and its commands."""
     parser = subparsers.add_parser(
@@ -50,6 +69,14 @@ def register(subparsers: Any) -> None:
         parents=[tables_parent("only runs quiet at least this long (default 300)")],
     )
     stuck.set_defaults(func=_stuck_runs)
+    index = commands.add_parser(
+        "runs-index",
+        help="move runs written before the narrow runs indexes into them (docs/deploy.md): "
+        "lists how many without --yes",
+        parents=[tables_parent("not used by this command")],
+    )
+    add_yes(index, "move them")
+    index.set_defaults(func=_runs_index)
     from ezgh_engine.cli import repair, teardown, verify
     from ezgh_engine.cli.common import connection_parent
 

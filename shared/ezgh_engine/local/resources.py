@@ -6,12 +6,13 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ezgh_engine import config
 from ezgh_engine.adapters import aws
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX
 from ezgh_engine.service.pull import ENV_TASK_WORKER_ROLE
-from ezgh_engine.topology import TOPOLOGY, Queue, Table, Topology
+from ezgh_engine.topology import TOPOLOGY, Index, Queue, Table, Topology
 
 BUCKET_NAME = f"{NAME_PREFIX}-payloads"
 SCHEDULER_GROUP = "ezgh-timers"
@@ -41,13 +42,31 @@ class Provisioned:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def _create_table(table: Table) -> str:
-    ddb = aws.client("dynamodb")
+def index_params(index: Index) -> dict[str, Any]:
+    """A `topology.Index` as CreateTable/UpdateTable declare it."""
+    projection: dict[str, Any] = {"ProjectionType": "ALL"}
+    if index.projection == "INCLUDE":
+        projection = {
+            "ProjectionType": "INCLUDE",
+            "NonKeyAttributes": list(index.non_key_attributes),
+        }
+    return {
+        "IndexName": index.name,
+        "KeySchema": [
+            {"AttributeName": index.partition_key, "KeyType": "HASH"},
+            {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+        ],
+        "Projection": projection,
+    }
+
+
+def table_params(table: Table, name: str) -> dict[str, Any]:
+    """CreateTable's parameters for a topology table (on demand), without its stream."""
     attributes = {"pk", "sk"}
     for index in table.indexes:
         attributes.update((index.partition_key, index.sort_key))
-    params: dict[str, object] = {
-        "TableName": table_name(table),
+    params: dict[str, Any] = {
+        "TableName": name,
         "BillingMode": "PAY_PER_REQUEST",
         "AttributeDefinitions": [
             {"AttributeName": name, "AttributeType": "S"} for name in sorted(attributes)
@@ -58,17 +77,31 @@ def _create_table(table: Table) -> str:
         ],
     }
     if table.indexes:
-        params["GlobalSecondaryIndexes"] = [
-            {
-                "IndexName": index.name,
-                "KeySchema": [
-                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
-                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-            for index in table.indexes
-        ]
+        params["GlobalSecondaryIndexes"] = [index_params(i) for i in table.indexes]
+    return params
+
+
+def _add_missing_indexes(ddb: Any, table: Table) -> None:
+    """A table kept from an older version's state gets the indexes it lacks (moto answers
+    from the items at once: no backfill to wait for)."""
+    described = ddb.describe_table(TableName=table_name(table))["Table"]
+    have = {i["IndexName"] for i in described.get("GlobalSecondaryIndexes") or []}
+    for index in table.indexes:
+        if index.name in have:
+            continue
+        ddb.update_table(
+            TableName=table_name(table),
+            AttributeDefinitions=[
+                {"AttributeName": a, "AttributeType": "S"}
+                for a in (index.partition_key, index.sort_key)
+            ],
+            GlobalSecondaryIndexUpdates=[{"Create": index_params(index)}],
+        )
+
+
+def _create_table(table: Table) -> str:
+    ddb = aws.client("dynamodb")
+    params = table_params(table, table_name(table))
     if table.stream:
         params["StreamSpecification"] = {
             "StreamEnabled": True,
@@ -77,6 +110,7 @@ def _create_table(table: Table) -> str:
     try:
         answer = ddb.create_table(**params)
     except ddb.exceptions.ResourceInUseException:  # restored from the state dir: keep it
+        _add_missing_indexes(ddb, table)
         described = ddb.describe_table(TableName=table_name(table))["Table"]
         return str(described.get("LatestStreamArn", ""))
     if table.ttl_attribute:

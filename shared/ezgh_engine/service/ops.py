@@ -13,8 +13,8 @@ are pending (nothing will run them), a sleep, retry or wait is still pending lon
 wake time (its timer was dropped), or a child wait names a child run that has ended or is
 gone (its end was refused while the parent was ended).
 
-Cost: with `project_id`, one query of the project's runs index (every run of the project,
-filtered to `running`/`cancelling`); without it, a paged **Scan of the whole runs table**
+Cost: with `project_id`, a query of each shard of the status index's live keys (the
+project's live runs only) and a BatchGetItem per 100 of them; without it, a paged **Scan of the whole runs table**
 (every run, step and event item is read and billed, only run items are kept). Then one query
 per candidate for its steps. It is an operator command, not a request path: run it rarely,
 and with `project_id` where you can.
@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import ddb, registry_store, runs_store
+from ezgh_engine.adapters import ddb, registry_store, runs_index, runs_store, year_limit_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
@@ -62,13 +62,21 @@ class StuckRun:
 
 def _active_run_items(project_id: str | None) -> list[dict[str, Any]]:
     """Run items (no steps) whose status is running or cancelling."""
+    if project_id is not None and not settings().legacy_runs_index:
+        # The status index's live keys, every shard (and older runs' whole-item index).
+        listed = runs_index.entries(
+            year_limit_store.live_partitions(project_id), runs_index.Bounds()
+        )
+        ids = [runs_index.run_id_of(entry) for entry in listed]
+        found = runs_index.run_items(ids)
+        return [v for v in found.values() if v.get("status") in ACTIVE_STATUSES]
     values = {":a": {"S": ACTIVE_STATUSES[0]}, ":b": {"S": ACTIVE_STATUSES[1]}}
     kwargs: dict[str, Any] = {
         "TableName": settings().runs_table,
         "FilterExpression": "#s IN (:a, :b)",
         "ExpressionAttributeNames": {"#s": "status"},
     }
-    if project_id is not None:
+    if project_id is not None:  # a stack part-way to the narrow indexes
         operation = client("dynamodb").query
         kwargs.update(
             IndexName="gsi1",

@@ -30,6 +30,7 @@ from ezgh_engine.adapters.run_writes._segments import EVENTS_THROUGH_ATTR
 from ezgh_engine.adapters.run_writes._writing import _single, write_each
 from ezgh_engine.core.models import Run
 from ezgh_engine.errors import StaleInvocation
+from ezgh_engine.topology import RUNS_BY_STATUS
 
 
 def outcome_event_values(run_id: str, mark: Mapping[str, Any], expires: int) -> dict[str, Any]:
@@ -65,6 +66,8 @@ def commit(outcome: OutcomeCommit) -> None:
         seen = None
     else:
         changes = _end_changes(outcome)
+        # Its status-index entry moves with its status (the only index write of an end).
+        changes.set(RUNS_BY_STATUS.partition_key, items.status_index_pk(run, outcome.status))
         seen = run.status
     if outcome.events is not None:  # the run's step events kept in order up to here
         ahead.extend(outcome.events.items)
