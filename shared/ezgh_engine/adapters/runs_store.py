@@ -139,7 +139,7 @@ def create_run(run: Run, *, now_epoch_s: int) -> None:
         )
     if len(actions) == 1:
         # No key: the same conditional Put outside a transaction, at half the write units
-        # (a transactional write is billed twice; issue 18).
+        # (a transactional write is billed twice).
         try:
             _ddb().put_item(**actions[0]["Put"])
         except ClientError as exc:
