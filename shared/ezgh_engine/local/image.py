@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import gc
 import hashlib
 import io
 import logging
@@ -34,6 +35,7 @@ import os
 import pickle
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,9 @@ class Loaded:
     requests: int
     kept: list[dict[str, Any]] = field(default_factory=list)
     services: list[str] = field(default_factory=list)  # of the journal's requests
+    # What the runtime kept with the image (`Emulator.keep`): answers of that life's
+    # provisioning, which the next start adopts instead of asking again.
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def journal_mark(journal_path: Path, generation: int, snapshot_size: int) -> JournalMark:
@@ -102,6 +107,26 @@ _DISPATCH = copyreg.dispatch_table.copy()
 _DISPATCH[_LOCK] = lambda lock: (threading.Lock, ())
 _DISPATCH[_RLOCK] = lambda lock: (threading.RLock, ())
 _DISPATCH[threading.Condition] = lambda condition: (threading.Condition, ())
+
+
+def _limited_size_dict(attributes: dict[str, Any]) -> Any:
+    """An item's attributes as moto keeps them (a `LimitedSizeDict`), rebuilt without the
+    400 KB check moto's `__setitem__` makes per attribute (a sum over every attribute set
+    before it: quadratic in an item's attributes, and most of an image's loading). Each
+    item passed the check when it was written."""
+    from moto.dynamodb.models.dynamo_type import LimitedSizeDict
+
+    rebuilt = LimitedSizeDict.__new__(LimitedSizeDict)
+    dict.update(rebuilt, attributes)
+    return rebuilt
+
+
+def _dispatch_table() -> dict[Any, Any]:
+    """How an image pickles what it holds: `_DISPATCH`, and items' attributes as plain
+    dicts (`_limited_size_dict`)."""
+    from moto.dynamodb.models.dynamo_type import LimitedSizeDict
+
+    return {**_DISPATCH, LimitedSizeDict: lambda attrs: (_limited_size_dict, (dict(attrs),))}
 
 
 def _backends() -> dict[str, dict[str, dict[str, Any]]]:
@@ -142,7 +167,12 @@ def _release_received() -> None:
 
 
 def save(
-    path: Path, mark: JournalMark, requests: int, kept: list[dict[str, Any]], services: list[str]
+    path: Path,
+    mark: JournalMark,
+    requests: int,
+    kept: list[dict[str, Any]],
+    services: list[str],
+    extras: dict[str, Any] | None = None,
 ) -> int:
     """Write the image of moto's state now (the caller holds the journal's lock and nothing
     is in flight), atomically and durably; answer its size in bytes. The file is two
@@ -151,8 +181,14 @@ def save(
     buffer = io.BytesIO()
     pickle.dump({**_versions(), "mark": asdict(mark)}, buffer, protocol=pickle.HIGHEST_PROTOCOL)
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = _DISPATCH
-    body = {"backends": _backends(), "requests": requests, "kept": kept, "services": services}
+    pickler.dispatch_table = _dispatch_table()
+    body = {
+        "backends": _backends(),
+        "requests": requests,
+        "kept": kept,
+        "services": services,
+        "extras": dict(extras or {}),
+    }
     pickler.dump(body)
     temporary = _temporary(path)
     with private_files.open_private(temporary, "wb") as file:
@@ -176,15 +212,31 @@ def load(path: Path, mark: JournalMark) -> Loaded | None:
             header = pickle.load(file)  # the private state dir: trusted as the journal is
             if not isinstance(header, dict) or _stale(header, path, mark):
                 return None
-            body = pickle.load(file)
+            with _collector_paused():
+                body = pickle.load(file)
             backends, requests, kept = body["backends"], int(body["requests"]), body["kept"]
             services = list(body["services"])
+            extras = dict(body.get("extras") or {})
     except Exception as error:  # damaged: the journal still has it all
         log.warning("image %s could not be read (%s); replaying the journal", path, error)
         return None
     _install(backends)
     _release_received()
-    return Loaded(requests=requests, kept=list(kept), services=services)
+    return Loaded(requests=requests, kept=list(kept), services=services, extras=extras)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Unpickling makes hundreds of thousands of objects, none of them garbage, and each
+    allocation past a threshold has the cyclic collector walk the young ones again: three
+    quarters of the load's CPU. Paused meanwhile (refcounting still frees)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _stale(header: dict[str, Any], path: Path, mark: JournalMark) -> bool:
