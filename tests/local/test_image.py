@@ -315,6 +315,60 @@ def test_the_runs_trace_segments_outlive_a_clean_stop(
         second.stop()
 
 
+def test_x_rays_state_is_put_back_last_and_kept_by_a_life_that_never_asked(
+    tmp_path: Path,
+) -> None:
+    """X-Ray's part of the image (`image.LATER`) is installed when a request for X-Ray
+    first comes (or in the background once the runtime serves: `restore_later`), not
+    during the start; a life that never asked writes it on into its own image; a reset
+    drops it with the rest."""
+    import json
+
+    import moto.xray.models
+
+    def traced(trace_id: str) -> list[str]:
+        traces = aws.client("xray").batch_get_traces(TraceIds=[trace_id])["Traces"]
+        return [t["Id"] for t in traces]
+
+    def segments() -> int:
+        return sum(
+            len(backend._telemetry_records) + len(backend._segment_collection._traces)
+            for regions in moto.xray.models.xray_backends.values()
+            for backend in regions.values()
+        )
+
+    trace_id = "1-5f84c7a1-0123456789abcdef01234567"
+    segment: dict[str, Any] = {"name": "x", "id": "0123456789abcdef", "trace_id": trace_id}
+    segment.update(start_time=1.0, end_time=2.0)
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        aws.client("xray").put_trace_segments(TraceSegmentDocuments=[json.dumps(segment)])
+    finally:
+        first.stop()
+    for life in range(2):  # the second life asks nothing of X-Ray
+        emulator = Emulator(state_dir=tmp_path)
+        emulator.start()
+        try:
+            assert emulator._later is not None and emulator._later.pending
+            assert segments() == 0  # not in moto during the start
+            aws.client("sqs").list_queues()  # another service's request does not wait for it
+            assert emulator._later.pending
+            if life == 1:
+                emulator.restore_later()
+                assert traced(trace_id) == [trace_id]  # put back by then, either way
+                assert not emulator._later.pending
+        finally:
+            emulator.stop()
+    last = Emulator(state_dir=tmp_path)
+    last.start()
+    try:
+        last.reset()
+        assert traced(trace_id) == []
+    finally:
+        last.stop()
+
+
 def test_an_items_attributes_come_back_as_moto_keeps_them_and_still_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

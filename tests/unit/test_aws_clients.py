@@ -25,7 +25,9 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     aws.reset_clients()
 
 
-def test_threads_asking_at_once_share_one_client_made_from_one_session() -> None:
+def test_threads_asking_at_once_share_one_client_made_from_one_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     sessions: list[Any] = []
     real = aws._session
 
@@ -35,26 +37,23 @@ def test_threads_asking_at_once_share_one_client_made_from_one_session() -> None
             sessions.append(made)
         return made
 
-    aws._session = counted  # type: ignore[assignment]
-    try:
-        start = threading.Barrier(8)
-        got: list[Any] = []
+    monkeypatch.setattr(aws, "_session", counted)
+    start = threading.Barrier(8)
+    got: list[Any] = []
 
-        def ask() -> None:
-            start.wait()
-            got.append(aws.client("sqs"))
+    def ask() -> None:
+        start.wait()
+        got.append(aws.client("sqs"))
 
-        threads = [threading.Thread(target=ask) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert len(got) == 8 and all(c is got[0] for c in got)
-        assert aws.client("dynamodb") is not got[0]
-        assert aws.client("sqs", read_timeout=120) is not got[0]
-        assert len(sessions) == 1
-    finally:
-        aws._session = real  # type: ignore[assignment]
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 8 and all(c is got[0] for c in got)
+    assert aws.client("dynamodb") is not got[0]
+    assert aws.client("sqs", read_timeout=120) is not got[0]
+    assert len(sessions) == 1
 
 
 def test_a_clients_hooks_are_its_own() -> None:

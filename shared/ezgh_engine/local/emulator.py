@@ -28,7 +28,7 @@ from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import image, moto_expressions
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
-from ezgh_engine.local.emulator_gate import KEY_HEADER, EmulatorGate, new_credentials
+from ezgh_engine.local.emulator_gate import KEY_HEADER, EmulatorGate, new_credentials, signed_by
 from ezgh_engine.local.moto_internals import MotoInternalsMissing
 from ezgh_engine.local.moto_server import MotoServer
 from ezgh_engine.local.persistence import (
@@ -615,6 +615,7 @@ class Emulator:
         # start had so kept (empty after a replay or a reset): see `local.image.Loaded`.
         self._kept: dict[str, Any] = {}
         self.adoptable: dict[str, Any] = {}
+        self._later: image.Later | None = None  # the image's state installed after the rest
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
         self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
@@ -700,6 +701,7 @@ class Emulator:
         if loaded is not None:
             journal.reopen()
             self.adoptable = dict(loaded.extras)
+            self._later = loaded.later
             self.restored = restored_from(loaded.kept, loaded.requests, loaded.services)
             how = "the image of the last clean stop"
         else:
@@ -735,12 +737,21 @@ class Emulator:
                 if journaling.mappings is not None:
                     kept.append(journaling.mappings)
                 requests = self.restored.requests + journal.changes_written
-                size = image.save(path, journal.mark(), requests, kept, services, self._kept)
+                mark, later = journal.mark(), self._later
+                size = image.save(path, mark, requests, kept, services, self._kept, later)
         except Exception:  # the journal has it all: the next start replays it
             log.warning("could not write the image of this stop to %s", path, exc_info=True)
             image.discard(path)
             return
         log.info("saved the state's image (%d bytes) in %.2fs", size, clock.monotonic() - began)
+
+    def restore_later(self) -> None:
+        """Put back, in the background, the state the image holds of the services it
+        restores last (`image.LATER`); a request for one of them waits for it meanwhile.
+        The runtime calls this once it serves everything else."""
+        later = self._later
+        if later is not None and later.pending:
+            threading.Thread(target=later.install, name="image-later", daemon=True).start()
 
     def keep(self, name: str, value: Any) -> None:
         """Keep `value` (picklable) with the image of this life's clean stop, for the next
@@ -765,6 +776,9 @@ class Emulator:
     def reset(self) -> None:
         """Wipe every resource and item in moto, and the engine's tables in DynamoDB Local
         (the caller provisions again), and the journal with them."""
+        if self._later is not None:  # of the state wiped now
+            self._later.discard()
+            self._later = None
         if self.journaling is not None:
             with self.journaling.lock:
                 self.journaling.clear()
@@ -779,7 +793,7 @@ class Emulator:
         config.reset_settings()
 
     def _gate(self, app: Any) -> EmulatorGate:
-        return EmulatorGate(app, self.access_key_id)
+        return EmulatorGate(_RestoresLater(app, lambda: self._later), self.access_key_id)
 
     def _post_reset(self) -> None:
         request = urllib.request.Request(
@@ -809,6 +823,7 @@ class Emulator:
             if self._restored_whole:
                 self._save_image(self.journaling)
             self._restored_whole = False
+            self._later = None
             self.journaling.journal.close()
             self.journaling = None
         for name, value in self._saved_env.items():
@@ -820,6 +835,23 @@ class Emulator:
         stream_wakeup.external = False
         aws.reset_clients()
         config.reset_settings()
+
+
+class _RestoresLater:
+    """WSGI middleware (behind the gate): a request for a service whose state the image
+    puts back last (`image.Later`) puts it back first, if the background has not yet."""
+
+    def __init__(self, app: Any, later: Callable[[], image.Later | None]) -> None:
+        self.app = app
+        self._later = later
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        later = self._later()
+        if later is not None and later.pending:
+            signer = signed_by(environ.get("HTTP_AUTHORIZATION"))
+            if signer is None or signer[1] in later.services:
+                later.install()
+        return self.app(environ, start_response)
 
 
 def loopback_url(url: str) -> str:

@@ -200,8 +200,8 @@ class LocalRuntime:
         for url_server in self.url_servers.values():
             url_server.serve()
         self.started = True
-        if self.environments is not None:
-            self.environments.prewarm()
+        if self.environments is not None:  # the API's now (the start's requests), the rest
+            self.environments.prewarm([API_FUNCTION.key])  # once ready: they compete for CPU
         self._check_health()
         self._after_reset(restore=restored, verify=True)
         saved_apps = self.dev_state.values.get("apps", {}) if restored else {}
@@ -214,6 +214,9 @@ class LocalRuntime:
         if restored:
             self._reconcile()
         self.ready = True
+        if self.environments is not None:  # a call before they are up starts its own
+            self.environments.prewarm()
+        self.emulator.restore_later()  # X-Ray's traces: a request for them waits meanwhile
         log.debug("local runtime up in %.2fs", clock_module.monotonic() - began)
 
     def stop(self) -> None:
