@@ -66,6 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         help="history lengths for the scaling figures ('' to skip; 1000 is slow on moto)",
     )
     parser.add_argument(
+        "--seeded-histories",
+        type=_ints,
+        default=[],
+        help="history lengths whose steps the bench writes into the run instead of running "
+        "them (Engine.run_seeded): 10,000 in minutes, not an hour ('' to skip)",
+    )
+    parser.add_argument(
+        "--seeded-only",
+        action="store_true",
+        help="only the seeded histories (and their ListRunEvents)",
+    )
+    parser.add_argument(
         "--latency-steps",
         type=int,
         default=100,
@@ -134,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         idle.print_idle(sys.stdout.write, out["idle"])
         _write(args.json, out)
         return 0
+    if args.seeded_only:
+        with Engine() as engine:
+            out["seeded"] = [_seeded(engine, h, args.events_limit) for h in args.seeded_histories]
+        _scaling(sys.stdout.write, out["seeded"], seeded=True)
+        _write(args.json, out)
+        return 0
     latency_gaps: list[float] = []
     retention_size = 10 if 10 in args.sizes else args.sizes[0]
     with Engine() as engine:
@@ -144,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             figures["memory"] = report.memory_figures(figures)
             out["sizes"][str(size)] = figures
             if size == retention_size:  # its state is still there: purge the last run
+                stored = engine.stored(results[-1].run_id)
                 purge = engine.retention(results[-1].run_id)
-                out["retention"] = report.retention_figures(purge, results[-1])
+                out["retention"] = report.retention_figures(purge, results[-1], stored)
             if size == args.latency_steps:
                 for result in results:
                     latency_gaps.extend(report.step_gaps(result))
@@ -169,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             }
         out["scaling"] = [_history(engine, h, args.events_limit) for h in args.histories]
+        out["seeded"] = [_seeded(engine, h, args.events_limit) for h in args.seeded_histories]
         out["fanout"] = [report.fan_figures(engine.run_fan(n)) for n in args.fanouts]
         out["fanout_marginal"] = report.fan_marginal(out["fanout"])
     out["marginal"] = report.marginal(out["sizes"])
@@ -195,6 +215,15 @@ def _history(engine: Engine, history: int, events_limit: int) -> dict[str, Any]:
     if events_limit:
         pages = engine.list_events(result.run_id, events_limit)
         figures["events"] = report.events_figures(pages)
+    return figures
+
+
+def _seeded(engine: Engine, history: int, events_limit: int) -> dict[str, Any]:
+    """`_history` over a run whose `history` steps the bench wrote (Engine.run_seeded)."""
+    result = engine.run_seeded(history)
+    figures = report.scaling_figures(result, history)
+    if events_limit:
+        figures["events"] = report.events_figures(engine.list_events(result.run_id, events_limit))
     return figures
 
 
@@ -296,6 +325,23 @@ def print_report(out: dict[str, Any]) -> None:
             f"{_money(r['usd_per_million_runs'])}/M runs, {r['share_of_run_cost']:.1%} of the "
             f"run's own cost\n"
         )
+        st = r["stored"]
+        w(
+            f"Kept for {st['retention_days']} days after its end: {st['items']} items, "
+            f"{st['table_bytes']:,} B in the table, {st['index_bytes']:,} B in its indexes, "
+            f"{st['s3_bytes']:,} B in S3: {_money(r['storage_usd_per_million_runs'])}/M runs "
+            f"(with point-in-time recovery). The run with its purge and storage: "
+            f"{_money(r['run_with_after_end_usd_per_million_runs'])}/M runs\n"
+        )
+        fit = (out.get("goal") or {}).get("all_in") or {}
+        if "fixed_usd_per_million_runs" in fit:
+            fixed = fit["fixed_usd_per_million_runs"]
+            w(
+                f"A run's fixed cost, all-in: {_money(fixed)} + purge "
+                f"{_money(r['usd_per_million_runs'])} + storage "
+                f"{_money(r['storage_usd_per_million_runs'])} = "
+                f"{_money(fixed + r['after_end_usd_per_million_runs'])}/M runs\n"
+            )
     sh = out.get("short_sleep")
     if sh:
         w(
@@ -375,20 +421,30 @@ def _latency(w: Any, lat: dict[str, Any]) -> None:
         w(f"  DBOS skipped: {lat['dbos_skipped']}\n")
 
 
-def _rest(w: Any, out: dict[str, Any]) -> None:
-    if out["scaling"]:
-        w("\nScaling: the invocation after the sleep (timer + invoke + 1 new step + completion)\n")
+def _scaling(w: Any, scaling: list[dict[str, Any]], *, seeded: bool = False) -> None:
+    """The invocation after a sleep, by the history before it (and ListRunEvents over it)."""
+    if not scaling:
+        return
+    how = "seeded by the bench" if seeded else "run"
+    w(
+        f"\nScaling ({how}): the invocation after the sleep (timer + invoke + 1 new step + "
+        "completion)\n| history steps | requests | DynamoDB RRU | DynamoDB bytes read | invoke "
+        "request bytes | app's calls answered bytes | invoker s | $ |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
+    for s in scaling:
         w(
-            "| history steps | requests | DynamoDB RRU | DynamoDB bytes read | invoke request bytes"
-            " | invoker s | $ |\n|---|---|---|---|---|---|---|\n"
+            f"| {s['history_steps']} | {s['requests']} | {s['dynamodb_rru']:.1f}"
+            f" | {s['dynamodb_bytes_read']:,} | {s['invoke_request_bytes']:,}"
+            f" | {s.get('app_calls_answer_bytes', 0):,}"
+            f" | {s['invoker_seconds']:.3f} | {s['usd'] * 1e6:.2f}e-6 |\n"
         )
-        for s in out["scaling"]:
-            w(
-                f"| {s['history_steps']} | {s['requests']} | {s['dynamodb_rru']:.1f}"
-                f" | {s['dynamodb_bytes_read']:,} | {s['invoke_request_bytes']:,}"
-                f" | {s['invoker_seconds']:.3f} | {s['usd'] * 1e6:.2f}e-6 |\n"
-            )
-        _events(w, out["scaling"])
+    _events(w, scaling)
+
+
+def _rest(w: Any, out: dict[str, Any]) -> None:
+    _scaling(w, out["scaling"])
+    _scaling(w, out.get("seeded") or [], seeded=True)
     _fanout(w, out.get("fanout") or [], out.get("fanout_marginal"))
     ref = out["sizes"].get("10") or next(iter(out["sizes"].values()))
     w(

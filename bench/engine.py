@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import tempfile
@@ -22,11 +23,31 @@ from ezgh_workflows import WorkflowsClient
 
 from bench import workflows
 from bench.cost import Bill, bill
-from bench.instrument import AwsCall, CountingApp, Invocation, Recorder, origin
+from bench.instrument import AwsCall, CountingApp, Invocation, Recorder, item_size, origin
+from bench.keys import projected, table_of
 from bench.telemetry import TelemetryMeter
 
 LONG_SLEEP = "1h"  # past SQS's 15-minute delay: an EventBridge Scheduler at() schedule
 SHORT_SLEEP = "2s"  # any sleep up to 15 minutes: one SQS message with DelaySeconds
+
+# A seeded step's result: `{"i": k, "pad": "x..."}` of about this many bytes of JSON (a
+# realistic small step result: an ID, a few fields), as the `bench` workflow's steps return
+# `{"i": k}` padded.
+SEEDED_VALUE_BYTES = 256
+
+
+# DynamoDB bills each stored item (and each index copy) 100 bytes over its own size.
+ITEM_OVERHEAD_BYTES = 100
+
+
+@dataclass
+class Stored:
+    """What one run keeps while it is retained (`Engine.stored`)."""
+
+    items: int = 0
+    table_bytes: int = 0
+    index_bytes: int = 0
+    s3_bytes: int = 0
 
 
 @dataclass
@@ -209,6 +230,64 @@ class Engine:
             identities,
         )
 
+    def run_seeded(
+        self, history: int, value_bytes: int = SEEDED_VALUE_BYTES, timeout: float = 1800.0
+    ) -> RunResult:
+        """The invocation after a sleep with `history` completed steps recorded before it,
+        without running them: a `history` run sleeps first, the bench writes the steps'
+        items as the engine writes a completed step (`seed_steps`), the run replays them
+        and sleeps again, and the invocation after that second sleep is what is measured
+        (phase `resume`), as `run` measures a run of `history` real steps."""
+        rt, rec = self.runtime, self.recorder
+        rt.reset()
+        client = self.client()
+        app_id = str(rt.apps["bench"].record["id"])
+        rec.clear()
+        rec.phase = "seed"
+        rec.active = True
+        began = time.perf_counter()
+        try:
+            run_id = str(client.start_run(app_id, "history", {"n": history})["id"])
+            rt.wait_for(lambda: self._count("scheduler", "CreateSchedule") >= 1, timeout)
+            rt.wait_idle(timeout)
+            seed_steps(rt.provisioned.tables["runs"], run_id, history, value_bytes)
+            rec.phase = "replay"  # the invocation that replays the seeded steps, then sleeps
+            self._wake()
+            rt.wait_for(lambda: self._count("scheduler", "CreateSchedule") >= 2, timeout)
+            rt.wait_idle(timeout)
+            rec.clear(keep_sizes=True)
+            rec.phase = "resume"
+            self._wake()
+            rt.wait_for(lambda: self._invokes() >= 1, timeout)
+            rt.wait_idle(timeout)
+            seconds = time.perf_counter() - began
+        finally:
+            rec.active = False
+        run = client.get_run(run_id)
+        if run.get("status") != "completed" or run.get("output", {}).get("steps") != history + 1:
+            raise RuntimeError(f"seeded run {run_id} ended {run.get('status')}: {run}")
+        self._learn_sizes()
+        calls, invocations, apps, fires = rec.snapshot()
+        resume = bill(calls, invocations, apps, sum(fires.values()), rec.sizes)
+        return RunResult(
+            run_id,
+            history + 1,
+            resume,
+            {"resume": resume},
+            [],
+            seconds,
+            history,
+            calls,
+            invocations,
+            dict(rec.sizes),
+        )
+
+    def _wake(self) -> None:
+        """Past a 1h sleep: the clock skips, the scheduler fires what is due."""
+        self.clock.advance(timedelta(hours=1, minutes=5))
+        if self.runtime.scheduler is not None:
+            self.runtime.scheduler.kick()
+
     def run_fan(self, width: int, timeout: float = 600.0) -> FanResult:
         """Start one `fan` run (a gather of `width` parallel steps) on a fresh state and
         follow it until nothing is left to do. A run that never completes (it stays
@@ -319,6 +398,37 @@ class Engine:
             if not cursor:
                 return EventPages(run_id, events, limit, pages)
 
+    def stored(self, run_id: str) -> Stored:
+        """What an ended run keeps while it is retained (harness reads, not billed): its
+        items in the runs table (DynamoDB bills 100 bytes over each item's size), their copies
+        in the table's indexes (the index keys and projected attributes, with the table's keys
+        and the same 100 bytes), and its objects in the payload bucket."""
+        ddb = aws.client("dynamodb")
+        physical = self.runtime.provisioned.tables["runs"]
+        table = table_of(physical)
+        stored = Stored()
+        pages = ddb.get_paginator("query").paginate(
+            TableName=physical,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"RUN#{run_id}"}},
+        )
+        for item in (i for page in pages for i in page.get("Items", [])):
+            stored.items += 1
+            stored.table_bytes += item_size(item) + ITEM_OVERHEAD_BYTES
+            for index in table.indexes if table else ():
+                if index.partition_key not in item:
+                    continue
+                names = projected(index)
+                kept = item if names is None else {k: v for k, v in item.items() if k in names}
+                stored.index_bytes += item_size(kept) + ITEM_OVERHEAD_BYTES
+        s3 = aws.client("s3")
+        bucket = self.runtime.provisioned.env[TOPOLOGY.bucket_env_var]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in page.get("Contents", []):
+                if f"/{run_id}/" in str(obj["Key"]):
+                    stored.s3_bytes += int(obj["Size"])
+        return stored
+
     def retention(self, run_id: str, timeout: float = 120.0) -> Bill:
         """What deleting an ended run costs once DynamoDB's TTL removes its run item (30
         days after its end): the stream's REMOVE record makes the stream function purge the
@@ -372,6 +482,48 @@ class Engine:
             except Exception:
                 continue
             self.recorder.learn_table(table, items)
+
+
+def seed_steps(table: str, run_id: str, history: int, value_bytes: int) -> None:
+    """Write `history` completed `run` steps (`s#1`...) into a run, each item as the engine
+    writes a completed step (its start and end, its result inline, its event's ID; the
+    attributes of `adapters/run_writes` `_step_values` and a step end), ordered after what
+    the run recorded so far. Harness writes: not counted."""
+    from ezgh_engine import clock, ids
+    from ezgh_engine.adapters import ddb
+
+    client = aws.client("dynamodb")
+    ttl = int(clock.now().timestamp()) + 365 * 24 * 3600
+    at = clock.iso(clock.now())
+    pad = max(0, value_bytes - len('{"i":0000,"pad":""}'))
+    batch: list[dict[str, Any]] = []
+    for k in range(history):
+        item = {
+            "pk": f"RUN#{run_id}",
+            "sk": f"STEP#s#{k + 1}",
+            "type": "step",
+            "runId": run_id,
+            "stepId": f"s#{k + 1}",
+            "name": "s",
+            "kind": "run",
+            "status": "completed",
+            "attempt": 1,
+            "order": ids.time_ordered_id(),
+            "startedAt": at,
+            "startEpoch": 1,
+            "ttl": ttl,
+            "evtId": ids.time_ordered_id(),
+            "evtAttempt": 1,
+            "endedAt": at,
+            "output": json.dumps({"i": k, "pad": "x" * pad}, separators=(",", ":")),
+        }
+        batch.append({"PutRequest": {"Item": ddb.to_item(item)}})
+        if len(batch) == 25 or k == history - 1:
+            left = {table: batch}
+            while left:
+                answer = client.batch_write_item(RequestItems=left)
+                left = answer.get("UnprocessedItems") or {}
+            batch = []
 
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -16,36 +16,42 @@ Who made a request decides whether, and how, it is billed:
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from ezgh_engine import clock as engine_clock
 
 from bench.keys import IndexKnowledge, query_partition
 
-_where = threading.local()
+# Who is making requests, and how many a handler made: context variables, so the threads a
+# handler starts (`service.at_once` runs each message of a group on a thread of its own, in a
+# copy of its context) are attributed to it as well.
+_origin: contextvars.ContextVar[str | None] = contextvars.ContextVar("origin", default=None)
+_made: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("made", default=None)
 
 
 @contextmanager
 def origin(name: str) -> Iterator[None]:
     """Attribute the requests this thread makes inside the block to `name`."""
-    previous = getattr(_where, "origin", None)
-    _where.origin = name
+    token = _origin.set(name)
     try:
         yield
     finally:
-        _where.origin = previous
+        _origin.reset(token)
 
 
 def current_origin() -> str | None:
-    found = getattr(_where, "origin", None)
+    found = _origin.get()
     if found:
         return found
     name = threading.current_thread().name
@@ -337,6 +343,9 @@ class AwsCall:
     accesses: list[DdbAccess] = field(default_factory=list)
     messages: int = 0  # SQS receives: how many messages it returned
     seconds: float = 0.0
+    # The engine code that made it: `service.module.function > adapters.module.function`
+    # (the outermost service frame and the innermost adapter frame), for breakdowns.
+    site: str = ""
 
 
 @dataclass
@@ -353,6 +362,7 @@ class Invocation:
     # When it began, on the engine clock (epoch seconds): what a mapping's batching window
     # gathers together deployed (bench/cost.py `batched_requests`).
     at: float = 0.0
+    response_bytes: int = 0  # the answer's body (an HTTP handler's): what the caller read
 
 
 @dataclass
@@ -390,7 +400,9 @@ class Recorder:
     def on_aws(self, record: dict[str, Any]) -> None:
         where = current_origin()
         if where is not None and where.startswith("function:"):
-            _where.calls = getattr(_where, "calls", 0) + 1
+            made = _made.get()
+            if made is not None:
+                made[0] += 1
         service, operation = record["service"], record["operation"]
         parsed = record.get("parsed") or {}
         params = record.get("params") or {}
@@ -413,6 +425,7 @@ class Recorder:
             response_bytes=int(record.get("response_bytes") or 0),
             phase=self.phase,
             seconds=float(record.get("seconds") or 0.0),
+            site=_engine_site(),
         )
         if service == "dynamodb":
             call.accesses = ddb_accesses(operation, params, parsed)
@@ -457,13 +470,17 @@ class Recorder:
             cpu_started = time.thread_time()
             path = str(event.get("rawPath") or "") if isinstance(event, dict) else ""
             body = event.get("body") if isinstance(event, dict) else None
-            previous_calls = getattr(_where, "calls", 0)
-            _where.calls = 0
+            made = [0]
+            token = _made.set(made)
+            answered = {"bytes": 0}
             with origin(f"function:{key}"):
                 try:
-                    return handler(event, context)
+                    answer = handler(event, context)
+                    if isinstance(answer, dict) and isinstance(answer.get("body"), str):
+                        answered["bytes"] = len(answer["body"])
+                    return answer
                 finally:
-                    made, _where.calls = _where.calls, previous_calls
+                    _made.reset(token)
                     if self.active:
                         seconds = time.perf_counter() - started
                         cpu = time.thread_time() - cpu_started
@@ -475,9 +492,10 @@ class Recorder:
                                     self.phase,
                                     path,
                                     len(body or ""),
-                                    made,
+                                    made[0],
                                     cpu,
                                     began,
+                                    answered["bytes"],
                                 )
                             )
 
@@ -561,6 +579,30 @@ class CountingApp:
             self.recorder.app_request(
                 kind["type"], sizes["in"], sizes["out"], time.perf_counter() - started
             )
+
+
+_ENGINE_FRAME = re.compile(r"ezgh_engine/(service|adapters|api|functions)/(.+)\.py$")
+
+
+def _engine_site() -> str:
+    """Which engine code is making the request this thread makes now: the outermost and
+    the innermost service (or api) frame and the innermost adapter frame, as
+    `module.function`, joined by ` > `."""
+    frame: FrameType | None = sys._getframe(1)
+    services: list[str] = []
+    adapter = ""
+    while frame is not None:
+        found = _ENGINE_FRAME.search(frame.f_code.co_filename.replace("\\", "/"))
+        if found:
+            name = f"{found[2].replace('/', '.')}.{frame.f_code.co_name}"
+            if found[1] == "adapters":
+                if found[2] != "aws":  # the observing hook itself
+                    adapter = adapter or name
+            else:
+                services.append(name)
+        frame = frame.f_back
+    chain = [services[-1], services[0]] if len(services) > 1 else services
+    return " > ".join([*dict.fromkeys(chain), *([adapter] if adapter else [])])
 
 
 def by_service(calls: list[AwsCall]) -> dict[str, Counter[str]]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ezgh_engine.adapters.run_writes import RETENTION_SECONDS
+
 from bench import prices as p
 from bench.cost import Bill
-from bench.engine import EventPages, FanResult, RunResult
+from bench.engine import EventPages, FanResult, RunResult, Stored
 
 SERVICES = ["dynamodb", "sqs", "s3", "scheduler", "scheduler-fire", "lambda", "http-api"]
 USD_LINES = ["dynamodb", "lambda", "http-api", "sqs", "scheduler", "s3", "logs"]
@@ -91,8 +93,16 @@ def scaling_figures(result: RunResult, history: int) -> dict[str, Any]:
     """What the invocation after the sleep costs, with `history` steps recorded before it."""
     resume: Bill = result.phases["resume"]
     invoker_seconds = resume.lambda_seconds.get("invoker", 0.0)
+    # What the app's own calls read back (protocol 1.5: the history's pages; its step calls'
+    # answers are a few hundred bytes each).
+    answered = sum(
+        i.response_bytes
+        for i in result.invocations
+        if i.phase == "resume" and i.function == "steps"
+    )
     return {
         "history_steps": history,
+        "app_calls_answer_bytes": answered,
         "requests": resume.total_requests,
         "operations": dict(resume.operations),
         "dynamodb_rru": resume.rru,
@@ -383,13 +393,34 @@ def _memory_saving(figures: dict[str, Any], fn: str, now_mb: int, then_mb: int) 
     )
 
 
-def retention_figures(purge: Bill, run: RunResult) -> dict[str, Any]:
-    """What deleting one ended run costs (`Engine.retention`), beside the run's own bill."""
+def retention_figures(purge: Bill, run: RunResult, stored: Stored) -> dict[str, Any]:
+    """What one ended run costs after it ended, beside its own bill: the purge once its
+    item expires (`Engine.retention`) and what it keeps meanwhile (`Engine.stored`),
+    stored for the retention period (DynamoDB table and index storage, point-in-time
+    recovery on the table's data, S3)."""
+    months = RETENTION_SECONDS / p.SECONDS_PER_MONTH
+    gb = 1 / 1e9
+    storage_usd = months * (
+        (stored.table_bytes + stored.index_bytes) * gb * p.DYNAMODB_USD_PER_GB_MONTH
+        + stored.table_bytes * gb * p.DYNAMODB_PITR_USD_PER_GB_MONTH
+        + stored.s3_bytes * gb * p.S3_USD_PER_GB_MONTH
+    )
+    after_usd = purge.total_usd + storage_usd
     return {
         "steps": run.steps,
         "requests_per_run": purge.total_requests,
         "operations": ", ".join(f"{k} {v}" for k, v in sorted(purge.operations.items())),
         "usd_per_million_runs": purge.total_usd * 1e6,
         "share_of_run_cost": purge.total_usd / run.total.total_usd if run.total.total_usd else 0.0,
+        "stored": {
+            "items": stored.items,
+            "table_bytes": stored.table_bytes,
+            "index_bytes": stored.index_bytes,
+            "s3_bytes": stored.s3_bytes,
+            "retention_days": RETENTION_SECONDS // 86400,
+        },
+        "storage_usd_per_million_runs": storage_usd * 1e6,
+        "after_end_usd_per_million_runs": after_usd * 1e6,
+        "run_with_after_end_usd_per_million_runs": (run.total.total_usd + after_usd) * 1e6,
         "detail": purge.as_dict(),
     }

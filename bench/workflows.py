@@ -59,4 +59,22 @@ async def fan(ctx: Context) -> Any:
     return {"steps": sum(1 for i, out in enumerate(outs) if out == i)}
 
 
-app = PushApp([bench, fan])
+@workflow("history")
+async def history(ctx: Context) -> Any:
+    """A long history without running it: a sleep (`seed`) during which the bench writes
+    `n` completed `s` steps into the run (`Engine.run_seeded`), the `n` steps (replayed,
+    never run: they are recorded), a sleep (`pause`), one more step. What the invocation
+    after `pause` costs is the cost of an invocation with `n` steps recorded before it."""
+    n = int(ctx.input["n"])
+    await ctx.step.sleep("seed", "1h")
+    done = 0
+    for i in range(n):
+        out = await ctx.step.run("s", _body(ctx.run_id, i, 0))
+        done += 1 if out["i"] == i else 0
+    await ctx.step.sleep("pause", "1h")
+    out = await ctx.step.run("s", _body(ctx.run_id, n, 0))
+    done += 1 if out["i"] == n else 0
+    return {"steps": done}
+
+
+app = PushApp([bench, fan, history])

@@ -6,7 +6,8 @@
  * (`POST /v1/invocations/heartbeat`) and posts the outcome (`POST /v1/invocations/outcome`),
  * both with the invocation's token. A worker that dies stops heartbeating: when the lease ends
  * the engine hands the task to another worker, and the dead worker's late step calls are
- * refused.
+ * refused. A parallel step's task (a branch task: its request carries `branch`) is run,
+ * heartbeated and answered the same way; the engine holds it by the step's own lease.
  *
  * Waiting for tasks: by default the worker asks for credentials to its app's task queue
  * (`tasks/access`) and long-polls the queue itself (one SQS request per 20 s while idle); a task

@@ -179,9 +179,37 @@ for (const [way, serve, path] of WAYS) {
   });
 }
 
-// Not parallel steps: the engine runs a branch by invoking the app's URL, which a pull app
-// has not (its parallel steps stay `waiting`), whichever SDK its worker uses.
+/** Steps awaited together: each runs as a branch task of its own on a pull worker (the
+ * engine queues it; the Worker runs its `branch` request like any task). */
+const fanOut = workflow("fan-out", async ({ step, input }) => {
+  const width = Number((input as { width: number }).width);
+  const parts = await Promise.all(Array.from({ length: width }, (_, i) => step.run(`part-${i}`, () => i * i)));
+  return parts.reduce((sum, part) => sum + part, 0);
+});
+
 describe("a pull Worker", { skip: !HAS_ENGINE && "no ezgh dev" }, () => {
+  test("runs parallel steps (Promise.all of 3 and of 20) as branch tasks", async () => {
+    const client = workflowsClient();
+    const app = await createPullApp("ts-worker-fan");
+    const worker = new Worker({ appId: app.id, workflows: [fanOut], concurrency: 8, pollWaitSeconds: 1 });
+    const running = worker.run();
+    try {
+      await waitFor("the worker's announce", async () => (await client.getApp(app.id)).status === "synced");
+      for (const width of [3, 20]) {
+        const run = await client.startRun({ appId: app.id, workflow: "fan-out", input: { width } });
+        const done = await waitRun(run.id);
+        completed(done);
+        assert.equal(done.output, Array.from({ length: width }, (_, i) => i * i).reduce((a, b) => a + b, 0));
+        const parts = done.steps.filter((s) => s.name.startsWith("part-"));
+        assert.equal(parts.length, width);
+        assert.ok(parts.every((s) => s.status === "completed" && s.attempt === 1), JSON.stringify(parts));
+      }
+    } finally {
+      worker.stop();
+      await running;
+    }
+  });
+
   for (const directQueue of [true, false]) {
     test(`completes runs (${directQueue ? "on its queue directly" : "through tasks/poll"})`, async () => {
       const { workflows } = await examples();

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from ezgh_engine import clock, config
-from ezgh_engine.adapters import aws
+from ezgh_engine.adapters import aws, registry_store
 from ezgh_engine.topology import TOPOLOGY
 from moto import mock_aws
 
@@ -89,6 +89,7 @@ def aws_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     with mock_aws():
         config.reset_settings()
         aws.reset_clients()
+        registry_store.forget_cached_apps()  # apps read by an earlier test are not this one's
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         for table in TOPOLOGY.tables:
             _create_table(ddb, ENV[table.env_var], table.stream)

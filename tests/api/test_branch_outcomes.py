@@ -19,7 +19,8 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import App
-from ezgh_engine.service import branches, steps
+from ezgh_engine.errors import StaleInvocation
+from ezgh_engine.service import branches, steps, waits
 
 from tests.api.test_ops_stuck_runs import _put, _run
 
@@ -151,3 +152,57 @@ def test_a_branch_step_s_large_output_is_kept_when_the_run_s_epoch_is_ahead(aws_
     assert answers[1] == {"results": [{"stepId": STEP, "result": "ok"}]}
     step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
     assert step["status"] == "completed" and step.get("outputRef")
+
+
+def _end_after_run_ended(monkeypatch: pytest.MonkeyPatch, run_id: str, *, cleaned: bool) -> Any:
+    """The app starts the branch's step; its run is cancelled (and, with `cleaned`, its
+    pending steps cancelled by the run's cleanup) while the body runs; then the app sends
+    the step's `complete`. Answers that `complete`'s answer."""
+    answers: list[Any] = []
+
+    def invoke_app(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        token = request["api"]["token"]
+        start = {"op": "start", "stepId": STEP, "name": "fan-0", "attempt": 1}
+        answers.append(steps.apply_ops(token, {"ops": [start]}))
+        run = ws.get(items.run_pk(run_id), "RUN") or {}
+        _put({**run, "status": "cancelled", "endedAt": clock.iso(clock.now())})
+        if cleaned:
+            waits.cancel_leftovers(run_id)
+        try:
+            answers.append(
+                steps.apply_ops(token, {"ops": [{"op": "complete", "stepId": STEP, "output": "1"}]})
+            )
+        except StaleInvocation as exc:
+            answers.append(exc)
+        return {"protocol": "1.4", "deploymentId": None, "outcome": "branch", "stepId": STEP}
+
+    monkeypatch.setattr(branches, "invoke_app", invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+    assert branches.invoke_branch(run_id, STEP) is None
+    assert answers[0]["results"][0]["result"] == "started"
+    return answers[1]
+
+
+def test_a_branch_end_that_lands_before_its_ended_run_s_cleanup_is_kept(aws_env, monkeypatch):
+    """A branch's step end reads no run: it is written under the branch lease on the step's
+    own conditions. Landing after its run ended but before the run's cleanup, it records the
+    body that ran (a fact), and the cleanup, which cancels only what is still pending on the
+    status it read, leaves it; the run stays ended."""
+    run_id = _run_with_branch()
+    answer = _end_after_run_ended(monkeypatch, run_id, cleaned=False)
+    assert answer == {"results": [{"stepId": STEP, "result": "ok"}]}
+    waits.cancel_leftovers(run_id)
+    step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+    assert step["status"] == "completed" and step.get("output")
+    assert int(step["branchLeaseUntil"]) == 0
+    assert (ws.get(items.run_pk(run_id), "RUN") or {})["status"] == "cancelled"
+
+
+def test_a_branch_end_after_its_run_s_cleanup_changes_nothing(aws_env, monkeypatch):
+    """The same end after the cleanup cancelled the step: its condition refuses it, and the
+    answer says what is recorded (not `ok`); the step stays `cancelled`."""
+    run_id = _run_with_branch()
+    answer = _end_after_run_ended(monkeypatch, run_id, cleaned=True)
+    assert isinstance(answer, StaleInvocation) or answer["results"][0]["result"] != "ok"
+    step = ws.get(items.run_pk(run_id), items.STEP_PREFIX + STEP) or {}
+    assert step["status"] == "cancelled" and "output" not in step

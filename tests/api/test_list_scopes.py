@@ -66,7 +66,9 @@ def test_a_key_scoped_to_one_queue_sees_that_queue_and_its_subscription_only(
             "queueId": queue, "target": {"kind": "https", "url": SECRET_URL}})  # fmt: skip
         subs[queue] = made.body["id"]
     at = clock.iso(clock.now())
-    queues_store.record_failure(subs[theirs], "POST https://hooks.example.com answered 503",
+    failing = queues_store.get_subscription(project.project_id, subs[theirs])
+    assert failing is not None
+    queues_store.record_failure(failing, "POST https://hooks.example.com answered 503",
                                 "their-message-0001", at)  # fmt: skip
     sender = key(project, ("queues.messages.send", mine))
     assert _names(project, sender, "/queues", "queues") == ["mine"]

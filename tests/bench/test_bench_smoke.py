@@ -49,4 +49,31 @@ def test_bench_writes_figures_for_one_step(tmp_path: Path, capsys: pytest.Captur
     )
     retention = figures["retention"]  # the purge of the run once its item expires
     assert retention["requests_per_run"] > 0 and "BatchWriteItem" in retention["operations"]
+    stored = retention["stored"]  # what the run keeps until then, billed as storage
+    assert stored["items"] > 0 and stored["table_bytes"] > stored["items"] * 100
+    assert stored["index_bytes"] > 0  # the run item's copy in the runs index
+    assert retention["storage_usd_per_million_runs"] > 0
+    after = retention["usd_per_million_runs"] + retention["storage_usd_per_million_runs"]
+    assert retention["after_end_usd_per_million_runs"] == pytest.approx(after)
     assert "$/M steps" in capsys.readouterr().out
+
+
+def test_bench_counts_every_branch_and_seeds_a_history():
+    """A gather's branch invocations run on the threads of an invoker's group: each
+    branch's lease take is counted, attributed to the invoker and to the code that made it.
+    A seeded history completes with its steps replayed, not run, and its invocation
+    after the sleep is measured."""
+    from bench.engine import Engine
+
+    with Engine() as engine:
+        fan = engine.run_fan(3)
+        leases = [
+            c
+            for c in engine.recorder.snapshot()[0]
+            if c.origin == "function:invoker" and "take_branch_lease" in c.site
+        ]
+        seeded = engine.run_seeded(5)
+    assert fan.completed and fan.branch_invocations == 3
+    assert len(leases) == 3
+    assert seeded.steps == 6 and seeded.total.total_requests > 0
+    assert seeded.total.app_requests >= 1  # the invoke request after the sleep

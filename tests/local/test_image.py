@@ -460,3 +460,36 @@ def test_what_the_runtime_keeps_with_the_image_comes_back_with_it_only(
 def _build_state_urls() -> dict[str, str]:
     sqs = aws.client("sqs")
     return {"work": sqs.get_queue_url(QueueName="work")["QueueUrl"]}
+
+
+def test_a_bucket_from_the_image_is_not_made_again_empty(
+    tmp_path: Path, replays: list[int]
+) -> None:
+    """A new process knows no bucket's owner until one is made, and the runtime provisions
+    its payload bucket on every start: the image's buckets are registered as they load, so
+    that `CreateBucket` finds the bucket (with its objects) and makes no empty one over it."""
+    from botocore.exceptions import ClientError
+    from moto.s3.models import s3_backends
+
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        s3 = aws.client("s3")
+        s3.create_bucket(Bucket="image-payloads")
+        s3.put_object(Bucket="image-payloads", Key="run/steps/a/output", Body=b"x" * 70_000)
+    finally:
+        first.stop()
+    s3_backends.bucket_accounts.clear()  # what a new process starts with
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert replays == [0]  # from the image
+        s3 = aws.client("s3")
+        try:  # as provisioning does (us-east-1 answers 200 for a bucket one owns)
+            s3.create_bucket(Bucket="image-payloads")
+        except ClientError as exc:
+            assert "BucketAlready" in str(exc)
+        body = s3.get_object(Bucket="image-payloads", Key="run/steps/a/output")["Body"].read()
+        assert len(body) == 70_000
+    finally:
+        second.stop()

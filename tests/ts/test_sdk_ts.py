@@ -129,8 +129,9 @@ def dev(tmp_path: Path) -> Iterator[dict[str, str]]:
 def test_seed_examples_against_ezgh_dev(built: Path, dev: dict[str, str]) -> None:
     counts = _node_tests([built / "e2e.test.js"], dev)
     # Two tests for each of the three ways of serving a push app, a pull worker's two ways of
-    # waiting for tasks, eight results of 1 MiB pushed and pulled, and `step.patched`.
-    assert counts["pass"] == 11, counts
+    # waiting for tasks and its parallel steps, eight results of 1 MiB pushed and pulled, and
+    # `step.patched`.
+    assert counts["pass"] == 12, counts
     _replay_the_patched_runs(dev)
 
 

@@ -1,4 +1,4 @@
-"""A pull worker's direct line to its task queue (issue 18): SQS with vended credentials.
+"""A pull worker's direct line to its task queue: SQS with vended credentials.
 
 The engine answers ``POST .../apps/{app}/tasks/access`` with an hour's credentials that can
 only receive and delete the app's tasks, and where the queue is. Long-polling the queue with

@@ -5,11 +5,13 @@ A task is the invoke request a push app would get (protocol §1.2) plus ``taskId
 task's lease while it runs (``POST /v1/invocations/heartbeat``) and posts the outcome
 (``POST /v1/invocations/outcome``), both with the invocation's token. A worker that dies
 stops heartbeating: when the lease ends the engine hands the task to another worker, and the
-dead worker's late step calls are refused.
+dead worker's late step calls are refused. A parallel step's task (a branch task: its
+request carries ``branch``) is run, heartbeated and answered the same way; the engine holds
+it by the step's own lease instead of the run's.
 
 Waiting for tasks: by default the worker asks the engine for credentials to its app's task
 queue (``POST .../tasks/access``) and long-polls the queue itself, so an idle worker costs one
-SQS request per 20 s instead of a Lambda function waiting inside ``tasks/poll`` (issue 18).
+SQS request per 20 s instead of a Lambda function waiting inside ``tasks/poll``.
 A task received so is claimed with a first heartbeat (the engine's ``poll`` does the same
 check: a superseded, answered or expired task is dropped). An engine that vends no
 credentials (409, or 404 from an older engine) is polled through ``tasks/poll`` as before.

@@ -242,13 +242,16 @@ def get_app(project_id: str, app_ref: str) -> App | None:
 
 
 # --- apps read a moment ago (the hot read paths) -------------------------------------------
-# Per environment, for APP_CACHE_SECONDS: a queue subscription's deliveries, scheduled starts
-# and run-ended notifications read their app through `get_app_cached` (a burst of messages
-# read one app item once per message, consistently). What may be stale, for up to that long
-# after a change made in another environment: an app deleted or unsynced still looks
-# startable (the run started then fails `workflows.app_deleted` at its first invocation:
-# the invoker reads its app consistently, always), and notification settings are the
-# previous ones. A change made in this environment is seen at once (`_apps.forget`); a
+# Per environment, for APP_CACHE_SECONDS: a queue subscription's deliveries, scheduled starts,
+# run-ended notifications and a gather's branch invocations read their app through
+# `get_app_cached` (a burst of messages read one app item once per message, consistently).
+# What may be stale, for up to that long after a change made in another environment: an app
+# deleted or unsynced still looks startable (the run started then fails
+# `workflows.app_deleted` at its first invocation: a run's main invocation reads its app
+# consistently, always; a branch may still invoke it, and its step's end is a fact the
+# failed run keeps), a sync's new URL or signing key is not used yet (the delivery fails,
+# forgets the app, `forget_cached_app`, and its retry reads it afresh), and notification
+# settings are the previous ones. A change made in this environment is seen at once (`_apps.forget`); a
 # refusal is never served from memory (`derived_runs` reads again before refusing).
 APP_CACHE_SECONDS = 5.0
 _apps: ReadCache[App] = ReadCache(
@@ -260,6 +263,12 @@ def get_app_cached(project_id: str, app_ref: str) -> App | None:
     """`get_app`, or the app as this environment read it less than `APP_CACHE_SECONDS`
     ago (see above for what that may miss)."""
     return _apps.get((project_id, app_ref), lambda: get_app(project_id, app_ref))
+
+
+def forget_cached_app(app_id: str) -> None:
+    """Forget what this environment read of one app (a delivery to it failed: the next
+    one reads it as it is now, a sync's new URL or signing key)."""
+    _apps.forget(app_id)
 
 
 def forget_cached_apps() -> None:

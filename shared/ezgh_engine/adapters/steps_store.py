@@ -23,9 +23,11 @@ from ezgh_engine.core.models import Step
 __all__ = [
     "AlreadyRecorded",
     "Lease",
+    "answer_branch_task",
     "branch_lease",
     "event_marks",
     "get_step",
+    "hold_branch_task",
     "run_state",
     "take_branch_lease",
 ]
@@ -117,3 +119,84 @@ def take_branch_lease(
         ddb.raise_transient(exc)
         raise
     return ddb.from_item(answer["Attributes"])
+
+
+# A branch task's marks on its step (a pull app's parallel step, `service.pull_branch`): the
+# claim on the task of one branch epoch (`<branchEpoch>/<claim>`: a task SQS delivered twice
+# runs once; the claim names the key that polled it, `core.task_claims`), and the branch
+# epoch whose task was answered (its outcome applies once).
+BRANCH_CLAIM_ATTR = "tc"
+BRANCH_ANSWERED_ATTR = "branchAnswered"
+
+
+def _not_answered(update: Update) -> Update:
+    return update.where(
+        f"attribute_not_exists({BRANCH_ANSWERED_ATTR}) OR {BRANCH_ANSWERED_ATTR} <> :e"
+    )
+
+
+def _written(update: Update, run_id: str, step_id: str) -> bool:
+    """Write `update` to the step; False when its condition refused it."""
+    try:
+        _ddb().update_item(
+            **update.request(TableName=_table(), Key=items.step_key(run_id, step_id))
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True
+
+
+def hold_branch_task(
+    run_id: str,
+    step_id: str,
+    *,
+    epoch: int,
+    until_ms: int,
+    now_ms: int,
+    claim: str | None = None,
+) -> bool:
+    """Extend the branch task of `epoch` to `until_ms` (a heartbeat; with `claim`, the
+    same write claims the task): one conditional write, refused (False) unless that epoch
+    still holds the step's live lease, the step is pending and the task was not answered;
+    a claim also unless another claim holds the task (the same claim again, a retry whose
+    answer was lost, holds)."""
+    update = (
+        Update()
+        .set("branchLeaseUntil", until_ms)
+        .where("branchEpoch = :e AND #status IN (:waiting, :running)", e=epoch)
+        .bind(waiting="waiting", running="running")
+        .where("branchLeaseUntil >= :now", now=now_ms)
+    )
+    _not_answered(update)
+    if claim is not None:
+        task = f"{epoch}/"
+        update.set(BRANCH_CLAIM_ATTR, task + claim).where(
+            f"attribute_not_exists({BRANCH_CLAIM_ATTR}) OR NOT begins_with({BRANCH_CLAIM_ATTR},"
+            f" :task) OR {BRANCH_CLAIM_ATTR} = :claim",
+            task=task,
+            claim=task + claim,
+        )
+    return _written(update, run_id, step_id)
+
+
+def answer_branch_task(run_id: str, step_id: str, *, epoch: int, now_ms: int) -> bool:
+    """Mark the branch task of `epoch` answered, once: refused (False) when another epoch
+    holds the step, the task was answered already, or the step is still pending and the
+    task's lease ran out (the task is another worker's now). A step the task's step call
+    ended (which released the lease) takes its answer."""
+    update = (
+        Update()
+        .set(BRANCH_ANSWERED_ATTR, epoch)
+        .where("branchEpoch = :e", e=epoch)
+        .where(
+            "#status IN (:completed, :failed, :cancelled) OR branchLeaseUntil >= :now",
+            completed="completed",
+            failed="failed",
+            cancelled="cancelled",
+            now=now_ms,
+        )
+    )
+    return _written(_not_answered(update), run_id, step_id)

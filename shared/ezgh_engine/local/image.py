@@ -196,6 +196,20 @@ def _install(saved: dict[str, dict[str, dict[str, Any]]]) -> None:
         for account, regions in accounts.items():
             for region, backend in regions.items():
                 live[account][region] = backend
+    _register_buckets(saved.get("s3", {}))
+
+
+def _register_buckets(accounts: dict[str, dict[str, Any]]) -> None:
+    """moto keeps every bucket's owner in a registry beside the backends
+    (`s3_backends.bucket_accounts`), filled when a bucket is made, not when one is unpickled:
+    without it, the next `CreateBucket` of a bucket the image holds (the runtime provisions
+    its payload bucket on every start) makes a new, empty bucket in its place."""
+    from moto.s3.models import s3_backends
+
+    for account, partitions in accounts.items():
+        for partition, backend in partitions.items():
+            for name in getattr(backend, "buckets", {}):
+                s3_backends.bucket_accounts[name] = (partition, account)
 
 
 def _release_received() -> None:

@@ -1,4 +1,4 @@
-"""Branch invocations: each parallel step runs in an invocation of its own (issue 3).
+"""Branch invocations: each parallel step runs in an invocation of its own.
 
 When steps are awaited together, the main invocation suspends and, once its suspend has
 committed, the stream records each unrecorded `run` step as `waiting` with `branch` set
@@ -18,52 +18,22 @@ from __future__ import annotations
 import logging
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import registry_store, run_writes, runs_store, steps_store
+from ezgh_engine.adapters import registry_store, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
-from ezgh_engine.adapters.intents import NewEvent, StepChange
 from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
-from ezgh_engine.core.events import EVENT_ID
 from ezgh_engine.core.messages import Retry
-from ezgh_engine.core.models import RunError
+from ezgh_engine.core.models import App, Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
-from ezgh_engine.service import timers, waits
+from ezgh_engine.service import branch_answers as answers
+from ezgh_engine.service import pull_branch, timers, waits
 from ezgh_engine.service.flow_hosting import interpreter_app_of
 from ezgh_engine.service.invoker import step_timed_out_error
 from ezgh_engine.service.wire import invoke_request
 
 log = logging.getLogger(__name__)
-
-
-def _end_step(run_id: str, step_id: str, epoch: int, status: str, error: RunError) -> None:
-    """End the branch's step with an error (cancelled run, unreachable app); the outbox
-    asks for its run's next invocation when it sees the end."""
-    update = StepChange(
-        run_id,
-        step_id,
-        {
-            "status": status,
-            "endedAt": clock.iso(clock.now()),
-            "error": error.to_api(),
-            "branchLeaseUntil": 0,
-        },
-        "branchEpoch = :e AND #status IN (:waiting, :running)",
-        {":e": epoch, ":waiting": "waiting", ":running": "running"},
-    )
-    run_writes.transact([update])
-
-
-def _release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int) -> None:
-    update = StepChange(
-        run_id,
-        step_id,
-        {"branchLeaseUntil": until_ms, "branchFailures": failures},
-        "branchEpoch = :e",
-        {":e": epoch},
-    )
-    run_writes.transact([update])
 
 
 def invoke_branch(run_id: str, step_id: str) -> Retry | None:
@@ -78,13 +48,18 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     run = runs_store.get_branch_run(run_id, raw)
     if run is None or run.ended or run.status == "cancelling":
         # An ended run's pending steps end with it (its cleanup may have come first).
-        _end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
+        answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
         return None
-    app = registry_store.get_app(run.project_id, run.app_id) or interpreter_app_of(run)
+    # As read a moment ago (a gather's branches read one app item): the main invocation
+    # reads it consistently and fails a run whose app was deleted; a delivery that fails
+    # forgets it, so the next one reads the app as it is now (`_app`).
+    app = _app(run)
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
         timers.end_now(run_id, "failed", APP_DELETED)
         return None
     invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
+    if app.kind == "pull":  # a task for the app's workers; this message watches it
+        return pull_branch.dispatch(app, run, raw, invocation_id)
     request = invoke_request(
         run,
         invocation_id,
@@ -97,25 +72,22 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     try:
         outcome = outcome_rules.parse(invoke_app(app, request), clock.now())
     except AppTimedOut as exc:
+        registry_store.forget_cached_app(app.id)
         return _timed_out(run_id, step_id, epoch, failures + 1, attempt_before, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
+        registry_store.forget_cached_app(app.id)
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
-    _record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
+    answers.record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
     if outcome.kind == "aborted":
-        return _aborted(run_id, step_id, epoch, failures)
-    _settle(run_id, step_id, epoch, attempt_before)
+        return answers.aborted(run_id, step_id, epoch, failures)
+    answers.settle(run_id, step_id, epoch, attempt_before)
     return None
 
 
-def _aborted(run_id: str, step_id: str, epoch: int, failures: int) -> Retry | None:
-    """The SDK's step call was refused as stale (docs/protocol.md section 2: this delivery's
-    hold on the step ran out or another delivery took it, or the run ended): the branch did
-    not fail to reach its step, and its step is not failed. Release it (only if this
-    delivery still holds it) and let the branch message come back: the next delivery runs
-    the step, or finds it ended (or its run) and drops the message, as an `aborted` main
-    invocation is invoked again."""
-    _release(run_id, step_id, epoch, 0, failures)
-    return Retry(after_seconds=1)
+def _app(run: Run) -> App | None:
+    """The app a branch invokes: as this environment read it less than
+    `registry_store.APP_CACHE_SECONDS` ago, or the engine's interpreter of a flow's run."""
+    return registry_store.get_app_cached(run.project_id, run.app_id) or interpreter_app_of(run)
 
 
 def _not_leased(run_id: str, step_id: str, now_ms: int) -> Retry | None:
@@ -157,7 +129,7 @@ def _timed_out(
     if clock.now_ms() - started_ms >= limit_ms // 2:
         error = step_timed_out_error(str(step.get("name") or step_id))
         log.warning("run %s: branch step %s overran the invoke timeout; failed", run_id, step_id)
-        _end_step(run_id, step_id, epoch, "failed", RunError(**error))
+        answers.end_step(run_id, step_id, epoch, "failed", RunError(**error))
         return None
     lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
     until_ms = max(now_ms + lease_ms, started_ms + limit_ms)
@@ -175,58 +147,8 @@ def _delivery_failed(
             "AppUnreachable",
             f"the app could not be reached after {failures} attempts: {exc}",
         )
-        _end_step(run_id, step_id, epoch, "failed", error)
+        answers.end_step(run_id, step_id, epoch, "failed", error)
         return None
     delay = max(leases.backoff_seconds(failures), (until_ms - clock.now_ms()) / 1000)
-    _release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
+    answers.release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
     return Retry(after_seconds=delay)
-
-
-def _settle(run_id: str, step_id: str, epoch: int, attempt_before: int) -> None:
-    """After the answer: release the step's lease, or fail a step the branch never ran."""
-    after = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
-    # A step this invocation started (its attempt moved) that is `waiting` again is a retry
-    # that came due before the answer: the stream has sent its next branch message.
-    retry_due = after.get("status") == "waiting" and int(after.get("attempt", 0)) != attempt_before
-    if after.get("status") in ("waiting", "running") and not retry_due:
-        # The SDK answered without ending its step (it never reached it): fail it, so the
-        # main invocation replays and meets whatever went wrong itself.
-        error = RunError(
-            "workflows.nondeterminism",
-            "BranchNotRun",
-            f"the branch invocation did not run step {step_id}",
-        )
-        _end_step(run_id, step_id, epoch, "failed", error)
-    elif int(after.get("branchLeaseUntil", 0)) or int(after.get("branchFailures", 0)):
-        _release(run_id, step_id, epoch, 0, 0)  # (a step's end released it already)
-
-
-def _record_invocation(
-    run_id: str,
-    attempt: int,
-    step_id: str,
-    invocation_id: str,
-    started_at: str,
-    outcome: outcome_rules.Outcome,
-) -> None:
-    expires = int(clock.now().timestamp()) + run_writes.CHILD_ITEM_TTL_SECONDS
-    fields = {
-        EVENT_ID: ids.time_ordered_id(),  # the outcome's own ID
-        "invocationId": invocation_id,
-        "deploymentId": outcome.deployment_id,
-        "stepId": step_id,
-        "startedId": invocation_id,
-        "startedAt": started_at,
-    }
-    # One item, keyed by its earliest event (the start): the outcome, carrying the start
-    # (`core.events`).
-    event = NewEvent(
-        run_id,
-        attempt,
-        f"invocation.{outcome.kind}",
-        clock.iso(clock.now()),
-        expires,
-        invocation_id,
-        fields,
-    )
-    run_writes.write_each([event])

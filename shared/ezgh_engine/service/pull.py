@@ -18,19 +18,20 @@ How an invocation of a pull app runs (docs/architecture.md, "Pull apps"):
 
 `taskId` is an HMAC-signed token naming the run, the epoch, the reason (`seq`) the
 invocation answers, its ID and start time, so the outcome can be applied without any lookup
-beyond the run itself.
+beyond the run itself (`service.task_ids`).
+
+A parallel step's task (a branch task) is held by its step's own lease instead of the run's:
+`poll`, `heartbeat` and `post_outcome` hand it to `service.pull_branch`, and its `branch`
+message, not `task-watch`, watches it.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import logging
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -43,8 +44,6 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import messages as wire
 from ezgh_engine.core import task_claims, tokens, validation
 from ezgh_engine.core.models import App, Principal, Run, RunError
-from ezgh_engine.core.run_errors import request_too_large
-from ezgh_engine.core.sizes import SQS_MESSAGE_BYTES, json_text
 from ezgh_engine.errors import (
     Conflict,
     Forbidden,
@@ -55,22 +54,25 @@ from ezgh_engine.errors import (
     ValidationError,
 )
 from ezgh_engine.protocol import outcomes as outcome_rules
-from ezgh_engine.service import outcomes
+from ezgh_engine.service import outcomes, pull_branch
+from ezgh_engine.service.task_ids import (  # (named here for callers too)
+    ENV_PULL_LEASE as ENV_PULL_LEASE,
+)
+from ezgh_engine.service.task_ids import (
+    TOKEN_LIFETIME_MS,
+    TaskClaims,
+    pull_lease_seconds,
+    verify_task_id,
+)
+from ezgh_engine.service.task_ids import mint_task_id as mint_task_id
 from ezgh_engine.service.wire import invoke_request
 
 log = logging.getLogger(__name__)
 
-ENV_PULL_LEASE = "EZGH_PULL_LEASE_SECONDS"
-DEFAULT_PULL_LEASE_SECONDS = 60
-# Step calls are guarded by a read of the run's epoch and lease end and the steps' own
-# conditions: the token works only while the lease lasts (heartbeats extend it, an answer
-# ends it). The token itself may live long, so a worker that keeps heartbeating can run a
-# step for hours.
-TOKEN_LIFETIME_MS = 24 * 3600 * 1000
 MAX_POLL_SECONDS = 20
 UPDATE_ACTION = "workflows.apps.update"
 WORKFLOW_NAME_MAX = 64
-# Direct task-queue access (issue 18): the role a worker's credentials are a session of. Its
+# Direct task-queue access (idle workers long-poll SQS, not a Lambda function): the role a worker's credentials are a session of. Its
 # policy allows the consumer actions on this stack's task queues; each session's policy
 # narrows them to one app's queue. Unset: the engine vends none (workers use `tasks/poll`).
 ENV_TASK_WORKER_ROLE = "EZGH_TASK_WORKER_ROLE_ARN"
@@ -79,53 +81,6 @@ ENV_TASK_WORKER_ROLE = "EZGH_TASK_WORKER_ROLE_ARN"
 ACCESS_SECONDS = 3600
 # What a worker does with its queue: receive a task and delete it. Nothing else.
 WORKER_QUEUE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage")
-
-
-def pull_lease_seconds() -> int:
-    return max(1, int(os.environ.get(ENV_PULL_LEASE, str(DEFAULT_PULL_LEASE_SECONDS))))
-
-
-# --- task IDs --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TaskClaims:
-    run_id: str
-    epoch: int
-    seq: int
-    invocation_id: str
-    started_at: str
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _sign(payload: str) -> str:
-    key = hmac.new(settings().token_secret.encode(), b"ezgh-task", hashlib.sha256).digest()
-    return _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
-
-
-def mint_task_id(c: TaskClaims) -> str:
-    body = {"r": c.run_id, "e": c.epoch, "s": c.seq, "i": c.invocation_id, "t": c.started_at}
-    payload = _b64(json.dumps(body, separators=(",", ":")).encode())
-    return f"{payload}.{_sign(payload)}"
-
-
-def verify_task_id(task_id: Any) -> TaskClaims:
-    if not isinstance(task_id, str):
-        raise ValidationError("taskId: required")
-    payload, _, signature = task_id.partition(".")
-    # A real task ID is ASCII; `compare_digest` raises TypeError on non-ASCII text.
-    if not payload or not task_id.isascii() or not hmac.compare_digest(signature, _sign(payload)):
-        raise Unauthorized("invalid taskId")
-    try:
-        body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        return TaskClaims(
-            str(body["r"]), int(body["e"]), int(body["s"]), str(body["i"]), str(body["t"])
-        )
-    except (ValueError, KeyError, TypeError):
-        raise Unauthorized("invalid taskId") from None
 
 
 # --- the lease -------------------------------------------------------------------------------
@@ -210,11 +165,9 @@ def dispatch(app: App, run: Run, seq: int, invocation_id: str, started_at: str) 
         run, invocation_id, TOKEN_LIFETIME_MS, now_ms, pull=True, app_protocol=app.protocol
     )
     claims = TaskClaims(run.id, run.epoch, seq, invocation_id, started_at)
-    task = {**request, "taskId": mint_task_id(claims), "leaseSeconds": lease_s}
-    size = len(json_text(task).encode())
-    if size > SQS_MESSAGE_BYTES:  # only a task in the 1.4 shape can be (1.5: `bounds`)
-        return request_too_large(size, "a pull task (one SQS message: 256 KiB)")
-    task_queues.send_task(app.id, task)
+    refused = pull_branch.queue_task(app.id, request, claims, lease_s)
+    if refused is not None:
+        return refused
     _send_watch(run.id, seq, run.epoch, lease_s + 1)
     log.debug("run %s: task queued for pull app %s (epoch %d)", run.id, app.name, run.epoch)
     return None
@@ -368,6 +321,10 @@ def _live_task(body: str, key_id: str) -> dict[str, Any] | None:
     except Exception:
         log.warning("dropping a malformed task: %r", body[:200])
         return None
+    if not isinstance(task, dict):
+        return None
+    if claims.step_id is not None:  # a branch task: claimed on its step
+        return task if pull_branch.claim(claims, key_id) else None
     run = runs_store.get_run(claims.run_id, with_steps=False)
     if (
         run is None
@@ -376,8 +333,6 @@ def _live_task(body: str, key_id: str) -> dict[str, Any] | None:
         or run.handled_seq >= claims.seq
         or run.lease_until_ms <= clock.now_ms()
     ):
-        return None
-    if not isinstance(task, dict):
         return None
     try:
         # The lease runs from the worker's receipt, not from the dispatch: a task that
@@ -397,7 +352,9 @@ def _claims(token: str, body: Any) -> tuple[tokens.InvocationClaims, TaskClaims]
     if not isinstance(body, dict):
         raise ValidationError("body must be a JSON object")
     task = verify_task_id(body.get("taskId"))
-    if (task.run_id, task.epoch) != (claims.run_id, claims.epoch):
+    # A branch task's token and ID name the same step (and its branch epoch); a main
+    # task's name none.
+    if (task.run_id, task.epoch, task.step_id) != (claims.run_id, claims.epoch, claims.step_id):
         raise Unauthorized("the taskId does not belong to this invocation token")
     return claims, task
 
@@ -419,8 +376,11 @@ def heartbeat(token: str, body: Any) -> dict[str, Any]:
         if refused is not None:
             raise ValidationError(refused)
     lease_s = pull_lease_seconds()
-    until = clock.now_ms() + lease_s * 1000
-    set_lease(claims.run_id, claims.epoch, until, seq=task.seq, claim=claim)
+    if task.step_id is not None:  # a branch task's lease is its step's
+        until = pull_branch.heartbeat(task, claim)
+    else:
+        until = clock.now_ms() + lease_s * 1000
+        set_lease(claims.run_id, claims.epoch, until, seq=task.seq, claim=claim)
     from datetime import UTC, datetime
 
     return {
@@ -432,6 +392,9 @@ def heartbeat(token: str, body: Any) -> dict[str, Any]:
 def post_outcome(token: str, body: Any) -> dict[str, Any]:
     """Apply a worker's outcome under the invocation's lease (as the invoker does for push)."""
     claims, task = _claims(token, body)
+    if task.step_id is not None:  # a branch task: its step's answer, never the run's
+        pull_branch.post_outcome(task, claims.attempt, body)
+        return {"result": "ok"}
     run = runs_store.get_run(claims.run_id)
     if run is None:
         raise NotFound(f"run {claims.run_id} not found")

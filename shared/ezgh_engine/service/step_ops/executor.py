@@ -114,8 +114,13 @@ def apply_one(caller: Caller, request: ops.StepOp, prepared: Any = None) -> dict
     plan = module.plan(caller, fresh, request, prepared, leased=True)
     if not plan.writes:  # decided without a write (a cancel of an ended step)
         return _answer(caller, plan)
-    if caller.branch_step is not None:
-        # Its step's own conditions hold the branch lease: the run need only be live.
+    if caller.branch_step is not None and isinstance(request, ops.Start):
+        # Its step's own conditions hold the branch lease: the run need only be live, and
+        # only a start asks (no step body begins for a run that ended). An end needs no
+        # read: it records a body that ran, under the branch lease, and a run that ended
+        # meanwhile cancels its steps still pending on their own conditions (an end that
+        # lands first is a fact its cleanup leaves as it is; one that comes after is
+        # refused), as a retry's next branch delivery reads the run before invoking.
         checks.check_live(caller.claims)
     try:
         written = run_writes.write_leased(caller.lease, plan.writes)

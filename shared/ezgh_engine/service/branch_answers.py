@@ -1,0 +1,107 @@
+"""How a branch invocation's answer is applied to its step, whoever carried it: the invoker
+from a push app's answer (`service.branches`), or the API from a pull worker's posted
+outcome (`service.pull_branch`). Each write holds only while the answering branch epoch
+still holds the step (`branchEpoch`), so a stale answer changes nothing."""
+
+from __future__ import annotations
+
+from ezgh_engine import clock, ids
+from ezgh_engine.adapters import run_writes
+from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.adapters.intents import NewEvent, StepChange
+from ezgh_engine.core.events import EVENT_ID
+from ezgh_engine.core.messages import Retry
+from ezgh_engine.core.models import RunError
+from ezgh_engine.protocol import outcomes as outcome_rules
+
+
+def end_step(run_id: str, step_id: str, epoch: int, status: str, error: RunError) -> None:
+    """End the branch's step with an error (cancelled run, unreachable app); the outbox
+    asks for its run's next invocation when it sees the end."""
+    update = StepChange(
+        run_id,
+        step_id,
+        {
+            "status": status,
+            "endedAt": clock.iso(clock.now()),
+            "error": error.to_api(),
+            "branchLeaseUntil": 0,
+        },
+        "branchEpoch = :e AND #status IN (:waiting, :running)",
+        {":e": epoch, ":waiting": "waiting", ":running": "running"},
+    )
+    run_writes.transact([update])
+
+
+def release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int) -> None:
+    """Set the step's branch lease to end at `until_ms` (0: released) and its delivery
+    failures, if branch epoch `epoch` still holds it."""
+    update = StepChange(
+        run_id,
+        step_id,
+        {"branchLeaseUntil": until_ms, "branchFailures": failures},
+        "branchEpoch = :e",
+        {":e": epoch},
+    )
+    run_writes.transact([update])
+
+
+def aborted(run_id: str, step_id: str, epoch: int, failures: int) -> Retry | None:
+    """The SDK's step call was refused as stale (docs/protocol.md section 2: this delivery's
+    hold on the step ran out or another delivery took it, or the run ended): the branch did
+    not fail to reach its step, and its step is not failed. Release it (only if this
+    delivery still holds it) and let the branch message come back: the next delivery runs
+    the step, or finds it ended (or its run) and drops the message, as an `aborted` main
+    invocation is invoked again."""
+    release(run_id, step_id, epoch, 0, failures)
+    return Retry(after_seconds=1)
+
+
+def settle(run_id: str, step_id: str, epoch: int, attempt_before: int) -> None:
+    """After the answer: release the step's lease, or fail a step the branch never ran."""
+    after = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+    # A step this invocation started (its attempt moved) that is `waiting` again is a retry
+    # that came due before the answer: the stream has sent its next branch message.
+    retry_due = after.get("status") == "waiting" and int(after.get("attempt", 0)) != attempt_before
+    if after.get("status") in ("waiting", "running") and not retry_due:
+        # The SDK answered without ending its step (it never reached it): fail it, so the
+        # main invocation replays and meets whatever went wrong itself.
+        error = RunError(
+            "workflows.nondeterminism",
+            "BranchNotRun",
+            f"the branch invocation did not run step {step_id}",
+        )
+        end_step(run_id, step_id, epoch, "failed", error)
+    elif int(after.get("branchLeaseUntil", 0)) or int(after.get("branchFailures", 0)):
+        release(run_id, step_id, epoch, 0, 0)  # (a step's end released it already)
+
+
+def record_invocation(
+    run_id: str,
+    attempt: int,
+    step_id: str,
+    invocation_id: str,
+    started_at: str,
+    outcome: outcome_rules.Outcome,
+) -> None:
+    expires = int(clock.now().timestamp()) + run_writes.CHILD_ITEM_TTL_SECONDS
+    fields = {
+        EVENT_ID: ids.time_ordered_id(),  # the outcome's own ID
+        "invocationId": invocation_id,
+        "deploymentId": outcome.deployment_id,
+        "stepId": step_id,
+        "startedId": invocation_id,
+        "startedAt": started_at,
+    }
+    # One item, keyed by its earliest event (the start): the outcome, carrying the start
+    # (`core.events`).
+    event = NewEvent(
+        run_id,
+        attempt,
+        f"invocation.{outcome.kind}",
+        clock.iso(clock.now()),
+        expires,
+        invocation_id,
+        fields,
+    )
+    run_writes.write_each([event])
