@@ -315,6 +315,153 @@ def test_the_runs_trace_segments_outlive_a_clean_stop(
         second.stop()
 
 
+def test_x_rays_state_is_put_back_last_and_kept_by_a_life_that_never_asked(
+    tmp_path: Path,
+) -> None:
+    """X-Ray's part of the image (`image.LATER`) is installed when a request for X-Ray
+    first comes (or in the background once the runtime serves: `restore_later`), not
+    during the start; a life that never asked writes it on into its own image; a reset
+    drops it with the rest."""
+    import json
+
+    import moto.xray.models
+
+    def traced(trace_id: str) -> list[str]:
+        traces = aws.client("xray").batch_get_traces(TraceIds=[trace_id])["Traces"]
+        return [t["Id"] for t in traces]
+
+    def segments() -> int:
+        return sum(
+            len(backend._telemetry_records) + len(backend._segment_collection._traces)
+            for regions in moto.xray.models.xray_backends.values()
+            for backend in regions.values()
+        )
+
+    trace_id = "1-5f84c7a1-0123456789abcdef01234567"
+    segment: dict[str, Any] = {"name": "x", "id": "0123456789abcdef", "trace_id": trace_id}
+    segment.update(start_time=1.0, end_time=2.0)
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        aws.client("xray").put_trace_segments(TraceSegmentDocuments=[json.dumps(segment)])
+    finally:
+        first.stop()
+    for life in range(2):  # the second life asks nothing of X-Ray
+        emulator = Emulator(state_dir=tmp_path)
+        emulator.start()
+        try:
+            assert emulator._later is not None and emulator._later.pending
+            assert segments() == 0  # not in moto during the start
+            aws.client("sqs").list_queues()  # another service's request does not wait for it
+            assert emulator._later.pending
+            if life == 1:
+                emulator.restore_later()
+                assert traced(trace_id) == [trace_id]  # put back by then, either way
+                assert not emulator._later.pending
+        finally:
+            emulator.stop()
+    last = Emulator(state_dir=tmp_path)
+    last.start()
+    try:
+        last.reset()
+        assert traced(trace_id) == []
+    finally:
+        last.stop()
+
+
+def test_an_items_attributes_come_back_as_moto_keeps_them_and_still_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image rebuilds an item's attributes without moto's per-attribute 400 KB check
+    (quadratic, most of a load's CPU): the item comes back equal, as moto's own type, and a
+    write that would take it past 400 KB is refused after the restore as before it."""
+    from ezgh_engine.local.account import ACCOUNT_ID, REGION
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.dynamo_type import LimitedSizeDict
+
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        _build_state()
+        item = {"pk": {"S": "wide"}, "sk": {"S": "x"}, "g": {"S": "y"}}
+        item.update({f"a{i}": {"S": "v" * 1000} for i in range(100)})  # about 100 KB
+        aws.client("dynamodb").put_item(TableName="t", Item=item)
+    finally:
+        first.stop()
+    checked: list[str] = []
+    real_set = LimitedSizeDict.__setitem__
+
+    def counted(attrs: Any, name: str, value: Any) -> None:
+        checked.append(name)
+        real_set(attrs, name, value)
+
+    second = Emulator(state_dir=tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(LimitedSizeDict, "__setitem__", counted)
+        second.start()
+    try:
+        assert second.restored.requests > 0 and checked == []  # loaded, none re-checked
+        ddb = aws.client("dynamodb")
+        key = {"pk": {"S": "wide"}, "sk": {"S": "x"}}
+        assert ddb.get_item(TableName="t", Key=key)["Item"] == item
+        table = dynamodb_backends[ACCOUNT_ID][REGION].tables["t"]
+        stored = [i for by_range in table.items.values() for i in by_range.values()]
+        assert stored and all(type(i.attrs) is LimitedSizeDict for i in stored)
+        with pytest.raises(ddb.exceptions.ClientError, match="maximum allowed size"):
+            ddb.update_item(
+                TableName="t",
+                Key=key,
+                UpdateExpression="SET big = :big",
+                ExpressionAttributeValues={":big": {"S": "v" * 350_000}},
+            )
+        assert ddb.get_item(TableName="t", Key=key)["Item"] == item
+    finally:
+        second.stop()
+
+
+def test_what_the_runtime_keeps_with_the_image_comes_back_with_it_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Emulator.keep` (the runtime's provisioning answers) travels with the image of a
+    clean stop: the next start from that image has it; a start that replays (the image no
+    longer matches) or a reset has nothing to adopt."""
+    first = Emulator(state_dir=tmp_path)
+    first.start()
+    try:
+        assert first.adoptable == {}
+        _build_state()
+        first.keep("facts", {"queue": "work"})
+    finally:
+        first.stop()
+    second = Emulator(state_dir=tmp_path)
+    second.start()
+    try:
+        assert second.adoptable == {"facts": {"queue": "work"}}
+        aws.client("sqs").send_message(QueueUrl=_build_state_urls()["work"], MessageBody="later")
+    finally:
+        _crash(second, monkeypatch)  # kept nothing: its image is not written
+    third = Emulator(state_dir=tmp_path)
+    third.start()
+    try:
+        assert third.adoptable == {}  # a replay: whatever was kept is not known to hold
+        third.keep("facts", {"queue": "again"})
+        third.reset()
+        assert third.adoptable == {}
+    finally:
+        third.stop()
+    fourth = Emulator(state_dir=tmp_path)
+    fourth.start()
+    try:
+        assert fourth.adoptable == {}  # the reset dropped what was kept for the old state
+    finally:
+        fourth.stop()
+
+
+def _build_state_urls() -> dict[str, str]:
+    sqs = aws.client("sqs")
+    return {"work": sqs.get_queue_url(QueueName="work")["QueueUrl"]}
+
+
 def test_a_bucket_from_the_image_is_not_made_again_empty(
     tmp_path: Path, replays: list[int]
 ) -> None:

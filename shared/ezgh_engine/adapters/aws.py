@@ -10,7 +10,6 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 import boto3
@@ -151,40 +150,63 @@ def _count_throttle(response: Any = None, **_: Any) -> None:
 
 
 _lock = threading.Lock()
+_clients: dict[tuple[str, int | None], Any] = {}  # made by `client`, until `reset_clients`
+_sessions: list[boto3.session.Session] = []  # the one every client is made from
 
 
-@cache
 def client(service: str, read_timeout: int | None = None) -> Any:
-    """A shared boto3 client (boto3 clients are thread-safe; sessions are not). With
-    `read_timeout`, one that waits that long for an answer and retries once at most (a
-    synchronous Lambda invoke whose function may run that long)."""
-    with _lock:
-        config = client_config(service, read_timeout)
-        made = boto3.session.Session().client(service, config=config)
-        if service == "dynamodb":
-            made.meta.events.register(
-                "needs-retry.dynamodb.TransactWriteItems",
-                _retry_cancelled_for_capacity,
-                unique_id="ezgh-retry-cancelled-for-capacity",
-            )
-        # First: a retry handler that answers a delay ends the round of handlers.
-        made.meta.events.register_first(
-            "needs-retry", _count_throttle, unique_id="ezgh-count-throttles"
-        )
-        _made.append(made)
-        if _observers:
-            _attach(made)
-        if _interceptors:
-            _attach_interceptor(made)
-        if _responders:
-            _attach_responder(made)
+    """A shared boto3 client (boto3 clients are thread-safe; sessions are not: clients are
+    made under a lock, each once however many threads ask at once). With `read_timeout`,
+    one that waits that long for an answer and retries once at most (a synchronous Lambda
+    invoke whose function may run that long)."""
+    made = _clients.get((service, read_timeout))
+    if made is not None:
         return made
+    with _lock:
+        made = _clients.get((service, read_timeout))
+        if made is None:
+            made = _clients[(service, read_timeout)] = _make_client(service, read_timeout)
+        return made
+
+
+def _session() -> boto3.session.Session:
+    """The session clients are made from (under `_lock`): one, because each new session
+    loads botocore's endpoint rules and default configurations again (about 50 ms of CPU a
+    client, a cold start's and `ezgh dev`'s start-up's). Dropped by `reset_clients`: it
+    keeps the credentials it found."""
+    if not _sessions:
+        _sessions.append(boto3.session.Session())
+    return _sessions[0]
+
+
+def _make_client(service: str, read_timeout: int | None) -> Any:
+    config = client_config(service, read_timeout)
+    made = _session().client(service, config=config)
+    if service == "dynamodb":
+        made.meta.events.register(
+            "needs-retry.dynamodb.TransactWriteItems",
+            _retry_cancelled_for_capacity,
+            unique_id="ezgh-retry-cancelled-for-capacity",
+        )
+    # First: a retry handler that answers a delay ends the round of handlers.
+    made.meta.events.register_first(
+        "needs-retry", _count_throttle, unique_id="ezgh-count-throttles"
+    )
+    _made.append(made)
+    if _observers:
+        _attach(made)
+    if _interceptors:
+        _attach_interceptor(made)
+    if _responders:
+        _attach_responder(made)
+    return made
 
 
 def reset_clients() -> None:
     """Forget cached clients (after the endpoint or credentials change)."""
-    client.cache_clear()
     with _lock:
+        _clients.clear()
+        _sessions.clear()
         _made.clear()
         _attached.clear()
         _intercepted.clear()

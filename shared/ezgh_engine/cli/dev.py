@@ -123,7 +123,6 @@ def _start_error(error: Exception, port: int) -> str:
 
 
 def _serve(args: argparse.Namespace, state_dir: Path) -> int:
-    from ezgh_engine.api.routes_console import sign_in_link
     from ezgh_engine.local.runtime import LocalRuntime
 
     logging.basicConfig(
@@ -162,6 +161,9 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
         print(f"ezgh dev: could not start: {_start_error(error, args.port)}", flush=True)
         return 1
     try:
+        # (Powertools' resolver comes with it: not before the engine serves.)
+        from ezgh_engine.api.routes_console import sign_in_link
+
         for name, value in runtime.env.items():
             print(f"{name}={value}", flush=True)
         print(

@@ -13,6 +13,7 @@ Scheduler stay on moto. moto's DynamoDB patches below then have nothing to patch
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import os
@@ -27,7 +28,7 @@ from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import image, moto_expressions
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
-from ezgh_engine.local.emulator_gate import KEY_HEADER, EmulatorGate, new_credentials
+from ezgh_engine.local.emulator_gate import KEY_HEADER, EmulatorGate, new_credentials, signed_by
 from ezgh_engine.local.moto_internals import MotoInternalsMissing
 from ezgh_engine.local.moto_server import MotoServer
 from ezgh_engine.local.persistence import (
@@ -185,13 +186,14 @@ def lighten_dynamodb() -> None:
        (`_quicker_attribute_values`).
     5. An `UpdateExpression` is parsed once per text, and validated without moto's per-node
        rebuilding of its processors' maps (`local.moto_expressions`).
+    6. A `Scan` deep-copied every item of the table before applying its filter, and sized
+       each item twice (`_quicker_scans`): the scans of the runs table at a start from kept
+       state (the leases and what repair re-arms) grew with every run ever kept.
     """
     global _dynamodb_lightened
     if _dynamodb_lightened:
         return
     try:
-        import copy
-
         import moto.dynamodb.models as ddb_models
         import moto.dynamodbstreams.models  # noqa: F401 - registers its models
         from moto.core.model_instances import model_data
@@ -256,12 +258,26 @@ def lighten_dynamodb() -> None:
 
     ddb_models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign,assignment]
     _quicker_queries(Table)
+    _quicker_scans()
     _quicker_attribute_values()
     moto_expressions.install()
     _dynamodb_lightened = True
 
 
 _querying = threading.local()
+_scanning = threading.local()  # `sizes`: each scanned item's size (None: not scanning)
+
+
+def _unsorted(table: Any) -> list[Any]:
+    """A moto table's items, in no particular order."""
+    if table.range_key_attr:
+        return [item for by_range in table.items.values() for item in by_range.values()]
+    return list(table.items.values())
+
+
+def _item_key(item: Any, names: list[str | None]) -> tuple[Any, ...]:
+    """An item's table keys as DynamoDB orders them (`_key_value`)."""
+    return tuple(_key_value(item.attrs[name]) for name in names if name)
 
 
 def _key_value(value: Any) -> Any:
@@ -282,11 +298,12 @@ def _quicker_queries(table_class: Any) -> None:
     original_all: Callable[..., Any] = table_class.all_items
 
     def all_items(table: Any) -> list[Any]:
+        if getattr(_scanning, "sizes", None) is not None:  # in moto's order, sorted cheaper
+            keys = [table.hash_key_attr, table.range_key_attr]
+            return sorted(_unsorted(table), key=lambda item: _item_key(item, keys))
         if not getattr(_querying, "active", False):
             return list(original_all(table))
-        if table.range_key_attr:
-            return [item for by_range in table.items.values() for item in by_range.values()]
-        return list(table.items.values())
+        return _unsorted(table)
 
     def query(table: Any, *args: Any, **kwargs: Any) -> Any:
         _querying.active = True
@@ -305,6 +322,60 @@ def _quicker_queries(table_class: Any) -> None:
     table_class.all_items = all_items
     table_class.query = query
     table_class.sorted_items = sorted_items
+
+
+def _quicker_scans() -> None:
+    """moto's `Scan`, answering the same, without its per-item overheads (see
+    `lighten_dynamodb`, 6.).
+
+    - Each item is read as it is instead of a deep copy of it: a `Scan` runs under the
+      DynamoDB lock (`serialize_dynamodb`) and moto turns what it found into plain dicts
+      before the handler returns, so no write can change an item in between, and neither
+      the filter nor the projection changes the items they read (a projection makes new
+      ones).
+    - Each item's size (for the 1 MB page) is computed once per scan, not twice.
+    - The table is sorted on plain key values (`all_items` above) instead of `DynamoType`
+      comparisons: the same order, which pages and their cursors rely on.
+    """
+    try:
+        from moto.dynamodb.models import table as table_module
+        from moto.dynamodb.models.dynamo_type import Item
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto's DynamoDB table module") from exc
+    original_scan: Callable[..., Any] = table_module.Table.scan
+    original_size: Callable[[Any], int] = Item.size
+
+    def scan(table: Any, *args: Any, **kwargs: Any) -> Any:
+        _scanning.sizes = {}
+        try:
+            return original_scan(table, *args, **kwargs)
+        finally:
+            _scanning.sizes = None
+
+    def size(item: Any) -> int:
+        sizes: dict[int, tuple[Any, int]] | None = getattr(_scanning, "sizes", None)
+        if sizes is None:
+            return original_size(item)
+        known = sizes.get(id(item))
+        if known is None or known[0] is not item:  # (the item kept: its id stays its own)
+            known = sizes[id(item)] = (item, original_size(item))
+        return known[1]
+
+    class _ScanCopy:
+        """`copy` for moto's table module: an item read by a scan is not deep-copied."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            if type(value) is Item and getattr(_scanning, "sizes", None) is not None:
+                return value
+            return copy.deepcopy(value, memo)
+
+    table_module.Table.scan = scan  # type: ignore[method-assign,assignment]
+    Item.size = size  # type: ignore[method-assign,assignment]
+    table_module.copy = _ScanCopy()  # type: ignore[assignment]
 
 
 # The `AttributeValue` members moto's serializer copies as they are (strings, booleans and
@@ -540,6 +611,11 @@ class Emulator:
         self.journaling: JournalingApp | None = None
         self.restored = Restored()
         self._restored_whole = False  # the state dir's state is all in moto: `stop` saves it
+        # Kept with the image of a clean stop (`keep`), and what the image loaded at this
+        # start had so kept (empty after a replay or a reset): see `local.image.Loaded`.
+        self._kept: dict[str, Any] = {}
+        self.adoptable: dict[str, Any] = {}
+        self._later: image.Later | None = None  # the image's state installed after the rest
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
         self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
@@ -551,6 +627,7 @@ class Emulator:
         state dir's state; return its URL. `before_restore` runs once the process points at
         the server, before the restore (work to overlap with it)."""
         self.access_key_id, self._secret_access_key = new_credentials()  # this start's own
+        self._kept, self.adoptable = {}, {}
         journal: Journal | None = None
         if self.state_dir is not None:
             if os.environ.get(ENV_DYNAMODB_URL):
@@ -623,6 +700,8 @@ class Emulator:
             loaded = None
         if loaded is not None:
             journal.reopen()
+            self.adoptable = dict(loaded.extras)
+            self._later = loaded.later
             self.restored = restored_from(loaded.kept, loaded.requests, loaded.services)
             how = "the image of the last clean stop"
         else:
@@ -658,12 +737,26 @@ class Emulator:
                 if journaling.mappings is not None:
                     kept.append(journaling.mappings)
                 requests = self.restored.requests + journal.changes_written
-                size = image.save(path, journal.mark(), requests, kept, services)
+                mark, later = journal.mark(), self._later
+                size = image.save(path, mark, requests, kept, services, self._kept, later)
         except Exception:  # the journal has it all: the next start replays it
             log.warning("could not write the image of this stop to %s", path, exc_info=True)
             image.discard(path)
             return
         log.info("saved the state's image (%d bytes) in %.2fs", size, clock.monotonic() - began)
+
+    def restore_later(self) -> None:
+        """Put back, in the background, the state the image holds of the services it
+        restores last (`image.LATER`); a request for one of them waits for it meanwhile.
+        The runtime calls this once it serves everything else."""
+        later = self._later
+        if later is not None and later.pending:
+            threading.Thread(target=later.install, name="image-later", daemon=True).start()
+
+    def keep(self, name: str, value: Any) -> None:
+        """Keep `value` (picklable) with the image of this life's clean stop, for the next
+        start from that image (`adoptable`): facts about the state it holds."""
+        self._kept[name] = value
 
     def apply_env(self, env: Mapping[str, str | None]) -> None:
         """Set (or, for None, remove) variables, remembering the old values for `stop()`."""
@@ -683,6 +776,9 @@ class Emulator:
     def reset(self) -> None:
         """Wipe every resource and item in moto, and the engine's tables in DynamoDB Local
         (the caller provisions again), and the journal with them."""
+        if self._later is not None:  # of the state wiped now
+            self._later.discard()
+            self._later = None
         if self.journaling is not None:
             with self.journaling.lock:
                 self.journaling.clear()
@@ -690,13 +786,14 @@ class Emulator:
             self.restored = Restored()
         else:
             self._post_reset()
+        self._kept, self.adoptable = {}, {}  # of the state just wiped
         if self.dynamodb_url:
             self._wipe_dynamodb_local()
         # Same endpoint, same credentials: the cached boto3 clients stay valid.
         config.reset_settings()
 
     def _gate(self, app: Any) -> EmulatorGate:
-        return EmulatorGate(app, self.access_key_id)
+        return EmulatorGate(_RestoresLater(app, lambda: self._later), self.access_key_id)
 
     def _post_reset(self) -> None:
         request = urllib.request.Request(
@@ -726,6 +823,7 @@ class Emulator:
             if self._restored_whole:
                 self._save_image(self.journaling)
             self._restored_whole = False
+            self._later = None
             self.journaling.journal.close()
             self.journaling = None
         for name, value in self._saved_env.items():
@@ -737,6 +835,23 @@ class Emulator:
         stream_wakeup.external = False
         aws.reset_clients()
         config.reset_settings()
+
+
+class _RestoresLater:
+    """WSGI middleware (behind the gate): a request for a service whose state the image
+    puts back last (`image.Later`) puts it back first, if the background has not yet."""
+
+    def __init__(self, app: Any, later: Callable[[], image.Later | None]) -> None:
+        self.app = app
+        self._later = later
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        later = self._later()
+        if later is not None and later.pending:
+            signer = signed_by(environ.get("HTTP_AUTHORIZATION"))
+            if signer is None or signer[1] in later.services:
+                later.install()
+        return self.app(environ, start_response)
 
 
 def loopback_url(url: str) -> str:

@@ -496,10 +496,13 @@ class Environments:
     def _setup(self) -> Setup:
         return Setup(clock_path=self._clock_path, env=handler_environment())
 
-    def prewarm(self) -> None:
-        """Start a few environments of each function in the background (see `PREWARM`)."""
+    def prewarm(self, keys: Iterable[str] | None = None) -> None:
+        """Start a few environments of each function (of `keys`: only those functions') in
+        the background (see `PREWARM`)."""
+        wanted = set(self.pools) if keys is None else set(keys)
         for key, pool in self.pools.items():
-            pool.prewarm(PREWARM.get(key, 1))
+            if key in wanted:
+                pool.prewarm(PREWARM.get(key, 1))
 
     def invoker(self, key: str) -> ProcessInvoker:
         return ProcessInvoker(self.pools[key], self._faults)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import gc
 import hashlib
 import io
 import logging
@@ -34,6 +35,7 @@ import os
 import pickle
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,11 @@ IMAGE_FORMAT = 1
 # The services whose state the journal keeps: those `persistence.snapshot_records` rebuilds,
 # and X-Ray (the runs' trace segments, which a replay of the journal puts back too).
 SERVICES = ("dynamodb", "sqs", "s3", "scheduler", "xray")
+# Of `SERVICES`, those whose state is put back after the rest (`Later`): at the first request
+# for one of them, or in the background once the engine serves. moto's X-Ray imports AWS's
+# X-Ray SDK, whose recorder makes a boto3 client: a tenth of a start's CPU, for traces
+# nothing of a start reads.
+LATER = ("xray",)
 # How much of the journal's end its mark digests (records carry IDs and times: two journals
 # of one size never end alike).
 TAIL_BYTES = 64 * 1024
@@ -70,6 +77,10 @@ class Loaded:
     requests: int
     kept: list[dict[str, Any]] = field(default_factory=list)
     services: list[str] = field(default_factory=list)  # of the journal's requests
+    # What the runtime kept with the image (`Emulator.keep`): answers of that life's
+    # provisioning, which the next start adopts instead of asking again.
+    extras: dict[str, Any] = field(default_factory=dict)
+    later: Later | None = None  # the state of `LATER`'s services, not installed yet
 
 
 def journal_mark(journal_path: Path, generation: int, snapshot_size: int) -> JournalMark:
@@ -104,12 +115,73 @@ _DISPATCH[_RLOCK] = lambda lock: (threading.RLock, ())
 _DISPATCH[threading.Condition] = lambda condition: (threading.Condition, ())
 
 
-def _backends() -> dict[str, dict[str, dict[str, Any]]]:
-    """moto's backends of `SERVICES`: service -> account -> region -> backend."""
+def _limited_size_dict(attributes: dict[str, Any]) -> Any:
+    """An item's attributes as moto keeps them (a `LimitedSizeDict`), rebuilt without the
+    400 KB check moto's `__setitem__` makes per attribute (a sum over every attribute set
+    before it: quadratic in an item's attributes, and most of an image's loading). Each
+    item passed the check when it was written."""
+    from moto.dynamodb.models.dynamo_type import LimitedSizeDict
+
+    rebuilt = LimitedSizeDict.__new__(LimitedSizeDict)
+    dict.update(rebuilt, attributes)
+    return rebuilt
+
+
+def _dispatch_table() -> dict[Any, Any]:
+    """How an image pickles what it holds: `_DISPATCH`, and items' attributes as plain
+    dicts (`_limited_size_dict`)."""
+    from moto.dynamodb.models.dynamo_type import LimitedSizeDict
+
+    return {**_DISPATCH, LimitedSizeDict: lambda attrs: (_limited_size_dict, (dict(attrs),))}
+
+
+class Later:
+    """The pickled state of services an image puts back after the rest (`LATER`).
+
+    `install()` unpickles it into moto, once, whichever thread asks first: the emulator
+    asks before it serves any request for one of `services` (`Emulator`'s gate), before a
+    reset or an image of its own, and the runtime once it serves everything else. Until
+    then moto holds nothing of those services (nothing else reads them)."""
+
+    def __init__(self, services: list[str], saved: bytes) -> None:
+        self.services = frozenset(services)
+        self._saved = saved
+        self._lock = threading.Lock()
+        self.pending = True
+
+    def install(self) -> None:
+        """Put the state in place (once; at once if done); a damaged one is logged and
+        left out (their state, traces, is not the engine's: nothing waits on it)."""
+        if not self.pending:
+            return
+        with self._lock:
+            if not self.pending:
+                return
+            try:
+                with _collector_paused():
+                    saved = pickle.loads(self._saved)  # the private state dir: trusted
+                _install(saved)
+            except Exception:
+                log.exception("could not put back the image's %s state", sorted(self.services))
+            self.pending, self._saved = False, b""
+
+    def discard(self) -> None:
+        """Never install it (the state it belongs to is being wiped)."""
+        with self._lock:
+            self.pending, self._saved = False, b""
+
+    def saved_as_is(self) -> bytes | None:
+        """The pickled state still pending, for a new image (None: installed, in moto)."""
+        with self._lock:
+            return self._saved if self.pending else None
+
+
+def _backends(services: tuple[str, ...] = SERVICES) -> dict[str, dict[str, dict[str, Any]]]:
+    """moto's backends of `services`: service -> account -> region -> backend."""
     from moto.backends import get_backend
 
     found: dict[str, dict[str, dict[str, Any]]] = {}
-    for service in SERVICES:
+    for service in services:
         live: Any = get_backend(service)  # type: ignore[call-overload]
         found[service] = {account: dict(regions) for account, regions in live.items()}
     return found
@@ -156,17 +228,35 @@ def _release_received() -> None:
 
 
 def save(
-    path: Path, mark: JournalMark, requests: int, kept: list[dict[str, Any]], services: list[str]
+    path: Path,
+    mark: JournalMark,
+    requests: int,
+    kept: list[dict[str, Any]],
+    services: list[str],
+    extras: dict[str, Any] | None = None,
+    later: Later | None = None,
 ) -> int:
     """Write the image of moto's state now (the caller holds the journal's lock and nothing
     is in flight), atomically and durably; answer its size in bytes. The file is two
     pickles: a header (the versions and the journal's mark, checked without unpickling
-    moto's objects), then the body."""
+    moto's objects), then the body, in which the state of `LATER`'s services is a pickle
+    of its own (`later`: the state a start has not installed yet, kept as it was)."""
     buffer = io.BytesIO()
     pickle.dump({**_versions(), "mark": asdict(mark)}, buffer, protocol=pickle.HIGHEST_PROTOCOL)
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = _DISPATCH
-    body = {"backends": _backends(), "requests": requests, "kept": kept, "services": services}
+    pickler.dispatch_table = _dispatch_table()
+    deferred = tuple(s for s in LATER if s in SERVICES)
+    kept_later = later.saved_as_is() if later is not None else None
+    if kept_later is None:
+        kept_later = _pickled(_backends(deferred))
+    body = {
+        "backends": _backends(tuple(s for s in SERVICES if s not in deferred)),
+        "later": {"services": list(deferred), "saved": kept_later},
+        "requests": requests,
+        "kept": kept,
+        "services": services,
+        "extras": dict(extras or {}),
+    }
     pickler.dump(body)
     temporary = _temporary(path)
     with private_files.open_private(temporary, "wb") as file:
@@ -190,15 +280,41 @@ def load(path: Path, mark: JournalMark) -> Loaded | None:
             header = pickle.load(file)  # the private state dir: trusted as the journal is
             if not isinstance(header, dict) or _stale(header, path, mark):
                 return None
-            body = pickle.load(file)
+            with _collector_paused():
+                body = pickle.load(file)
             backends, requests, kept = body["backends"], int(body["requests"]), body["kept"]
             services = list(body["services"])
+            extras = dict(body.get("extras") or {})
+            deferred = body.get("later")
+            later = Later(list(deferred["services"]), deferred["saved"]) if deferred else None
     except Exception as error:  # damaged: the journal still has it all
         log.warning("image %s could not be read (%s); replaying the journal", path, error)
         return None
     _install(backends)
     _release_received()
-    return Loaded(requests=requests, kept=list(kept), services=services)
+    return Loaded(requests=requests, kept=list(kept), services=services, extras=extras, later=later)
+
+
+def _pickled(value: Any) -> bytes:
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _dispatch_table()
+    pickler.dump(value)
+    return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Unpickling makes hundreds of thousands of objects, none of them garbage, and each
+    allocation past a threshold has the cyclic collector walk the young ones again: three
+    quarters of the load's CPU. Paused meanwhile (refcounting still frees)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _stale(header: dict[str, Any], path: Path, mark: JournalMark) -> bool:

@@ -107,14 +107,29 @@ class AsyncInvokes:
         """Create each function's event queue (kept if restored); answer the handlers'
         environment: the endpoint and each function's ARN. `queue_urls`: the topology's."""
         sqs = aws.client("sqs")
-        env = {ENDPOINT_ENV: self.url} if self.url else {}
         for function in self.functions:
-            spec = _spec(function)
             # Longer than the function's timeout: an event is not run twice at once.
             visibility = str(function.timeout_seconds + 60)
             self.queue_urls[function.key] = sqs.create_queue(
                 QueueName=queue_name(function), Attributes={"VisibilityTimeout": visibility}
             )["QueueUrl"]
+        return self._environment(queue_urls)
+
+    def adopt(
+        self, event_queue_urls: Mapping[str, str], queue_urls: Mapping[str, str]
+    ) -> dict[str, str] | None:
+        """As `provision`, for event queues that exist already: `event_queue_urls` are those
+        an earlier `provision` made, kept with the state (`resources.adopt`); None if they
+        are not this topology's."""
+        if set(event_queue_urls) != {f.key for f in self.functions}:
+            return None
+        self.queue_urls = dict(event_queue_urls)
+        return self._environment(queue_urls)
+
+    def _environment(self, queue_urls: Mapping[str, str]) -> dict[str, str]:
+        env = {ENDPOINT_ENV: self.url} if self.url else {}
+        for function in self.functions:
+            spec = _spec(function)
             self.on_failure_urls[function.key] = queue_urls[spec.on_failure]
             env[spec.env_var] = function_arn(function)
         for function in self.sync_functions:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,15 +202,27 @@ def provision(
         stream_arn = _create_table(table)
         if table.stream:
             done.stream_arns[table.key] = stream_arn
-        done.env[table.env_var] = table_name(table)
     for queue in topology.queues:
         url, arn, dlq_url = _create_queue(queue)
         done.queue_urls[queue.key] = url
         done.queue_arns[queue.key] = arn
         done.dlq_urls[queue.key] = dlq_url
-        done.env[queue.env_var] = url
     _create_bucket_and_group()
-    done.env.update(
+    done.env = handler_env(done, api_url, token_secret, topology, function_urls)
+    return done
+
+
+def handler_env(
+    done: Provisioned,
+    api_url: str,
+    token_secret: str,
+    topology: Topology = TOPOLOGY,
+    function_urls: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The handlers' environment for the resources `done` names."""
+    env = {table.env_var: done.tables[table.key] for table in topology.tables}
+    env.update({queue.env_var: done.queue_urls[queue.key] for queue in topology.queues})
+    env.update(
         {
             config.ENV_INVOCATIONS_QUEUE_ARN: done.queue_arns.get("invocations", ""),
             topology.bucket_env_var: BUCKET_NAME,
@@ -222,4 +235,58 @@ def provision(
             config.ENV_ALLOW_LOOPBACK: "1",
         }
     )
-    return done
+    return env
+
+
+def topology_digest(topology: Topology) -> str:
+    """What a record of provisioned resources was made for: the whole topology, and the
+    names given here (any change provisions again)."""
+    made = (topology, NAME_PREFIX, BUCKET_NAME, SCHEDULER_GROUP, SCHEDULER_ROLE_ARN)
+    return hashlib.sha256(repr(made).encode()).hexdigest()
+
+
+def record(done: Provisioned, *, endpoint: str, topology: Topology, **more: Any) -> dict[str, Any]:
+    """What an image of the state keeps of `done` (the answers of `provision` for the
+    emulator at `endpoint`), for the next start to adopt instead of provisioning again
+    (`adopt`); `more`: other such answers (URLs of `endpoint` too)."""
+    kept = {name: dict(getattr(done, name)) for name in _KEPT}
+    return {"digest": topology_digest(topology), "endpoint": endpoint, **kept, **more}
+
+
+def adopt(
+    kept: Mapping[str, Any], *, endpoint: str, topology: Topology
+) -> tuple[Provisioned, dict[str, Any]] | None:
+    """The resources a `record` names, for the emulator now at `endpoint` (its queue URLs
+    moved from the recorded endpoint to this one), and the record's other answers moved
+    the same way; None (provision them) if it is of another topology or any URL is not of
+    the recorded endpoint.
+
+    Only for the state a record was kept with (an image of a clean stop: the resources are
+    in it, made by `provision` in the life the image is of, and nothing of the engine
+    deletes them)."""
+    if kept.get("digest") != topology_digest(topology) or not kept.get("endpoint"):
+        return None
+    old = f"{kept['endpoint']}/"
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: moved(inner) for key, inner in value.items()}
+        if isinstance(value, str) and value.startswith(old):
+            return f"{endpoint}/{value.removeprefix(old)}"
+        raise ValueError(f"not a URL of {old}: {value!r}")
+
+    try:
+        done = Provisioned(**{name: dict(kept[name]) for name in _KEPT})
+        done.queue_urls, done.dlq_urls = moved(done.queue_urls), moved(done.dlq_urls)
+        more = {k: moved(v) for k, v in kept.items() if k not in (*_KEPT, "digest", "endpoint")}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if set(done.tables) != {t.key for t in topology.tables} or set(done.queue_urls) != {
+        q.key for q in topology.queues
+    }:
+        return None
+    return done, more
+
+
+# The answers of `provision` a record keeps (the handlers' environment is made anew).
+_KEPT = ("tables", "stream_arns", "queue_urls", "queue_arns", "dlq_urls")

@@ -20,7 +20,7 @@ from ezgh_engine import clock as clock_module
 from ezgh_engine import ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import apps as local_apps
-from ezgh_engine.local import events, incarnation
+from ezgh_engine.local import events, incarnation, resources
 from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.environments import Environments, start_forkserver
 from ezgh_engine.local.handlers import Handler, resolve_all
@@ -48,6 +48,7 @@ log = logging.getLogger("ezgh.local.runtime")
 
 ENV_ISOLATION = "EZGH_LOCAL_ISOLATION"
 HEALTH_PATH = "/v1/health"
+PROVISIONED = "provisioned"  # what the emulator keeps of `provision`'s answers
 STARTUP_HEADER = "x-ezgh-startup-check"
 Bootstrap = Callable[[], tuple[str, str, str]]
 AppSpec = str | tuple[str, Any]  # "MODULE:ATTR", or (name, PushApp)
@@ -199,8 +200,8 @@ class LocalRuntime:
         for url_server in self.url_servers.values():
             url_server.serve()
         self.started = True
-        if self.environments is not None:
-            self.environments.prewarm()
+        if self.environments is not None:  # the API's now (the start's requests), the rest
+            self.environments.prewarm([API_FUNCTION.key])  # once ready: they compete for CPU
         self._check_health()
         self._after_reset(restore=restored, verify=True)
         saved_apps = self.dev_state.values.get("apps", {}) if restored else {}
@@ -213,6 +214,9 @@ class LocalRuntime:
         if restored:
             self._reconcile()
         self.ready = True
+        if self.environments is not None:  # a call before they are up starts its own
+            self.environments.prewarm()
+        self.emulator.restore_later()  # X-Ray's traces: a request for them waits meanwhile
         log.debug("local runtime up in %.2fs", clock_module.monotonic() - began)
 
     def stop(self) -> None:
@@ -474,19 +478,53 @@ class LocalRuntime:
         return None
 
     def _provision(self) -> None:
-        self.provisioned = provision(
-            api_url=self.api_url,
-            token_secret=self._token_secret,
+        """Make the topology's resources in the emulator (kept if they exist), or adopt
+        those the image just loaded says its life made; keep what they are with this
+        life's image; point the process at them."""
+        function_urls = {
+            str(spec.url_env_var): self.url_servers[spec.key].url
+            for spec in self.topology.functions
+            if spec.url_env_var
+        }
+        if not self._adopt_provisioned(function_urls):
+            self.provisioned = provision(
+                api_url=self.api_url,
+                token_secret=self._token_secret,
+                topology=self.topology,
+                function_urls=function_urls,
+            )
+            event_queues = self.async_invokes.provision(self.provisioned.queue_urls)
+            self.provisioned.env.update(event_queues)
+            create_recurring(self.topology, lambda key: function_arn(self.topology.function(key)))
+        kept = resources.record(
+            self.provisioned,
+            endpoint=self.emulator.endpoint_url,
             topology=self.topology,
-            function_urls={
-                str(spec.url_env_var): self.url_servers[spec.key].url
-                for spec in self.topology.functions
-                if spec.url_env_var
-            },
+            event_queue_urls=dict(self.async_invokes.queue_urls),
         )
-        self.provisioned.env.update(self.async_invokes.provision(self.provisioned.queue_urls))
+        self.emulator.keep(PROVISIONED, kept)
         self.emulator.apply_env(dict(self.provisioned.env))
-        create_recurring(self.topology, lambda key: function_arn(self.topology.function(key)))
+
+    def _adopt_provisioned(self, function_urls: dict[str, str]) -> bool:
+        """After loading an image: take the resources its life provisioned (the same
+        topology's: tables, queues, the bucket, the schedule group and the recurring
+        schedules are in the image) from what it kept, instead of about 25 requests to
+        find them there. False: provision."""
+        kept = self.emulator.adoptable.get(PROVISIONED)
+        endpoint = self.emulator.endpoint_url
+        adopted = resources.adopt(kept, endpoint=endpoint, topology=self.topology) if kept else None
+        if adopted is None:
+            return False
+        done, more = adopted
+        event_queues = self.async_invokes.adopt(more.get("event_queue_urls") or {}, done.queue_urls)
+        if event_queues is None:
+            return False
+        done.env = resources.handler_env(
+            done, self.api_url, self._token_secret, self.topology, function_urls
+        )
+        done.env.update(event_queues)
+        self.provisioned = done
+        return True
 
     def _stream_arn(self, poller_name: str) -> str:
         table = poller_name.split(":")[1]
