@@ -202,7 +202,7 @@ class Plant:
         self.backend = backend
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         for table in TOPOLOGY.tables:
-            _create_table(ddb, ENV[table.env_var], table.stream)
+            _create_table(ddb, table, ENV[table.env_var])
         boto3.client("sqs", region_name="us-east-1").create_queue(QueueName="ezgh-invocations")
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=ENV["EZGH_PAYLOAD_BUCKET"])
         from ezgh_engine.service.auth import bootstrap_admin
