@@ -14,6 +14,8 @@ import pytest
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_workflows import Context, Worker, WorkflowsClient, workflow
 
+from tests.e2e.pull_workers import PullWorkers
+
 # Pull workers poll, run and heartbeat in real time: no idle skipping.
 pytestmark = [pytest.mark.e2e, pytest.mark.real_time]
 
@@ -81,41 +83,15 @@ class DeadWorker(Worker):
 
 
 @pytest.fixture()
-def pull(engine: LocalRuntime, client: WorkflowsClient, monkeypatch) -> Iterator[Any]:
+def pull(engine: LocalRuntime, client: WorkflowsClient, monkeypatch) -> Iterator[PullWorkers]:
     CALLS.clear()
     GATE.clear()
     monkeypatch.setenv("EZGH_PULL_LEASE_SECONDS", "2")
     app = client.create_app("pulled-fan", "pull")
-    started: list[tuple[Worker, threading.Thread]] = []
-
-    class Env:
-        app_id = app["id"]
-
-        def worker(self, cls: type[Worker] = Worker, **kw: Any) -> Worker:
-            w = cls(
-                app["id"],
-                WORKFLOWS,
-                api_key=engine.api_key,
-                base_url=engine.api_url,
-                organization_id=engine.org_id,
-                project_id=engine.project_id,
-                poll_wait_seconds=1,
-                **kw,
-            )
-            t = threading.Thread(target=w.run, daemon=True)
-            t.start()
-            started.append((w, t))
-            return w
-
-        def synced(self) -> None:
-            engine.wait_for(lambda: client.get_app(app["id"])["status"] == "synced", timeout=30)
-
-    yield Env()
+    workers = PullWorkers(engine, client, app["id"], WORKFLOWS)
+    yield workers
     GATE.set()
-    for w, _ in started:
-        w.stop()
-    for _, t in started:
-        t.join(timeout=15)
+    workers.stop()
 
 
 @pytest.mark.parametrize("width", [3, 20])
