@@ -90,6 +90,7 @@ def _moto_as_the_runtime_leaves_it() -> None:
 
     emulator.serialize_dynamodb()
     emulator.lighten_dynamodb()
+    emulator.bound_stream_iterators()
     emulator.quicker_dispatch()
     emulator.lighten_sqs()
     emulator.serialize_sqs_queues()
