@@ -635,8 +635,8 @@ def bound_stream_iterators() -> None:
         _prune_stream_iterators(backend.shard_iterators, _read_stream_iterators(backend))
         return iterator
 
-    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
-    DynamoDBStreamsBackend.get_shard_iterator = get_shard_iterator  # type: ignore[method-assign]
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign,assignment]
+    DynamoDBStreamsBackend.get_shard_iterator = get_shard_iterator  # type: ignore[method-assign,assignment]
     _stream_iterators_bounded = True
 
 
