@@ -12,6 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.waiter import Waiter
 from ezgh_engine.adapters import aws
+from ezgh_engine.local import pollers
 from ezgh_engine.local.emulator import ENV_DYNAMODB_URL, Emulator, loopback_url
 from ezgh_engine.local.pollers import Activity, StreamPoller
 from ezgh_engine.local.resources import Provisioned, provision
@@ -146,6 +147,84 @@ def test_a_reader_is_not_idle_before_it_read_what_a_handler_wrote(
             ddb.put_item(TableName=table, Item=_key(f"RUN#{n}"))
         _wait(lambda: poller.idle)
         assert seen[-1:] == [f"RUN#{n}"]
+
+
+class _ExpiringStreams:
+    """A DynamoDB Streams client on which, once `expire` is set, the iterator of the next
+    `GetRecords` has expired: it answers `ExpiredIteratorException` from then on, as AWS
+    answers an iterator past its 15 minutes."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.expire = False
+        self.expired: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_records(self, **kwargs: Any) -> Any:
+        if self.expire:
+            self.expire = False
+            self.expired.add(kwargs["ShardIterator"])
+        if kwargs["ShardIterator"] in self.expired:
+            error = {"Error": {"Code": "ExpiredIteratorException", "Message": "expired"}}
+            raise ClientError(error, "GetRecords")  # type: ignore[arg-type]
+        return self._client.get_records(**kwargs)
+
+
+def test_a_reader_whose_iterator_expired_reads_on_after_its_last_record(
+    resources: Provisioned, running: list[StreamPoller], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader gets a new iterator after the last record it handled
+    (`AFTER_SEQUENCE_NUMBER`, on DynamoDB Local's own sequence numbers): nothing lost,
+    nothing handed on twice."""
+    streams = _ExpiringStreams(aws.client("dynamodbstreams"))
+    client = aws.client
+    monkeypatch.setattr(
+        pollers.aws, "client", lambda name: streams if name == "dynamodbstreams" else client(name)
+    )
+    activity = Activity()
+    seen: list[str] = []
+    poller = _reader(resources, seen, activity)
+    running.append(poller)
+    ddb, table = aws.client("dynamodb"), resources.tables["runs"]
+    with activity.track():
+        ddb.put_item(TableName=table, Item=_key("RUN#1"))
+        ddb.put_item(TableName=table, Item=_key("RUN#2"))
+    poller.start()
+    _wait(lambda: len(seen) == 2 and poller.idle)
+    for batch in (["RUN#3"], ["RUN#4", "RUN#5"]):
+        streams.expire = True
+        with activity.track():
+            for pk in batch:
+                ddb.put_item(TableName=table, Item=_key(pk))
+        _wait(lambda last=batch[-1]: not streams.expire and poller.idle and seen[-1] == last)
+    assert len(streams.expired) == 2
+    assert seen == ["RUN#1", "RUN#2", "RUN#3", "RUN#4", "RUN#5"]
+
+
+def test_a_successor_resumes_right_after_what_its_predecessor_handled(
+    resources: Provisioned, running: list[StreamPoller]
+) -> None:
+    activity = Activity()
+    first: list[str] = []
+    poller = _reader(resources, first, activity)
+    running.append(poller)
+    ddb, table = aws.client("dynamodb"), resources.tables["runs"]
+    with activity.track():
+        ddb.put_item(TableName=table, Item=_key("RUN#1"))
+    poller.start()
+    _wait(lambda: first == ["RUN#1"] and poller.idle)
+    poller.stop()
+    with activity.track():
+        ddb.put_item(TableName=table, Item=_key("RUN#2"))
+    second: list[str] = []
+    successor = _reader(resources, second, activity)
+    successor.resume_from(poller.checkpoint())
+    running.append(successor)
+    successor.start()
+    _wait(lambda: second and successor.idle)
+    assert second == ["RUN#2"]
 
 
 def test_only_a_loopback_dynamodb_url_is_taken() -> None:

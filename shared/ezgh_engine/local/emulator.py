@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 import logging
 import os
 import threading
@@ -579,23 +580,84 @@ _sqs_lightened = False
 _running: set[int] = set()  # emulators started and not stopped in this process
 
 
-def prune_stream_iterators(keep: int = 200) -> None:
-    """Drop old shard iterators from moto's streams backend.
+# moto's stream shard iterators kept (`bound_stream_iterators`): those already read from
+# (a reader moved on to the next one its read handed out; a recent one may be read again,
+# as AWS allows), and all of them, beyond which the oldest go whether read or not.
+STREAM_ITERATORS_READ_KEPT = 1_000
+STREAM_ITERATORS_KEPT = 10_000
+_stream_iterators_bounded = False
 
-    moto stores every iterator it hands out (one per `GetRecords`) and never expires them; a
-    dev server polling for hours would grow without bound. Iterators in use are the newest.
+
+def bound_stream_iterators() -> None:
+    """Keep moto's stream shard iterators bounded without taking one a reader holds, and
+    answer an iterator moto no longer holds as AWS answers an expired one.
+
+    moto stores every iterator it hands out (each `GetRecords` hands out the next) and never
+    lets one go: a dev server polling for hours would grow without bound. Pruned by age
+    (the 200 newest of all streams), the iterator a reader held while it handled a long
+    batch went as other readers polled meanwhile (the runs table's two readers, a gather of
+    1,000 branches), and moto answered that reader's next read with a 500 (`KeyError`).
+    Now an iterator goes once `STREAM_ITERATORS_READ_KEPT` newer ones were read after it
+    was read; one never read (a reader's next) only past `STREAM_ITERATORS_KEPT` in all. An
+    unknown iterator answers `ExpiredIteratorException`, as AWS answers one past its 15
+    minutes, and the reader gets a new one after the last record it handled
+    (`pollers.StreamPoller`), as an event source mapping does.
     """
+    global _stream_iterators_bounded
+    if _stream_iterators_bounded:
+        return
     try:
-        from moto.dynamodbstreams.models import dynamodbstreams_backends
+        from moto.core.exceptions import JsonRESTError
+        from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+    except ImportError as exc:
+        raise MotoInternalsMissing("moto's DynamoDBStreamsBackend.get_records") from exc
 
-        backend = dynamodbstreams_backends[ACCOUNT_ID][REGION]
-        iterators = backend.shard_iterators
-        excess = len(iterators) - keep
-        if excess > 0:
-            for key in list(iterators)[:excess]:
-                iterators.pop(key, None)
-    except Exception:  # internal API: best effort only
-        log.debug("could not prune moto stream iterators", exc_info=True)
+    def get_records(backend: Any, iterator_arn: str, limit: int) -> dict[str, Any]:
+        iterators: dict[str, Any] = backend.shard_iterators
+        iterator = iterators.get(iterator_arn)
+        if iterator is None:
+            raise JsonRESTError(
+                "ExpiredIteratorException",
+                "Iterator expired. The iterator was created more than 15 minutes ago, "
+                "or the emulator no longer holds it.",
+            )
+        answer: dict[str, Any] = iterator.get(limit)
+        read = _read_stream_iterators(backend)
+        read.pop(iterator_arn, None)
+        read[iterator_arn] = None  # an ordered set: the oldest read first
+        _prune_stream_iterators(iterators, read)
+        return answer
+
+    original: Callable[..., Any] = DynamoDBStreamsBackend.get_shard_iterator
+
+    def get_shard_iterator(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        iterator = original(backend, *args, **kwargs)
+        _prune_stream_iterators(backend.shard_iterators, _read_stream_iterators(backend))
+        return iterator
+
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign,assignment]
+    DynamoDBStreamsBackend.get_shard_iterator = get_shard_iterator  # type: ignore[method-assign,assignment]
+    _stream_iterators_bounded = True
+
+
+def _read_stream_iterators(backend: Any) -> dict[str, None]:
+    """The iterators of `backend` read from, the oldest read first (an ordered set)."""
+    read: dict[str, None] = backend.__dict__.setdefault("ezgh_read_iterators", {})
+    return read
+
+
+def _prune_stream_iterators(iterators: dict[str, Any], read: dict[str, None]) -> None:
+    """Drop the oldest read iterators past `STREAM_ITERATORS_READ_KEPT`, then the oldest of
+    all past `STREAM_ITERATORS_KEPT` (in insertion order: the order moto issued them)."""
+    while len(read) > STREAM_ITERATORS_READ_KEPT:
+        oldest = next(iter(read))
+        del read[oldest]
+        iterators.pop(oldest, None)
+    excess = len(iterators) - STREAM_ITERATORS_KEPT
+    if excess > 0:
+        for arn in list(itertools.islice(iterators, excess)):
+            del iterators[arn]
+            read.pop(arn, None)
 
 
 class Emulator:
@@ -658,6 +720,7 @@ class Emulator:
         stream_wakeup.install()
         serialize_dynamodb()
         lighten_dynamodb()
+        bound_stream_iterators()
         quicker_dispatch()
         lighten_sqs()
         serialize_sqs_queues()

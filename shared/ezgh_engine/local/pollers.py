@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import events, incarnation
-from ezgh_engine.local.emulator import prune_stream_iterators, stream_wakeup
+from ezgh_engine.local.emulator import stream_wakeup
 from ezgh_engine.local.environments import EnvironmentDied
 
 if TYPE_CHECKING:
@@ -274,6 +274,11 @@ class StreamPoller(Poller):
     A batch whose handler raises or reports `batchItemFailures` is retried from the first
     failed record after a backoff, at most `max_attempts` times; then those records are
     skipped with an error log, like a mapping with a bounded retry policy.
+
+    Its place in a shard is the sequence number of the last record it handled (or skipped),
+    never an iterator: an iterator expires (AWS: 15 minutes after it is issued; moto: when
+    the emulator drops it) or fails, and the reader then gets a new one right after that
+    record (`AFTER_SEQUENCE_NUMBER`), so no record is lost or handed on twice.
     """
 
     def __init__(
@@ -300,9 +305,10 @@ class StreamPoller(Poller):
         self.backoff_seconds = backoff_seconds
         self.idle_wait_seconds = idle_wait_seconds
         self._iterators: dict[str, str] = {}  # shard id -> next iterator
-        # shard id -> the iterator of the first record not yet handled (the checkpoint a
-        # restarted engine resumes from, as an event source mapping keeps its position).
-        self._resume_at: dict[str, str] = {}
+        # shard id -> the sequence number of the last record handled (the checkpoint a new
+        # iterator starts after, and a restarted engine resumes from, as an event source
+        # mapping keeps its position); a shard not named is read from its oldest record.
+        self._handled: dict[str, str] = {}
         self._resume_from: dict[str, str] = {}
         self._closed: set[str] = set()
         self._known_generation = -1
@@ -311,11 +317,13 @@ class StreamPoller(Poller):
         self._polls = 0
 
     def checkpoint(self) -> dict[str, str]:
-        """Where a successor should resume: per shard, the first record not yet handled."""
-        return dict(self._resume_at)
+        """Where a successor should resume: per shard, the sequence number of the last
+        record handled (a shard not named: nothing handled, read it from its start)."""
+        return dict(self._handled)
 
     def resume_from(self, checkpoint: dict[str, str]) -> None:
-        """Before `start()`: read from `checkpoint` (another poller's) instead of the start."""
+        """Before `start()`: per shard, read on after the sequence number `checkpoint`
+        names (another poller's, or a journal's) instead of from the start."""
         self._resume_from = dict(checkpoint)
 
     def set_stream(self, stream_arn: str) -> None:
@@ -336,32 +344,58 @@ class StreamPoller(Poller):
         stream_wakeup.notify()
 
     def _discover(self, streams: Any) -> None:
-        """Start reading shards not seen before, from their beginning."""
+        """Start reading shards not seen before: after the last record handled, if any."""
         description = streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
         for shard in description.get("Shards", []):
             shard_id = shard["ShardId"]
             if shard_id in self._iterators or shard_id in self._closed:
                 continue
-            self._iterators[shard_id] = self._resume_at[shard_id] = streams.get_shard_iterator(
+            self._iterators[shard_id] = self._iterator_at_place(streams, shard_id)
+
+    def _iterator_at_place(self, streams: Any, shard_id: str) -> str:
+        """A new iterator right after the last record handled in the shard, or at its
+        oldest record when none was (or when that record is past the shard's trim point:
+        what is gone cannot be read)."""
+        handled = self._handled.get(shard_id)
+        if handled is not None:
+            try:
+                return str(
+                    streams.get_shard_iterator(
+                        StreamArn=self.stream_arn,
+                        ShardId=shard_id,
+                        ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+                        SequenceNumber=handled,
+                    )["ShardIterator"]
+                )
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code")
+                if code not in ("TrimmedDataAccessException", "ValidationException"):
+                    raise  # a throttle, an endpoint down: the next try mints it again
+                if code == "ValidationException":  # not a record of this shard: at least once
+                    log.warning("%s: cannot resume shard %s: %s", self.name, shard_id, error)
+        return str(
+            streams.get_shard_iterator(
                 StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
             )["ShardIterator"]
+        )
 
     def _loop(self) -> None:
         streams = aws.client("dynamodbstreams")
         last_discovery = 0.0
+        # Restarted after a failure (`_guarded`): the iterators may be what failed (one
+        # expired, or the endpoint was reset); new ones start from the places handled.
+        self._iterators.clear()
         while self._gate():
-            if self._known_generation != self.generation or not self._iterators:
+            if self._known_generation != self.generation:
                 self._iterators.clear()
-                self._resume_at.clear()
                 self._closed.clear()
-                self._iterators.update(self._resume_from)
-                self._resume_at.update(self._resume_from)
+                self._handled = self._resume_from
                 self._resume_from = {}
                 self._caught_up_at = None
                 self._known_generation = self.generation
                 streams = aws.client("dynamodbstreams")
                 last_discovery = 0.0
-            if clock.monotonic() - last_discovery > 5.0:
+            if not self._iterators or clock.monotonic() - last_discovery > 5.0:
                 self._discover(streams)  # new shards appear as old ones close
                 last_discovery = clock.monotonic()
             seen = stream_wakeup.counter
@@ -379,19 +413,16 @@ class StreamPoller(Poller):
                 else:
                     self._iterators.pop(shard_id, None)
                     self._closed.add(shard_id)
-                records = [r for r in answer.get("Records", []) if self.accepts(r)]
+                read = answer.get("Records", [])
+                records = [r for r in read if self.accepts(r)]
                 if records and generation == self.generation:
                     got_any = True
                     self._process(records)
-                if self._retired():
+                if self._retired() or generation != self.generation:
                     break  # the checkpoint stays before what was not handled
-                if next_iterator:
-                    self._resume_at[shard_id] = next_iterator
-                else:
-                    self._resume_at.pop(shard_id, None)
+                if read:  # handled, or refused by the filter, or given up on
+                    self._handled[shard_id] = read[-1]["dynamodb"]["SequenceNumber"]
             self._polls += 1
-            if self._polls % 500 == 0:
-                prune_stream_iterators()
             if not got_any:
                 self._caught_up_at = seen
                 stream_wakeup.wait(
@@ -409,25 +440,34 @@ class StreamPoller(Poller):
         return self._stop.is_set() or self.life != incarnation.current()
 
     def _get_records(self, streams: Any, shard_id: str, iterator: str) -> dict[str, Any]:
-        """GetRecords; when the iterator points before the oldest record the shard still
-        holds (`TrimmedDataAccessException`), read on from the oldest one, as an event source
-        mapping does: what is gone cannot be read. DynamoDB does this after 24 hours;
-        DynamoDB Local as soon as a cancelled transaction used the shard's first sequence
-        numbers, so without it the reader of a new table stalls for good."""
+        """GetRecords. An expired iterator (`ExpiredIteratorException`) is replaced by a new
+        one right after the last record handled, as an event source mapping does. When the
+        iterator points before the oldest record the shard still holds
+        (`TrimmedDataAccessException`), read on from the oldest one: what is gone cannot be
+        read. DynamoDB trims after 24 hours; DynamoDB Local as soon as a cancelled
+        transaction used the shard's first sequence numbers, so without it the reader of a
+        new table stalls for good."""
         try:
             return dict(streams.get_records(ShardIterator=iterator, Limit=self.batch_size))
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") != "TrimmedDataAccessException":
+            code = error.response.get("Error", {}).get("Code")
+            if code not in ("ExpiredIteratorException", "TrimmedDataAccessException"):
                 raise
-        log.info(
-            "%s: shard %s trimmed before its iterator; reading from its oldest record",
-            self.name,
-            shard_id,
-        )
-        oldest = streams.get_shard_iterator(
-            StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        return dict(streams.get_records(ShardIterator=oldest, Limit=self.batch_size))
+        if code == "ExpiredIteratorException":
+            log.info(
+                "%s: shard %s: iterator expired; reading on from its place", self.name, shard_id
+            )
+            again = self._iterator_at_place(streams, shard_id)
+        else:
+            log.info(
+                "%s: shard %s trimmed before its iterator; reading from its oldest record",
+                self.name,
+                shard_id,
+            )
+            again = streams.get_shard_iterator(
+                StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        return dict(streams.get_records(ShardIterator=again, Limit=self.batch_size))
 
     def _process(self, records: list[dict[str, Any]], replay: bool = False) -> None:
         self._processing = True

@@ -605,22 +605,9 @@ class LocalRuntime:
     def _resume_streams(self, checkpoints: Mapping[str, Mapping[str, str]]) -> None:
         """After a restore: each stream reader resumes after the last sequence number its
         handler acknowledged (the replay made the same records with the same numbers)."""
-        streams = aws.client("dynamodbstreams")
         for poller in self.pollers:
-            if not isinstance(poller, StreamPoller) or poller.name not in checkpoints:
-                continue
-            resume = {}
-            for shard_id, sequence in checkpoints[poller.name].items():
-                try:
-                    resume[shard_id] = streams.get_shard_iterator(
-                        StreamArn=poller.stream_arn,
-                        ShardId=shard_id,
-                        ShardIteratorType="AFTER_SEQUENCE_NUMBER",
-                        SequenceNumber=sequence,
-                    )["ShardIterator"]
-                except Exception:  # read that shard from its start: at-least-once
-                    log.warning("%s: cannot resume shard %s", poller.name, shard_id, exc_info=True)
-            poller.resume_from(resume)
+            if isinstance(poller, StreamPoller) and poller.name in checkpoints:
+                poller.resume_from(dict(checkpoints[poller.name]))
 
     def _checkpointing(self, name: str, invoke: Callable[[dict[str, Any]], Any]) -> Any:
         """`invoke` for a stream reader, journaling (unsynced: a lost one only means records
