@@ -40,11 +40,14 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     """Handle one `branch` message; a `Retry` when it must come back later."""
     now_ms = clock.now_ms()
     lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
-    raw = steps_store.take_branch_lease(run_id, step_id, now_ms=now_ms, lease_ms=lease_ms)
+    started_at = clock.iso(clock.now())
+    raw = steps_store.take_branch_lease(
+        run_id, step_id, now_ms=now_ms, lease_ms=lease_ms, started_at=started_at
+    )
     if raw is None:
         return _not_leased(run_id, step_id, now_ms)
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
-    attempt_before = int(raw.get("attempt", 0))
+    attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
     run = runs_store.get_branch_run(run_id, raw)
     if run is None or run.ended or run.status == "cancelling":
         # An ended run's pending steps end with it (its cleanup may have come first).
@@ -57,7 +60,7 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
         timers.end_now(run_id, "failed", APP_DELETED)
         return None
-    invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
+    invocation_id = ids.time_ordered_id()
     if app.kind == "pull":  # a task for the app's workers; this message watches it
         return pull_branch.dispatch(app, run, raw, invocation_id)
     request = invoke_request(
@@ -68,19 +71,39 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         app_protocol=app.protocol,
         branch_step=step_id,
         branch_epoch=epoch,
+        branch_attempt=attempt,
     )
     try:
-        outcome = outcome_rules.parse(invoke_app(app, request), clock.now())
+        answer = invoke_app(app, request)
+        outcome = outcome_rules.parse(answer, clock.now())
+        carried = answers.branch_end(answer, step_id)
     except AppTimedOut as exc:
         registry_store.forget_cached_app(app.id)
-        return _timed_out(run_id, step_id, epoch, failures + 1, attempt_before, now_ms, exc)
+        return _timed_out(run_id, step_id, epoch, failures + 1, attempt - 1, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         registry_store.forget_cached_app(app.id)
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
+    if carried is not None:
+        # The answer carries the step's end: one write records it, releases the lease and
+        # carries this invocation's events. Refused: the step is no longer this attempt's
+        # (a duplicate, or a late answer): nothing is recorded twice; the event stays.
+        if answers.finish(
+            run,
+            epoch,
+            attempt,
+            carried,
+            invocation_id=invocation_id,
+            started_at=started_at,
+            deployment_id=outcome.deployment_id,
+        ):
+            return None
+        log.info("run %s: branch %s answered for an attempt it no longer holds", run_id, step_id)
+    # An SDK that ends the step by its own step call (`complete`, the old shape), or an
+    # answer without the end: its event item, then the lease (`settle`).
     answers.record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
     if outcome.kind == "aborted":
         return answers.aborted(run_id, step_id, epoch, failures)
-    answers.settle(run_id, step_id, epoch, attempt_before)
+    answers.settle(run_id, step_id, epoch, attempt - 1)
     return None
 
 
