@@ -123,7 +123,9 @@ def record_invocation(
     run_writes.write_each([event])
 
 
-def branch_end(answer: dict[str, Any], step_id: str) -> protocol_ops.Complete | protocol_ops.Fail | None:
+def branch_end(
+    answer: dict[str, Any], step_id: str
+) -> protocol_ops.Complete | protocol_ops.Fail | None:
     """The step end a branch answer carries (`ops`: one `complete` or `fail` of its own step,
     when the engine started the step), None when it carries none; `MalformedOutcome` for
     anything else (a failed delivery, as any answer the protocol does not allow)."""

@@ -3,14 +3,20 @@
 When steps are awaited together, the main invocation suspends and, once its suspend has
 committed, the stream records each unrecorded `run` step as `waiting` with `branch` set
 (`service.launches`). The stream sends one `branch` message per such step; handling it takes
-the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`: one conditional write), so two
-deliveries never run one step at once, and invokes the app with `branch.stepId`: the SDK
-replays up to that step, runs only it, and answers `branch`. A wide launch's steps replay from
-a copy of the history before it and their own step (`runs_store.get_branch_run`), not from
-every sibling. The invocation's token carries the step ID and its branch epoch: it authorizes
-that step's start/complete/fail and nothing else. Ending the step releases its lease, and the
-stream, seeing a parallel step end, asks for the run's next invocation, which resumes the
-workflow.
+the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`) and, in the same conditional
+write, starts the step's next attempt (`running`, `attempt` + 1, `startEpoch` = the branch
+epoch), so two deliveries never run one step at once; it invokes the app with
+`branch: {stepId, attempt}`: the SDK replays up to that step, runs only it without a
+`start`, and answers `branch` with the step's end in `ops`. The invoker writes that end, the
+lease's release and the invocation's events in one conditional write of the step
+(`branch_answers.finish`). A wide launch's steps replay from a copy of the history before it
+and their own step (`runs_store.get_branch_run`), not from every sibling. The invocation's
+token carries the step ID and its branch epoch: it authorizes that step's start, complete
+and fail and nothing else, which an SDK that does not read `branch.attempt` still sends (its
+`start` answers the attempt the lease started, writing nothing; its `complete` ends the
+step). Ending the step releases its lease, and the stream, seeing a parallel step end, asks
+for the run's next invocation, which resumes the workflow. A pull app's branch is a task
+(`service.pull_branch`), still in the shape with `start`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import App, Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
+from ezgh_engine.protocol.ops import Complete, Fail
 from ezgh_engine.service import branch_answers as answers
 from ezgh_engine.service import pull_branch, timers, waits
 from ezgh_engine.service.flow_hosting import interpreter_app_of
@@ -83,6 +90,24 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         registry_store.forget_cached_app(app.id)
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
+    return _answered(
+        run, step_id, epoch, attempt, failures, invocation_id, started_at, outcome, carried
+    )
+
+
+def _answered(
+    run: Run,
+    step_id: str,
+    epoch: int,
+    attempt: int,
+    failures: int,
+    invocation_id: str,
+    started_at: str,
+    outcome: outcome_rules.Outcome,
+    carried: Complete | Fail | None,
+) -> Retry | None:
+    """Apply a branch invocation's answer to its step (attempt `attempt`, started by the
+    lease take of branch epoch `epoch`)."""
     if carried is not None:
         # The answer carries the step's end: one write records it, releases the lease and
         # carries this invocation's events. Refused: the step is no longer this attempt's
@@ -97,13 +122,13 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
             deployment_id=outcome.deployment_id,
         ):
             return None
-        log.info("run %s: branch %s answered for an attempt it no longer holds", run_id, step_id)
+        log.info("run %s: branch %s answered for an attempt it no longer holds", run.id, step_id)
     # An SDK that ends the step by its own step call (`complete`, the old shape), or an
     # answer without the end: its event item, then the lease (`settle`).
     answers.record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
     if outcome.kind == "aborted":
-        return answers.aborted(run_id, step_id, epoch, failures)
-    answers.settle(run_id, step_id, epoch, attempt - 1)
+        return answers.aborted(run.id, step_id, epoch, failures)
+    answers.settle(run.id, step_id, epoch, attempt - 1)
     return None
 
 
@@ -133,11 +158,14 @@ def _timed_out(
 ) -> Retry | None:
     """The app took the branch invocation and did not answer within the invoke timeout, as
     `invoker.fail_overrunning_steps` handles a main invocation's (docs/protocol.md section
-    11). A step this invocation started that has run half the limit or more fails now, once,
-    without a retry (its body may still be running: another attempt would run beside it, and
-    overrun the same way); a younger one keeps the step's lease until it had the whole
-    limit from its own start, so its body may record its end. One it never started is a
-    delivery failure as before."""
+    11). The lease take started the step, just before the request went out, so the engine
+    cannot tell an app that never reached it from one still in its body: a step this
+    invocation holds that has run half the limit or more (at a timeout, always: it had the
+    whole limit) fails now, once, without a retry (its body may still be running: another
+    attempt would run beside it, and overrun the same way). A younger one (a wait that ended
+    early) keeps the step's lease until it had the whole limit from its start, so its body
+    may record its end. A step another delivery holds
+    is a delivery failure as before."""
     step = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     started_at = step.get("startedAt")
     ran_here = (
