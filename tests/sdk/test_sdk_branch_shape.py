@@ -133,3 +133,26 @@ def test_an_sdk_that_sends_start_and_complete_is_served_as_before(
     for step_id in steps:
         mine = [e["type"] for e in events if e.get("stepId") == step_id]
         assert mine == ["invocation.started", "step.completed", "invocation.branch"], mine
+
+
+def test_large_branch_results_ride_the_answer_or_a_step_call(engine: Engine) -> None:
+    """A result over the 64 KiB kept in the step's item rides the answer and the invoker keeps
+    it in S3 first; one over the 256 KiB an answer carries goes by a `complete` step call,
+    and that answer carries no end."""
+    mid, big = "m" * 100_000, "b" * 300_000
+
+    @workflow("large")
+    async def large(ctx: Context) -> Any:
+        a, b = await asyncio.gather(ctx.step.run("a", lambda: mid), ctx.step.run("b", lambda: big))
+        return [len(a), len(b)]
+
+    outcome, _ = run_to_end(make_app(engine, large), engine, "large", limit=10)
+    assert outcome["output"] == [100_000, 300_000]
+    by_step = {d.request["branch"]["stepId"]: d for d in engine.deliveries if "branch" in d.request}
+    assert [op["op"] for op in by_step["a#1"].answer["ops"]] == ["complete"]
+    assert "ops" not in by_step["b#1"].answer
+    # (The engine's record of ends: the answer's for a#1, the step call's for b#1.)
+    assert sorted(op["stepId"] for op in engine.ops("complete")) == ["a#1", "b#1"]
+    assert engine.ops("start") == []
+    run_id = str(engine.run_id)
+    assert _item(run_id, "a#1").get("outputRef") and _item(run_id, "b#1").get("outputRef")
