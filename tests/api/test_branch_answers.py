@@ -158,6 +158,9 @@ def test_an_answer_whose_ops_end_another_step_is_a_failed_delivery(
     assert retry is not None  # backs off; the step is not ended by it
     step = _step(run_id)
     assert step["status"] == "running" and int(step["branchFailures"]) == 1
+    # A failed delivery gives back the attempt the lease take started: an app that could
+    # not be reached uses up none of the step's retries; the next delivery starts it again.
+    assert int(step["attempt"]) == 0 and int(step["startEpoch"]) == -1
 
 
 def test_a_branch_whose_app_times_out_fails_its_step_at_once(
@@ -180,3 +183,29 @@ def test_a_branch_whose_app_times_out_fails_its_step_at_once(
     step = _step(run_id)
     assert step["status"] == "failed" and step["error"]["code"] == "workflows.step_timed_out"
     assert len(calls) == 1 and int(step["branchLeaseUntil"]) == 0
+
+
+def test_a_retried_delivery_starts_the_same_attempt_again(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """The app could not be reached twice, then answered: its step ran as attempt 1."""
+    run_id = _run_with_branch()
+    answering = App_()
+    seen: list[int] = []
+
+    def flaky(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        seen.append(request["branch"]["attempt"])
+        if len(seen) < 3:
+            raise push.AppUnreachable("connection refused")
+        return answering(app, request)
+
+    _serve(monkeypatch, flaky)
+    for _ in range(5):
+        retry = branches.invoke_branch(run_id, STEP)
+        if retry is None:
+            break
+        skip_clock.advance(timedelta(seconds=retry.after_seconds))
+    assert seen == [1, 1, 1]
+    step = _step(run_id)
+    assert step["status"] == "completed" and int(step["attempt"]) == 1
+    assert "branchFailures" not in step and int(step["branchEpoch"]) == 3

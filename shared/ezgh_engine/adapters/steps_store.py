@@ -27,10 +27,10 @@ __all__ = [
     "branch_lease",
     "event_marks",
     "get_step",
+    "give_back_start",
     "hold_branch_task",
     "run_state",
     "take_branch_lease",
-    "unstart_branch_task",
 ]
 
 
@@ -130,14 +130,14 @@ def take_branch_lease(
     return ddb.from_item(answer["Attributes"])
 
 
-def unstart_branch_task(
-    run_id: str, step_id: str, *, epoch: int, until_ms: int, failures: int
-) -> bool:
-    """A pull app's branch task: its worker starts the step itself (`start`, the old shape),
-    so the attempt the lease took counts only once that start comes: the attempt goes back
-    (a task no worker took must not use up the step's retries) and `startEpoch` names no
-    epoch, so the worker's `start` counts it again. The same write sets the task's lease
-    to `until_ms` and its delivery `failures` (what `branch_answers.release` writes)."""
+def give_back_start(run_id: str, step_id: str, *, epoch: int, until_ms: int, failures: int) -> bool:
+    """Give back the attempt the lease take of `epoch` started, in the write that sets the
+    step's lease to `until_ms` and its delivery `failures` (what `branch_answers.release`
+    writes): the attempt goes back and `startEpoch` names no epoch, so the next start (the
+    next lease take, or a pull worker's `start`) counts it again. For a pull app's branch
+    task (its worker starts the step itself: a task no worker took must not use up the
+    step's retries) and a push delivery that failed (an app that could not be reached uses
+    up none). False, writing nothing, when that epoch's start no longer holds the step."""
     update = (
         Update()
         .set("branchLeaseUntil", until_ms)

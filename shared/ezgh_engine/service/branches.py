@@ -89,7 +89,7 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         return _timed_out(run_id, step_id, epoch, failures + 1, attempt - 1, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         registry_store.forget_cached_app(app.id)
-        return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
+        return _delivery_failed(run_id, step_id, epoch, failures + 1, exc, give_back=True)
     return _answered(
         run, step_id, epoch, attempt, failures, invocation_id, started_at, outcome, carried
     )
@@ -188,10 +188,19 @@ def _timed_out(
 
 
 def _delivery_failed(
-    run_id: str, step_id: str, epoch: int, failures: int, exc: Exception, until_ms: int = 0
+    run_id: str,
+    step_id: str,
+    epoch: int,
+    failures: int,
+    exc: Exception,
+    until_ms: int = 0,
+    *,
+    give_back: bool = False,
 ) -> Retry | None:
     """Back off (the run's backoff; at least until `until_ms`), or fail the step once the
-    delivery budget is spent."""
+    delivery budget is spent. `give_back`: the attempt the lease take started is given
+    back in the same write (an app that could not be reached, or answered what the
+    protocol does not allow, uses up none of the step's retries)."""
     if failures >= settings().invoke_max_attempts:
         error = RunError(
             "workflows.app_unreachable",
@@ -201,5 +210,8 @@ def _delivery_failed(
         answers.end_step(run_id, step_id, epoch, "failed", error)
         return None
     delay = max(leases.backoff_seconds(failures), (until_ms - clock.now_ms()) / 1000)
-    answers.release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
+    until = clock.now_ms() + int(delay * 1000)
+    kept = {"epoch": epoch, "until_ms": until, "failures": failures}
+    if not (give_back and steps_store.give_back_start(run_id, step_id, **kept)):
+        answers.release(run_id, step_id, epoch, until, failures)
     return Retry(after_seconds=delay)

@@ -112,7 +112,7 @@ def dispatch(app: App, run: Run, step: dict[str, Any], invocation_id: str) -> Re
     # worker starts the step itself (its `start`): the attempt the lease take started goes
     # back, so a task no worker takes uses up none of the step's retries.
     until_ms = now_ms + lease_s * 1000
-    if not steps_store.unstart_branch_task(
+    if not steps_store.give_back_start(
         run_id, step_id, epoch=epoch, until_ms=until_ms, failures=failures
     ):
         return None  # ended meanwhile (its run's end cancelled it): no task
