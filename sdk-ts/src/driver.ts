@@ -162,7 +162,7 @@ export class Invocation implements StepHost, StepRunScope {
     private readonly transport: StepTransport,
     private readonly deploymentId: string | null,
   ) {
-    this.calls = new StepCalls(transport, holdsStepEnds(request), request.run.id);
+    this.calls = new StepCalls(transport, holdsStepEnds(request), request.run.id, request.branchAttempt !== undefined);
     this.input = request.run.input;
     this.recorded = new Map(request.steps.map((step) => [step.id, step]));
     this.cancelling = request.run.status === "cancelling";
@@ -406,7 +406,17 @@ export class Invocation implements StepHost, StepRunScope {
   }
 
   private async run(pending: PendingStep): Promise<Resolution | undefined> {
-    const resolution = await runStep(this.calls, this, this.request.run.id, pending.stepId, pending.request, pending.recorded);
+    // A branch invocation's step the engine started (`branch.attempt`): no `start`.
+    const started = pending.stepId === this.branch ? this.request.branchAttempt : undefined;
+    const resolution = await runStep(
+      this.calls,
+      this,
+      this.request.run.id,
+      pending.stepId,
+      pending.request,
+      pending.recorded,
+      started,
+    );
     if (resolution.retryAt !== undefined) {
       pending.retryAt = resolution.retryAt || "pending";
       return undefined;

@@ -82,14 +82,21 @@ export async function runStep(
   stepId: string,
   request: StepRequest,
   recorded: RecordedStep | undefined,
+  startedAttempt?: number,
 ): Promise<Resolution> {
-  const expected = recorded ? recorded.attempt + 1 : 1;
-  const [started] = await calls.send([ops.start(stepId, request.name, expected)]);
-  const already = await calls.recorded(started);
-  if (already) return fromRecord(already);
-  const attempt = typeof started?.attempt === "number" && started.attempt ? started.attempt : 1;
-  // Started inline (with the previous step's end): its end echoes what the start said.
-  const inline = started?.inline;
+  let attempt: number;
+  let inline: unknown;
+  if (startedAttempt === undefined) {
+    const expected = recorded ? recorded.attempt + 1 : 1;
+    const [started] = await calls.send([ops.start(stepId, request.name, expected)]);
+    const already = await calls.recorded(started);
+    if (already) return fromRecord(already);
+    attempt = typeof started?.attempt === "number" && started.attempt ? started.attempt : 1;
+    // Started inline (with the previous step's end): its end echoes what the start said.
+    inline = started?.inline;
+  } else {
+    attempt = startedAttempt; // a branch's step the engine started: its end rides the answer
+  }
   const context: StepContext = Object.freeze({ stepId, attempt, idempotencyKey: await idempotencyKey(runId, stepId) });
   const [outcome, retryable] = await call(request, context, scope);
   let result: Record<string, unknown> | undefined;
@@ -99,7 +106,8 @@ export async function runStep(
     const retries = request.retries ?? DEFAULT_RETRIES;
     const op = ops.fail(stepId, (outcome.error as StepError).toBody(), retryable ? { attempt, retries } : undefined);
     if (inline !== undefined && inline !== null) op.inline = inline;
-    const retried = Boolean(op.retryable) && mayRetry(attempt, retries);
+    // The engine must say whether it retries, unless the invocation ends with this step.
+    const retried = startedAttempt === undefined && Boolean(op.retryable) && mayRetry(attempt, retries);
     result = retried ? (await calls.send([op]))[0] : await calls.end(op);
   }
   if (result === undefined) return outcome;

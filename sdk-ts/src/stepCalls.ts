@@ -28,12 +28,14 @@ export class StepCalls {
     private readonly transport: StepTransport,
     private readonly hold: boolean,
     private readonly runId = "",
+    /** A branch invocation's one end is held whatever its round (it ends the invocation). */
+    private readonly everyRound = false,
   ) {}
 
   /** A round of `pending` steps begins. Ends are held only in a round of one step: in a race
    * or a gather each end is sent when its step ends (replay orders them by recorded end). */
   roundOf(pending: number): void {
-    this.holdInRound = pending === 1;
+    this.holdInRound = pending === 1 || this.everyRound;
   }
 
   /** Send `ops` after the held ends; one result per op of `ops`. */

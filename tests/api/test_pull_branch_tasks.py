@@ -73,7 +73,10 @@ def test_a_branch_task_goes_to_the_queue_and_its_message_watches_it(project: Pro
     retry = branches.invoke_branch(run_id, STEP)
     assert retry is not None and retry.after_seconds == pull.pull_lease_seconds() + 1
     step = _step(run_id)
-    assert step["status"] == "waiting" and int(step["branchEpoch"]) == 1
+    # The lease take started it and the dispatch gave the attempt back: the worker's own
+    # `start` counts it (a pull task stays on the shape with `start`).
+    assert step["status"] == "running" and int(step["branchEpoch"]) == 1
+    assert int(step["attempt"]) == 0 and int(step["startEpoch"]) == -1
     lease_end = clock.now_ms() + pull.pull_lease_seconds() * 1000
     assert int(step["branchLeaseUntil"]) <= lease_end  # the pull lease, not the invoke timeout
     task = _poll(project, slug)
@@ -178,7 +181,8 @@ def test_a_task_no_worker_took_counts_no_failure(
         assert branches.invoke_branch(run_id, STEP) is not None
         skip_clock.advance(timedelta(seconds=pull.pull_lease_seconds() + 1))
     step = _step(run_id)
-    assert step["status"] == "waiting" and int(step.get("branchFailures", 0)) == 0
+    assert step["status"] == "running" and int(step.get("branchFailures", 0)) == 0
+    assert int(step["attempt"]) == 0  # no task a worker never took used up an attempt
     branches.invoke_branch(run_id, STEP)
     task = None
     while task is None:  # the stale copies are dropped; the live one is handed out

@@ -2,8 +2,7 @@
 (`tests/sdk/sdk_engine.py`, one handler at a time), the interleaving recorded is the one the
 test makes, where the local runtime's concurrent handlers may make another (both correct):
 both branches' requests are built before either runs, and the main run is invoked for
-branch a's end while branch b's invocation is between its two step calls
-(`Engine.meanwhile`). Its own module: the local runtime of `test_engine_side` and this
+branch a's end while branch b's answer is not yet written (`Engine.meanwhile`). Its own module: the local runtime of `test_engine_side` and this
 module's in-process moto must not overlap.
 """
 
@@ -36,18 +35,19 @@ def test_the_engine_in_process_answers_the_gather_as_recorded(in_process: Plant)
         run_id = engine.start(exchange["workflow"], exchanges.input_of(exchange))
         engine.app_asgi = replaying
 
-        # The interleaving recorded: both branches' requests built before either ran, and
-        # the main run invoked for a#1's end while b#1's invocation was between its calls.
+        # The interleaving recorded: both branches' requests built before either ran (each
+        # after its own lease take, which started its step), and the main run invoked for
+        # a#1's end while b#1's answer (which carries its end) was not yet written.
         def branch_b_built_too(request: dict[str, Any]) -> None:
             if (request.get("branch") or {}).get("stepId") == "a#1":
                 engine.meanwhile()
 
-        def main_invoked_meanwhile(ops: list[dict[str, Any]]) -> None:
-            if [(op["op"], op["stepId"]) for op in ops] == [("complete", "b#1")]:
+        def main_invoked_meanwhile(request: dict[str, Any], answer: Any) -> None:
+            if (request.get("branch") or {}).get("stepId") == "b#1":
                 engine.meanwhile()
 
         engine.before_delivery = branch_b_built_too
-        engine.before_call = main_invoked_meanwhile
+        engine.after_answer = main_invoked_meanwhile
         engine.pump(lambda: engine.ended(run_id))
         ended = engine.api("GET", f"/runs/{run_id}").body
     assert replaying.problems == []

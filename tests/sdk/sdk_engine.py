@@ -313,6 +313,7 @@ class Engine:
         self.plant = plant
         self.clock = clock.SkipClock()
         self.calls: list[list[dict[str, Any]]] = []
+        self.results: list[list[dict[str, Any]]] = []  # the step calls' answered results
         # The history and payload reads the SDK made (protocol 1.5): (what, body).
         self.reads: list[tuple[str, dict[str, Any]]] = []
         self.deployment_ids: list[str | None] = []
@@ -327,6 +328,8 @@ class Engine:
         self._order = itertools.count()
         self.app_asgi: Any = None  # an ASGI app other than a PushApp to deliver to
         self.before_delivery: Callable[[dict[str, Any]], None] | None = None
+        # Called with a request and the app's answer before the invoker reads the answer.
+        self.after_answer: Callable[[dict[str, Any], Any], None] | None = None
         self._sides: dict[threading.Thread, _Side] = {}  # `meanwhile`'s handlers
         self._owed: dict[threading.Thread, list[_Side]] = {}  # by the handler they wait for
         self._handling: list[threading.Thread] = []  # handlers delivering, innermost last
@@ -361,6 +364,8 @@ class Engine:
             "POST", path, raw_body=json.dumps(body), headers={"authorization": token}
         )
         answer = handler(event, LambdaContext())
+        if isinstance(ops, list) and answer["statusCode"] == 200:
+            self.results.append(json.loads(answer["body"]).get("results") or [])
         return httpx.Response(answer["statusCode"], content=answer["body"].encode())
 
     def deliver(self, request: httpx.Request) -> httpx.Response:
@@ -386,6 +391,8 @@ class Engine:
             decoded = answer.text
         if isinstance(decoded, dict) and isinstance(decoded.get("ops"), list):
             self.calls.append(copy.deepcopy(decoded["ops"]))  # the ends the answer carries
+        if self.after_answer is not None:
+            self.after_answer(body, decoded)
         self.deliveries.append(Delivery(body, answer.status_code, decoded))
         return httpx.Response(answer.status_code, content=answer.content)
 

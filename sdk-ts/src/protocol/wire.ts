@@ -78,6 +78,9 @@ export interface InvokeRequest {
   api: ApiInfo;
   /** A branch invocation runs only this step (parallel steps), then answers `branch`. */
   branchStepId: string | undefined;
+  /** The attempt of that step the engine started already (its lease take did: `branch.attempt`):
+   * no `start`, and the step's end rides the answer's `ops`. Undefined: the SDK starts it. */
+  branchAttempt?: number | undefined;
   /** The protocol version the engine speaks (the request's `protocol`). */
   protocol: string;
   /** How long the engine waits for this request's answer (absent for a pull task). */
@@ -87,10 +90,12 @@ export interface InvokeRequest {
   stepsCursor: string | undefined;
 }
 
-/** Whether step ends may be held for the next call or the answer (1.3 and later; never in a
- * branch invocation, whose step's end resumes the run). */
+/** Whether step ends may be held for the next call or the answer (1.3 and later; in a branch
+ * invocation only when the engine started its step: its answer then carries the end, else the
+ * step call does, as the end resumes the run). */
 export function holdsStepEnds(request: InvokeRequest): boolean {
-  return request.branchStepId === undefined && versionAtLeast(request.protocol, HELD_ENDS_SINCE);
+  if (request.branchStepId !== undefined && request.branchAttempt === undefined) return false;
+  return versionAtLeast(request.protocol, HELD_ENDS_SINCE);
 }
 
 function versionAtLeast(version: string, wanted: number[]): boolean {
@@ -154,7 +159,13 @@ export function parseInvoke(body: unknown): InvokeRequest {
   if (!Array.isArray(steps)) throw new ProtocolError("request.steps must be a list");
   const within = b.answerWithinSeconds;
   let branchStepId: string | undefined;
-  if (b.branch !== undefined && b.branch !== null) branchStepId = field(b.branch, "stepId", "string", "branch");
+  let branchAttempt: number | undefined;
+  if (b.branch !== undefined && b.branch !== null) {
+    branchStepId = field(b.branch, "stepId", "string", "branch");
+    // An unreadable value counts as not started (the SDK then starts the step itself).
+    const attempt = (b.branch as Obj).attempt;
+    if (typeof attempt === "number" && Number.isInteger(attempt) && attempt >= 1) branchAttempt = attempt;
+  }
   return {
     invocationId: String(b.invocationId ?? ""),
     run: {
@@ -169,6 +180,7 @@ export function parseInvoke(body: unknown): InvokeRequest {
     steps: steps.map((s, i) => parseRecordedStep(s, `steps[${i}]`)),
     api: { url: field(api, "url", "string", "api"), token: field(api, "token", "string", "api") },
     branchStepId,
+    branchAttempt,
     protocol: String(b.protocol || "1.2"),
     answerWithinSeconds: typeof within === "number" && within > 0 ? within : undefined,
     stepsCursor: optString(b, "stepsCursor"),

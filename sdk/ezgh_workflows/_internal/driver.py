@@ -93,7 +93,11 @@ class Invocation:
         self._began = clock.monotonic()
         self._transport = transport
         self._calls = StepCalls(
-            transport, hold=request.holds_step_ends, run_id=request.run.id, trace=request.trace
+            transport,
+            hold=request.holds_step_ends,
+            run_id=request.run.id,
+            trace=request.trace,
+            every_round=request.branch_attempt is not None,
         )
         self._input = request.run.input
         self._deployment_id = deployment_id
@@ -375,8 +379,10 @@ class Invocation:
 
     async def _run(self, pending: PendingStep) -> Resolution | None:
         run_id = self._request.run.id
+        # A branch invocation's step the engine started (`branch.attempt`): no `start`.
+        started = self._request.branch_attempt if pending.step_id == self._branch else None
         resolution = await run_step(
-            self._calls, run_id, pending.step_id, pending.request, pending.recorded
+            self._calls, run_id, pending.step_id, pending.request, pending.recorded, started
         )
         if resolution.retry_at is not None:
             pending.retry_at = resolution.retry_at or "pending"

@@ -87,12 +87,18 @@ class InvokeRequest:
     steps_cursor: str | None = None
     # Where the app's own spans join the run's trace (`trace`; None from an older engine).
     trace: TraceContext | None = None
+    # A branch invocation whose step the engine started already, as this attempt (its
+    # lease take did; `branch.attempt`): no `start`, and its end rides the answer's `ops`.
+    branch_attempt: int | None = None
 
     @property
     def holds_step_ends(self) -> bool:
         """Whether step ends may be held for the next call or the answer (1.3 and later;
-        never in a branch invocation, whose step's end resumes the run)."""
-        return self.branch_step_id is None and version_tuple(self.protocol) >= HELD_ENDS_SINCE
+        in a branch invocation only when the engine started its step: its answer then
+        carries the end, else the step call does, as the end resumes the run)."""
+        if self.branch_step_id is not None and self.branch_attempt is None:
+            return False
+        return version_tuple(self.protocol) >= HELD_ENDS_SINCE
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -156,6 +162,7 @@ def parse_invoke(body: Any) -> InvokeRequest:
         steps=tuple(parse_recorded_step(s, f"steps[{i}]") for i, s in enumerate(steps)),
         api=ApiInfo(url=_field(api, "url", str, "api"), token=_field(api, "token", str, "api")),
         branch_step_id=_branch(body),
+        branch_attempt=_branch_attempt(body),
         protocol=str(body.get("protocol") or "1.2"),
         answer_within_seconds=_opt_positive(body, "answerWithinSeconds"),
         steps_cursor=_opt_str(body, "stepsCursor"),
@@ -175,6 +182,16 @@ def _branch(body: dict[str, Any]) -> str | None:
     if branch is None:
         return None
     return _field(branch, "stepId", str, "branch")
+
+
+def _branch_attempt(body: dict[str, Any]) -> int | None:
+    """`branch.attempt`: the attempt of its step the engine started (None: not started, the
+    SDK starts it itself, as before; an unreadable value counts as not started)."""
+    branch = body.get("branch")
+    attempt = branch.get("attempt") if isinstance(branch, dict) else None
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        return None
+    return attempt
 
 
 def sync_answer(workflow_names: list[str], deployment_id: str | None) -> dict[str, Any]:

@@ -99,19 +99,25 @@ async def run_step(
     step_id: str,
     request: StepRequest,
     recorded: RecordedStep | None = None,
+    started: int | None = None,
 ) -> Resolution:
     """A ``run`` step: op start (with the attempt it expects to start, from ``recorded``),
     run the function, then its end: held for the next call when final, sent now when the
-    engine must say whether it retries."""
+    engine must say whether it retries. ``started``: the attempt the engine started already
+    (a branch invocation's step): no start, and its end, whatever it is, rides the answer."""
     assert request.fn is not None
-    expected = recorded.attempt + 1 if recorded is not None else 1
-    results = await calls.send([protocol.op_start(step_id, request.name, attempt=expected)])
-    already = await calls.recorded(results[0])
-    if already is not None:
-        return Resolution.from_record(already)
-    attempt = int(results[0].get("attempt") or 1)
-    # Started inline (with the previous step's end): its end echoes what the start said.
-    inline = results[0].get("inline")
+    inline = None
+    if started is None:
+        expected = recorded.attempt + 1 if recorded is not None else 1
+        results = await calls.send([protocol.op_start(step_id, request.name, attempt=expected)])
+        already = await calls.recorded(results[0])
+        if already is not None:
+            return Resolution.from_record(already)
+        attempt = int(results[0].get("attempt") or 1)
+        # Started inline (with the previous step's end): its end echoes what the start said.
+        inline = results[0].get("inline")
+    else:
+        attempt = started
     context = StepContext(step_id, attempt, idempotency_key(run_id, step_id), calls.trace)
     outcome, retryable = await _call(request.fn, context)
     if outcome.error is None:
@@ -123,7 +129,8 @@ async def run_step(
         )
         if inline is not None:
             op["inline"] = inline
-        retried = bool(op.get("retryable")) and may_retry(attempt, retries)
+        # The engine must say whether it retries, unless the invocation ends with this step.
+        retried = started is None and bool(op.get("retryable")) and may_retry(attempt, retries)
         result = (await calls.send([op]))[0] if retried else await calls.end(op)
     if result is None:
         return outcome

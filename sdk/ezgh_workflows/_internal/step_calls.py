@@ -43,6 +43,7 @@ class StepCalls:
         hold: bool,
         run_id: str = "",
         trace: TraceContext | None = None,
+        every_round: bool = False,
     ) -> None:
         self._transport = transport
         self.trace = trace  # the invocation's place in the run's trace (its steps' context)
@@ -50,12 +51,14 @@ class StepCalls:
         self._run_id = run_id
         self._held: list[Op] = []
         self._hold_in_round = True
+        # A branch invocation's one end is held whatever its round (it ends the invocation).
+        self._every_round = every_round
 
     def round_of(self, pending: int) -> None:
         """A round of `pending` steps begins. Ends are held only in a round of one step: in a
         race or a gather the engine orders the steps by when their ends were recorded, so
         each end is sent when its step ends (replay then picks the same winner)."""
-        self._hold_in_round = pending == 1
+        self._hold_in_round = pending == 1 or self._every_round
 
     async def send(self, ops: list[Op]) -> list[dict[str, Any]]:
         """Send ``ops`` (after the held ends); one result per op of ``ops``."""

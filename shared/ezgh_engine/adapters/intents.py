@@ -73,7 +73,9 @@ class StepEnd:
     invocation started (`attempt`, its epoch or branch epoch) still runs it. A step started
     inline (`inline`) has no item yet: its end writes the whole item, refused when one
     exists. `marks` make the item its own `step.completed` event; `then` is the next step's
-    start riding this write."""
+    start riding this write. `answered`: a branch invocation's answer carried the end (its
+    lease started the step: `lease.epoch` is that attempt's `startEpoch`); the write also
+    releases the step's lease and carries that invocation's events (an `outcome_mark`)."""
 
     lease: Lease
     step_id: str
@@ -87,6 +89,7 @@ class StepEnd:
     inline: InlineStart | None = None
     expires: int = 0  # the item's expiry, when the end writes it whole (`inline`)
     then: NextStart | None = None
+    answered: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,7 @@ def step_from(values: dict[str, Any]) -> Step:
         callback_salt=values.get("cbSalt"),
         child_run_id=values.get("childRunId"),
         woke=values.get("wk"),  # invocations_store.WAKE_ATTR
-        event=next(iter(events.events_of(values)), None),
+        events=tuple(events.events_of(values)),
     )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "branch_lease",
     "event_marks",
     "get_step",
+    "give_back_start",
     "hold_branch_task",
     "run_state",
     "take_branch_lease",
@@ -92,13 +93,15 @@ def branch_lease(run_id: str, step_id: str) -> tuple[int, int]:
 
 
 def take_branch_lease(
-    run_id: str, step_id: str, *, now_ms: int, lease_ms: int
+    run_id: str, step_id: str, *, now_ms: int, lease_ms: int, started_at: str | None = None
 ) -> dict[str, Any] | None:
     """Take a parallel step's own lease for one branch invocation (`branchEpoch` + 1, live
     until `now_ms + lease_ms`) while it is `waiting` or `running` and no other delivery
     holds it: one conditional write, answering the step as written (None when refused).
-    The run need not be checked here: its invocation reads it next, and a run that ended
-    has its pending steps ended with it."""
+    With `started_at` the same write starts the step's next attempt for that invocation
+    (`running`, `attempt` + 1, `startEpoch` the new branch epoch), so the SDK sends no
+    `start` (docs/protocol.md section 7). The run need not be checked here: its invocation
+    reads it next, and a run that ended has its pending steps ended with it."""
     update = (
         Update()
         .set_raw("branchEpoch = branchEpoch + :one", one=1)
@@ -107,6 +110,12 @@ def take_branch_lease(
         .bind(waiting="waiting", running="running")
         .where("branchLeaseUntil < :now", now=now_ms)
     )
+    if started_at is not None:
+        # (Every operand reads the item as it was: `startEpoch` is the new branch epoch.)
+        update.set("status", "running").set("startedAt", started_at)
+        update.set_raw("startEpoch = branchEpoch + :one")
+        update.set_raw("attempt = if_not_exists(attempt, :zero) + :one", zero=0)
+        update.remove("error")
     try:
         answer = _ddb().update_item(
             **update.request(
@@ -119,6 +128,26 @@ def take_branch_lease(
         ddb.raise_transient(exc)
         raise
     return ddb.from_item(answer["Attributes"])
+
+
+def give_back_start(run_id: str, step_id: str, *, epoch: int, until_ms: int, failures: int) -> bool:
+    """Give back the attempt the lease take of `epoch` started, in the write that sets the
+    step's lease to `until_ms` and its delivery `failures` (what `branch_answers.release`
+    writes): the attempt goes back and `startEpoch` names no epoch, so the next start (the
+    next lease take, or a pull worker's `start`) counts it again. For a pull app's branch
+    task (its worker starts the step itself: a task no worker took must not use up the
+    step's retries) and a push delivery that failed (an app that could not be reached uses
+    up none). False, writing nothing, when that epoch's start no longer holds the step."""
+    update = (
+        Update()
+        .set("branchLeaseUntil", until_ms)
+        .set("branchFailures", failures)
+        .set("startEpoch", -1)
+        .set_raw("attempt = attempt - :one", one=1)
+        .where("branchEpoch = :e AND startEpoch = :e AND #status = :running", e=epoch)
+        .bind(running="running")
+    )
+    return _written(update, run_id, step_id)
 
 
 # A branch task's marks on its step (a pull app's parallel step, `service.pull_branch`): the

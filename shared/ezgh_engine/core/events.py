@@ -12,7 +12,9 @@ the tests read events through it, and a new event type or a new folding changes 
 |              | in `eventId`; before: `EVT#<outcome id>`) | end (`runEnd`: `run.<status>`)      |
 | `run`        | `RUN` with `startEvtId` and/or `lastOut`  | `run.started`; `lastOut`: the last  |
 |              | (the commit of its last outcome)          | outcome, as an `invocation` item    |
-| `step`       | `STEP#<id>` with `evtId`                  | `step.completed`                    |
+| `step`       | `STEP#<id>` with `evtId` and/or `bOut`    | `step.completed`; `bOut`: its branch|
+|              | (a parallel step's branch invocations     | invocations' events (each as an     |
+|              | whose answers carried its ends)           | `invocation` item, with `stepId`)   |
 
 Items are plain values (as `adapters.ddb` decodes them); events are the API's shape, each with
 its `id`, by which a run's events sort; every event an item carries sorts at or after the
@@ -33,6 +35,9 @@ EVENT_PREFIX = "EVT#"
 
 # The run item's copy of its last committed outcome event (`outcome_values`).
 OUTCOME_ATTR = "lastOut"
+# A parallel step's list of the outcome marks (as `lastOut`'s) of the branch invocations
+# whose answers carried its end: the write of the end carries its invocation's events.
+BRANCH_OUTCOMES_ATTR = "bOut"
 # Attributes of an invocation's event item that are other events folded into it.
 FOLDED = ("startedId", "startedAt", "runEnd")
 # Set on a run item (`run_items.run_values`) whose invocation items are all keyed by their
@@ -56,6 +61,7 @@ MARK_ATTRIBUTES = (
     "workflow",
     "parentRunId",
     OUTCOME_ATTR,
+    BRANCH_OUTCOMES_ATTR,
 )
 
 Item = dict[str, Any]
@@ -133,7 +139,15 @@ def _run_started(values: Item) -> list[Event]:
     return [started]
 
 
-def _step_completed(values: Item) -> list[Event]:
+def _step(values: Item) -> list[Event]:
+    """A step item: its `step.completed`, and the events of the branch invocations whose
+    answers ended it (`BRANCH_OUTCOMES_ATTR`)."""
+    events: list[Event] = []
+    for mark in values.get(BRANCH_OUTCOMES_ATTR) or ():
+        if isinstance(mark, dict):
+            events += [{**e, "stepId": values["stepId"]} for e in _invocation(outcome_values(mark))]
+    if not values.get("evtId"):
+        return events
     event: Event = {
         "id": values["evtId"],
         "type": "step.completed",
@@ -143,14 +157,14 @@ def _step_completed(values: Item) -> list[Event]:
     }
     if values.get("deploymentId") is not None:
         event["deploymentId"] = values["deploymentId"]
-    return [event]
+    return sorted([*events, event], key=lambda e: str(e["id"]))
 
 
 SHAPES: dict[str, Callable[[Item], list[Event]]] = {
     "event": _plain,
     "invocation": _invocation,
     "run": _run,
-    "step": _step_completed,
+    "step": _step,
 }
 
 
@@ -162,7 +176,7 @@ def shape_of(values: Item) -> str | None:
     if sk == RUN_SK:
         return "run" if values.get("startEvtId") or values.get(OUTCOME_ATTR) else None
     if sk.startswith(STEP_PREFIX):
-        return "step" if values.get("evtId") else None
+        return "step" if values.get("evtId") or values.get(BRANCH_OUTCOMES_ATTR) else None
     return None
 
 

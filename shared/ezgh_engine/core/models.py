@@ -195,8 +195,9 @@ class Step:
     # A sleep woken by two single writes: its wake-up's mark, which the run item gets next
     # (`invocations_store.wake_sleep`; None on sleeps woken before, in one transaction).
     woke: str | None = field(default=None, compare=False, hash=False)
-    # The run event the step's item carries (its `step.completed`, `core.events`), if any.
-    event: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    # The run events the step's item carries (its `step.completed` and its branch
+    # invocations' events, `core.events`), in ID order.
+    events: tuple[dict[str, Any], ...] = field(default=(), compare=False, hash=False)
 
     def to_api(self) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -1,18 +1,34 @@
 """How a branch invocation's answer is applied to its step, whoever carried it: the invoker
 from a push app's answer (`service.branches`), or the API from a pull worker's posted
 outcome (`service.pull_branch`). Each write holds only while the answering branch epoch
-still holds the step (`branchEpoch`), so a stale answer changes nothing."""
+still holds the step (`branchEpoch`), so a stale answer changes nothing.
+
+Two shapes (docs/protocol.md section 7). A push app's branch step is started by its lease
+take; the SDK runs it without a `start` and its answer carries the step's end (`ops`):
+`finish` writes that end, the lease's release and the invocation's events as one
+conditional write of the step. An SDK that still sends `start` and `complete` (and a pull
+worker) ended the step by its step call: the answer then carries no end, and
+`record_invocation` and `settle` write its event and see to the lease."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import run_writes
 from ezgh_engine.adapters import waits_store as ws
-from ezgh_engine.adapters.intents import NewEvent, StepChange
+from ezgh_engine.adapters.intents import NewEvent, StepChange, StepEnd
+from ezgh_engine.adapters.run_items import outcome_mark
+from ezgh_engine.core import tokens
 from ezgh_engine.core.events import EVENT_ID
 from ezgh_engine.core.messages import Retry
-from ezgh_engine.core.models import RunError
+from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.errors import Forbidden, StaleInvocation, ValidationError
+from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
+from ezgh_engine.service.step_ops import end
+from ezgh_engine.service.step_ops.plan import Caller, Fresh
 
 
 def end_step(run_id: str, step_id: str, epoch: int, status: str, error: RunError) -> None:
@@ -105,3 +121,66 @@ def record_invocation(
         fields,
     )
     run_writes.write_each([event])
+
+
+def branch_end(
+    answer: dict[str, Any], step_id: str
+) -> protocol_ops.Complete | protocol_ops.Fail | None:
+    """The step end a branch answer carries (`ops`: one `complete` or `fail` of its own step,
+    when the engine started the step), None when it carries none; `MalformedOutcome` for
+    anything else (a failed delivery, as any answer the protocol does not allow)."""
+    ops = answer.get("ops")
+    if ops is None or ops == []:
+        return None
+    if answer.get("outcome") != "branch" or not isinstance(ops, list) or len(ops) != 1:
+        raise outcome_rules.MalformedOutcome("a branch answer's ops end its one step")
+    try:
+        request = protocol_ops.parse_op(ops[0], step_id)
+    except (ValidationError, Forbidden) as exc:
+        raise outcome_rules.MalformedOutcome(f"ops: {exc}") from None
+    if not isinstance(request, protocol_ops.Complete | protocol_ops.Fail):
+        raise outcome_rules.MalformedOutcome("a branch answer's ops end its one step")
+    return request
+
+
+def finish(
+    run: Run,
+    epoch: int,
+    attempt: int,
+    request: protocol_ops.Complete | protocol_ops.Fail,
+    *,
+    invocation_id: str,
+    started_at: str,
+    deployment_id: str | None,
+) -> bool:
+    """Write the end a branch answer carried, of the step attempt `attempt` its lease (branch
+    epoch `epoch`) started: one conditional write of the step (with a failure's event item,
+    a transaction of two) that also releases the lease and carries the invocation's events.
+    False, writing nothing, when the step is not that attempt's any more (another delivery
+    took it, or it ended: cancelled with its run, failed by a timeout, or this very answer
+    written already): a duplicate or late answer never records twice."""
+    step_id = request.step_id
+    claims = tokens.InvocationClaims(run.id, run.project_id, epoch, run.attempt, 0, step_id)
+    caller = Caller(claims, deployment_id)
+    fresh = Fresh.draw()
+    try:  # (a large output is kept first, after a check that the branch still holds)
+        prepared = end.prepare(caller, fresh, request)
+    except StaleInvocation:
+        return False
+    plan = end.plan(caller, fresh, request, prepared, leased=False)
+    assert isinstance(plan.item, StepEnd)
+    mark = outcome_mark(
+        event_id=ids.time_ordered_id(),
+        kind="branch",
+        at=clock.iso(clock.now()),
+        attempt=run.attempt,
+        invocation_id=invocation_id,
+        started_at=started_at,
+        deployment_id=deployment_id,
+    )
+    item = replace(plan.item, attempt=attempt, answered=mark)
+    try:
+        run_writes.write([item, *plan.others])
+    except run_writes.AlreadyRecorded:
+        return False
+    return True

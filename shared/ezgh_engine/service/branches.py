@@ -3,14 +3,20 @@
 When steps are awaited together, the main invocation suspends and, once its suspend has
 committed, the stream records each unrecorded `run` step as `waiting` with `branch` set
 (`service.launches`). The stream sends one `branch` message per such step; handling it takes
-the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`: one conditional write), so two
-deliveries never run one step at once, and invokes the app with `branch.stepId`: the SDK
-replays up to that step, runs only it, and answers `branch`. A wide launch's steps replay from
-a copy of the history before it and their own step (`runs_store.get_branch_run`), not from
-every sibling. The invocation's token carries the step ID and its branch epoch: it authorizes
-that step's start/complete/fail and nothing else. Ending the step releases its lease, and the
-stream, seeing a parallel step end, asks for the run's next invocation, which resumes the
-workflow.
+the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`) and, in the same conditional
+write, starts the step's next attempt (`running`, `attempt` + 1, `startEpoch` = the branch
+epoch), so two deliveries never run one step at once; it invokes the app with
+`branch: {stepId, attempt}`: the SDK replays up to that step, runs only it without a
+`start`, and answers `branch` with the step's end in `ops`. The invoker writes that end, the
+lease's release and the invocation's events in one conditional write of the step
+(`branch_answers.finish`). A wide launch's steps replay from a copy of the history before it
+and their own step (`runs_store.get_branch_run`), not from every sibling. The invocation's
+token carries the step ID and its branch epoch: it authorizes that step's start, complete
+and fail and nothing else, which an SDK that does not read `branch.attempt` still sends (its
+`start` answers the attempt the lease started, writing nothing; its `complete` ends the
+step). Ending the step releases its lease, and the stream, seeing a parallel step end, asks
+for the run's next invocation, which resumes the workflow. A pull app's branch is a task
+(`service.pull_branch`), still in the shape with `start`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import App, Run, RunError
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
+from ezgh_engine.protocol.ops import Complete, Fail
 from ezgh_engine.service import branch_answers as answers
 from ezgh_engine.service import pull_branch, timers, waits
 from ezgh_engine.service.flow_hosting import interpreter_app_of
@@ -40,11 +47,14 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     """Handle one `branch` message; a `Retry` when it must come back later."""
     now_ms = clock.now_ms()
     lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
-    raw = steps_store.take_branch_lease(run_id, step_id, now_ms=now_ms, lease_ms=lease_ms)
+    started_at = clock.iso(clock.now())
+    raw = steps_store.take_branch_lease(
+        run_id, step_id, now_ms=now_ms, lease_ms=lease_ms, started_at=started_at
+    )
     if raw is None:
         return _not_leased(run_id, step_id, now_ms)
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
-    attempt_before = int(raw.get("attempt", 0))
+    attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
     run = runs_store.get_branch_run(run_id, raw)
     if run is None or run.ended or run.status == "cancelling":
         # An ended run's pending steps end with it (its cleanup may have come first).
@@ -57,7 +67,7 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     if app is None:  # the app was deleted: the run ends now (no invocation may come)
         timers.end_now(run_id, "failed", APP_DELETED)
         return None
-    invocation_id, started_at = ids.time_ordered_id(), clock.iso(clock.now())
+    invocation_id = ids.time_ordered_id()
     if app.kind == "pull":  # a task for the app's workers; this message watches it
         return pull_branch.dispatch(app, run, raw, invocation_id)
     request = invoke_request(
@@ -68,19 +78,57 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         app_protocol=app.protocol,
         branch_step=step_id,
         branch_epoch=epoch,
+        branch_attempt=attempt,
     )
     try:
-        outcome = outcome_rules.parse(invoke_app(app, request), clock.now())
+        answer = invoke_app(app, request)
+        outcome = outcome_rules.parse(answer, clock.now())
+        carried = answers.branch_end(answer, step_id)
     except AppTimedOut as exc:
         registry_store.forget_cached_app(app.id)
-        return _timed_out(run_id, step_id, epoch, failures + 1, attempt_before, now_ms, exc)
+        return _timed_out(run_id, step_id, epoch, failures + 1, attempt - 1, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         registry_store.forget_cached_app(app.id)
-        return _delivery_failed(run_id, step_id, epoch, failures + 1, exc)
+        return _delivery_failed(run_id, step_id, epoch, failures + 1, exc, give_back=True)
+    return _answered(
+        run, step_id, epoch, attempt, failures, invocation_id, started_at, outcome, carried
+    )
+
+
+def _answered(
+    run: Run,
+    step_id: str,
+    epoch: int,
+    attempt: int,
+    failures: int,
+    invocation_id: str,
+    started_at: str,
+    outcome: outcome_rules.Outcome,
+    carried: Complete | Fail | None,
+) -> Retry | None:
+    """Apply a branch invocation's answer to its step (attempt `attempt`, started by the
+    lease take of branch epoch `epoch`)."""
+    if carried is not None:
+        # The answer carries the step's end: one write records it, releases the lease and
+        # carries this invocation's events. Refused: the step is no longer this attempt's
+        # (a duplicate, or a late answer): nothing is recorded twice; the event stays.
+        if answers.finish(
+            run,
+            epoch,
+            attempt,
+            carried,
+            invocation_id=invocation_id,
+            started_at=started_at,
+            deployment_id=outcome.deployment_id,
+        ):
+            return None
+        log.info("run %s: branch %s answered for an attempt it no longer holds", run.id, step_id)
+    # An SDK that ends the step by its own step call (`complete`, the old shape), or an
+    # answer without the end: its event item, then the lease (`settle`).
     answers.record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
     if outcome.kind == "aborted":
-        return answers.aborted(run_id, step_id, epoch, failures)
-    answers.settle(run_id, step_id, epoch, attempt_before)
+        return answers.aborted(run.id, step_id, epoch, failures)
+    answers.settle(run.id, step_id, epoch, attempt - 1)
     return None
 
 
@@ -110,11 +158,14 @@ def _timed_out(
 ) -> Retry | None:
     """The app took the branch invocation and did not answer within the invoke timeout, as
     `invoker.fail_overrunning_steps` handles a main invocation's (docs/protocol.md section
-    11). A step this invocation started that has run half the limit or more fails now, once,
-    without a retry (its body may still be running: another attempt would run beside it, and
-    overrun the same way); a younger one keeps the step's lease until it had the whole
-    limit from its own start, so its body may record its end. One it never started is a
-    delivery failure as before."""
+    11). The lease take started the step, just before the request went out, so the engine
+    cannot tell an app that never reached it from one still in its body: a step this
+    invocation holds that has run half the limit or more (at a timeout, always: it had the
+    whole limit) fails now, once, without a retry (its body may still be running: another
+    attempt would run beside it, and overrun the same way). A younger one (a wait that ended
+    early) keeps the step's lease until it had the whole limit from its start, so its body
+    may record its end. A step another delivery holds
+    is a delivery failure as before."""
     step = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     started_at = step.get("startedAt")
     ran_here = (
@@ -137,10 +188,19 @@ def _timed_out(
 
 
 def _delivery_failed(
-    run_id: str, step_id: str, epoch: int, failures: int, exc: Exception, until_ms: int = 0
+    run_id: str,
+    step_id: str,
+    epoch: int,
+    failures: int,
+    exc: Exception,
+    until_ms: int = 0,
+    *,
+    give_back: bool = False,
 ) -> Retry | None:
     """Back off (the run's backoff; at least until `until_ms`), or fail the step once the
-    delivery budget is spent."""
+    delivery budget is spent. `give_back`: the attempt the lease take started is given
+    back in the same write (an app that could not be reached, or answered what the
+    protocol does not allow, uses up none of the step's retries)."""
     if failures >= settings().invoke_max_attempts:
         error = RunError(
             "workflows.app_unreachable",
@@ -150,5 +210,8 @@ def _delivery_failed(
         answers.end_step(run_id, step_id, epoch, "failed", error)
         return None
     delay = max(leases.backoff_seconds(failures), (until_ms - clock.now_ms()) / 1000)
-    answers.release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures)
+    until = clock.now_ms() + int(delay * 1000)
+    kept = {"epoch": epoch, "until_ms": until, "failures": failures}
+    if not (give_back and steps_store.give_back_start(run_id, step_id, **kept)):
+        answers.release(run_id, step_id, epoch, until, failures)
     return Retry(after_seconds=delay)

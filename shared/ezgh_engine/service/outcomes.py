@@ -112,7 +112,7 @@ def apply(
         outcome = replace(outcome, kind="failed", error=too_many_pending_steps(pending))
         mark["k"] = outcome.kind
     events = run_writes.event_segments(
-        run.id, [s.event for s in run.steps if s.event], run.events_through or "", clock.now_ms()
+        run.id, [e for s in run.steps for e in s.events], run.events_through or "", clock.now_ms()
     )
     if outcome.kind == "suspended":
         run_writes.commit(replace(_suspend(run, seq, outcome, at, mark), events=events))

@@ -6,7 +6,8 @@ held by the step's own lease (`branchEpoch`, `branchLeaseUntil`) as a main task 
 the run's (`service.pull`):
 
 1. The `branch` message takes the step's branch lease (epoch + 1), shortens it to the pull
-   lease, queues the task (the branch invoke request, built as for a push, plus `taskId`,
+   lease (and gives back the attempt the take started: the worker's `start` counts it, as
+   before), queues the task (the branch invoke request, built as for a push, plus `taskId`,
    whose signed claims name the step and its branch epoch, and `leaseSeconds`) and comes
    back when the lease would end: the message is the task's watch.
 2. `tasks/poll` (or a worker's first heartbeat, for a task it received from the queue
@@ -107,8 +108,14 @@ def dispatch(app: App, run: Run, step: dict[str, Any], invocation_id: str) -> Re
             return None
     lease_s = pull_lease_seconds()
     now_ms = clock.now_ms()
-    # The pull lease from now (a worker's receipt renews it), and the failures so far.
-    answers.release(run_id, step_id, epoch, now_ms + lease_s * 1000, failures)
+    # The pull lease from now (a worker's receipt renews it), and the failures so far. A
+    # worker starts the step itself (its `start`): the attempt the lease take started goes
+    # back, so a task no worker takes uses up none of the step's retries.
+    until_ms = now_ms + lease_s * 1000
+    if not steps_store.give_back_start(
+        run_id, step_id, epoch=epoch, until_ms=until_ms, failures=failures
+    ):
+        return None  # ended meanwhile (its run's end cancelled it): no task
     request = invoke_request(
         run,
         invocation_id,
@@ -120,7 +127,7 @@ def dispatch(app: App, run: Run, step: dict[str, Any], invocation_id: str) -> Re
         pull=True,
     )
     started_at = clock.iso(clock.now())
-    attempt = int(step.get("attempt", 0))
+    attempt = int(step.get("attempt", 1)) - 1  # before the lease take's start
     claims = TaskClaims(run_id, epoch, 0, invocation_id, started_at, step_id, attempt)
     refused = queue_task(app.id, request, claims, lease_s)
     if refused is not None:

@@ -106,12 +106,14 @@ def invoke_request(
     app_protocol: str | None,
     branch_step: str | None = None,
     branch_epoch: int = 0,
+    branch_attempt: int | None = None,
     pull: bool = False,
 ) -> dict[str, Any]:
     """The invoke request (docs/protocol.md section 1.2) in the version `app_protocol` (the
     app's, as it said: see the module's doc). Its `api.url` is the steps URL, except for a
     `pull` app's task: its worker also posts heartbeats and the outcome there, which the API
-    serves (the steps function answers only the invocation calls)."""
+    serves (the steps function answers only the invocation calls). `branch_attempt`: the
+    attempt of `branch_step` its lease take started (docs/protocol.md section 7)."""
     cfg = settings()
     version = spoken_with(app_protocol)
     claims = tokens.InvocationClaims(
@@ -138,7 +140,7 @@ def invoke_request(
             "url": cfg.api_url if pull else cfg.steps_url,
             "token": tokens.mint(cfg.token_secret, claims),
         },
-        **({"branch": {"stepId": branch_step}} if branch_step else {}),
+        **({"branch": _branch(branch_step, branch_attempt)} if branch_step else {}),
         # How long the invoker waits for the answer (docs/protocol.md section 11); a pull
         # worker's task has no such limit (heartbeats extend its lease).
         **({} if pull else {"answerWithinSeconds": cfg.invoke_timeout_seconds}),
@@ -149,6 +151,12 @@ def invoke_request(
         return _whole(request, run)
     budget = bounds.PULL_TASK_BYTES if pull else bounds.PUSH_REQUEST_BYTES
     return bounded(request, run, budget)
+
+
+def _branch(step_id: str, attempt: int | None) -> dict[str, Any]:
+    """A branch invocation's `branch`: its step, and the attempt the engine started (the SDK
+    then sends no `start` and ends the step in its answer's `ops`)."""
+    return {"stepId": step_id} if attempt is None else {"stepId": step_id, "attempt": attempt}
 
 
 def _whole(request: dict[str, Any], run: Run) -> dict[str, Any]:

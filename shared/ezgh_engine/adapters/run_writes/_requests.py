@@ -32,6 +32,7 @@ from ezgh_engine.adapters.run_writes._base import (
     _live_values,
     _table,
 )
+from ezgh_engine.core.events import BRANCH_OUTCOMES_ATTR
 from ezgh_engine.core.leases import NO_LEASE
 
 
@@ -177,13 +178,7 @@ def _finish(intent: StepEnd) -> Update:
     if intent.attempt is not None:
         update.where("attempt = :attempt", attempt=intent.attempt)
     if lease.branch_step is not None:
-        # Under the branch invocation's lease, which an end (not a retry) also releases:
-        # nothing more is written for the step, and the outbox asks for its run's next
-        # invocation when it sees a branch's step end (`service.stream`).
-        update.where("branchEpoch = :bepoch AND branchLeaseUntil >= :now", bepoch=lease.epoch)
-        update.bind(now=clock.now_ms())
-        if intent.retry_at is None:
-            update.set("branchLeaseUntil", 0)
+        _branch_end(update, intent)
     if intent.error is not None:
         update.set("error", intent.error.to_api())
     elif intent.output_ref is not None:
@@ -195,6 +190,31 @@ def _finish(intent: StepEnd) -> Update:
     if intent.then is not None:
         update.set("next", _next_mark(intent.then))
     return update
+
+
+def _branch_end(update: Update, intent: StepEnd) -> None:
+    """A branch's step ends under its branch lease, which an end (not a retry) also
+    releases: nothing more is written for the step, and the outbox asks for its run's next
+    invocation when it sees a branch's step end (`service.stream`). An end its invocation's
+    answer carried (`answered`) holds while that branch epoch still holds the attempt its
+    lease started, even past the lease's end (no other delivery took it: an answer the
+    invoker read in time is a fact), releases the lease whatever the end, and carries the
+    invocation's events: its one write."""
+    epoch = intent.lease.epoch
+    if intent.answered is None:
+        update.where("branchEpoch = :bepoch AND branchLeaseUntil >= :now", bepoch=epoch)
+        update.bind(now=clock.now_ms())
+        if intent.retry_at is None:
+            update.set("branchLeaseUntil", 0)
+        return
+    update.where("branchEpoch = :bepoch AND startEpoch = :bepoch", bepoch=epoch)
+    update.set("branchLeaseUntil", 0).remove("branchFailures")
+    update.set_raw(
+        f"{BRANCH_OUTCOMES_ATTR} = list_append(if_not_exists({BRANCH_OUTCOMES_ATTR}, :none), "
+        ":answered)",
+        none=[],
+        answered=[dict(intent.answered)],
+    )
 
 
 def _inline_end_values(intent: StepEnd) -> dict[str, Any]:
