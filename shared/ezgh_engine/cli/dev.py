@@ -85,6 +85,7 @@ def reset_state(state_dir: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """Lock the state dir (one `ezgh dev` per state dir), start the runtime, print its
     environment, and wait for a signal to stop it."""
+    from ezgh_engine.local import forkserver
     from ezgh_engine.local.state_lock import StateDirInUse, lock_state_dir
 
     state_dir = Path(args.state_dir)
@@ -93,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     except StateDirInUse as error:
         print(f"ezgh dev: could not start: {error}", flush=True)
         return 1
+    if forkserver.isolated():
+        # The execution environments' imports (a second of CPU) on the other core, while
+        # this process imports the runtime and loads the state.
+        forkserver.start()
     try:
         code = _serve(args, state_dir)
     finally:
