@@ -175,11 +175,18 @@ def _session() -> boto3.session.Session:
     """The session clients are made from (under `_lock`): one, because each new session
     loads botocore's endpoint rules and default configurations again (about 50 ms of CPU a
     client, a cold start's and `ezgh dev`'s start-up's). Dropped by `reset_clients`: it
-    keeps the credentials it found. Not its data loader: the next session takes it over,
-    with the service models, endpoint rules and partitions it read, so that a new session
-    (new credentials or endpoint: the local runtime's execution environments at their first
-    call) makes a client in about 7 ms of CPU instead of 30."""
+    keeps the credentials it found. Not its data loader (`new_session`)."""
     if not _sessions:
+        _sessions.append(new_session())
+    return _sessions[0]
+
+
+def new_session() -> boto3.session.Session:
+    """A boto3 session on this process's botocore data loader: the first session's, kept
+    with the service models, endpoint rules and partitions it read, so that a later session
+    (new credentials or endpoint: the local runtime's execution environments at their first
+    call, after `reset_clients`) makes a client in about 7 ms of CPU instead of 30."""
+    with _loader_lock:
         core = botocore.session.Session()
         if _loaders:
             core.register_component("data_loader", _loaders[0])
@@ -187,8 +194,10 @@ def _session() -> boto3.session.Session:
         paths = session._loader.search_paths  # boto3 adds its own at every session
         paths[:] = list(dict.fromkeys(paths))
         _loaders[:] = [session._loader]
-        _sessions.append(session)
-    return _sessions[0]
+    return session
+
+
+_loader_lock = threading.Lock()
 
 
 def load_models(services: Iterable[str]) -> None:

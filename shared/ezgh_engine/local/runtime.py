@@ -188,8 +188,6 @@ class LocalRuntime:
         if restored:
             self._resume_streams(self.emulator.restored.checkpoints)
             self._dead_leases = self._held_leases()  # read before this process takes any
-        for poller in self.pollers:
-            poller.start()
         if restored and self.emulator.restored.mappings:
             self.subscriptions.restore(self.emulator.restored.mappings)
         self.api_server.serve()
@@ -207,6 +205,11 @@ class LocalRuntime:
         self._register_apps()
         if restored:
             self._reconcile()
+        # The event sources last: their first polls would take CPU from the start's own
+        # requests (what they deliver waits in its queue or stream meanwhile, as it would
+        # for a busy Lambda), and they run before health answers 200.
+        for poller in self.pollers:
+            poller.start()
         self.ready = True
         if self.environments is not None:  # the others once ready, as they compete for CPU
             self.environments.prewarm()  # (a call before they are up starts its own)
