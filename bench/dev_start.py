@@ -86,7 +86,9 @@ def _healthy(port: int) -> bool:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
     try:
         connection.request("GET", "/v1/health")
-        return connection.getresponse().status == 200
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status == 200
     except OSError:
         return False
     finally:

@@ -14,6 +14,7 @@ starts it before the emulator's replace them), so none reaches an environment ei
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 
 from ezgh_engine.adapters import aws
@@ -25,3 +26,7 @@ SERVICES = ("dynamodb", "sqs", "s3", "scheduler", "dynamodbstreams", "lambda", "
 
 with contextlib.suppress(Exception):  # only a cost: an environment then reads them itself
     aws.load_models(SERVICES)
+
+# The preloads' objects live as long as the forkserver: out of every environment's
+# collections (`local._prefork`).
+gc.freeze()

@@ -33,6 +33,7 @@ restart: a faithful crash).
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import multiprocessing
@@ -626,6 +627,7 @@ def serve(conn: Connection, function: Function, setup: Setup) -> None:
     from ezgh_engine.local import call_log
     from ezgh_engine.local.handlers import LambdaContext, import_handler
 
+    gc.enable()  # off in the forkserver while it imported (`local._prefork`)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runtime's; it kills us
     # From the forkserver's variables to the function's: clients are made for these, from
     # the models the forkserver read (`_warm`).

@@ -27,9 +27,10 @@ START_METHOD = "forkserver"
 # `EZGH_LOCAL_ISOLATION=thread`: handlers run in the runtime's threads (to compare, bench/),
 # with no environment and no forkserver.
 ENV_ISOLATION = "EZGH_LOCAL_ISOLATION"
-# The server's imports, first and last: the environments' own module (a child runs its
-# `serve`), and botocore's models (`_warm`); the handlers' modules in between.
-FIRST = "ezgh_engine.local.environments"
+# The server's imports, first and last: the collector turned off (`_prefork`) and the
+# environments' own module (a child runs its `serve`); botocore's models and the freeze of
+# what the imports made (`_warm`). The handlers' modules in between.
+FIRST = ("ezgh_engine.local._prefork", "ezgh_engine.local.environments")
 LAST = "ezgh_engine.local._warm"
 
 spawn_lock = threading.Lock()  # process creation (the server's, the environments'), one at a time
@@ -40,7 +41,7 @@ _preloaded: list[str] = []
 def preload_list(handler_modules: Iterable[str] = ()) -> list[str]:
     """What the server imports: the default topology's handler modules and `handler_modules`."""
     defaults = {f.handler.partition(":")[0] for f in TOPOLOGY.functions}
-    return [FIRST, *sorted(defaults | set(handler_modules)), LAST]
+    return [*FIRST, *sorted(defaults | set(handler_modules)), LAST]
 
 
 def context(handler_modules: Iterable[str] = ()) -> Any:
