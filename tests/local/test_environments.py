@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +20,7 @@ import httpx
 import pytest
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws
+from ezgh_engine.local import environments
 from ezgh_engine.local.runtime import LocalRuntime
 from ezgh_engine.topology import TOPOLOGY, Function, Queue, SqsSource, Topology
 
@@ -151,3 +155,63 @@ def test_a_shared_skip_clock_moves_every_reader() -> None:
     skip.advance(timedelta(hours=5))
     assert abs((reader.now() - skip.now()).total_seconds()) < 1
     assert reader.now() - clock.SystemClock().now() > timedelta(days=1, hours=4)
+
+
+def test_a_call_while_one_is_prewarmed_waits_for_it_instead_of_forking_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prewarmed environment is ready before a new one could be (one process is made at a
+    time): a call that finds one being made takes it. A second call makes its own."""
+    made: list[object] = []
+    go = threading.Event()
+
+    class SlowStart:
+        def __init__(self, context: object, function: Function, setup: object) -> None:
+            go.wait(BACKSTOP)
+            made.append(self)
+
+        def alive(self) -> bool:
+            return True
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(environments, "Environment", SlowStart)
+    pool = environments.Pool(Function("api", f"{HANDLERS}:api"), lambda: None, context=None)  # type: ignore[arg-type,return-value]
+    pool.prewarm(1)
+    got: list[object] = []
+    caller = threading.Thread(target=lambda: got.append(pool.acquire()))
+    caller.start()
+    assert not _joined(caller, 0.3)  # waiting for the one being made
+    go.set()
+    assert _joined(caller, BACKSTOP)
+    assert got == made and pool.cold_starts == 0
+    assert pool.acquire() is made[1]  # none idle, none being made: a cold start of its own
+    assert pool.cold_starts == 1
+
+
+def _joined(thread: threading.Thread, timeout: float) -> bool:
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
+def test_the_forkserver_reads_the_models_and_drops_the_users_aws_variables() -> None:
+    """What the forkserver imports last (`local._warm`) runs before any emulator exists
+    (`ezgh dev` starts it first): it reads botocore's models without credentials and keeps
+    none of the `AWS_*` variables it inherited (a user's profile or keys)."""
+    script = (
+        "import os\n"
+        "from ezgh_engine.local import _warm\n"
+        "from ezgh_engine.adapters import aws\n"
+        "print(sorted(k for k in os.environ if k.startswith('AWS_')), bool(aws._loaders))\n"
+    )
+    user = {"AWS_PROFILE": "someones-real-profile", "AWS_ACCESS_KEY_ID": "AKIAUSER"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **user},
+        capture_output=True,
+        text=True,
+        timeout=BACKSTOP,
+        check=True,
+    )
+    assert done.stdout.split() == ["[]", "True"]

@@ -80,3 +80,36 @@ def test_reset_clients_forgets_the_session_and_its_credentials(
     after = aws.client("sqs")
     assert after is not before
     assert after._request_signer._credentials.access_key == "second-key"
+
+
+def test_a_new_session_keeps_the_models_the_last_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reset (new credentials or endpoint) drops the session, not botocore's data loader:
+    the next session's clients are made from the models already read, for the new
+    credentials, and boto3's data path is listed once however many sessions are made."""
+    aws.client("sqs")
+    loader = aws._session()._loader
+    for key in ("second-key", "third-key"):
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+        aws.reset_clients()
+        made = aws.client("sqs")
+        assert made._request_signer._credentials.access_key == key
+        assert aws._session()._loader is loader
+    assert len(loader.search_paths) == len(set(loader.search_paths))
+
+
+def test_models_are_read_without_the_environments_credentials_or_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`load_models` (the forkserver's warm-up) makes no client of the process's own: a
+    client asked for afterwards is made for the variables then set."""
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    aws.load_models(["sqs", "dynamodb"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:7")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "later-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "later-secret")
+    aws.reset_clients()
+    made = aws.client("dynamodb")
+    assert made.meta.endpoint_url == "http://127.0.0.1:7"
+    assert made._request_signer._credentials.access_key == "later-key"

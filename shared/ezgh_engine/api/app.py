@@ -7,7 +7,6 @@ import re
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
-from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
 from ezgh_engine.api import errors, gate
 from ezgh_engine.api import models as m
@@ -58,6 +57,10 @@ _openapi_cache: dict[str, str] = {}
 def openapi() -> Response[Any]:
     # Generating the schema walks every route; do it once per process.
     if "json" not in _openapi_cache:
+        # Powertools' OpenAPI document models (a hundred pydantic classes, a third of a
+        # second to build) are needed by this route only: not at every cold start.
+        from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+
         _openapi_cache["json"] = resolver.get_openapi_json_schema(
             title=TITLE,
             version=VERSION,

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from ezgh_engine.local import loopback
 from ezgh_engine.local._http import ServedHttp
 from ezgh_engine.local.asgi import serve_asgi
 
@@ -91,20 +90,19 @@ class EngineApi:
     """Just enough of the engine's HTTP API to register apps (the SDK is not a dependency)."""
 
     def __init__(self, api_url: str, api_key: str, org_id: str, project_id: str) -> None:
-        self._client = httpx.Client(
-            base_url=f"{api_url}/v1/organizations/{org_id}/projects/{project_id}",
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=30,
-        )
+        self._prefix = f"{api_url}/v1/organizations/{org_id}/projects/{project_id}"
+        self._headers = {"Authorization": f"Bearer {api_key}"}
 
     def close(self) -> None:
-        self._client.close()
+        """Nothing to release (a connection per call): kept for callers that close."""
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        answer = self._client.request(method, path, **kwargs)
-        if answer.status_code >= 400:
-            raise RuntimeError(f"{method} {path}: {answer.status_code} {answer.text[:500]}")
-        return answer.json() if answer.content else None
+    def _call(self, method: str, path: str, json: Any = None) -> Any:
+        answer = loopback.request(
+            method, f"{self._prefix}{path}", headers=self._headers, json_body=json
+        )
+        if answer.status >= 400:
+            raise RuntimeError(f"{method} {path}: {answer.status} {answer.text[:500]}")
+        return answer.json() if answer.body else None
 
     def find_app(self, name: str) -> dict[str, Any] | None:
         listed = self._call("GET", "/apps")

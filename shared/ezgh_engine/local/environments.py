@@ -33,6 +33,7 @@ restart: a faithful crash).
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import multiprocessing
@@ -52,14 +53,14 @@ from typing import TYPE_CHECKING, Any
 
 from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws, event_sources
-from ezgh_engine.topology import SANDBOX_ENV, TOPOLOGY, Function
+from ezgh_engine.local import forkserver as forkserver_
+from ezgh_engine.topology import SANDBOX_ENV, Function
 
 if TYPE_CHECKING:
     from ezgh_engine.local.faults import FaultPlan
 
 log = logging.getLogger("ezgh.local.environments")
 
-START_METHOD = "forkserver"
 # What the handlers read from the environment (Lambda sets the function's variables).
 ENV_PREFIXES = ("AWS_", "EZGH_", "POWERTOOLS_")
 # A cold start's own limit (Lambda's init phase has 10 s; a loaded CI machine needs more).
@@ -113,37 +114,6 @@ class Setup:
 
 
 # --- the parent side ---------------------------------------------------------------------
-
-_spawn_lock = threading.Lock()  # process creation, one at a time
-_context: Any = None
-
-
-def _start_context(preload: Iterable[str]) -> Any:
-    """The forkserver context, its server (re)started for this process's `AWS_*` variables.
-
-    The server imports the handler modules (of the default topology and `preload`; one that
-    fails to import is skipped) and makes their boto3 clients (`_warm`) once, so that a cold
-    start is a fork. Clients are bound to an endpoint: when the variables changed (another
-    emulator), the server is stopped and the next environment starts a fresh one. Children
-    of the old server keep running.
-    """
-    global _context, _server_env
-    aws_env = {k: v for k, v in handler_environment().items() if k.startswith("AWS_")}
-    defaults = {f.handler.partition(":")[0] for f in TOPOLOGY.functions}
-    modules = [__name__, *sorted(defaults | set(preload)), f"{__package__}._warm"]
-    with _spawn_lock:
-        if _context is None:
-            _context = multiprocessing.get_context(START_METHOD)
-        if _server_env is not None and (_server_env != aws_env or _preloaded != modules):
-            forkserver._forkserver._stop()  # type: ignore[attr-defined]
-        _context.set_forkserver_preload(modules)
-        _preloaded[:] = modules
-        _server_env = aws_env
-    return _context
-
-
-_server_env: dict[str, str] | None = None
-_preloaded: list[str] = []
 
 
 class _Popen(popen_forkserver.Popen):
@@ -280,6 +250,8 @@ class Pool:
         self._idle: list[Environment] = []
         self._all: set[Environment] = set()
         self._making = 0
+        self._prewarming = 0  # of `_making`: started by `prewarm`, for whoever asks first
+        self._awaiting = 0  # callers waiting for one of those
         self._closed = False
         self.cold_starts = 0
 
@@ -293,7 +265,8 @@ class Pool:
             return [e.pid for e in self._all if e.pid is not None]
 
     def acquire(self) -> Environment:
-        """A free environment: a warm one if any, else a new one, else wait for one."""
+        """A free environment: a warm one if any, else one being prewarmed, else a new one,
+        else wait for one."""
         with self._cond:
             while True:
                 if self._closed:
@@ -303,12 +276,21 @@ class Pool:
                     if environment.alive():
                         return environment
                     self._all.discard(environment)
+                if self._prewarming > self._awaiting:
+                    # It is ready sooner than a new one, which would start after it (one
+                    # process is made at a time).
+                    self._awaiting += 1
+                    try:
+                        self._cond.wait(0.5)
+                    finally:
+                        self._awaiting -= 1
+                    continue
                 if self._room() > 0:
                     self._making += 1
                     break
                 self._cond.wait(0.5)
         try:
-            with _spawn_lock:
+            with forkserver_.spawn_lock:
                 environment = Environment(self._context, self.function, self._setup())
         except BaseException:
             with self._cond:
@@ -332,27 +314,31 @@ class Pool:
 
         def warm() -> None:
             with self._cond:
-                wanted = min(count - len(self._idle) - self._making, self._room())
-                self._making += max(0, wanted)
-            for _ in range(max(0, wanted)):
+                wanted = max(0, min(count - len(self._idle) - self._making, self._room()))
+                self._making += wanted
+                self._prewarming += wanted
+            for _ in range(wanted):
                 try:
-                    with _spawn_lock:
+                    with forkserver_.spawn_lock:
                         environment = Environment(self._context, self.function, self._setup())
                 except Exception as error:
                     with self._cond:
                         self._making -= 1
+                        self._prewarming -= 1
+                        self._cond.notify_all()  # whoever waited for it makes its own
                         closed = self._closed
                     if not closed:  # else killed on purpose, by a stop or restart
                         log.warning("%s: could not prewarm: %s", self.function.key, error)
                     continue
                 with self._cond:
                     self._making -= 1
+                    self._prewarming -= 1
+                    self._cond.notify_all()
                     if self._closed:
                         environment.close()
                         continue
                     self._all.add(environment)
                     self._idle.insert(0, environment)  # the coolest: used after warm ones
-                    self._cond.notify()
 
         threading.Thread(target=warm, name=f"prewarm-{self.function.key}", daemon=True).start()
 
@@ -464,13 +450,10 @@ def _serve_call(name: str, kwargs: dict[str, Any]) -> Any:
 
 
 def start_forkserver(functions: Iterable[Function]) -> None:
-    """Start the forkserver for `functions` now: it imports their handlers and makes their
-    clients (`_warm`), seconds of CPU, while the caller does other work (the start of `ezgh
-    dev` restores and provisions meanwhile), instead of when the first environment is
-    needed. Call it once the process's `AWS_*` variables are the emulator's."""
-    _start_context(_handler_modules(functions))
-    with _spawn_lock:
-        forkserver.ensure_running()  # spawns it and returns: the imports run in the server
+    """Start the forkserver for `functions` now, if it is not running (`ezgh dev` starts
+    it first thing): it imports their handlers, about a second of CPU, while the caller
+    does other work, instead of when the first environment is needed."""
+    forkserver_.start(_handler_modules(functions))
 
 
 def _handler_modules(functions: Iterable[Function]) -> list[str]:
@@ -490,19 +473,19 @@ class Environments:
         functions = list(functions)
         self._clock_path = clock_path
         self._faults = faults
-        context = _start_context(_handler_modules(functions))
+        context = forkserver_.context(_handler_modules(functions))
         self.pools = {f.key: Pool(f, self._setup, context) for f in functions}
 
     def _setup(self) -> Setup:
         return Setup(clock_path=self._clock_path, env=handler_environment())
 
-    def prewarm(self, keys: Iterable[str] | None = None) -> None:
+    def prewarm(self, keys: Iterable[str] | None = None, count: int | None = None) -> None:
         """Start a few environments of each function (of `keys`: only those functions') in
-        the background (see `PREWARM`)."""
+        the background: `count` each, or as `PREWARM` says."""
         wanted = set(self.pools) if keys is None else set(keys)
         for key, pool in self.pools.items():
             if key in wanted:
-                pool.prewarm(PREWARM.get(key, 1))
+                pool.prewarm(count or PREWARM.get(key, 1))
 
     def invoker(self, key: str) -> ProcessInvoker:
         return ProcessInvoker(self.pools[key], self._faults)
@@ -644,8 +627,10 @@ def serve(conn: Connection, function: Function, setup: Setup) -> None:
     from ezgh_engine.local import call_log
     from ezgh_engine.local.handlers import LambdaContext, import_handler
 
+    gc.enable()  # off in the forkserver while it imported (`local._prefork`)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runtime's; it kills us
-    # Start from the forkserver's variables: its clients (`_warm`) stay if `AWS_*` agree.
+    # From the forkserver's variables to the function's: clients are made for these, from
+    # the models the forkserver read (`_warm`).
     state = _ChildState(handler_environment())
     state.apply_env(function_environment(function, setup.env))
     if setup.clock_path:

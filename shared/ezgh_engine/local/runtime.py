@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
-
 from ezgh_engine import clock as clock_module
 from ezgh_engine import ids
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import apps as local_apps
-from ezgh_engine.local import events, incarnation, resources
+from ezgh_engine.local import events, forkserver, incarnation, loopback, resources
 from ezgh_engine.local.emulator import Emulator
 from ezgh_engine.local.environments import Environments, start_forkserver
 from ezgh_engine.local.handlers import Handler, resolve_all
 from ezgh_engine.local.http_bridge import ServedHttp, serve_api
-from ezgh_engine.local.lambda_async import ENDPOINT_ENV as LAMBDA_ENDPOINT_ENV
 from ezgh_engine.local.lambda_async import AsyncInvokes, function_arn
 from ezgh_engine.local.persistence import DevState, write_atomically
 from ezgh_engine.local.pollers import Activity, Poller, SqsPoller, StreamPoller
@@ -46,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ezgh.local.runtime")
 
-ENV_ISOLATION = "EZGH_LOCAL_ISOLATION"
 HEALTH_PATH = "/v1/health"
 PROVISIONED = "provisioned"  # what the emulator keeps of `provision`'s answers
 STARTUP_HEADER = "x-ezgh-startup-check"
@@ -130,9 +125,7 @@ class LocalRuntime:
         self._dead_leases: list[Any] = []  # the leases found on a restore, before any poll
         self.provisioned = Provisioned()
         # `EZGH_LOCAL_ISOLATION=thread` picks the old in-thread mode (to compare, bench/).
-        self.isolation = isolation or (
-            "thread" if os.environ.get(ENV_ISOLATION) == "thread" else "process"
-        )
+        self.isolation = isolation or ("process" if forkserver.isolated() else "thread")
         self.environments: Environments | None = None
         self.invokers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self.pollers: list[Poller] = []
@@ -166,6 +159,7 @@ class LocalRuntime:
     def _start(self) -> None:
         began = clock_module.monotonic()
         self._stopping = False
+        self._start_forkserver()  # (`ezgh dev` started it already, first thing)
         if self.clock is not None:
             self._previous_clock = clock_module.get_clock()
             clock_module.set_clock(self.clock)
@@ -173,7 +167,7 @@ class LocalRuntime:
         # the handlers' environment is in place: the URL is in it.
         self.api_server = serve_api(self._invoke_api, port=self.port, track=self.activity.track)
         self.api_url = self.api_server.url
-        self.emulator.start(before_restore=self._start_forkserver)
+        self.emulator.start()
         restored = not self.emulator.restored.empty
         if self.persist:
             saved = self.dev_state.load() if restored else {}
@@ -188,20 +182,18 @@ class LocalRuntime:
         self._provision()
         self.subscriptions.install()  # before the environments copy the handlers' variables
         self._resolve()
+        if self.environments is not None:  # the start's own requests need one of the API's:
+            self.environments.prewarm([API_FUNCTION.key], count=1)  # it forks meanwhile
         self._build_pollers()
         if restored:
             self._resume_streams(self.emulator.restored.checkpoints)
             self._dead_leases = self._held_leases()  # read before this process takes any
-        for poller in self.pollers:
-            poller.start()
         if restored and self.emulator.restored.mappings:
             self.subscriptions.restore(self.emulator.restored.mappings)
         self.api_server.serve()
         for url_server in self.url_servers.values():
             url_server.serve()
         self.started = True
-        if self.environments is not None:  # the API's now (the start's requests), the rest
-            self.environments.prewarm([API_FUNCTION.key])  # once ready: they compete for CPU
         self._check_health()
         self._after_reset(restore=restored, verify=True)
         saved_apps = self.dev_state.values.get("apps", {}) if restored else {}
@@ -213,9 +205,14 @@ class LocalRuntime:
         self._register_apps()
         if restored:
             self._reconcile()
+        # The event sources last: their first polls would take CPU from the start's own
+        # requests (what they deliver waits in its queue or stream meanwhile, as it would
+        # for a busy Lambda), and they run before health answers 200.
+        for poller in self.pollers:
+            poller.start()
         self.ready = True
-        if self.environments is not None:  # a call before they are up starts its own
-            self.environments.prewarm()
+        if self.environments is not None:  # the others once ready, as they compete for CPU
+            self.environments.prewarm()  # (a call before they are up starts its own)
         self.emulator.restore_later()  # X-Ray's traces: a request for them waits meanwhile
         log.debug("local runtime up in %.2fs", clock_module.monotonic() - began)
 
@@ -442,12 +439,10 @@ class LocalRuntime:
         return lambda event: self.invokers[key](event)
 
     def _start_forkserver(self) -> None:
-        """The execution environments' forkserver imports the handlers (seconds of CPU)
-        while the state is restored and the resources provisioned, not after them: the
-        first request would wait for it."""
+        """The execution environments' forkserver imports the handlers (a second of CPU)
+        while the emulator starts, the state is restored and the resources provisioned, not
+        after them: the first request would wait for it."""
         if self.isolation == "process":
-            # Its clients are made for the `AWS_*` variables it starts with: all of them.
-            self.emulator.apply_env({LAMBDA_ENDPOINT_ENV: self.async_invokes.serve()})
             functions = [f for f in self.topology.functions if f.key not in self._overrides]
             start_forkserver(functions)
 
@@ -566,13 +561,11 @@ class LocalRuntime:
             poller.faults = self.faults
 
     def _check_health(self) -> None:
-        answer = httpx.get(
-            f"{self.api_url}{HEALTH_PATH}",
-            headers={STARTUP_HEADER: self._startup_check},
-            timeout=30,
+        answer = loopback.request(
+            "GET", f"{self.api_url}{HEALTH_PATH}", headers={STARTUP_HEADER: self._startup_check}
         )
-        if answer.status_code != 200 or answer.json() != {"status": "ok"}:
-            raise RuntimeError(f"GET /v1/health answered {answer.status_code}: {answer.text[:500]}")
+        if answer.status != 200 or answer.json() != {"status": "ok"}:
+            raise RuntimeError(f"GET /v1/health answered {answer.status}: {answer.text[:500]}")
 
     def _after_reset(self, *, restore: bool = False, verify: bool = False) -> None:
         """Bootstrap the admin credentials (`restore`: keep the saved ones if their key still
@@ -595,12 +588,12 @@ class LocalRuntime:
 
     def _key_works(self, org_id: str, project_id: str, api_key: str) -> bool:
         """Does the API accept this key for this project (an authenticated read)?"""
-        answer = httpx.get(
+        answer = loopback.request(
+            "GET",
             f"{self.api_url}/v1/organizations/{org_id}/projects/{project_id}/apps",
             headers={"Authorization": f"Bearer {api_key}"},
-            timeout=30,
         )
-        return answer.status_code == 200
+        return answer.status == 200
 
     def _resume_streams(self, checkpoints: Mapping[str, Mapping[str, str]]) -> None:
         """After a restore: each stream reader resumes after the last sequence number its
