@@ -12,6 +12,7 @@ from ezgh_engine.adapters.intents import NewEvent, StepChange
 from ezgh_engine.core.events import EVENT_ID
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import RunError
+from ezgh_engine.core.protocol_rules import MAX_THROTTLED_DELIVERIES, throttled_delay_seconds
 from ezgh_engine.protocol import outcomes as outcome_rules
 
 
@@ -33,17 +34,37 @@ def end_step(run_id: str, step_id: str, epoch: int, status: str, error: RunError
     run_writes.transact([update])
 
 
-def release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int) -> None:
+def release(
+    run_id: str, step_id: str, epoch: int, until_ms: int, failures: int, throttles: int = 0
+) -> None:
     """Set the step's branch lease to end at `until_ms` (0: released) and its delivery
-    failures, if branch epoch `epoch` still holds it."""
-    update = StepChange(
-        run_id,
-        step_id,
-        {"branchLeaseUntil": until_ms, "branchFailures": failures},
-        "branchEpoch = :e",
-        {":e": epoch},
-    )
+    failures (and throttled deliveries, when some), if branch epoch `epoch` still holds it."""
+    values = {"branchLeaseUntil": until_ms, "branchFailures": failures}
+    if throttles:
+        values[BRANCH_THROTTLES_ATTR] = throttles
+    update = StepChange(run_id, step_id, values, "branchEpoch = :e", {":e": epoch})
     run_writes.transact([update])
+
+
+# A branch step's throttled deliveries (its app answered `throttled`), apart from its
+# `branchFailures`: the bound of `throttled`.
+BRANCH_THROTTLES_ATTR = "branchThrottles"
+
+
+def throttled(
+    run_id: str, step_id: str, epoch: int, failures: int, retry_after: float | None
+) -> Retry | None:
+    """The branch's step calls stayed throttled (the engine was busy, not the app): deliver
+    it again after the throttled backoff, counting no failed delivery (as the invoker does
+    for a run, `invoker._throttled`); past `MAX_THROTTLED_DELIVERIES` of the step, None: the
+    caller counts it as a failed delivery."""
+    raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+    throttles = int(raw.get(BRANCH_THROTTLES_ATTR, 0)) + 1
+    if throttles > MAX_THROTTLED_DELIVERIES:
+        return None
+    delay = throttled_delay_seconds(throttles, retry_after, ids.random_fraction())
+    release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures, throttles)
+    return Retry(after_seconds=delay)
 
 
 def aborted(run_id: str, step_id: str, epoch: int, failures: int) -> Retry | None:

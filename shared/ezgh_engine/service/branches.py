@@ -25,6 +25,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import App, Run, RunError
+from ezgh_engine.core.protocol_rules import THROTTLED_OUTCOME
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.service import branch_answers as answers
@@ -80,6 +81,12 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
     answers.record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
     if outcome.kind == "aborted":
         return answers.aborted(run_id, step_id, epoch, failures)
+    if outcome.kind == THROTTLED_OUTCOME:
+        retry = answers.throttled(run_id, step_id, epoch, failures, outcome.retry_after)
+        if retry is not None:
+            return retry
+        stayed = AppUnreachable(f"app {app.name}: the engine stayed throttled past its bound")
+        return _delivery_failed(run_id, step_id, epoch, failures + 1, stayed)
     answers.settle(run_id, step_id, epoch, attempt_before)
     return None
 
