@@ -212,14 +212,14 @@ def model(w: Workload, rate: float) -> dict[str, Any]:
         math.ceil(table_rru / PARTITION_RCU),
     )
 
-    def per_second(k: KeyLoad, attr: str) -> float:
+    def key_rate(k: KeyLoad, attr: str) -> float:
         units = getattr(k, attr)
         if _hourly(k):  # one write per stream environment (at most one per shard) an hour
             return units / max(1, len(k.runs)) * partitions / 3600
         return units * (per_run * rate if k.shared else 1)
 
     for attr, ceiling, unit in (("wru", PARTITION_WCU, "WCU"), ("rru", PARTITION_RCU, "RCU")):
-        scaled = [(per_second(k, attr), k) for k in w.keys.values() if getattr(k, attr)]
+        scaled = [(key_rate(k, attr), k) for k in w.keys.values() if getattr(k, attr)]
         for used, hot in sorted(scaled, key=lambda s: -s[0])[:3]:  # the three hottest
             limit(
                 f"DynamoDB {unit}/s of key {hot.place} {hot.key}",
