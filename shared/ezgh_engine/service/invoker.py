@@ -318,7 +318,14 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, i
     Each is the `fail` op the invocation itself would send, under its own lease: a step
     another epoch started, or one that ended meanwhile, is not touched."""
     current = runs_store.get_run(run.id)
-    running = [s for s in (current.steps if current else ()) if s.status == "running"]
+    # Only what this invocation started: a step an earlier invocation left `running` (its
+    # end lost in a crash) was not reached by this one, whose app may not have run at all
+    # (it hung before its first step); the next invocation starts it again.
+    running = [
+        s
+        for s in (current.steps if current else ())
+        if s.status == "running" and s.started_at and _ms(s.started_at) >= now_ms
+    ]
     if not running or current is None or current.epoch != run.epoch:
         return 0, 0
     claims = tokens.InvocationClaims(
