@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ezgh_engine.adapters import year_limit_store
 from ezgh_engine.service import pull
 from ezgh_engine.topology import API_FUNCTION, INVOKER_FUNCTION
 
@@ -203,10 +204,10 @@ def template_lines(template: dict[str, Any]) -> list[Line]:
 
 
 # The hourly year-limit sweep (service/year_limits.py) on an idle stack: an invocation of
-# the invoker (assumed 0.2 s, generous against its two empty queries) and two consistent
-# queries of an empty bucket partition (one read unit each).
+# the invoker (assumed 0.2 s, generous against its empty queries) and, for each of two days,
+# a consistent query of each bucket shard and of the unsharded key (one read unit each).
 SWEEP_SECONDS = 0.2
-SWEEP_READ_UNITS = 2
+SWEEP_READ_UNITS = 2 * (year_limit_store.SHARDS + 1)
 _HOURLY = re.compile(r"^cron\(\d{1,2} \* \* \* \? \*\)$")
 
 

@@ -9,6 +9,9 @@ keys; an Update that moves the item from one index key to another writes both (a
 a put). A refused (conditional) write writes no copy. So whatever an index's key is, sharded
 or not, the copies land where the items say.
 
+Keys written once per environment and hour rather than per run (`hourly_per_environment`)
+are named here from the store that writes them.
+
 `IndexKnowledge` keeps the index key values each item carries, learned from the writes seen
 (and scans), so an UpdateItem that does not name them is attributed too.
 """
@@ -19,9 +22,21 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ezgh_engine.adapters.year_limit_store import PREFIX as YEAR_LIMIT_PREFIX
 from ezgh_engine.topology import TOPOLOGY, Index, Table
 
 ItemKey = tuple[str, str, str]  # (physical table, pk, sk)
+
+# Keys written once per Lambda environment, hour and project, whatever the rate of starts:
+# the year-limit buckets (`service.year_limits.arm` remembers in memory the buckets its
+# environment wrote). A recorded workload writes one per run only because each of its runs
+# starts in a fresh project; `bench.scale` scales them by environments, not by starts.
+HOURLY_PER_ENVIRONMENT = (YEAR_LIMIT_PREFIX,)
+
+
+def hourly_per_environment(key: str) -> bool:
+    """Whether a partition key is written once per environment, hour and project."""
+    return key.startswith(HOURLY_PER_ENVIRONMENT)
 
 
 def table_of(physical: str) -> Table | None:

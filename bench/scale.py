@@ -8,7 +8,9 @@ the per-run figures (`model`):
 
 - a key that every run shares (the same key in two runs: a project's index key, a key's
   rate counter of the second) takes rate x its units per run; a key of one run (its items)
-  takes at most its run's units whatever the rate. Compared with DynamoDB's per-partition
+  takes at most its run's units whatever the rate; a key written once per environment, hour
+  and project (bench/keys.py `hourly_per_environment`: the year-limit buckets) takes one
+  write per stream environment an hour, whatever the rate. Compared with DynamoDB's per-partition
   limits (`PARTITION_WCU`, `PARTITION_RCU`);
 - each function's concurrency by Little's law: rate x invocations per run x measured
   seconds per invocation. The invoker's starts come in groups (docs/architecture.md, "The
@@ -201,14 +203,23 @@ def model(w: Workload, rate: float) -> dict[str, Any]:
         )
 
     # DynamoDB: the hottest shared key's writes and reads (a run's own keys never scale).
-    table_wru = sum(k.wru for k in w.keys.values() if "/" not in k.place) * per_run * rate
-    table_rru = sum(k.rru for k in w.keys.values() if "/" not in k.place) * per_run * rate
+    per_start = [k for k in w.keys.values() if "/" not in k.place and not _hourly(k)]
+    table_wru = sum(k.wru for k in per_start) * per_run * rate
+    table_rru = sum(k.rru for k in per_start) * per_run * rate
+    partitions = max(
+        INITIAL_PARTITIONS,
+        math.ceil(table_wru / PARTITION_WCU),
+        math.ceil(table_rru / PARTITION_RCU),
+    )
+
+    def key_rate(k: KeyLoad, attr: str) -> float:
+        units = getattr(k, attr)
+        if _hourly(k):  # one write per stream environment (at most one per shard) an hour
+            return units / max(1, len(k.runs)) * partitions / 3600
+        return units * (per_run * rate if k.shared else 1)
+
     for attr, ceiling, unit in (("wru", PARTITION_WCU, "WCU"), ("rru", PARTITION_RCU, "RCU")):
-        scaled = [
-            (getattr(k, attr) * (per_run * rate if k.shared else 1), k)
-            for k in w.keys.values()
-            if getattr(k, attr)
-        ]
+        scaled = [(key_rate(k, attr), k) for k in w.keys.values() if getattr(k, attr)]
         for used, hot in sorted(scaled, key=lambda s: -s[0])[:3]:  # the three hottest
             limit(
                 f"DynamoDB {unit}/s of key {hot.place} {hot.key}",
@@ -216,11 +227,6 @@ def model(w: Workload, rate: float) -> dict[str, Any]:
                 used,
                 ceiling,
             )
-    partitions = max(
-        INITIAL_PARTITIONS,
-        math.ceil(table_wru / PARTITION_WCU),
-        math.ceil(table_rru / PARTITION_RCU),
-    )
     # Lambda: concurrency by function.
     reserved = _reservations()
     concurrency: dict[str, float] = {}
@@ -287,6 +293,12 @@ def model(w: Workload, rate: float) -> dict[str, Any]:
         "first": first["limit"] if first["share"] >= 1 else None,
         "highest": first,
     }
+
+
+def _hourly(k: KeyLoad) -> bool:
+    from bench.keys import hourly_per_environment
+
+    return hourly_per_environment(k.key)
 
 
 def record(engine: Any, runs: int, steps: int, step_ms: int) -> Workload:

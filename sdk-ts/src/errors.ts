@@ -173,3 +173,17 @@ export class TransportError extends Error {
     this.name = "TransportError";
   }
 }
+
+/** A call the engine kept answering busy or throttled (429, 503) past its retries: not the
+ * app's fault. The invocation answers `throttled` (docs/protocol.md section 1.2), which the
+ * engine delivers again later without counting a failed delivery. */
+export class EngineBusy extends TransportError {
+  constructor(
+    message: string,
+    /** Seconds, the last answer's `Retry-After`. */
+    readonly retryAfter: number | null,
+  ) {
+    super(message);
+    this.name = "EngineBusy";
+  }
+}

@@ -12,7 +12,7 @@ import { env } from "./api.js";
 import { clock } from "./clock.js";
 import { detectDeploymentId } from "./deployment.js";
 import { Invocation } from "./driver.js";
-import { UnknownWorkflowError } from "./errors.js";
+import { EngineBusy, UnknownWorkflowError } from "./errors.js";
 import { PROTOCOL_VERSION, ProtocolError, SDK_NAME, answers, parseInvoke, syncAnswer } from "./protocol/wire.js";
 import { INVOCATION_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify } from "./signing.js";
 import { httpTransportFactory, type TransportFactory } from "./transport.js";
@@ -180,6 +180,11 @@ export class PushApp {
       const transport = this.transportFactory(request.api, deploymentId);
       return { status: 200, body: await new Invocation(workflow, request, transport, deploymentId).execute() };
     } catch (error) {
+      if (error instanceof EngineBusy) {
+        // Not the app's fault: the engine delivers it again later, counting no failure.
+        console.warn(`ezgh: invocation of run ${request.run.id}: ${error.message}`);
+        return { status: 200, body: answers.throttled(error.message, error.retryAfter, deploymentId) };
+      }
       console.error(`ezgh: invocation of run ${request.run.id} failed in the SDK`, error);
       return errorResponse(500, "internal_error", `the SDK could not complete the invocation: ${(error as Error)?.name ?? "Error"}`);
     }

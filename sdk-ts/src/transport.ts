@@ -4,7 +4,7 @@
  */
 
 import { clock } from "./clock.js";
-import { AbortInvocation, TransportError } from "./errors.js";
+import { AbortInvocation, EngineBusy, TransportError } from "./errors.js";
 import { PROTOCOL_VERSION, ProtocolError, parseHistoryPage, type ApiInfo, type HistoryPage, type Op } from "./protocol/wire.js";
 
 export const STEPS_PATH = "/v1/invocations/steps";
@@ -116,6 +116,10 @@ export class HttpStepTransport implements StepTransport, StateReader {
       if (answer.ok) return answer.text;
       const delay = this.wait(tried, answer);
       if (delay === undefined || clock.monotonic() * 1000 + delay - began >= this.retryForMs) {
+        if (answer.busy) {
+          const retryAfter = answer.retryAfterMs === undefined ? null : answer.retryAfterMs / 1000;
+          throw new EngineBusy(`${what} stayed throttled: ${answer.problem}`, retryAfter);
+        }
         throw new TransportError(`${what} failed: ${answer.problem}`);
       }
       console.warn(`ezgh: ${what} failed (${answer.problem}); retrying in ${Math.round(delay)} ms`);

@@ -21,7 +21,7 @@ from ezgh_engine.core import leases
 from ezgh_engine.errors import StaleInvocation
 from ezgh_engine.service import invoker, steps
 
-from tests.api.steps_helpers import stored_run
+from tests.api.steps_helpers import free_lease, lease_token, stored_run
 from tests.api.test_protocol_races import _raw_run
 
 APP = SimpleNamespace(kind="push", name="app", notifications=None, protocol="1.5")
@@ -108,6 +108,37 @@ def test_an_app_that_hangs_before_any_step_is_a_delivery_failure(
     assert retry is not None and retry.after_seconds == leases.BACKOFF_BASE_SECONDS
     assert int(_raw_run(run.id)["invokeFailures"]) == 1
     assert runs_store.get_run(run.id).steps == ()  # type: ignore[union-attr]
+
+
+def test_a_step_an_earlier_invocation_left_running_is_not_failed_by_a_hang(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """A crash left a step `running` long ago; the next invocation's app hangs before its
+    first step and times out. That invocation never reached the step: it is not failed
+    `workflows.step_timed_out` (the fault campaign lost a run so), the delivery counts as
+    failed, and the next invocation starts the step again (at least once)."""
+    monkeypatch.setattr(invoker.registry_store, "get_app", lambda *a, **k: APP)
+    run = stored_run()
+    token = lease_token(run)
+    _start(token, "a#1", "a")
+    # `long#1` started riding a#1's end (a mark, no item of its own yet); then that
+    # invocation died.
+    ops = [{"op": "complete", "stepId": "a#1", "output": 1}]
+    ops.append({"op": "start", "stepId": "long#1", "name": "long", "attempt": 1})
+    steps.apply_ops(token, {"ops": ops})
+    free_lease(run)
+    skip_clock.advance(timedelta(minutes=20))
+
+    def hangs(app: Any, request: dict[str, Any]) -> dict[str, Any]:
+        skip_clock.advance(timedelta(seconds=301))
+        raise push.AppTimedOut("app did not answer within 300 s")
+
+    monkeypatch.setattr(invoker, "invoke_app", hangs)
+    retry = invoker.invoke(run.id, int(_raw_run(run.id)["invokeSeq"]))
+    assert retry is not None and retry.after_seconds == leases.BACKOFF_BASE_SECONDS
+    step = runs_store.get_run(run.id).steps[1]  # type: ignore[union-attr]
+    assert step.id == "long#1" and step.status == "running" and step.error is None
+    assert int(_raw_run(run.id)["invokeFailures"]) == 1
 
 
 def test_a_read_timeout_is_app_timed_out(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:

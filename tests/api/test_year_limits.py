@@ -13,6 +13,7 @@ import pytest
 from ezgh_engine import clock
 from ezgh_engine.adapters import aws, runs_store, year_limit_store
 from ezgh_engine.adapters import run_items as items
+from ezgh_engine.config import settings
 from ezgh_engine.core.models import Run
 from ezgh_engine.service import stream, year_limits
 from ezgh_engine.service.timers import YEAR_LIMIT, YEAR_LIMIT_ERROR
@@ -112,14 +113,14 @@ def test_a_burst_of_starts_writes_one_bucket_and_no_schedule(
 def test_the_sweep_reads_nothing_per_live_run_before_its_limit(
     requests: list[dict[str, Any]],
 ) -> None:
-    """A hundred live runs a day old: the sweep reads the two day buckets around its cutoff
-    (empty) and no run."""
+    """A hundred live runs a day old: the sweep reads the two days' buckets around its cutoff
+    (each day's shards and its unsharded key of older stacks: empty) and no run."""
     for _ in range(100):
         _created(1)
     requests.clear()
     assert year_limits.sweep() == 0
     reads = [(r["operation"], r["params"].get("IndexName")) for r in requests]
-    assert reads == [("Query", None), ("Query", None)]
+    assert reads == [("Query", None)] * 2 * (year_limit_store.SHARDS + 1)
     assert all(r["parsed"].get("Count") == 0 for r in requests)
 
 
@@ -136,3 +137,36 @@ def test_project_isolation(requests: list[dict[str, Any]]) -> None:
     mine, theirs = _created(367), _created(367, project_id=other)
     assert year_limits.sweep() == 2
     assert _status(mine) == _status(theirs) == "timedOut"
+
+
+def test_buckets_spread_over_the_day_key_s_shards(requests: list[dict[str, Any]]) -> None:
+    """At the top of an hour every stream environment writes a bucket for every project at
+    once: they land on `SHARDS` keys (by project), not on one day key; each is swept."""
+    projects = [f"{n:08x}-3333-4333-8333-333333333333" for n in range(40)]
+    runs = [_created(367, project_id=p) for p in projects]
+    keys = {
+        r["params"]["Item"]["pk"]["S"]
+        for r in requests
+        if r["operation"] == "PutItem"
+        and r["params"]["Item"]["pk"]["S"].startswith(year_limit_store.PREFIX)
+    }
+    assert len(keys) == year_limit_store.SHARDS  # 40 projects: every shard takes some
+    assert year_limits.sweep() == len(runs)
+    assert {_status(r) for r in runs} == {"timedOut"}
+
+
+def test_a_bucket_an_older_stack_wrote_on_the_unsharded_key_is_swept(
+    requests: list[dict[str, Any]],
+) -> None:
+    run = _created(367)
+    hour, project = year_limits.bucket_of(items.run_values(run))  # type: ignore[misc]
+    year_limit_store.delete_bucket(hour, project)
+    legacy = year_limit_store.bucket_key(hour, project, legacy=True)
+    assert "#" not in legacy["pk"]["S"].removeprefix(year_limit_store.PREFIX)  # a day, no shard
+    _put({"pk": legacy["pk"]["S"], "sk": legacy["sk"]["S"]})
+    assert year_limits.sweep() == 1
+    assert _status(run) == "timedOut"
+    got = aws.client("dynamodb").get_item(
+        TableName=settings().runs_table, Key=legacy, ConsistentRead=True
+    )
+    assert "Item" not in got  # done with: deleted where it was written

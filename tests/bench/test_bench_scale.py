@@ -114,3 +114,28 @@ def test_shared_keys_scale_with_the_rate_and_a_runs_own_do_not() -> None:
     assert abs(m["concurrency"]["invoker"] - 1000 / 10 * held) < 1e-6
     assert abs(m["concurrency"]["api"] - 50.0) < 1e-9
     assert m["first_aws"] == "DynamoDB WCU/s of key runs/gsi1 RUNS#<id>"
+
+
+def test_the_year_limit_bucket_scales_with_environments_not_starts() -> None:
+    """Each recorded run starts in a fresh project, so each writes its hour's year-limit
+    bucket; a deployment writes it once per stream environment, hour and project
+    (`year_limits.arm`), so the day's key takes a few writes an hour, not one a start."""
+    from ezgh_engine.adapters import year_limit_store
+
+    rec = Recorder()
+    runs = []
+    for n in (1, 2):
+        calls, invocations, sizes, identities = _run(rec, f"r-{n}", n)
+        rec.clear(keep_sizes=True)
+        rec.active = True
+        day = f"{year_limit_store.PREFIX}2026-12-06#3"
+        _feed(rec, "PutItem", {"TableName": RUNS_TABLE, "Item": {"pk": _s(day), "sk": _s("h")}})
+        rec.active = False
+        runs.append((calls + list(rec.calls), invocations, sizes, identities))
+    m = scale.model(scale.attribute(runs, 10, 100), 1000)
+    hottest = [x["limit"] for x in m["limits"] if x["limit"].startswith("DynamoDB WCU/s")]
+    # Scaled by starts it would take 1,000 WCU a second (one write a run): the hottest key.
+    # Scaled by environments, 5 shards' environments write it once an hour: not among the
+    # three hottest (the index key, the rate counter, a run's own item).
+    assert not any(year_limit_store.PREFIX in name for name in hottest), hottest
+    assert len(hottest) == 3

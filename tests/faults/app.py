@@ -213,18 +213,32 @@ def _transport(api: Any, deployment_id: str | None) -> Any:
     return _plan_box[0].wrap_transport(_scaled_transport)(api, deployment_id)
 
 
+class _ScaledTransport(HttpStepTransport):
+    """The SDK's step transport with every wait scaled, the engine's `Retry-After` too: its
+    1 s against a retry time scaled to 0.6 s made the SDK give up a throttled step call at
+    its first 503, where a deployed SDK (1 s against 30 s) tries it about thirty times."""
+
+    def __init__(self, api: Any, deployment_id: str | None, scale: float) -> None:
+        super().__init__(
+            api,
+            deployment_id,
+            backoff=tuple(wait * scale for wait in (0.1, 0.4, 1.2)),
+            retry_for_seconds=RETRY_FOR_SECONDS * scale,
+        )
+        self._scale = scale
+
+    def _wait(self, tried: int, busy: bool, retry_after: float | None) -> float | None:
+        scaled = retry_after * self._scale if retry_after is not None else None
+        return super()._wait(tried, busy, scaled)
+
+
 def _scaled_transport(api: Any, deployment_id: str | None) -> Any:
     """The SDK's step transport, its retry waits and time scaled as the engine's clients'
     backoff is (`FaultPlan.backoff_scale`: the campaign's invoke timeout is 6 s, not 300)."""
     scale = _plan_box[0].backoff_scale
     if scale == 1:
         return http_transport_factory(api, deployment_id)
-    return HttpStepTransport(
-        api,
-        deployment_id,
-        backoff=tuple(wait * scale for wait in (0.1, 0.4, 1.2)),
-        retry_for_seconds=RETRY_FOR_SECONDS * scale,
-    )
+    return _ScaledTransport(api, deployment_id, scale)
 
 
 app = PushApp([interp], transport_factory=_transport)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.faults import dsl
-from tests.faults.conftest import BACKOFF_SCALE
+from tests.faults.conftest import BACKOFF_SCALE, INVOKE_TIMEOUT_SECONDS
 from tests.faults.harness import Figures, run_batch
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e]
@@ -23,6 +23,7 @@ FAULT_PROBABILITY = 0.06
 # The share of 20-second slots of engine time that are a throttle burst of one service
 # (DynamoDB, Lambda, Scheduler or SQS: 20-50 % of its requests answered throttled).
 THROTTLE_BURSTS = 0.8
+HANG_SECONDS = float(INVOKE_TIMEOUT_SECONDS) + 2
 
 
 def test_generated_runs_lose_nothing_under_faults(runtime, request):
@@ -50,6 +51,10 @@ def test_generated_runs_lose_nothing_under_faults(runtime, request):
             throttle=0.02,  # per DynamoDB call: many per step
             throttle_burst=THROTTLE_BURSTS,  # per 20 s of engine time: 20-50 % of a service
             backoff_scale=BACKOFF_SCALE,
+            # Past the invoke timeout by a margin, so a hang is always a timed-out delivery
+            # (at the default 3 s, under the suite's 6 s limit, whether it was one depended on
+            # how loaded the machine was).
+            hang_seconds=HANG_SECONDS,
             kill=0.15,  # per recorded step end, timers per fire: rarer events
             timer_duplicate=0.3,
             timer_late=0.3,

@@ -157,3 +157,37 @@ def test_throttle_bursts_strike_one_service_at_20_to_50_percent_in_a_slot():
         == len(throttled)
         == plan.report()["throttle_burst"]
     )
+
+
+def test_bursts_count_from_the_plan_s_start_not_the_wall_clock():
+    """Slots of absolute time drew other bursts on every run of one seed (a campaign starts
+    at another moment each time): slots now count from when the plan was installed, which
+    the functions' processes get with the plan."""
+    from datetime import UTC, datetime, timedelta
+
+    from ezgh_engine.local import faults
+
+    starts = [datetime(2026, 1, 1, tzinfo=UTC), datetime(2027, 6, 3, 4, 5, 7, tzinfo=UTC)]
+    drawn = []
+    for start in starts:
+        plan = faults.FaultPlan(seed=7, throttle_burst=0.5, burst_origin=start.timestamp())
+        offsets = [timedelta(seconds=faults.BURST_SLOT_SECONDS * i + 1) for i in range(40)]
+        drawn.append([plan.burst_at(start + offset) for offset in offsets])
+    assert drawn[0] == drawn[1] and any(drawn[0])
+    child = faults.FaultPlan(seed=7, **(plan.child_state() or {}))
+    assert child.burst_origin == plan.burst_origin
+
+
+def test_app_faults_are_keyed_by_the_invocation_not_its_token():
+    """A token carries a signature and an expiry: another on every run of one seed. The
+    app's faults are keyed by its run (labelled), epoch, attempt and step instead."""
+    from ezgh_engine.core import tokens
+    from ezgh_engine.local.faults import invocation_key
+
+    run = "0b7c4e1a-0000-4000-8000-00000000000a"
+    one = tokens.mint("s1", tokens.InvocationClaims(run, "p", 3, 1, 1000))
+    two = tokens.mint("s2", tokens.InvocationClaims(run, "p", 3, 1, 99999))
+    assert one != two and invocation_key(one) == invocation_key(two) == f"{run}|e3|a1|"
+    plan = FaultPlan.everything(9, 0.5)
+    plan.alias(run, "r0")
+    assert plan.label(invocation_key(one)) == "r0|e3|a1|"

@@ -11,7 +11,7 @@ import pytest
 from ezgh_workflows import ApiError, QueuesClient, Worker, WorkflowsClient
 from ezgh_workflows._internal.errors import AbortInvocation, TransportError
 from ezgh_workflows._internal.protocol import ApiInfo
-from ezgh_workflows._internal.transport import HttpStepTransport
+from ezgh_workflows._internal.transport import EngineBusy, HttpStepTransport
 
 PREFIX = "/v1/organizations/org-1/projects/proj-1"
 
@@ -258,7 +258,7 @@ def test_a_step_call_throttled_for_long_keeps_trying_for_its_time_then_fails(
     rec = Recorder([httpx.Response(429)] * 99)
     client = httpx.AsyncClient(transport=httpx.MockTransport(rec))
     transport = HttpStepTransport(ApiInfo("http://e.test/", "t"), "dep", client=client)
-    with pytest.raises(TransportError, match="HTTP 429"):
+    with pytest.raises(EngineBusy, match="HTTP 429"):  # the invocation answers `throttled`
         asyncio.run(transport.send(RECORD))  # the defaults: 0.1, 0.4, 1.2 s, then doubling
     assert 15 < sum(waits) < 30
     assert len(rec.requests) == len(waits) + 1 > 6
@@ -275,8 +275,9 @@ def test_a_network_error_or_another_5xx_is_tried_once_per_step_of_the_schedule(
         client = httpx.AsyncClient(transport=httpx.MockTransport(rec))
         transport = HttpStepTransport(ApiInfo("http://e.test/", "t"), "dep", client=client)
         waits.clear()
-        with pytest.raises(TransportError):
+        with pytest.raises(TransportError) as raised:
             asyncio.run(transport.send(RECORD))
+        assert not isinstance(raised.value, EngineBusy)  # the app's own failure: counted
         assert len(rec.requests) == 4 and len(waits) == 3
 
 

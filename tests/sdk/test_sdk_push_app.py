@@ -139,6 +139,29 @@ def test_sdk_failure_is_500_without_a_trace(engine: Engine) -> None:
     assert "secret detail" not in answer.text and "Traceback" not in answer.text
 
 
+def test_a_step_call_that_stays_throttled_answers_throttled_not_500(engine: Engine) -> None:
+    """The engine kept answering 503 past the SDK's retries: not the app's fault. The
+    invocation answers the protocol's `throttled` outcome with the engine's `Retry-After`,
+    which the engine delivers again without counting a failed delivery (docs/protocol.md)."""
+    from ezgh_workflows._internal.transport import EngineBusy
+
+    class Throttled:
+        async def send(self, ops: Any) -> Any:
+            raise EngineBusy("step call stayed throttled: HTTP 503", 1.0)
+
+        async def aclose(self) -> None:
+            return None
+
+    make_app(engine, hello)
+    body = engine.invoke_body("hello", {"name": "x"})
+    app = PushApp([hello], signing_key=KEY, transport_factory=lambda api, dep: Throttled())
+    answer = post(app, body)
+    assert answer.status_code == 200
+    assert answer.json()["outcome"] == "throttled"
+    assert answer.json()["retryAfter"] == 1.0
+    assert "HTTP 503" in answer.json()["reason"]
+
+
 def _asgi(app: PushApp, scope: dict[str, Any], messages: list[dict[str, Any]]) -> list[Any]:
     sent: list[dict[str, Any]] = []
 

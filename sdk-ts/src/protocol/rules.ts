@@ -13,6 +13,10 @@ export const STEP_ENDED_STATUSES: ReadonlySet<string> = new Set(["completed", "f
 /** `retries` left out on a `run` step means this many retries (4 attempts); a step asks for
  * at most MAX_RETRIES, whatever it says. */
 export const DEFAULT_RETRIES = 3;
+
+/** An invocation whose step calls stayed throttled answers this outcome (with `retryAfter`):
+ * the engine delivers it again later and counts no failed delivery. */
+export const THROTTLED_OUTCOME = "throttled";
 export const MAX_RETRIES = 100;
 
 /** Whether a retryable failure of `attempt` (from 1) of a step allowed `retries` retries runs

@@ -10,6 +10,7 @@
  */
 
 import type { ErrorBody } from "../errors.js";
+import { THROTTLED_OUTCOME } from "./rules.js";
 
 export const PROTOCOL_VERSION = "1.5";
 /** From 1.3 an invocation's answer may carry `ops`: the step ends held since its last call. */
@@ -221,6 +222,8 @@ export const answers = {
   failed: (error: ErrorBody, deploymentId: string | null) => outcome("failed", deploymentId, { error }),
   suspended: (waits: Obj[], deploymentId: string | null) => outcome("suspended", deploymentId, { waits }),
   aborted: (reason: string, deploymentId: string | null) => outcome("aborted", deploymentId, { reason }),
+  throttled: (reason: string, retryAfter: number | null, deploymentId: string | null) =>
+    outcome(THROTTLED_OUTCOME, deploymentId, { reason, retryAfter }),
   branchEnded: (stepId: string, deploymentId: string | null) => outcome("branch", deploymentId, { stepId }),
   cancelled: (deploymentId: string | null) => outcome("cancelled", deploymentId),
 };

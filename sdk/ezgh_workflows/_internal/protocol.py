@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ErrorBody
+from .protocol_rules import THROTTLED_OUTCOME
 from .trace import TraceContext, parse_trace
 
 PROTOCOL_VERSION = "1.5"
@@ -221,6 +222,11 @@ def suspended(waits: list[dict[str, Any]], deployment_id: str | None) -> dict[st
 
 def aborted(reason: str, deployment_id: str | None) -> dict[str, Any]:
     return _outcome("aborted", deployment_id, reason=reason)
+
+
+def throttled(reason: str, retry_after: float | None, deployment_id: str | None) -> dict[str, Any]:
+    """The engine stayed busy (protocol_rules.THROTTLED_OUTCOME): deliver again later."""
+    return _outcome(THROTTLED_OUTCOME, deployment_id, reason=reason, retryAfter=retry_after)
 
 
 def branch_ended(step_id: str, deployment_id: str | None) -> dict[str, Any]:

@@ -47,6 +47,31 @@ def may_retry(attempt: int, retries: int) -> bool:
     return attempt <= min(retries, MAX_RETRIES)
 
 
+# An invocation whose step calls stayed throttled (the engine answered 429 or 503 for longer
+# than the SDK resends one call) answers the outcome `throttled`, with `retryAfter` (seconds,
+# or null): the engine was busy, not the app. The engine delivers it again, not before
+# `retryAfter` (at most THROTTLED_MAX_RETRY_AFTER_SECONDS) and after a wait from 2 s doubling
+# to 60 s, with equal jitter, and counts no failed delivery: a throttle never ends a run
+# `workflows.app_unreachable`. The bound: past MAX_THROTTLED_DELIVERIES in a row with no
+# outcome between them (at least an hour of throttling), each further one counts as a failed
+# delivery, so a run cannot be delivered forever.
+THROTTLED_OUTCOME = "throttled"
+THROTTLED_BASE_SECONDS = 2.0
+THROTTLED_MAX_DELAY_SECONDS = 60.0
+THROTTLED_MAX_RETRY_AFTER_SECONDS = 900.0
+MAX_THROTTLED_DELIVERIES = 100
+
+
+def throttled_delay_seconds(throttles: int, retry_after: float | None, jitter: float) -> float:
+    """Seconds before the delivery after ``throttles`` throttled ones in a row (from 1), for
+    ``jitter`` in [0, 1): never less than the answer's ``retry_after`` (capped)."""
+    ceiling = min(
+        THROTTLED_MAX_DELAY_SECONDS, THROTTLED_BASE_SECONDS * 2 ** max(0, min(throttles, 32) - 1)
+    )
+    asked = min(max(retry_after or 0.0, 0.0), THROTTLED_MAX_RETRY_AFTER_SECONDS)
+    return max(ceiling * (0.5 + 0.5 * jitter), asked)
+
+
 # A recorded error's `code` and `name`, and its `message`, at most (UTF-8 bytes): an error is
 # kept in its step's or its run's item (DynamoDB keeps 400 KB per item). Longer ones are cut
 # where they are made, the SDK before it sends them and the engine when it receives them.

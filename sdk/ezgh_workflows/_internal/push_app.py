@@ -18,7 +18,7 @@ from .errors import InvocationSignal, UnknownWorkflowError, WorkflowRuleError
 from .protocol import InvokeRequest, ProtocolError
 from .signing import INVOCATION_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from .threads import run_in_loop_thread
-from .transport import TransportFactory, http_transport_factory
+from .transport import EngineBusy, TransportFactory, http_transport_factory
 from .web import (
     HttpRequest,
     HttpResponse,
@@ -179,6 +179,10 @@ class PushApp:
             transport = self._transport_factory(job.request.api, job.deployment_id)
             invocation = Invocation(job.workflow, job.request, transport, job.deployment_id)
             return HttpResponse(200, await invocation.execute())
+        except EngineBusy as exc:  # not the app's fault: the engine delivers it again later
+            logger.warning("invocation of run %s: %s", job.request.run.id, exc)
+            answer = protocol.throttled(str(exc), exc.retry_after, job.deployment_id)
+            return HttpResponse(200, answer)
         except (Exception, InvocationSignal, WorkflowRuleError) as exc:
             logger.error("invocation of run %s failed in the SDK", job.request.run.id, exc_info=exc)
             message = f"the SDK could not complete the invocation: {type(exc).__name__}"

@@ -76,14 +76,25 @@ MIN_BUSY_WAIT_SECONDS = 0.1
 BUSY_STATUSES = frozenset({429, 503})
 
 
+class EngineBusy(TransportError):
+    """A call the engine kept answering busy or throttled (429, 503) past its retries: not
+    the app's fault. The invocation answers `throttled` (docs/protocol.md section 1.2), which
+    the engine delivers again later without counting a failed delivery."""
+
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after  # seconds, the last answer's `Retry-After`
+
+
 class HttpStepTransport:
     """`StepTransport` over HTTP: ``POST {api.url}/v1/invocations/steps``.
 
     A failed call is sent again with the same ops (every op is idempotent) after the
     `backoff` schedule's jittered waits, at least the answer's `Retry-After`: a throttled or
     busy one (429, 503) for up to `retry_for_seconds`, its waits doubling past the schedule
-    (at most `MAX_RETRY_WAIT_SECONDS`); another 5xx or a network error once per step of the
-    schedule. Never past `deadline` (a `clock.monotonic()` time), when given. It is a
+    (at most `MAX_RETRY_WAIT_SECONDS`), then `EngineBusy`; another 5xx or a network error
+    once per step of the schedule, then `TransportError`. Never past `deadline` (a
+    `clock.monotonic()` time), when given. It is a
     `StateReader` too: the history and payload calls go to the same engine URL, with the same
     token and retries (they only read).
     """
@@ -140,6 +151,8 @@ class HttpStepTransport:
             reason, busy, retry_after = problem
             delay = self._wait(tried, busy, retry_after)
             if delay is None or not self._in_time(began, delay):
+                if busy:
+                    raise EngineBusy(f"{what} stayed throttled: {reason}", retry_after)
                 raise TransportError(f"{what} failed: {reason}")
             logger.warning("%s failed (%s); retrying in %.1fs", what, reason, delay)
             await asyncio.sleep(delay)

@@ -66,8 +66,9 @@ def take_lease(run_id: str, seq: int, *, now_ms: int, lease_ms: int) -> Run | No
     return items.run_from(ddb.from_item(answer["Attributes"]))
 
 
-def back_off(run: Run, *, failures: int, retry_at_ms: int) -> None:
-    """Keep the lease until `retry_at_ms` after a failed delivery, counting the failure;
+def back_off(run: Run, *, failures: int, retry_at_ms: int, throttles: int | None = None) -> None:
+    """Keep the lease until `retry_at_ms` after a failed delivery, counting the failure (and
+    `throttles`, the throttled deliveries in a row, when given: `INVOKE_THROTTLES_ATTR`);
     `StaleInvocation` when the invocation no longer holds the run."""
     update = (
         Update()
@@ -77,6 +78,8 @@ def back_off(run: Run, *, failures: int, retry_at_ms: int) -> None:
         .where(f"epoch = :epoch AND {_LIVE_CONDITION}", epoch=run.epoch)
         .bind(typed=True, **{k.removeprefix(":"): v for k, v in _LIVE.items()})
     )
+    if throttles is not None:
+        update.set(items.INVOKE_THROTTLES_ATTR, throttles)
     try:
         _ddb().update_item(**update.request(TableName=_table(), Key=items.run_key(run.id)))
     except ClientError as exc:

@@ -13,7 +13,8 @@ import re
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import App
 from ezgh_engine.core.queues import redacted_url
+from ezgh_engine.core.sizes import LAMBDA_PAYLOAD_BYTES
 from ezgh_engine.errors import EngineError, ValidationError
 from ezgh_engine.protocol import PROTOCOL_VERSION
 
@@ -311,11 +313,68 @@ def pinned_request(target: Target, method: str, *, timeout: float, **kwargs: Any
         return client.request(method, target.url, **kwargs)
 
 
+class AnswerTooLarge(httpx.HTTPError):
+    """The target answered a body over the cap (`pinned_post`): read no further."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer is over {limit} bytes")
+        self.limit = limit
+
+
+# Content encodings `pinned_post` asks for and reads, each through a bounded decoder.
+_ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
 def pinned_post(
-    target: Target, *, content: bytes, headers: dict[str, str], timeout: float
+    target: Target,
+    *,
+    content: bytes,
+    headers: dict[str, str],
+    timeout: float,
+    max_answer_bytes: int = LAMBDA_PAYLOAD_BYTES,
 ) -> httpx.Response:
-    """POST to a checked target's pinned address; redirects are never followed."""
-    return pinned_request(target, "POST", timeout=timeout, content=content, headers=headers)
+    """POST to a checked target's pinned address; redirects are never followed. The answer's
+    body is read as it arrives, at most `max_answer_bytes` (Lambda's 6 MB by default: no
+    answer of the protocol is larger) on the wire and decoded, so a hostile target cannot
+    make the engine buffer more: `AnswerTooLarge` past it."""
+    transport = PinnedTransport(target.address, network_transport())
+    sent = {**headers, "Accept-Encoding": ", ".join(_ZLIB_WBITS)}
+    with (
+        httpx.Client(transport=transport, timeout=timeout, follow_redirects=False) as client,
+        client.stream("POST", target.url, content=content, headers=sent) as answer,
+    ):
+        declared = answer.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > max_answer_bytes:
+            raise AnswerTooLarge(max_answer_bytes)
+        body = _read_capped(answer, max_answer_bytes)
+    kept = [(k, v) for k, v in answer.headers.items() if k.lower() not in _BODY_HEADERS]
+    return httpx.Response(answer.status_code, headers=kept, content=body, request=answer.request)
+
+
+_BODY_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
+
+
+def _read_capped(answer: httpx.Response, limit: int) -> bytes:
+    """The answer's body, decoded, or `AnswerTooLarge` once it is over `limit` bytes (on
+    the wire or decoded: a small compressed body may expand without bound)."""
+    encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity") and encoding not in _ZLIB_WBITS:
+        raise httpx.DecodingError(f"the answer's Content-Encoding {encoding[:40]!r} is not read")
+    decoder = zlib.decompressobj(_ZLIB_WBITS[encoding]) if encoding in _ZLIB_WBITS else None
+    chunks: Iterable[bytes] = answer.iter_raw()
+    if answer.is_stream_consumed:  # a transport answering from memory (a test's mock)
+        chunks, decoder = [answer.content], None  # read and decoded already
+    body = bytearray()
+    wire = 0
+    for chunk in chunks:
+        wire += len(chunk)
+        try:
+            body += decoder.decompress(chunk, limit + 1 - len(body)) if decoder else chunk
+        except zlib.error:
+            raise httpx.DecodingError("the answer's body does not decode") from None
+        if wire > limit or len(body) > limit:
+            raise AnswerTooLarge(limit)
+    return bytes(body)
 
 
 def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -337,6 +396,12 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     }
     try:
         answer = pinned_post(target, content=raw, headers=headers, timeout=timeout)
+    except AnswerTooLarge as exc:
+        # The contract's `payload_too_large`: no answer is larger than Lambda's 6 MB.
+        raise AppUnreachable(
+            f"app {app.name} at {shown} answered more than {exc.limit} bytes "
+            "(payload_too_large: an answer must fit in Lambda's 6 MB); it was not read"
+        ) from None
     except httpx.ReadTimeout:
         raise AppTimedOut(
             f"app {app.name} at {shown} did not answer within {timeout:g} s"

@@ -109,7 +109,7 @@ def _retry_once(run: Run, *, at: str) -> None:
         )
         .set("invokeFailures", 0)
         .set("leaseUntil", 0)
-        .remove("endedAt", "error", "ttl", "notifyEnd")
+        .remove("endedAt", "error", "ttl", "notifyEnd", items.INVOKE_THROTTLES_ATTR)
         .where("version = :v AND #status IN (:failed, :timedOut)", v=run.version)
         .bind(failed=RETRYABLE_STATUSES[0], timedOut=RETRYABLE_STATUSES[1])
     )

@@ -183,6 +183,11 @@ def run_values(run: Run, *, started_event: str | None = None) -> dict[str, Any]:
     return values
 
 
+# Throttled deliveries in a row (the app answered `throttled`), kept apart from
+# `invokeFailures`: written only by such a delivery's backoff, removed by the next outcome.
+INVOKE_THROTTLES_ATTR = "invokeThrottles"
+
+
 def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
     has_output = "output" in values
     return Run(
@@ -213,6 +218,7 @@ def run_from(values: dict[str, Any], steps: tuple[Step, ...] = ()) -> Run:
         epoch=int(values.get("epoch", 0)),
         lease_until_ms=int(values.get("leaseUntil", 0)),
         invoke_failures=int(values.get("invokeFailures", 0)),
+        invoke_throttles=int(values.get(INVOKE_THROTTLES_ATTR, 0)),
         app_name=values.get("appName"),
         steps=steps,
         last_outcome=values.get(OUTCOME_ATTR),

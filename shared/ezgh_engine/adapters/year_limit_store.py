@@ -1,16 +1,24 @@
 """The year-limit buckets: which projects had runs created in which hour.
 
-One item per (creation hour, project) that had a live run, `YEARLIMIT#<day>` /
+One item per (creation hour, project) that had a live run, `YEARLIMIT#<day>#<n>` /
 `<hour>#<projectId>` in the `runs` table (no `type`: the stream's filter passes none of
-them), expiring after the hour's year limit and the retention that follows. The hourly sweep
-(`service.year_limits`) reads the day of the hour whose runs reach their limit, then each
-project's live runs created in that hour from the status index's live keys (every shard,
-sorted by `<createdAt>#<runId>`): O(projects that started runs then + their runs still live),
-nothing per live run before its limit, nothing per ended run.
+them), expiring after the hour's year limit and the retention that follows. `<n>` is one of
+`SHARDS` write shards, a hash of the project: a bucket is written once per stream
+environment, hour and project (`service.year_limits.arm`), so one project puts a handful of
+writes an hour on its day's key, but at the top of each hour every environment writes a new
+bucket for every project at once, which on one key would meet DynamoDB's 1,000 writes a
+second per key at about 60 busy projects (16 environments each); spread over 8 keys, at about
+500. The hourly sweep (`service.year_limits`) reads every shard of the day of the hour whose
+runs reach their limit (and the one unsharded key, `YEARLIMIT#<day>`, that stacks wrote
+before the shards), then each project's live runs created in that hour from the status
+index's live keys (every shard, sorted by `<createdAt>#<runId>`): O(projects that started
+runs then + their runs still live), nothing per live run before its limit, nothing per ended
+run.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -24,6 +32,8 @@ from ezgh_engine.config import settings
 from ezgh_engine.topology import RUNS_BY_STATUS
 
 PREFIX = "YEARLIMIT#"
+# The day key's write shards (see the module's doc); a project's buckets are all on one.
+SHARDS = 8
 
 
 def hour_of(moment: datetime) -> str:
@@ -31,12 +41,21 @@ def hour_of(moment: datetime) -> str:
     return clock.iso(moment)[:13]
 
 
-def _day_pk(hour: str) -> str:
-    return PREFIX + hour[:10]
+def _day_pk(hour: str, shard: int | None) -> str:
+    """The day's key: shard `shard`, or (None) the unsharded key of older stacks."""
+    day = PREFIX + hour[:10]
+    return day if shard is None else f"{day}#{shard}"
 
 
-def bucket_key(hour: str, project_id: str) -> dict[str, Any]:
-    return items.key(_day_pk(hour), f"{hour}#{project_id}")
+def shard_of(project_id: str) -> int:
+    """The write shard of a project's buckets (a stable hash: the same in every process)."""
+    return int.from_bytes(hashlib.sha256(project_id.encode()).digest()[:4], "big") % SHARDS
+
+
+def bucket_key(hour: str, project_id: str, *, legacy: bool = False) -> dict[str, Any]:
+    """The bucket's key on its project's shard (`legacy`: on the unsharded key)."""
+    shard = None if legacy else shard_of(project_id)
+    return items.key(_day_pk(hour, shard), f"{hour}#{project_id}")
 
 
 def put_bucket(hour: str, project_id: str, expires_at: datetime) -> None:
@@ -58,19 +77,31 @@ def bucket_exists(hour: str, project_id: str) -> bool:
 
 
 def delete_bucket(hour: str, project_id: str) -> None:
-    client("dynamodb").delete_item(
-        TableName=settings().runs_table, Key=bucket_key(hour, project_id)
-    )
+    """Delete the bucket, on its shard and on the unsharded key (where an older stack wrote
+    it): a delete of an item that is not there writes nothing."""
+    for legacy in (False, True):
+        client("dynamodb").delete_item(
+            TableName=settings().runs_table, Key=bucket_key(hour, project_id, legacy=legacy)
+        )
 
 
 def buckets_up_to(day: datetime, last_hour: str) -> Iterator[tuple[str, str]]:
-    """(hour, project) of the buckets of `day` (UTC) up to `last_hour` included."""
-    hour = hour_of(day)
+    """(hour, project) of the buckets of `day` (UTC) up to `last_hour` included: every shard's,
+    and the unsharded key's (one query each)."""
+    seen: set[tuple[str, str]] = set()
+    for shard in (*range(SHARDS), None):
+        for bucket in _buckets_of(_day_pk(hour_of(day), shard), last_hour):
+            if bucket not in seen:
+                seen.add(bucket)
+                yield bucket
+
+
+def _buckets_of(pk: str, last_hour: str) -> Iterator[tuple[str, str]]:
     kwargs: dict[str, Any] = {
         "TableName": settings().runs_table,
         "KeyConditionExpression": "pk = :pk AND sk <= :last",
         "ExpressionAttributeValues": {
-            ":pk": {"S": _day_pk(hour)},
+            ":pk": {"S": pk},
             ":last": {"S": f"{last_hour}#\uffff"},
         },
         "ConsistentRead": True,

@@ -255,6 +255,7 @@ class Run:
     epoch: int = 0
     lease_until_ms: int = 0
     invoke_failures: int = 0
+    invoke_throttles: int = 0  # throttled deliveries in a row (service/invoker.py)
     # The app's name when the run started: the run's resource (`<app name>/<workflow>`) for
     # permission checks, which must survive the app's deletion (None on runs from before).
     app_name: str | None = None

@@ -12,7 +12,7 @@ A `FaultPlan` is a seed and one probability per fault. Given to a `LocalRuntime`
 | `timer_duplicate` | scheduler | a due schedule fires twice |
 | `timer_late` | scheduler | a due schedule fires `late_seconds` late |
 | `throttle` | boto3 (`adapters.aws.intercept`) | a DynamoDB call fails with `ProvisionedThroughputExceededException` / `ThrottlingException` after botocore's retries: the handler fails, and its message comes back as SQS or the stream mapping redelivers it |
-| `throttle_burst` | boto3's HTTP seam (`adapters.aws.respond`), the functions' own processes | a burst: for a while (`BURST_SLOT_SECONDS` of engine time), 20-50 % of one service's requests (DynamoDB, Lambda, Scheduler or SQS) are answered as AWS answers a throttled request (`aws.throttled_answer`); botocore retries them with its backoff, and what still fails after its attempts reaches the engine |
+| `throttle_burst` | boto3's HTTP seam (`adapters.aws.respond`), the functions' own processes | a burst: for a while (`BURST_SLOT_SECONDS` of engine time, counted from the plan's install, `burst_origin`), 20-50 % of one service's requests (DynamoDB, Lambda, Scheduler or SQS) are answered as AWS answers a throttled request (`aws.throttled_answer`); botocore retries them with its backoff, and what still fails after its attempts reaches the engine (a step call: 503, which the SDK resends, then answers its invocation `throttled`) |
 | `idem_claim_fail` | boto3, the functions' own processes | the put that claims an Idempotency-Key is throttled: the request answers 429 before it runs |
 | `idem_answer_fail` | boto3, the functions' own processes | every write of one Idempotency-Key's answer is throttled, after the request's effect (SQS took the messages, the run was written): the caller gets its answer, the claim stays unfinished |
 | `idem_crash` | boto3, the functions' own processes | the function's process dies at the answer's first write, after the effect: no answer (the HTTP bridge answers 500, as API Gateway a 502), the claim stays unfinished until it is stale (60 s) |
@@ -27,10 +27,13 @@ Delays are in engine time (`ezgh_engine.clock`): a test with a `SkipClock` skips
 
 **Reproducible.** Except for the Idempotency-Key faults (keyed by the claim's random token,
 see `_maybe_fail_idempotency`), a decision is a pure function of the seed, the fault, the event (an SQS
-body, a stream batch's sequence numbers, a schedule, a DynamoDB operation, a run and step) with
-known IDs replaced by their labels (`alias()`), and how many times that event was seen: the
-same seed gives the same faults to the same events. Threads may still order events
-differently from one run to the next.
+body, a stream batch's sequence numbers, a schedule, a DynamoDB operation, an invocation's
+run, epoch, attempt and step, `invocation_key`, never its token, whose signature and expiry
+differ on every run) with known IDs replaced by their labels (`alias()`), and how many times
+that event was seen: the same seed gives the same faults to the same events. Bursts are a
+function of the seed and the engine time since the plan was installed (not the wall clock's
+slots). Threads may still order events differently from one run to the next, and how much
+engine time a burst covers follows how fast the machine runs.
 
 Off by default: pollers carry `faults = None` and the runtime registers no hook.
 """
@@ -127,6 +130,11 @@ class FaultPlan:
     # step whose end a throttle holds for seconds overruns a limit no deployment has).
     backoff_scale: float = 1.0
     hang_seconds: float = 3.0  # real seconds; set above the engine's invoke timeout
+    # Engine time (epoch seconds) at which burst slots start counting: when the plan was
+    # installed, so the same seed draws the same bursts at the same moments of a campaign,
+    # whatever the wall clock (slots of absolute time drew others on every run). Sent to
+    # the functions' processes with the plan.
+    burst_origin: float | None = None
     injected: Counter[str] = field(default_factory=Counter, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -296,6 +304,8 @@ class FaultPlan:
         if self._stop_throttle is None and wanted:
             self._stop_throttle = aws.intercept(self._maybe_throttle)
         if self._stop_bursts is None and self.throttle_burst > 0:
+            if self.burst_origin is None:
+                self.burst_origin = clock.now().timestamp()
             self._stop_bursts = aws.respond(self._maybe_throttle_burst)
         if self.may_exit and self.backoff_scale != 1 and self._backoff_saved is None:
             self._backoff_saved = botocore.endpoint.time
@@ -307,6 +317,8 @@ class FaultPlan:
         state = {kind: float(getattr(self, kind)) for kind in CHILD_KINDS}
         if not any(state.values()):
             return None
+        if self.burst_origin is not None:
+            state["burst_origin"] = self.burst_origin
         return {**state, "backoff_scale": self.backoff_scale} if self.backoff_scale != 1 else state
 
     def uninstall(self) -> None:
@@ -327,7 +339,7 @@ class FaultPlan:
         or None."""
         if self.throttle_burst <= 0:
             return None
-        slot = int(moment.timestamp() // BURST_SLOT_SECONDS)
+        slot = int((moment.timestamp() - (self.burst_origin or 0.0)) // BURST_SLOT_SECONDS)
         digest = hashlib.sha256(f"{self.seed}|burst|{slot}".encode()).digest()
         if int.from_bytes(digest[:8], "big") / 2**64 >= self.throttle_burst:
             return None
@@ -419,14 +431,30 @@ class FaultPlan:
                 self.lost_ends[(_run_of(token), losing_end_of)] += 1
 
 
-def _run_of(token: str) -> str:
-    """The run an invocation token is for (its claims, unverified: the plan only labels)."""
+def _claims_of(token: str) -> dict[str, Any]:
+    """An invocation token's claims, unverified (the plan only labels)."""
     payload = token.partition(".")[0]
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     except ValueError:
-        return ""
-    return str(claims.get("r", "")) if isinstance(claims, dict) else ""
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def _run_of(token: str) -> str:
+    """The run an invocation token is for."""
+    return str(_claims_of(token).get("r", ""))
+
+
+def invocation_key(token: str) -> str:
+    """What names an invocation in a fault's event: its run (labelled by `alias`), epoch,
+    attempt and branch step, read from its token. Not the token itself: it carries a
+    signature and an expiry time, different on every run of one seed, so decisions keyed by
+    it were not reproducible."""
+    claims = _claims_of(token)
+    if not claims:
+        return "?"
+    return f"{claims.get('r')}|e{claims.get('e')}|a{claims.get('a')}|{claims.get('s') or ''}"
 
 
 class _ScaledSleep:
@@ -477,7 +505,8 @@ class _KillableTransport:
             raise _AppDied("the app died")
         for op in ops:
             ends = op.get("op") in ("complete", "fail")
-            if ends and self._plan.decide("kill", f"{self._token}|{op.get('stepId')}"):
+            event = f"{invocation_key(self._token)}|{op.get('stepId')}"
+            if ends and self._plan.decide("kill", event):
                 self._plan._kill(self._token, losing_end_of=str(op.get("stepId")))
                 raise _AppDied(f"the app died before recording {op.get('stepId')}")
         result: list[dict[str, Any]] = await self._inner.send(ops)
@@ -523,7 +552,7 @@ class FaultyApp:
             await self.inner(scope, _replay(body), send)
             return
         token = str((request.get("api") or {}).get("token", ""))
-        key = f"{token}"
+        key = invocation_key(token)
         plan = self.plan
         if plan.decide("app_drop", key):
             raise DropConnection()

@@ -12,6 +12,7 @@ from typing import Any
 from ezgh_engine.clock import parse_iso
 from ezgh_engine.core import validation
 from ezgh_engine.core.models import RunError
+from ezgh_engine.core.protocol_rules import THROTTLED_OUTCOME
 
 MAX_SLEEP = timedelta(days=365)
 WAIT_KINDS = frozenset({"sleep", "callback", "invoke", "message", "run"})
@@ -47,13 +48,14 @@ class Wait:
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # completed | failed | suspended | aborted | cancelled | branch
+    kind: str  # completed | failed | suspended | aborted | cancelled | branch | throttled
     deployment_id: str | None = None
     output: Any = None
     error: RunError | None = None
     sleeps: tuple[SleepWait, ...] = ()
     waits: tuple[Wait, ...] = ()
     step_id: str | None = None  # branch: the step the branch invocation ran
+    retry_after: float | None = None  # throttled: the seconds the engine's busy answer asked
 
 
 def _sleep(wait: dict[str, Any], now: datetime) -> SleepWait:
@@ -112,6 +114,14 @@ def _wait(wait: dict[str, Any]) -> Wait:
     return Wait(step_id, name, kind, parallel=kind == "run" and bool(wait.get("parallel")))
 
 
+def _retry_after(value: Any) -> float | None:
+    """A `throttled` answer's `retryAfter`: seconds (null, or not a finite number not below
+    0, is none)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
 def parse(answer: dict[str, Any], now: datetime) -> Outcome:
     """Check an app's answer; `MalformedOutcome` when it is not one the protocol allows."""
     kind = answer.get("outcome")
@@ -127,6 +137,8 @@ def parse(answer: dict[str, Any], now: datetime) -> Outcome:
         return Outcome("failed", deployment, error=RunError.from_api(answer["error"]))
     if kind in ("aborted", "cancelled"):
         return Outcome(kind, deployment)
+    if kind == THROTTLED_OUTCOME:
+        return Outcome(kind, deployment, retry_after=_retry_after(answer.get("retryAfter")))
     if kind == "branch":
         return Outcome(kind, deployment, step_id=str(answer.get("stepId") or ""))
     if kind == "suspended":

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import run_writes
+from ezgh_engine.adapters import run_writes, steps_store
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.intents import NewEvent, StepChange, StepEnd
 from ezgh_engine.adapters.run_items import outcome_mark
@@ -24,6 +24,7 @@ from ezgh_engine.core import tokens
 from ezgh_engine.core.events import EVENT_ID
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core.protocol_rules import MAX_THROTTLED_DELIVERIES, throttled_delay_seconds
 from ezgh_engine.errors import Forbidden, StaleInvocation, ValidationError
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
@@ -49,17 +50,41 @@ def end_step(run_id: str, step_id: str, epoch: int, status: str, error: RunError
     run_writes.transact([update])
 
 
-def release(run_id: str, step_id: str, epoch: int, until_ms: int, failures: int) -> None:
+def release(
+    run_id: str, step_id: str, epoch: int, until_ms: int, failures: int, throttles: int = 0
+) -> None:
     """Set the step's branch lease to end at `until_ms` (0: released) and its delivery
-    failures, if branch epoch `epoch` still holds it."""
-    update = StepChange(
-        run_id,
-        step_id,
-        {"branchLeaseUntil": until_ms, "branchFailures": failures},
-        "branchEpoch = :e",
-        {":e": epoch},
-    )
+    failures (and throttled deliveries, when some), if branch epoch `epoch` still holds it."""
+    values = {"branchLeaseUntil": until_ms, "branchFailures": failures}
+    if throttles:
+        values[BRANCH_THROTTLES_ATTR] = throttles
+    update = StepChange(run_id, step_id, values, "branchEpoch = :e", {":e": epoch})
     run_writes.transact([update])
+
+
+BRANCH_THROTTLES_ATTR = steps_store.BRANCH_THROTTLES_ATTR
+
+
+def throttled(
+    run_id: str, step_id: str, epoch: int, failures: int, retry_after: float | None
+) -> Retry | None:
+    """The branch's step calls stayed throttled (the engine was busy, not the app): deliver
+    it again after the throttled backoff, counting no failed delivery (as the invoker does
+    for a run, `invoker._throttled`); past `MAX_THROTTLED_DELIVERIES` of the step, None: the
+    caller counts it as a failed delivery."""
+    raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
+    throttles = int(raw.get(BRANCH_THROTTLES_ATTR, 0)) + 1
+    if throttles > MAX_THROTTLED_DELIVERIES:
+        return None
+    delay = throttled_delay_seconds(throttles, retry_after, ids.random_fraction())
+    until = clock.now_ms() + int(delay * 1000)
+    # The attempt the lease take started goes back with the lease (the engine was busy, not
+    # the step: a throttle uses up none of its retries); a step its SDK started itself (an
+    # SDK that does not read `branch.attempt`) is only released.
+    kept = {"epoch": epoch, "until_ms": until, "failures": failures, "throttles": throttles}
+    if not steps_store.give_back_start(run_id, step_id, **kept):
+        release(run_id, step_id, epoch, until, failures, throttles)
+    return Retry(after_seconds=delay)
 
 
 def aborted(run_id: str, step_id: str, epoch: int, failures: int) -> Retry | None:

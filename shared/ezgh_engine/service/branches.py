@@ -31,6 +31,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import App, Run, RunError
+from ezgh_engine.core.protocol_rules import THROTTLED_OUTCOME
 from ezgh_engine.core.run_errors import APP_DELETED
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.protocol.ops import Complete, Fail
@@ -128,6 +129,12 @@ def _answered(
     answers.record_invocation(run.id, run.attempt, step_id, invocation_id, started_at, outcome)
     if outcome.kind == "aborted":
         return answers.aborted(run.id, step_id, epoch, failures)
+    if outcome.kind == THROTTLED_OUTCOME:
+        retry = answers.throttled(run.id, step_id, epoch, failures, outcome.retry_after)
+        if retry is not None:
+            return retry
+        stayed = AppUnreachable(f"run {run.id}: the engine stayed throttled past its bound")
+        return _delivery_failed(run.id, step_id, epoch, failures + 1, stayed, give_back=True)
     answers.settle(run.id, step_id, epoch, attempt - 1)
     return None
 

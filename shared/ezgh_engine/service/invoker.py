@@ -21,6 +21,11 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import leases, run_facts, tokens
 from ezgh_engine.core.messages import Retry, Timer
 from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core.protocol_rules import (
+    MAX_THROTTLED_DELIVERIES,
+    THROTTLED_OUTCOME,
+    throttled_delay_seconds,
+)
 from ezgh_engine.core.run_errors import APP_DELETED, request_too_large
 from ezgh_engine.core.sizes import json_text
 from ezgh_engine.errors import StaleInvocation, ValidationError
@@ -213,6 +218,8 @@ def _push(attempt: _Attempt) -> Retry | None:
         # from was recorded otherwise, or its token ran out): nothing to write, but the run
         # must be invoked again. A truly stale invocation's lease is gone: back_off refuses.
         return _invoke_again(run)
+    if outcome.kind == THROTTLED_OUTCOME:
+        return _throttled(attempt, outcome.retry_after)
     return _record_answer(attempt, outcome, answer)
 
 
@@ -311,7 +318,14 @@ def fail_overrunning_steps(run: Run, now_ms: int, lease_ms: int) -> tuple[int, i
     Each is the `fail` op the invocation itself would send, under its own lease: a step
     another epoch started, or one that ended meanwhile, is not touched."""
     current = runs_store.get_run(run.id)
-    running = [s for s in (current.steps if current else ()) if s.status == "running"]
+    # Only what this invocation started: a step an earlier invocation left `running` (its
+    # end lost in a crash) was not reached by this one, whose app may not have run at all
+    # (it hung before its first step); the next invocation starts it again.
+    running = [
+        s
+        for s in (current.steps if current else ())
+        if s.status == "running" and s.started_at and _ms(s.started_at) >= now_ms
+    ]
     if not running or current is None or current.epoch != run.epoch:
         return 0, 0
     claims = tokens.InvocationClaims(
@@ -404,6 +418,33 @@ def _delivery_failed(
     delay = max(delay, (until_ms - clock.now_ms()) / 1000)
     try:
         store.back_off(run, failures=failures, retry_at_ms=clock.now_ms() + int(delay * 1000))
+    except StaleInvocation:
+        return None
+    return Retry(after_seconds=delay)
+
+
+def _throttled(attempt: _Attempt, retry_after: float | None) -> Retry | None:
+    """The app's step calls stayed throttled (the engine was busy, not the app): deliver it
+    again after the throttled backoff (`protocol_rules.throttled_delay_seconds`), counting no
+    failed delivery. The bound: past `MAX_THROTTLED_DELIVERIES` in a row without an outcome,
+    each counts as a failed delivery, so a run is never delivered forever."""
+    run = attempt.run
+    throttles = run.invoke_throttles + 1
+    if throttles > MAX_THROTTLED_DELIVERIES:
+        return attempt.delivery_failed(
+            AppUnreachable(
+                f"the engine stayed throttled for {run.invoke_throttles} deliveries in a row"
+            )
+        )
+    delay = throttled_delay_seconds(throttles, retry_after, ids.random_fraction())
+    log.warning(
+        "run %s: delivery throttled (%d in a row); again in %.1f s", run.id, throttles, delay
+    )
+    retry_at_ms = clock.now_ms() + int(delay * 1000)
+    try:
+        store.back_off(
+            run, failures=run.invoke_failures, retry_at_ms=retry_at_ms, throttles=throttles
+        )
     except StaleInvocation:
         return None
     return Retry(after_seconds=delay)

@@ -12,6 +12,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.intents import EndCommit, EventSegments, SuspendCommit
 from ezgh_engine.core import tokens, validation
 from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core.protocol_rules import THROTTLED_OUTCOME
 from ezgh_engine.core.run_errors import MAX_PENDING_STEPS, too_many_pending_steps
 from ezgh_engine.errors import EngineError, StaleInvocation
 from ezgh_engine.protocol import ops as protocol_ops
@@ -30,6 +31,8 @@ class OpsConflict(Exception):
 
 
 PENDING = frozenset({"sleeping", "waiting", "retrying"})
+# Outcomes that record nothing on the run (see `apply`).
+NOTHING_TO_WRITE = frozenset({"aborted", "branch", THROTTLED_OUTCOME})
 
 
 def apply_answer(
@@ -54,7 +57,7 @@ def apply_answer(
         "started_at": started_at,
         "notify": notify,
     }
-    if ops is None or outcome.kind in ("aborted", "branch"):
+    if ops is None or outcome.kind in NOTHING_TO_WRITE:
         apply(run, seq, outcome, **ends)
         return
     ops = protocol_ops.parse_answer_ops(ops, claims.step_id)  # once: both paths take it
@@ -91,9 +94,10 @@ def apply(
     """Record the outcome: one conditional write of the run item commits it and carries its
     event, after what it writes ahead (docs/architecture.md, "An outcome's writes").
     `StaleInvocation` when the lease was lost meanwhile."""
-    if outcome.kind in ("branch", "aborted"):
+    if outcome.kind in NOTHING_TO_WRITE:
         # `branch`: only branch invocations answer it (service.branches); `aborted`: the
-        # invocation gave up its lease to a newer one. Nothing to write.
+        # invocation gave up its lease to a newer one; `throttled`: the engine was busy, the
+        # invocation is delivered again (a pull task: when its lease ends). Nothing to write.
         return
     now = clock.now()
     at = clock.iso(now)

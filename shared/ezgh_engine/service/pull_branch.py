@@ -41,6 +41,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import task_claims
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import LIVE_STATUSES, App, Run, RunError
+from ezgh_engine.core.protocol_rules import THROTTLED_OUTCOME
 from ezgh_engine.core.run_errors import request_too_large
 from ezgh_engine.core.sizes import SQS_MESSAGE_BYTES, json_text
 from ezgh_engine.errors import StaleInvocation, ValidationError
@@ -189,8 +190,9 @@ def post_outcome(task: TaskClaims, run_attempt: int, body: dict[str, Any]) -> No
     answers.record_invocation(
         run_id, run_attempt, step_id, task.invocation_id, task.started_at, outcome
     )
-    if outcome.kind == "aborted":
-        # Its step call was refused as stale: released, the `branch` message runs it again.
+    if outcome.kind in ("aborted", THROTTLED_OUTCOME):
+        # Its step call was refused as stale, or stayed throttled: released, the `branch`
+        # message runs it again.
         answers.aborted(run_id, step_id, epoch, 0)
         return
     answers.settle(run_id, step_id, epoch, task.attempt)

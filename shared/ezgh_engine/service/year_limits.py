@@ -14,8 +14,9 @@ before (so a sweep that failed or fired late is made up by the next), and for ea
 project's live runs created in that hour up to the cutoff, from the project's runs index;
 a bucket whose hour lies wholly before the cutoff is deleted once its runs are ended. A run
 therefore ends within an hour (and Scheduler's delay) after its limit. Cost: an idle stack
-pays 720 fires a month and two empty queries each; a sweep with work reads the buckets of
-the day and each bucket's runs still stored (live ones, and ended ones kept 30 days).
+pays 720 fires a month and 18 empty queries each (two days, each day key's 8 shards and its
+unsharded key of older stacks); a sweep with work reads the buckets of the day and each
+bucket's runs still stored (live ones, and ended ones kept 30 days).
 
 Backstops: the invoker ends a run past its limit whenever it is invoked
 (`invoker._past_deadline`), and `ezgh ops repair` sends the limit's timer for a quiet run

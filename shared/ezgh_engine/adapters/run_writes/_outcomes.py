@@ -60,7 +60,7 @@ def commit(outcome: OutcomeCommit) -> None:
         if chunks:
             mark["l"], mark["lc"] = mark["i"], len(chunks)
         changes = Update().set("handledSeq", outcome.seq).set("leaseUntil", 0)
-        changes.set("invokeFailures", 0)
+        changes.set("invokeFailures", 0).remove(items.INVOKE_THROTTLES_ATTR)
         if outcome.again:
             changes.set_raw("invokeSeq = invokeSeq + :again", again=1)
         seen = None
