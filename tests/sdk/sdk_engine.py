@@ -503,9 +503,17 @@ class Engine:
         """The current invocation runs past the invoke timeout: the invoker fails its steps
         that have run for half of it (`invoker.fail_overrunning_steps`)."""
         timeout = config.settings().invoke_timeout_seconds
+        # The invocation began no later than the first step it has running (the invoker
+        # fails only the steps an invocation started itself).
+        running = [
+            clock.parse_iso(s.started_at)
+            for s in self.run().steps
+            if s.status == "running" and s.started_at
+        ]
+        began_ms = int(min(running).timestamp() * 1000) if running else clock.now_ms()
         self.clock.advance(timedelta(seconds=timeout * 0.6))
         lease_ms = int(timeout * 1000)
-        failed, _ = invoker.fail_overrunning_steps(self.run(), clock.now_ms(), lease_ms)
+        failed, _ = invoker.fail_overrunning_steps(self.run(), began_ms, lease_ms)
         assert failed, "no step had overrun"
 
     # the outbox and the pump -------------------------------------------------------------------
