@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import push, runs_store, steps_store
+from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
-from ezgh_engine.core.models import App
+from ezgh_engine.core.models import App, RunError
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.service import branch_answers, branches
 
@@ -209,3 +210,43 @@ def test_a_retried_delivery_starts_the_same_attempt_again(
     step = _step(run_id)
     assert step["status"] == "completed" and int(step["attempt"]) == 1
     assert "branchFailures" not in step and int(step["branchEpoch"]) == 3
+
+
+def _all_events(run_id: str) -> list[dict[str, Any]]:
+    found, cursor = runs_store.list_events(run_id, limit=2, cursor=None)
+    while cursor is not None:  # small pages: the event items are read a page at a time
+        more, cursor = runs_store.list_events(run_id, limit=2, cursor=cursor)
+        found += more
+    return found
+
+
+def test_a_retried_run_keeps_the_events_of_the_failed_branch_it_runs_again(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RetryRun deletes the failed step so it runs again; the events of the invocation whose
+    answer failed it were on that step's item: they are written out as event items first,
+    so the run's history loses nothing."""
+    run_id = _run_with_branch()
+    error = {"code": "user", "name": "RuntimeError", "message": "boom"}
+    _serve(monkeypatch, App_([{"op": "fail", "stepId": STEP, "error": error}]))
+    assert branches.invoke_branch(run_id, STEP) is None
+    assert _step(run_id)["status"] == "failed" and len(_step(run_id)["bOut"]) == 1
+    before = _all_events(run_id)
+    branch_events = [e for e in before if e.get("stepId") == STEP]
+    assert {e["type"] for e in branch_events} >= {"invocation.started", "invocation.branch"}
+    run = runs_store.get_run(run_id)
+    assert run is not None
+    at = clock.iso(clock.now())
+    failed = RunError("user", "RuntimeError", "boom")
+    assert control.end_now(run, "failed", failed, at=at)
+    ended = runs_store.get_run(run_id)
+    assert ended is not None
+    control.retry(ended, at=at)
+    assert _step(run_id) == {}  # deleted: it runs again
+    after = _all_events(run_id)
+    ids_after = [e["id"] for e in after]
+    assert len(ids_after) == len(set(ids_after))  # one event per ID
+    kept = {e["id"]: e for e in after}
+    for event in branch_events:
+        assert kept.get(event["id"]) == event
+    assert [e["type"] for e in after][-2:] == ["run.failed", "run.retried"]
