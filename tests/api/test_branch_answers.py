@@ -6,9 +6,12 @@ nothing twice; an app that does not answer within the invoke timeout fails its s
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NoReturn
 
+import httpx
 import pytest
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import push, runs_store, steps_store
@@ -159,9 +162,107 @@ def test_an_answer_whose_ops_end_another_step_is_a_failed_delivery(
     assert retry is not None  # backs off; the step is not ended by it
     step = _step(run_id)
     assert step["status"] == "running" and int(step["branchFailures"]) == 1
-    # A failed delivery gives back the attempt the lease take started: an app that could
-    # not be reached uses up none of the step's retries; the next delivery starts it again.
-    assert int(step["attempt"]) == 0 and int(step["startEpoch"]) == -1
+    # The app answered: its step's body may have run, so the attempt the lease take started
+    # counts (the next delivery starts attempt 2).
+    assert int(step["attempt"]) == 1 and int(step["startEpoch"]) == 1
+
+
+def _refused() -> NoReturn:
+    """What `adapters.push` raises when no connection could be made."""
+    try:
+        raise httpx.ConnectError("connection refused")
+    except httpx.ConnectError:
+        raise push.AppUnreachable("could not reach app: ConnectError") from None
+
+
+def _through_push(monkeypatch: pytest.MonkeyPatch, post: Any) -> None:
+    """The real `push.invoke_app`, its HTTP post replaced by `post`."""
+    monkeypatch.setattr(branches, "invoke_app", push.invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+    monkeypatch.setattr(push, "check_target", lambda url: SimpleNamespace(url=url, address=None))
+    monkeypatch.setattr(push, "pinned_post", post)
+
+
+def _attempts_seen(
+    run_id: str, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock, failing: Any
+) -> list[int]:
+    """Deliver the branch until it ends: `failing` answers the first two requests (pushed
+    through `adapters.push`), then the app completes the step; the attempts it was sent."""
+    seen: list[int] = []
+    answering = App_()
+
+    def post(target: Any, *, content: bytes, headers: Any, timeout: float) -> httpx.Response:
+        request = json.loads(content)
+        seen.append(request["branch"]["attempt"])
+        if len(seen) < 3:
+            return failing()  # type: ignore[no-any-return]
+        return httpx.Response(200, json=answering(_app("p"), request))
+
+    _through_push(monkeypatch, post)
+    for _ in range(5):
+        retry = branches.invoke_branch(run_id, STEP)
+        if retry is None:
+            break
+        skip_clock.advance(timedelta(seconds=retry.after_seconds))
+    return seen
+
+
+def test_a_delivery_that_never_reached_the_app_gives_its_attempt_back(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """No connection could be made: the step's body never ran, and an outage uses up none
+    of its retries."""
+    run_id = _run_with_branch()
+
+    def refused() -> NoReturn:
+        raise httpx.ConnectError("connection refused")
+
+    assert _attempts_seen(run_id, monkeypatch, skip_clock, refused) == [1, 1, 1]
+    step = _step(run_id)
+    assert step["status"] == "completed" and int(step["attempt"]) == 1
+
+
+def test_a_5xx_after_the_request_went_out_counts_its_attempt(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """The app got the request and failed (a 5xx, or a connection dropped mid-answer):
+    the step's body may have run, so the next delivery starts the next attempt and the
+    attempt number never repeats for two executions that may both have had effects."""
+    run_id = _run_with_branch()
+    answers = iter([httpx.Response(502), httpx.ReadError("connection reset")])
+
+    def failing() -> httpx.Response:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert _attempts_seen(run_id, monkeypatch, skip_clock, failing) == [1, 2, 3]
+    step = _step(run_id)
+    assert step["status"] == "completed" and int(step["attempt"]) == 3
+
+
+def test_an_aborted_answer_counts_the_attempt_its_lease_take_started(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An `aborted` answer says a step call was refused as stale; it may be the step's end
+    (`complete`, after its body ran), so the attempt counts: the next delivery starts the
+    next one."""
+    run_id = _run_with_branch()
+
+    def aborts(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        return {"protocol": "1.5", "deploymentId": "d1", "outcome": "aborted", "reason": "x"}
+
+    _serve(monkeypatch, aborts)
+    assert branches.invoke_branch(run_id, STEP) is not None
+    step = _step(run_id)
+    assert step["status"] == "running" and int(step["attempt"]) == 1
+    assert int(step["branchLeaseUntil"]) == 0  # released: the next delivery takes it now
+    app = App_()
+    _serve(monkeypatch, app)
+    assert branches.invoke_branch(run_id, STEP) is None
+    assert app.requests[0]["branch"]["attempt"] == 2
+    assert int(_step(run_id)["attempt"]) == 2
 
 
 def test_a_branch_whose_app_times_out_fails_its_step_at_once(
@@ -197,7 +298,7 @@ def test_a_retried_delivery_starts_the_same_attempt_again(
     def flaky(app: App, request: dict[str, Any]) -> dict[str, Any]:
         seen.append(request["branch"]["attempt"])
         if len(seen) < 3:
-            raise push.AppUnreachable("connection refused")
+            _refused()
         return answering(app, request)
 
     _serve(monkeypatch, flaky)
