@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import push, runs_store, steps_store
+from ezgh_engine.adapters import ddb, push, runs_store, steps_store
 from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
@@ -23,7 +23,7 @@ from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.models import App, RunError
 from ezgh_engine.protocol import ops as protocol_ops
-from ezgh_engine.service import branch_answers, branches
+from ezgh_engine.service import branch_answers, branches, stream
 
 from tests.api.test_branch_outcomes import STEP, _app, _run_with_branch
 
@@ -351,3 +351,39 @@ def test_a_retried_run_keeps_the_events_of_the_failed_branch_it_runs_again(
     for event in branch_events:
         assert kept.get(event["id"]) == event
     assert [e["type"] for e in after][-2:] == ["run.failed", "run.retried"]
+
+
+def test_a_branch_end_asks_for_its_run_unless_an_invocation_is_owed_already(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outbox sees a parallel step end and asks for the run's next invocation. While
+    that invocation is owed and has not begun, later ends (later stream batches) make no
+    write: the read of the run shows it owed, and it will read them when it begins."""
+    run_id = _run_with_branch()
+    _serve(monkeypatch, App_())
+    assert branches.invoke_branch(run_id, STEP) is None
+    after = _step(run_id)
+    ended = {
+        "OldImage": ddb.to_item({**after, "status": "running"}),
+        "NewImage": ddb.to_item(after),
+    }
+    writes: list[Any] = []
+    transact = stream.run_writes.transact
+
+    def counted(intents: Any) -> bool:
+        writes.append(intents)
+        return transact(intents)
+
+    monkeypatch.setattr(stream.run_writes, "transact", counted)
+    stream.handle_record({"eventName": "MODIFY", "dynamodb": ended})  # one batch
+    asked = runs_store.get_run(run_id, with_steps=False)
+    assert asked is not None and asked.invoke_seq == 3 and len(writes) == 1
+    stream.handle_record({"eventName": "MODIFY", "dynamodb": ended})  # a later batch
+    again = runs_store.get_run(run_id, with_steps=False)
+    assert again is not None and again.version == asked.version and len(writes) == 1
+    # Once that invocation holds the run, an end may come after its read: asked again.
+    ws_put = {**ws.get(items.run_pk(run_id), items.RUN_SK), "leaseUntil": clock.now_ms() + 60_000}
+    client("dynamodb").put_item(TableName=settings().runs_table, Item=ddb.to_item(ws_put))
+    stream.handle_record({"eventName": "MODIFY", "dynamodb": ended})
+    leased = runs_store.get_run(run_id, with_steps=False)
+    assert leased is not None and leased.invoke_seq == 4 and len(writes) == 2
