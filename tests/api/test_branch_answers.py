@@ -6,20 +6,24 @@ nothing twice; an app that does not answer within the invoke timeout fails its s
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NoReturn
 
+import httpx
 import pytest
 from ezgh_engine import clock, ids
-from ezgh_engine.adapters import push, runs_store, steps_store
+from ezgh_engine.adapters import ddb, push, runs_store, steps_store
+from ezgh_engine.adapters import run_control_store as control
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
-from ezgh_engine.core.models import App
+from ezgh_engine.core.models import App, RunError
 from ezgh_engine.protocol import ops as protocol_ops
-from ezgh_engine.service import branch_answers, branches
+from ezgh_engine.service import branch_answers, branches, stream
 
 from tests.api.test_branch_outcomes import STEP, _app, _run_with_branch
 
@@ -158,9 +162,107 @@ def test_an_answer_whose_ops_end_another_step_is_a_failed_delivery(
     assert retry is not None  # backs off; the step is not ended by it
     step = _step(run_id)
     assert step["status"] == "running" and int(step["branchFailures"]) == 1
-    # A failed delivery gives back the attempt the lease take started: an app that could
-    # not be reached uses up none of the step's retries; the next delivery starts it again.
-    assert int(step["attempt"]) == 0 and int(step["startEpoch"]) == -1
+    # The app answered: its step's body may have run, so the attempt the lease take started
+    # counts (the next delivery starts attempt 2).
+    assert int(step["attempt"]) == 1 and int(step["startEpoch"]) == 1
+
+
+def _refused() -> NoReturn:
+    """What `adapters.push` raises when no connection could be made."""
+    try:
+        raise httpx.ConnectError("connection refused")
+    except httpx.ConnectError:
+        raise push.AppUnreachable("could not reach app: ConnectError") from None
+
+
+def _through_push(monkeypatch: pytest.MonkeyPatch, post: Any) -> None:
+    """The real `push.invoke_app`, its HTTP post replaced by `post`."""
+    monkeypatch.setattr(branches, "invoke_app", push.invoke_app)
+    monkeypatch.setattr(branches.registry_store, "get_app", lambda p, a: _app(p))
+    monkeypatch.setattr(push, "check_target", lambda url: SimpleNamespace(url=url, address=None))
+    monkeypatch.setattr(push, "pinned_post", post)
+
+
+def _attempts_seen(
+    run_id: str, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock, failing: Any
+) -> list[int]:
+    """Deliver the branch until it ends: `failing` answers the first two requests (pushed
+    through `adapters.push`), then the app completes the step; the attempts it was sent."""
+    seen: list[int] = []
+    answering = App_()
+
+    def post(target: Any, *, content: bytes, headers: Any, timeout: float) -> httpx.Response:
+        request = json.loads(content)
+        seen.append(request["branch"]["attempt"])
+        if len(seen) < 3:
+            return failing()  # type: ignore[no-any-return]
+        return httpx.Response(200, json=answering(_app("p"), request))
+
+    _through_push(monkeypatch, post)
+    for _ in range(5):
+        retry = branches.invoke_branch(run_id, STEP)
+        if retry is None:
+            break
+        skip_clock.advance(timedelta(seconds=retry.after_seconds))
+    return seen
+
+
+def test_a_delivery_that_never_reached_the_app_gives_its_attempt_back(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """No connection could be made: the step's body never ran, and an outage uses up none
+    of its retries."""
+    run_id = _run_with_branch()
+
+    def refused() -> NoReturn:
+        raise httpx.ConnectError("connection refused")
+
+    assert _attempts_seen(run_id, monkeypatch, skip_clock, refused) == [1, 1, 1]
+    step = _step(run_id)
+    assert step["status"] == "completed" and int(step["attempt"]) == 1
+
+
+def test_a_5xx_after_the_request_went_out_counts_its_attempt(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch, skip_clock: clock.SkipClock
+) -> None:
+    """The app got the request and failed (a 5xx, or a connection dropped mid-answer):
+    the step's body may have run, so the next delivery starts the next attempt and the
+    attempt number never repeats for two executions that may both have had effects."""
+    run_id = _run_with_branch()
+    answers = iter([httpx.Response(502), httpx.ReadError("connection reset")])
+
+    def failing() -> httpx.Response:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert _attempts_seen(run_id, monkeypatch, skip_clock, failing) == [1, 2, 3]
+    step = _step(run_id)
+    assert step["status"] == "completed" and int(step["attempt"]) == 3
+
+
+def test_an_aborted_answer_counts_the_attempt_its_lease_take_started(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An `aborted` answer says a step call was refused as stale; it may be the step's end
+    (`complete`, after its body ran), so the attempt counts: the next delivery starts the
+    next one."""
+    run_id = _run_with_branch()
+
+    def aborts(app: App, request: dict[str, Any]) -> dict[str, Any]:
+        return {"protocol": "1.5", "deploymentId": "d1", "outcome": "aborted", "reason": "x"}
+
+    _serve(monkeypatch, aborts)
+    assert branches.invoke_branch(run_id, STEP) is not None
+    step = _step(run_id)
+    assert step["status"] == "running" and int(step["attempt"]) == 1
+    assert int(step["branchLeaseUntil"]) == 0  # released: the next delivery takes it now
+    app = App_()
+    _serve(monkeypatch, app)
+    assert branches.invoke_branch(run_id, STEP) is None
+    assert app.requests[0]["branch"]["attempt"] == 2
+    assert int(_step(run_id)["attempt"]) == 2
 
 
 def test_a_branch_whose_app_times_out_fails_its_step_at_once(
@@ -196,7 +298,7 @@ def test_a_retried_delivery_starts_the_same_attempt_again(
     def flaky(app: App, request: dict[str, Any]) -> dict[str, Any]:
         seen.append(request["branch"]["attempt"])
         if len(seen) < 3:
-            raise push.AppUnreachable("connection refused")
+            _refused()
         return answering(app, request)
 
     _serve(monkeypatch, flaky)
@@ -209,3 +311,79 @@ def test_a_retried_delivery_starts_the_same_attempt_again(
     step = _step(run_id)
     assert step["status"] == "completed" and int(step["attempt"]) == 1
     assert "branchFailures" not in step and int(step["branchEpoch"]) == 3
+
+
+def _all_events(run_id: str) -> list[dict[str, Any]]:
+    found, cursor = runs_store.list_events(run_id, limit=2, cursor=None)
+    while cursor is not None:  # small pages: the event items are read a page at a time
+        more, cursor = runs_store.list_events(run_id, limit=2, cursor=cursor)
+        found += more
+    return found
+
+
+def test_a_retried_run_keeps_the_events_of_the_failed_branch_it_runs_again(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RetryRun deletes the failed step so it runs again; the events of the invocation whose
+    answer failed it were on that step's item: they are written out as event items first,
+    so the run's history loses nothing."""
+    run_id = _run_with_branch()
+    error = {"code": "user", "name": "RuntimeError", "message": "boom"}
+    _serve(monkeypatch, App_([{"op": "fail", "stepId": STEP, "error": error}]))
+    assert branches.invoke_branch(run_id, STEP) is None
+    assert _step(run_id)["status"] == "failed" and len(_step(run_id)["bOut"]) == 1
+    before = _all_events(run_id)
+    branch_events = [e for e in before if e.get("stepId") == STEP]
+    assert {e["type"] for e in branch_events} >= {"invocation.started", "invocation.branch"}
+    run = runs_store.get_run(run_id)
+    assert run is not None
+    at = clock.iso(clock.now())
+    failed = RunError("user", "RuntimeError", "boom")
+    assert control.end_now(run, "failed", failed, at=at)
+    ended = runs_store.get_run(run_id)
+    assert ended is not None
+    control.retry(ended, at=at)
+    assert _step(run_id) == {}  # deleted: it runs again
+    after = _all_events(run_id)
+    ids_after = [e["id"] for e in after]
+    assert len(ids_after) == len(set(ids_after))  # one event per ID
+    kept = {e["id"]: e for e in after}
+    for event in branch_events:
+        assert kept.get(event["id"]) == event
+    assert [e["type"] for e in after][-2:] == ["run.failed", "run.retried"]
+
+
+def test_a_branch_end_asks_for_its_run_unless_an_invocation_is_owed_already(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outbox sees a parallel step end and asks for the run's next invocation. While
+    that invocation is owed and has not begun, later ends (later stream batches) make no
+    write: the read of the run shows it owed, and it will read them when it begins."""
+    run_id = _run_with_branch()
+    _serve(monkeypatch, App_())
+    assert branches.invoke_branch(run_id, STEP) is None
+    after = _step(run_id)
+    ended = {
+        "OldImage": ddb.to_item({**after, "status": "running"}),
+        "NewImage": ddb.to_item(after),
+    }
+    writes: list[Any] = []
+    transact = stream.run_writes.transact
+
+    def counted(intents: Any) -> bool:
+        writes.append(intents)
+        return transact(intents)
+
+    monkeypatch.setattr(stream.run_writes, "transact", counted)
+    stream.handle_record({"eventName": "MODIFY", "dynamodb": ended})  # one batch
+    asked = runs_store.get_run(run_id, with_steps=False)
+    assert asked is not None and asked.invoke_seq == 3 and len(writes) == 1
+    stream.handle_record({"eventName": "MODIFY", "dynamodb": ended})  # a later batch
+    again = runs_store.get_run(run_id, with_steps=False)
+    assert again is not None and again.version == asked.version and len(writes) == 1
+    # Once that invocation holds the run, an end may come after its read: asked again.
+    ws_put = {**ws.get(items.run_pk(run_id), items.RUN_SK), "leaseUntil": clock.now_ms() + 60_000}
+    client("dynamodb").put_item(TableName=settings().runs_table, Item=ddb.to_item(ws_put))
+    stream.handle_record({"eventName": "MODIFY", "dynamodb": ended})
+    leased = runs_store.get_run(run_id, with_steps=False)
+    assert leased is not None and leased.invoke_seq == 4 and len(writes) == 2

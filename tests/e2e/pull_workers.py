@@ -51,6 +51,13 @@ class PullWorkers:
             lambda: self._client.get_app(self.app_id)["status"] == "synced", timeout=30
         )
 
+    def join(self, worker: Worker) -> None:
+        """Wait until `worker` (stopped) has ended the tasks it had in progress."""
+        for w, t in self._started:
+            if w is worker:
+                t.join(timeout=60)
+                assert not t.is_alive(), "the worker's tasks did not end"
+
     def stop(self) -> None:
         """Stop every worker and wait for its thread."""
         for w, _ in self._started:

@@ -43,7 +43,7 @@ async def fan(ctx: Context) -> Any:
 def _stuck(i: int) -> int:
     CALLS[f"stuck-{i}"] += 1
     if i == 0 and CALLS["stuck-0"] == 1:
-        GATE.wait(60)  # the first worker "dies" here
+        GATE.wait(600)  # the first worker "dies" here (until the test wakes it)
     return i + 10
 
 
@@ -117,7 +117,16 @@ def test_a_worker_that_dies_mid_branch_hands_the_step_on(engine, client, pull, m
     doomed = pull.worker(DeadWorker, worker_id="doomed", concurrency=4)
     pull.synced()
     run = client.start_run(pull.app_id, "fan-stuck", {})
-    engine.wait_for(lambda: CALLS["stuck-0"] == 1 and CALLS["stuck-1"] == 1, timeout=90)
+
+    def statuses() -> dict[str, str]:
+        return {s["name"]: s["status"] for s in client.get_run(run["id"])["steps"]}
+
+    # stuck-1's end recorded (its step call, not just its body begun: a call still in flight
+    # when the clock moves past its lease below is refused, and the step runs again), and
+    # stuck-0 in its body, where its worker "dies".
+    engine.wait_for(
+        lambda: CALLS["stuck-0"] == 1 and statuses().get("stuck-1") == "completed", timeout=90
+    )
     doomed.stop()  # a crashed process polls no more
     # The dead worker posted nothing: both branch leases end, and both tasks go out again.
     engine.clock.advance(timedelta(seconds=SAFE_LEASE_SECONDS + 2))
@@ -130,9 +139,8 @@ def test_a_worker_that_dies_mid_branch_hands_the_step_on(engine, client, pull, m
     stuck0 = next(s for s in done["steps"] if s["name"] == "stuck-0")
     assert stuck0["status"] == "completed" and stuck0["output"] == 10
     GATE.set()  # the dead worker wakes: its late step call is refused
-    import time
-
-    time.sleep(1.0)
+    pull.join(doomed)  # its task ended: the late call was answered
+    assert CALLS["stuck-0"] == 2
     assert client.get_run(run["id"])["output"] == [10, 11]
 
 

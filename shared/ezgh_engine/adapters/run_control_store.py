@@ -8,13 +8,16 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ezgh_engine import clock
-from ezgh_engine.adapters import ddb, runs_store
+from ezgh_engine.adapters import ddb, run_writes, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.expressions import Update, UpdateAction
+from ezgh_engine.adapters.intents import NewItem
 from ezgh_engine.adapters.runs_store import CHILD_ITEM_TTL_SECONDS, event_put
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run, RunError
+from ezgh_engine.core import events
+from ezgh_engine.core.events import BRANCH_OUTCOMES_ATTR
+from ezgh_engine.core.models import Run, RunError, Step
 from ezgh_engine.errors import Conflict
 from ezgh_engine.topology import RUNS_BY_STATUS
 
@@ -123,19 +126,9 @@ def _retry_once(run: Run, *, at: str) -> None:
     # Failed steps run again; so do steps a timeout or cancellation ended, and steps left
     # pending (a sleep, wait or retry whose timer or wake-up was dropped while the run was
     # ended): the new attempt records them afresh, with timers of their own.
-    for step in run.steps:
-        if step.status in RESET_STATUSES and not step.inline:
-            actions.append(
-                {
-                    "Delete": {
-                        "TableName": settings().runs_table,
-                        "Key": items.step_key(run.id, step.id),
-                        "ConditionExpression": "#status = :was",
-                        "ExpressionAttributeNames": {"#status": "status"},
-                        "ExpressionAttributeValues": {":was": {"S": step.status}},
-                    }
-                }
-            )
+    reset = [s for s in run.steps if s.status in RESET_STATUSES and not s.inline]
+    _keep_events(run.id, reset)
+    actions.extend(_step_delete(run.id, step) for step in reset)
     try:
         client("dynamodb").transact_write_items(TransactItems=actions)
     except ClientError as exc:
@@ -143,6 +136,40 @@ def _retry_once(run: Run, *, at: str) -> None:
             raise RunChanged(f"run {run.id} changed meanwhile; read it and try again") from None
         ddb.raise_transient(exc)
         raise
+
+
+def _keep_events(run_id: str, steps: list[Step]) -> None:
+    """The events the steps' items carry (a parallel step's branch invocations, `bOut`),
+    written out as event items before the steps are deleted: a run's history loses no
+    entry. Each is the same item each time (keyed by its event's ID), so a retry that then
+    loses, or that runs again, leaves one event per ID (the listing shows one per ID)."""
+    expires = _expires()
+    kept = [
+        NewItem({"pk": items.run_pk(run_id), **events.event_item(e), "ttl": expires}, False)
+        for step in steps
+        for e in step.events
+    ]
+    run_writes.write_each(kept)
+
+
+def _step_delete(run_id: str, step: Step) -> dict[str, Any]:
+    """The delete of a step a retry resets, while it is as read: its status, and no branch
+    invocation's events added since its events were kept (`_keep_events`)."""
+    return {
+        "Delete": {
+            "TableName": settings().runs_table,
+            "Key": items.step_key(run_id, step.id),
+            "ConditionExpression": (
+                f"#status = :was AND (attribute_not_exists({BRANCH_OUTCOMES_ATTR}) "
+                f"OR size({BRANCH_OUTCOMES_ATTR}) = :marks)"
+            ),
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":was": {"S": step.status},
+                ":marks": {"N": str(events.branch_outcomes(step.events))},
+            },
+        }
+    }
 
 
 def end_now(run: Run, status: str, error: RunError, *, at: str) -> bool:

@@ -186,6 +186,24 @@ def events_of(values: Item) -> list[Event]:
     return SHAPES[shape](values) if shape is not None else []
 
 
+def event_item(event: Event) -> Item:
+    """The event item (without `pk` and `ttl`) that carries `event` alone (`_plain`'s
+    inverse): how the events of an item about to be deleted are kept (a retried run's
+    failed steps)."""
+    values = {k: v for k, v in event.items() if k != "id"}
+    return {**values, "sk": EVENT_PREFIX + str(event["id"])}
+
+
+def branch_outcomes(step_events: list[Event] | tuple[Event, ...]) -> int:
+    """How many branch invocations' marks (`BRANCH_OUTCOMES_ATTR`) a step item's events
+    (`events_of`) came from: each gave one outcome event beside its `invocation.started`."""
+    return sum(
+        1
+        for e in step_events
+        if str(e.get("type", "")).startswith("invocation.") and e["type"] != "invocation.started"
+    )
+
+
 def events_after(found: list[Item], after: str) -> list[Event]:
     """The events `found` items carry with IDs after `after`, in ID order, one per ID (a
     run item's `lastOut` may also be written out as its event item)."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 
+import httpx
+
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import registry_store, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
@@ -33,6 +35,7 @@ from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import App, Run, RunError
 from ezgh_engine.core.protocol_rules import THROTTLED_OUTCOME
 from ezgh_engine.core.run_errors import APP_DELETED
+from ezgh_engine.errors import ValidationError
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.protocol.ops import Complete, Fail
 from ezgh_engine.service import branch_answers as answers
@@ -90,7 +93,8 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         return _timed_out(run_id, step_id, epoch, failures + 1, attempt - 1, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         registry_store.forget_cached_app(app.id)
-        return _delivery_failed(run_id, step_id, epoch, failures + 1, exc, give_back=True)
+        give_back = never_reached(exc)
+        return _delivery_failed(run_id, step_id, epoch, failures + 1, exc, give_back=give_back)
     return _answered(
         run, step_id, epoch, attempt, failures, invocation_id, started_at, outcome, carried
     )
@@ -137,6 +141,22 @@ def _answered(
         return _delivery_failed(run.id, step_id, epoch, failures + 1, stayed, give_back=True)
     answers.settle(run.id, step_id, epoch, attempt - 1)
     return None
+
+
+# What a failed push delivery raised when the app never got the request: no connection was
+# made (refused, not resolved, TLS refused, or not in time), or the engine refused the
+# target itself. Anything else (a 5xx, a connection dropped after the request went out, an
+# answer the protocol does not allow) may come after the step's body ran.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, ValidationError)
+
+
+def never_reached(exc: Exception) -> bool:
+    """Whether a failed delivery surely never reached the app, so the step's body never ran
+    under the attempt its lease take started (`adapters.push` raises its errors `from
+    None`: the cause is the context). Only then is the attempt given back: a body that may
+    have run keeps its attempt number, which the next delivery's start moves on, so two
+    executions that may both have had effects never see the same `attempt`."""
+    return isinstance(exc, AppUnreachable) and isinstance(exc.__context__, _NOT_SENT)
 
 
 def _app(run: Run) -> App | None:
@@ -206,8 +226,8 @@ def _delivery_failed(
 ) -> Retry | None:
     """Back off (the run's backoff; at least until `until_ms`), or fail the step once the
     delivery budget is spent. `give_back`: the attempt the lease take started is given
-    back in the same write (an app that could not be reached, or answered what the
-    protocol does not allow, uses up none of the step's retries)."""
+    back in the same write (an app that was never reached uses up none of the step's
+    retries, `never_reached`)."""
     if failures >= settings().invoke_max_attempts:
         error = RunError(
             "workflows.app_unreachable",

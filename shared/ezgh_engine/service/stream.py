@@ -24,6 +24,8 @@ from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import aws, ddb, messages, run_writes
+from ezgh_engine.adapters import run_items as items
+from ezgh_engine.adapters import waits_store as ws
 from ezgh_engine.adapters.intents import AskRun
 from ezgh_engine.core.leases import wants_invocation as wants_invocation  # the one predicate
 from ezgh_engine.core.models import ENDED_STATUSES, LIVE_STATUSES
@@ -76,9 +78,7 @@ def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None, asked: set[
     if ended and (not old or old.get("status") not in STEP_ENDED_STATUSES):
         run_id = str(new["runId"])
         if run_id not in asked:
-            # Refused: owed already, or the run ended meanwhile. Noted once written (a
-            # throttled ask is tried again with its record).
-            run_writes.transact([AskRun(run_id, unless_owed=True)])
+            _ask_run(run_id)  # noted once done (a throttled ask is tried again with its record)
             asked.add(run_id)
     # Sleeps, retries and waits with a deadline get a timer for their (new) wake time.
     if new.get("status") not in ("sleeping", "retrying", "waiting") or not new.get("wakeAt"):
@@ -107,6 +107,19 @@ def _on_run_waits(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Non
     ended = new.get("status") in ENDED_STATUSES
     if ended and (not old or old.get("status") not in ENDED_STATUSES):
         waits.on_run_ended(new)
+
+
+def _ask_run(run_id: str) -> None:
+    """Ask for the run's next invocation after a parallel step's end, unless one is owed
+    already that has not begun (it reads this end when it does) or the run ended. A
+    consistent read of the run first: most asks of a wide gather come while the last ask's
+    invocation is still owed, and the write they would make is refused anyway but billed
+    as a write of the whole run item (2 WRU past 1 KB); the read is 1 RRU. The write keeps
+    its own condition for a run that changed between the two."""
+    run = ws.get(items.run_pk(run_id), items.RUN_SK)
+    if run is None or run.get("status") not in LIVE_STATUSES or wants_invocation(run):
+        return
+    run_writes.transact([AskRun(run_id, unless_owed=True)])
 
 
 def handle_record(record: dict[str, Any], asked: set[str] | None = None) -> None:
