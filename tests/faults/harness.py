@@ -432,8 +432,18 @@ def _partition(run_id: str) -> str:
         answer = aws.client("dynamodb").query(**kwargs)
         found.extend(ddb.from_item(i) for i in answer.get("Items", []))
         if "LastEvaluatedKey" not in answer:
-            return json.dumps(found, default=str, separators=(",", ":"))
+            return json.dumps(found, default=_printable, separators=(",", ":"))
         kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+
+def _printable(value: Any) -> str:
+    """A value `json` cannot write, as text (a binary attribute's bytes among them)."""
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    raw = getattr(value, "value", None)  # boto3's `Binary`, whose __str__ answers bytes
+    if isinstance(raw, bytes | bytearray):
+        return raw.hex()
+    return repr(value)
 
 
 def check(

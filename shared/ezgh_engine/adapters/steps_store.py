@@ -130,17 +130,14 @@ def take_branch_lease(
     return ddb.from_item(answer["Attributes"])
 
 
-def give_back_start(
-    run_id: str, step_id: str, *, epoch: int, until_ms: int, failures: int, throttles: int = 0
-) -> bool:
+def give_back_start(run_id: str, step_id: str, *, epoch: int, until_ms: int, failures: int) -> bool:
     """Give back the attempt the lease take of `epoch` started, in the write that sets the
     step's lease to `until_ms` and its delivery `failures` (what `branch_answers.release`
     writes): the attempt goes back and `startEpoch` names no epoch, so the next start (the
     next lease take, or a pull worker's `start`) counts it again. For a pull app's branch
     task (its worker starts the step itself: a task no worker took must not use up the
     step's retries) and a push delivery that failed (an app that could not be reached uses
-    up none; `throttles`: a delivery that met a busy engine, with the step's count of them).
-    False, writing nothing, when that epoch's start no longer holds the step."""
+    up none). False, writing nothing, when that epoch's start no longer holds the step."""
     update = (
         Update()
         .set("branchLeaseUntil", until_ms)
@@ -150,8 +147,6 @@ def give_back_start(
         .where("branchEpoch = :e AND startEpoch = :e AND #status = :running", e=epoch)
         .bind(running="running")
     )
-    if throttles:
-        update = update.set(BRANCH_THROTTLES_ATTR, throttles)
     return _written(update, run_id, step_id)
 
 

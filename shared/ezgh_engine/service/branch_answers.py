@@ -77,13 +77,11 @@ def throttled(
     if throttles > MAX_THROTTLED_DELIVERIES:
         return None
     delay = throttled_delay_seconds(throttles, retry_after, ids.random_fraction())
-    until = clock.now_ms() + int(delay * 1000)
-    # The attempt the lease take started goes back with the lease (the engine was busy, not
-    # the step: a throttle uses up none of its retries); a step its SDK started itself (an
-    # SDK that does not read `branch.attempt`) is only released.
-    kept = {"epoch": epoch, "until_ms": until, "failures": failures, "throttles": throttles}
-    if not steps_store.give_back_start(run_id, step_id, **kept):
-        release(run_id, step_id, epoch, until, failures, throttles)
+    # The attempt the lease take started is kept: the call that stayed throttled may have
+    # been the step's end, sent after its body ran (docs/protocol.md section 11: an attempt
+    # whose body may have run is never given back). A throttle fails no step and spends no
+    # retry: the next lease take starts the next attempt.
+    release(run_id, step_id, epoch, clock.now_ms() + int(delay * 1000), failures, throttles)
     return Retry(after_seconds=delay)
 
 

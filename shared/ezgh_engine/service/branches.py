@@ -138,7 +138,7 @@ def _answered(
         if retry is not None:
             return retry
         stayed = AppUnreachable(f"run {run.id}: the engine stayed throttled past its bound")
-        return _delivery_failed(run.id, step_id, epoch, failures + 1, stayed, give_back=True)
+        return _delivery_failed(run.id, step_id, epoch, failures + 1, stayed)
     answers.settle(run.id, step_id, epoch, attempt - 1)
     return None
 
