@@ -17,7 +17,7 @@ A `FaultPlan` is a seed and one probability per fault. Given to a `LocalRuntime`
 | `idem_answer_fail` | boto3, the functions' own processes | every write of one Idempotency-Key's answer is throttled, after the request's effect (SQS took the messages, the run was written): the caller gets its answer, the claim stays unfinished |
 | `idem_crash` | boto3, the functions' own processes | the function's process dies at the answer's first write, after the effect: no answer (the HTTP bridge answers 500, as API Gateway a 502), the claim stays unfinished until it is stale (60 s) |
 | `app_error` | `FaultyApp` | the push app answers 500 |
-| `app_hang` | `FaultyApp` | the push app hangs past the invoke timeout, then runs the invocation anyway |
+| `app_hang` | `FaultyApp` | the push app hangs past the invoke timeout, then runs the invocation anyway (a main invocation: a branch's would fail its step by rule) |
 | `app_drop` | `FaultyApp` | the push app closes the connection without running the invocation |
 | `app_lost_answer` | `FaultyApp` | the push app runs the invocation, then closes the connection: its answer is lost |
 | `kill` | `FaultyApp`'s step transport | a `run` step's body ran, then the app died: the call that records it never reaches the engine and the invocation's answer is lost |
@@ -560,7 +560,11 @@ class FaultyApp:
             await send({"type": "http.response.start", "status": 500, "headers": []})
             await send({"type": "http.response.body", "body": b"injected failure"})
             return
-        if plan.decide("app_hang", key):
+        # A branch invocation (one parallel step) is not hung: the lease take started its
+        # step, so an answer past the invoke timeout fails that step `step_timed_out` by the
+        # protocol's rule (docs/protocol.md section 11), an outcome the fault-free program
+        # does not have. A main invocation's hang is a failed delivery, retried.
+        if not request.get("branch") and plan.decide("app_hang", key):
             await asyncio.sleep(plan.hang_seconds)  # the engine gave up; we carry on
         lose_answer = plan.decide("app_lost_answer", key)
         answer: list[Any] = []
