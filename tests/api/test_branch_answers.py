@@ -169,10 +169,7 @@ def test_an_answer_whose_ops_end_another_step_is_a_failed_delivery(
 
 def _refused() -> NoReturn:
     """What `adapters.push` raises when no connection could be made."""
-    try:
-        raise httpx.ConnectError("connection refused")
-    except httpx.ConnectError:
-        raise push.AppUnreachable("could not reach app: ConnectError") from None
+    raise push.AppNotReached("could not reach app: ConnectError")
 
 
 def _through_push(monkeypatch: pytest.MonkeyPatch, post: Any) -> None:

@@ -107,6 +107,19 @@ def raise_transient(exc: ClientError) -> None:
         raise TransientError(f"DynamoDB is busy ({code}); try again") from exc
 
 
+def updated_if(client: Any, **request: Any) -> bool:
+    """One conditional UpdateItem (`request` as boto3 takes it): False, nothing written, when
+    its condition refused it; throttles and conflicts as `raise_transient` says."""
+    try:
+        client.update_item(**request)
+    except ClientError as exc:
+        if is_condition_failure(exc):
+            return False
+        raise_transient(exc)
+        raise
+    return True
+
+
 def _cursor_key() -> bytes:
     return sealing.derive_key(settings().token_secret, "cursor")
 

@@ -56,6 +56,12 @@ class Synced:
     protocol: str | None
 
 
+class AppNotReached(AppUnreachable):
+    """The request never reached the app: no URL, a target the engine refused, or no
+    connection made (refused, not resolved, TLS refused, not in time). Whatever the app
+    would have run (a step's body) surely did not run."""
+
+
 class AppTimedOut(AppUnreachable):
     """The app took the invocation but did not answer within the invoke timeout: it may
     still be running it (a step's body included)."""
@@ -379,14 +385,14 @@ def _read_capped(answer: httpx.Response, limit: int) -> bytes:
 
 def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     if not app.url:
-        raise AppUnreachable(f"app {app.name} has no URL")
+        raise AppNotReached(f"app {app.name} has no URL")
     # What a failure names of the URL: its scheme and host. Its path and query string may
     # hold a secret (`?code=...`), and these messages are logged and shown to run readers.
     shown = redacted_url(app.url)
     try:
         target = check_target(app.url)
     except ValidationError as exc:
-        raise AppUnreachable(f"app {app.name} at {shown}: {exc.message}") from None
+        raise AppNotReached(f"app {app.name} at {shown}: {exc.message}") from None
     raw = json.dumps(body, separators=(",", ":")).encode()
     headers = {
         "Content-Type": "application/json",
@@ -405,6 +411,10 @@ def _post(app: App, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     except httpx.ReadTimeout:
         raise AppTimedOut(
             f"app {app.name} at {shown} did not answer within {timeout:g} s"
+        ) from None
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise AppNotReached(
+            f"could not reach app {app.name} at {shown}: {type(exc).__name__}"
         ) from None
     except httpx.HTTPError as exc:
         raise AppUnreachable(

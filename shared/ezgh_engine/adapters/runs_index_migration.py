@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from ezgh_engine.adapters import ddb
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
@@ -78,21 +76,15 @@ def move(values: dict[str, Any]) -> bool:
     names = {f"#a{i}": name for i, name in enumerate(sets)}
     update_values = {f":a{i}": {"S": value} for i, value in enumerate(sets.values())}
     assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(sets)))
-    try:
-        client("dynamodb").update_item(
-            TableName=settings().runs_table,
-            Key=items.run_key(run.id),
-            UpdateExpression=f"SET {assignments} REMOVE gsi1pk, gsi1sk",
-            ConditionExpression="#status = :seen",
-            ExpressionAttributeNames={**names, "#status": "status"},
-            ExpressionAttributeValues={**update_values, ":seen": {"S": run.status}},
-        )
-    except ClientError as exc:
-        if ddb.is_condition_failure(exc):
-            return False
-        ddb.raise_transient(exc)
-        raise
-    return True
+    return ddb.updated_if(
+        client("dynamodb"),
+        TableName=settings().runs_table,
+        Key=items.run_key(run.id),
+        UpdateExpression=f"SET {assignments} REMOVE gsi1pk, gsi1sk",
+        ConditionExpression="#status = :seen",
+        ExpressionAttributeNames={**names, "#status": "status"},
+        ExpressionAttributeValues={**update_values, ":seen": {"S": run.status}},
+    )
 
 
 def backfill(project_id: str | None = None, *, apply: bool = True) -> Moved:

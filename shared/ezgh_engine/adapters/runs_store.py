@@ -287,14 +287,7 @@ def get_branch_run(run_id: str, step: dict[str, Any]) -> Run | None:
 def _updated_if(**request: Any) -> bool:
     """One conditional UpdateItem of the runs table: False (nothing written) when its
     condition refused it."""
-    try:
-        _ddb().update_item(TableName=_table(), **request)
-    except ClientError as exc:
-        if ddb.is_condition_failure(exc):
-            return False
-        ddb.raise_transient(exc)
-        raise
-    return True
+    return ddb.updated_if(_ddb(), TableName=_table(), **request)
 
 
 def release_lease(run_id: str, *, epoch: int, lease_until_ms: int) -> bool:

@@ -170,16 +170,8 @@ def _not_answered(update: Update) -> Update:
 
 def _written(update: Update, run_id: str, step_id: str) -> bool:
     """Write `update` to the step; False when its condition refused it."""
-    try:
-        _ddb().update_item(
-            **update.request(TableName=_table(), Key=items.step_key(run_id, step_id))
-        )
-    except ClientError as exc:
-        if ddb.is_condition_failure(exc):
-            return False
-        ddb.raise_transient(exc)
-        raise
-    return True
+    request = update.request(TableName=_table(), Key=items.step_key(run_id, step_id))
+    return ddb.updated_if(_ddb(), **request)
 
 
 def hold_branch_task(

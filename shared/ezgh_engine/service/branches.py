@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import logging
 
-import httpx
-
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import registry_store, runs_store, steps_store
 from ezgh_engine.adapters import waits_store as ws
-from ezgh_engine.adapters.push import AppTimedOut, AppUnreachable, invoke_app
+from ezgh_engine.adapters.push import AppNotReached, AppTimedOut, AppUnreachable, invoke_app
 from ezgh_engine.config import settings
 from ezgh_engine.core import leases
 from ezgh_engine.core.messages import Retry
 from ezgh_engine.core.models import App, Run, RunError
 from ezgh_engine.core.protocol_rules import THROTTLED_OUTCOME
 from ezgh_engine.core.run_errors import APP_DELETED
-from ezgh_engine.errors import ValidationError
 from ezgh_engine.protocol import outcomes as outcome_rules
 from ezgh_engine.protocol.ops import Complete, Fail
 from ezgh_engine.service import branch_answers as answers
@@ -143,20 +140,14 @@ def _answered(
     return None
 
 
-# What a failed push delivery raised when the app never got the request: no connection was
-# made (refused, not resolved, TLS refused, or not in time), or the engine refused the
-# target itself. Anything else (a 5xx, a connection dropped after the request went out, an
-# answer the protocol does not allow) may come after the step's body ran.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, ValidationError)
-
-
 def never_reached(exc: Exception) -> bool:
-    """Whether a failed delivery surely never reached the app, so the step's body never ran
-    under the attempt its lease take started (`adapters.push` raises its errors `from
-    None`: the cause is the context). Only then is the attempt given back: a body that may
-    have run keeps its attempt number, which the next delivery's start moves on, so two
-    executions that may both have had effects never see the same `attempt`."""
-    return isinstance(exc, AppUnreachable) and isinstance(exc.__context__, _NOT_SENT)
+    """Whether a failed delivery surely never reached the app (`push.AppNotReached`), so
+    the step's body never ran under the attempt its lease take started. Only then is the
+    attempt given back: a body that may have run (a 5xx, a connection dropped after the
+    request went out, an answer the protocol does not allow) keeps its attempt number, which
+    the next delivery's start moves on, so two executions that may both have had effects
+    never see the same `attempt`."""
+    return isinstance(exc, AppNotReached)
 
 
 def _app(run: Run) -> App | None:
