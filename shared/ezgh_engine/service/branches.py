@@ -22,6 +22,8 @@ for the run's next invocation, which resumes the workflow. A pull app's branch i
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import registry_store, runs_store, steps_store
@@ -44,19 +46,34 @@ from ezgh_engine.service.wire import invoke_request
 log = logging.getLogger(__name__)
 
 
-def invoke_branch(run_id: str, step_id: str) -> Retry | None:
-    """Handle one `branch` message; a `Retry` when it must come back later."""
+def invoke_branch(
+    run_id: str,
+    step_id: str,
+    *,
+    attempt: int | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> Retry | None:
+    """Handle one `branch` message; a `Retry` when it must come back later. `attempt` and
+    `values`: the run attempt that launched the step and its launch values, which a
+    launch's message carries so that its claim creates the step's item."""
     now_ms = clock.now_ms()
     lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
     started_at = clock.iso(clock.now())
+    creates = (attempt, values) if attempt is not None and values else None
     raw = steps_store.take_branch_lease(
-        run_id, step_id, now_ms=now_ms, lease_ms=lease_ms, started_at=started_at
+        run_id, step_id, now_ms=now_ms, lease_ms=lease_ms, started_at=started_at, creates=creates
     )
     if raw is None:
-        return _not_leased(run_id, step_id, now_ms)
+        return _not_leased(run_id, step_id, now_ms, attempt)
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
-    attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
+    step_attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
     run = runs_store.get_branch_run(run_id, raw)
+    made_by = raw.get(runs_store.RUN_ATTEMPT_ATTR)
+    if made_by is not None and (run is None or int(made_by) != run.attempt):
+        # The run is gone, or a RetryRun moved it on after this step was launched (and
+        # reset its pending steps): the item this claim made is no step of the run's.
+        steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
+        return None
     if run is None or run.ended or run.status == "cancelling":
         # An ended run's pending steps end with it (its cleanup may have come first).
         answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
@@ -79,7 +96,7 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         app_protocol=app.protocol,
         branch_step=step_id,
         branch_epoch=epoch,
-        branch_attempt=attempt,
+        branch_attempt=step_attempt,
     )
     try:
         answer = invoke_app(app, request)
@@ -87,13 +104,13 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         carried = answers.branch_end(answer, step_id)
     except AppTimedOut as exc:
         registry_store.forget_cached_app(app.id)
-        return _timed_out(run_id, step_id, epoch, failures + 1, attempt - 1, now_ms, exc)
+        return _timed_out(run_id, step_id, epoch, failures + 1, step_attempt - 1, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         registry_store.forget_cached_app(app.id)
         give_back = never_reached(exc)
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc, give_back=give_back)
     return _answered(
-        run, step_id, epoch, attempt, failures, invocation_id, started_at, outcome, carried
+        run, step_id, epoch, step_attempt, failures, invocation_id, started_at, outcome, carried
     )
 
 
@@ -156,10 +173,21 @@ def _app(run: Run) -> App | None:
     return registry_store.get_app_cached(run.project_id, run.app_id) or interpreter_app_of(run)
 
 
-def _not_leased(run_id: str, step_id: str, now_ms: int) -> Retry | None:
-    """Another delivery holds the step's lease: come back when it ends. Ended: drop it."""
+def _not_leased(run_id: str, step_id: str, now_ms: int, attempt: int | None) -> Retry | None:
+    """Another delivery holds the step's lease: come back when it ends. Ended: drop it.
+    Held by an item a message of an earlier run attempt created (`attempt`: this message's):
+    that message removes it; once its lease ran out, this one does. Then come back."""
     raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     held = int(raw.get("branchLeaseUntil", 0))
+    made_by = raw.get(runs_store.RUN_ATTEMPT_ATTR)
+    if attempt is not None and made_by is not None and int(made_by) < attempt:
+        if raw.get("status") not in ("waiting", "running"):
+            return None  # it ended (its run's end cancelled it): no step of this attempt
+        if held <= now_ms:
+            epoch = int(raw.get("branchEpoch", 0))
+            steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
+            return Retry(after_seconds=1)
+        return Retry(after_seconds=min((held - now_ms) / 1000 + 1, 5))
     if raw.get("status") in ("waiting", "running") and held > now_ms:
         return Retry(after_seconds=(held - now_ms) / 1000 + 1)
     return None  # ended, or its run did: nothing to do
