@@ -276,7 +276,11 @@ def test_repair_makes_a_launch_the_stream_gave_up_on(
     assert branch.creates  # the message a launch sends: its claim makes the item
     now = clock.now_ms()
     assert steps_store.take_branch_lease(
-        run.id, "p0#1", now_ms=now, lease_ms=60_000, started_at=clock.iso(clock.now()),
+        run.id,
+        "p0#1",
+        now_ms=now,
+        lease_ms=60_000,
+        started_at=clock.iso(clock.now()),
         creates=(1, dict(branch.values)),
     )
     again = [a for a in repair.repair(older_than_seconds=0) if a.kind == "launch"]

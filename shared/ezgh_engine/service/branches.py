@@ -68,15 +68,7 @@ def invoke_branch(
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
     step_attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
     run = runs_store.get_branch_run(run_id, raw)
-    made_by = raw.get(runs_store.RUN_ATTEMPT_ATTR)
-    if made_by is not None and (run is None or int(made_by) != run.attempt):
-        # The run is gone, or a RetryRun moved it on after this step was launched (and
-        # reset its pending steps): the item this claim made is no step of the run's.
-        steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
-        return None
-    if run is None or run.ended or run.status == "cancelling":
-        # An ended run's pending steps end with it (its cleanup may have come first).
-        answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
+    if not _runs_now(run, raw, epoch) or run is None:
         return None
     # As read a moment ago (a gather's branches read one app item): the main invocation
     # reads it consistently and fails a run whose app was deleted; a delivery that fails
@@ -112,6 +104,23 @@ def invoke_branch(
     return _answered(
         run, step_id, epoch, step_attempt, failures, invocation_id, started_at, outcome, carried
     )
+
+
+def _runs_now(run: Run | None, step: dict[str, Any], epoch: int) -> bool:
+    """Whether the step the lease take of `epoch` claimed (`step`, as written) runs now.
+    Not when its run is gone, or a RetryRun moved it on after the step was launched (and
+    reset its pending steps): the item the claim made is no step of the run's, and goes.
+    Nor when its run ended or is cancelling: the step ends `cancelled` with it (its
+    cleanup may have come first)."""
+    run_id, step_id = str(step["runId"]), str(step["stepId"])
+    made_by = step.get(runs_store.RUN_ATTEMPT_ATTR)
+    if made_by is not None and (run is None or int(made_by) != run.attempt):
+        steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
+        return False
+    if run is None or run.ended or run.status == "cancelling":
+        answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
+        return False
+    return True
 
 
 def _answered(

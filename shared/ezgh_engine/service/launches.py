@@ -25,8 +25,8 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
-from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import messages, run_writes, runs_store
+from ezgh_engine.adapters import run_items as items
 from ezgh_engine.core.models import ENDED_STATUSES, Run
 from ezgh_engine.service import waits
 
