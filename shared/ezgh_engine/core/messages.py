@@ -108,7 +108,8 @@ Message = Invoke | Timer | Branch | Cron | TaskWatch | YearLimitSweep
 # batch; and as many pushes as one invoker environment makes at once (its memory is sized
 # for them: topology `INVOKER_FUNCTION`).
 GROUP_MAX_MESSAGES = 10
-# A group's body at most (its messages are a hundred bytes or so each): far under Lambda's
+# A group's body at most (its messages are a hundred bytes or so each, a launch's branch
+# message a few hundred: it carries its step's values): far under Lambda's
 # 1 MB for an asynchronous event, and, inside the invocation record Lambda's event queue
 # wraps a failed event in (under 2 KB besides it), under SQS's 256 KB message, so the
 # on-failure queue takes any group the invoker gives up on.

@@ -1,22 +1,29 @@
 """Branch invocations: each parallel step runs in an invocation of its own.
 
 When steps are awaited together, the main invocation suspends and, once its suspend has
-committed, the stream records each unrecorded `run` step as `waiting` with `branch` set
-(`service.launches`). The stream sends one `branch` message per such step; handling it takes
-the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`) and, in the same conditional
-write, starts the step's next attempt (`running`, `attempt` + 1, `startEpoch` = the branch
-epoch), so two deliveries never run one step at once; it invokes the app with
-`branch: {stepId, attempt}`: the SDK replays up to that step, runs only it without a
-`start`, and answers `branch` with the step's end in `ops`. The invoker writes that end, the
-lease's release and the invocation's events in one conditional write of the step
-(`branch_answers.finish`). A wide launch's steps replay from a copy of the history before it
-and their own step (`runs_store.get_branch_run`), not from every sibling. The invocation's
-token carries the step ID and its branch epoch: it authorizes that step's start, complete
-and fail and nothing else, which an SDK that does not read `branch.attempt` still sends (its
-`start` answers the attempt the lease started, writing nothing; its `complete` ends the
-step). Ending the step releases its lease, and the stream, seeing a parallel step end, asks
-for the run's next invocation, which resumes the workflow. A pull app's branch is a task
-(`service.pull_branch`), still in the shape with `start`.
+committed, the stream sends one `branch` message per unrecorded `run` step
+(`service.launches`), carrying the run attempt and the step's launch values: the step has no
+item yet (the run's readers show it `waiting` from the launch). Handling the message claims
+the step: one conditional write takes the step's own lease (`branchEpoch` + 1,
+`branchLeaseUntil`), creating the item if it has none, and starts the step's next attempt
+(`running`, `attempt` + 1, `startEpoch` = the branch epoch), so two deliveries never run one
+step at once and a duplicate runs nothing (`steps_store.take_branch_lease`). A message of a
+run that ended ends the step `cancelled`; one of a run attempt a RetryRun replaced removes the
+item its claim made. The invoker then invokes the app with `branch: {stepId, attempt}`: the
+SDK replays up to that step, runs only it without a `start`, and answers `branch` with the
+step's end in `ops`. The invoker writes that end, the lease's release and the invocation's
+events in one conditional write of the step (`branch_answers.finish`): two writes a branch.
+A wide launch's steps replay from a copy of the history before it and their own step
+(`runs_store.get_branch_run`), not from every sibling. The invocation's token carries the
+step ID and its branch epoch: it authorizes that step's start, complete and fail and nothing
+else, which an SDK that does not read `branch.attempt` still sends (its `start` answers the
+attempt the lease started, writing nothing; its `complete` ends the step). Ending the step
+releases its lease, and the stream, seeing a parallel step end, asks for the run's next
+invocation, which resumes the workflow. A step that has an item and is `waiting` (a retry
+that came due, one the run's next outcome wrote while unclaimed, one an older engine's
+launch made) gets a message in the old shape (run and step only) from the stream, which
+takes that item and creates none. A pull app's branch is a task (`service.pull_branch`),
+claimed by the same take, still in the shape with `start`.
 """
 
 from __future__ import annotations
@@ -68,7 +75,7 @@ def invoke_branch(
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
     step_attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
     run = runs_store.get_branch_run(run_id, raw)
-    if not _runs_now(run, raw, epoch) or run is None:
+    if not _runs_now(run_id, step_id, run, raw, epoch) or run is None:
         return None
     # As read a moment ago (a gather's branches read one app item): the main invocation
     # reads it consistently and fails a run whose app was deleted; a delivery that fails
@@ -106,13 +113,12 @@ def invoke_branch(
     )
 
 
-def _runs_now(run: Run | None, step: dict[str, Any], epoch: int) -> bool:
+def _runs_now(run_id: str, step_id: str, run: Run | None, step: dict[str, Any], epoch: int) -> bool:
     """Whether the step the lease take of `epoch` claimed (`step`, as written) runs now.
     Not when its run is gone, or a RetryRun moved it on after the step was launched (and
     reset its pending steps): the item the claim made is no step of the run's, and goes.
     Nor when its run ended or is cancelling: the step ends `cancelled` with it (its
     cleanup may have come first)."""
-    run_id, step_id = str(step["runId"]), str(step["stepId"])
     made_by = step.get(runs_store.RUN_ATTEMPT_ATTR)
     if made_by is not None and (run is None or int(made_by) != run.attempt):
         steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
