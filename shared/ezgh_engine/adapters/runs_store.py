@@ -308,7 +308,7 @@ def get_branch_run(run_id: str, step: dict[str, Any]) -> Run | None:
     A step launched without that copy reads the whole run (`get_run`)."""
     launch = step.get("hist")
     if not launch:
-        return get_run(run_id, unclaimed=False)  # (a branch replays without its siblings)
+        return get_run(run_id)  # its siblings too, claimed or not (as a main invocation)
     answer = _ddb().get_item(TableName=_table(), Key=items.run_key(run_id), ConsistentRead=True)
     if "Item" not in answer:
         return None
