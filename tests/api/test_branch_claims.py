@@ -296,3 +296,30 @@ def test_repair_sends_a_lost_unclaimed_branch_again(
     assert {s.status for s in gather.read().steps} == {"completed"}
     left = [a for a in repair.repair(older_than_seconds=0) if a.run_id == gather.run.id]
     assert not [a for a in left if a.kind in ("launch", "branch")]
+
+
+def test_a_launch_handled_twice_runs_each_step_once(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit's stream record handled twice (a batch retried): every branch message
+    goes twice, in the workflow's order both times, and each step runs once."""
+    gather = Gather(monkeypatch)
+    record = _commit_seen_again(gather)
+    stream.handle_record(record)
+    again = gather.branch_messages()
+    assert (
+        [m.step_id for m in again]
+        == ["p0#1", "p1#1", "p2#1"]
+        == [m.step_id for m in gather.launched]
+    )
+    for message in [*gather.launched, *again]:
+        assert deliver(message) is None
+    assert gather.ran == ["p0#1", "p1#1", "p2#1"]
+    assert {s.status for s in gather.read().steps} == {"completed"}
+
+
+def _commit_seen_again(gather: Gather) -> dict[str, Any]:
+    """The stream record of the gather's commit, as it was first handed over."""
+    raw = ws.get(items.run_pk(gather.run.id), items.RUN_SK)
+    assert raw is not None
+    return {"eventName": "MODIFY", "dynamodb": {"OldImage": {}, "NewImage": _typed(raw)}}
