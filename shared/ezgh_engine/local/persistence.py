@@ -752,6 +752,9 @@ class JournalingApp:
         past `image_bytes` more than the last one holds."""
         if self.compact_bytes and self.journal.size > self.compact_bytes:
             self.compact()
+        self._image_if_due()
+
+    def _image_if_due(self) -> None:
         due, grown = self.image_due, self.journal.size - self.imaged_at
         if due is not None and self.image_bytes and grown >= self.image_bytes:
             due()
@@ -767,6 +770,7 @@ class JournalingApp:
             # The image (deleted: of the journal folded away) is best taken again at once:
             # a start would otherwise rebuild the state from the snapshot's records.
             self.imaged_at = -self.image_bytes
+            self._image_if_due()
             log.info(
                 "compacted the journal into snapshot %d (%d records) in %.2fs",
                 self.journal.generation,
