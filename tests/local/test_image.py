@@ -480,9 +480,7 @@ def _build_state_urls() -> dict[str, str]:
     return {"work": sqs.get_queue_url(QueueName="work")["QueueUrl"]}
 
 
-def test_a_bucket_from_the_image_is_not_made_again_empty(
-    tmp_path: Path, replays: Replays
-) -> None:
+def test_a_bucket_from_the_image_is_not_made_again_empty(tmp_path: Path, replays: Replays) -> None:
     """A new process knows no bucket's owner until one is made, and the runtime provisions
     its payload bucket on every start: the image's buckets are registered as they load, so
     that `CreateBucket` finds the bucket (with its objects) and makes no empty one over it."""
