@@ -851,12 +851,14 @@ class Emulator:
             "saved the state's image (%d bytes) in %.2fs", len(data), clock.monotonic() - began
         )
 
-    def checkpoint(self) -> bool:
+    def checkpoint(self, *, if_due: bool = False) -> bool:
         """Write an image of the state while the engine runs (`local.checkpoints`): every
         request held back while moto's objects are pickled, so the image is of exactly the
         journal's prefix written by then; the file written once they go on. A start after
         a crash loads it and replays only what was journaled after. False (logged) when no
-        image was written: the older one, or none, stays."""
+        image was written: the older one, or none, stays. `if_due`: only if the journal
+        grew by `image_bytes` since the last image (the requests that asked for this one
+        while the last was being taken did not)."""
         journaling = self.journaling
         if journaling is None or not self._restored_whole:
             return False
@@ -867,6 +869,8 @@ class Emulator:
             with journaling.hold.closed():
                 closed = clock.monotonic()
                 with journaling.lock:
+                    if if_due and journal_grown(journaling) < journaling.image_bytes:
+                        return False
                     journaling.imaged_at = journal.size  # a failure waits for as much growth
                     epoch, position = journal.epoch, journal.position
                     taken = self._image_of_now(journaling)
@@ -906,7 +910,7 @@ class Emulator:
             threading.Thread(target=later.install, name="image-later", daemon=True).start()
         journaling = self.journaling
         if journaling is not None and self._checkpoints is None and journaling.image_bytes:
-            self._checkpoints = Checkpointer(self.checkpoint)
+            self._checkpoints = Checkpointer(lambda: self.checkpoint(if_due=True))
             self._checkpoints.start()
             with journaling.lock:
                 journaling.image_due = self._checkpoints.due
