@@ -395,7 +395,13 @@ def test_the_journals_growth_takes_images_off_the_request_path(tmp_path: Path, s
         for n in range(5):
             _more_writes(urls, str(n))
         _wait_for(lambda: first.checkpoints_taken >= 2)
-        first.journaling.image_bytes = 0
+        journaling = first.journaling
+        with journaling.lock:  # the next is due after a quarter of the image, if more
+            assert journaling.image_size == (state_dir / image.IMAGE_NAME).stat().st_size
+            assert journaling.image_growth() == max(4096, journaling.image_size // 4)
+            journaling.image_size = 40_000
+            assert journaling.image_growth() == 10_000
+            journaling.image_bytes = 0
         _more_writes(urls, "last")
         before = _everything(urls)
         journaled = len(persistence.read_records(first.journaling.journal.path)[0])

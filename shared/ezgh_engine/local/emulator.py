@@ -796,6 +796,7 @@ class Emulator:
             restored = restored_from(loaded.kept, loaded.requests, loaded.services)
             self.restored = replay(journaling.app, tail, into=restored)
             journaling.imaged_at = loaded.offset
+            journaling.image_size = _size(journal.path.with_name(image.IMAGE_NAME))
             how = f"an image and the {len(tail)} record(s) journaled after it"
         else:
             self.restored = replay(journaling.app, journal.open())
@@ -857,8 +858,8 @@ class Emulator:
         journal's prefix written by then; the file written once they go on. A start after
         a crash loads it and replays only what was journaled after. False (logged) when no
         image was written: the older one, or none, stays. `if_due`: only if the journal
-        grew by `image_bytes` since the last image (the requests that asked for this one
-        while the last was being taken did not)."""
+        grew enough since the last image (`JournalingApp.image_growth`: the requests that
+        asked for this one while the last was being taken did not)."""
         journaling = self.journaling
         if journaling is None or not self._restored_whole:
             return False
@@ -869,7 +870,7 @@ class Emulator:
             with journaling.hold.closed():
                 closed = clock.monotonic()
                 with journaling.lock:
-                    if if_due and journal_grown(journaling) < journaling.image_bytes:
+                    if if_due and not journaling.image_is_due():
                         return False
                     journaling.imaged_at = journal.size  # a failure waits for as much growth
                     epoch, position = journal.epoch, journal.position
@@ -884,7 +885,9 @@ class Emulator:
                 if journal.epoch != epoch or self.journaling is not journaling:
                     temporary.unlink(missing_ok=True)
                     return False
-                image.install_file(temporary, path)
+                image.install_file(temporary, path, sync=False)
+                journaling.image_size = len(data)
+            image.sync_directory(path)
         except Exception:  # the journal has it all; an older image still names a prefix
             log.warning("could not take an image of the running state", exc_info=True)
             return False
@@ -914,7 +917,7 @@ class Emulator:
             self._checkpoints.start()
             with journaling.lock:
                 journaling.image_due = self._checkpoints.due
-                if journal_grown(journaling) >= journaling.image_bytes:
+                if journaling.image_is_due():
                     self._checkpoints.due()
 
     def keep(self, name: str, value: Any) -> None:
@@ -1005,9 +1008,11 @@ class Emulator:
         config.reset_settings()
 
 
-def journal_grown(journaling: JournalingApp) -> int:
-    """The journal's bytes the newest image does not hold."""
-    return journaling.journal.size - journaling.imaged_at
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _requests_of(records: list[dict[str, Any]], services: frozenset[str]) -> bool:

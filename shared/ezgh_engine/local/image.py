@@ -299,11 +299,18 @@ def write_temporary(path: Path, data: bytes) -> Path:
     return temporary
 
 
-def install_file(temporary: Path, path: Path) -> None:
-    """Rename a written image into place (atomic: a crash leaves the old one or the new)."""
+def install_file(temporary: Path, path: Path, *, sync: bool = True) -> None:
+    """Rename a written image into place (atomic: a crash leaves the old one or the new);
+    with `sync`, make the rename durable (else the caller does: `sync_directory`)."""
     os.replace(temporary, path)
-    # Not needed for correctness (an older image, or none, still names a prefix of the
-    # journal, or nothing), but then the next start replays more.
+    if sync:
+        sync_directory(path)
+
+
+def sync_directory(path: Path) -> None:
+    """Make a rename to `path` durable. Not needed for correctness (an older image, or
+    none, still names a prefix of the journal, or nothing), but then the next start
+    replays more."""
     private_files.fsync_directory(path.parent)
 
 

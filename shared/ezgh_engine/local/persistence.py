@@ -69,11 +69,14 @@ _SQS_NOT_JOURNALED = frozenset({"ChangeMessageVisibility", "ChangeMessageVisibil
 ENV_COMPACT_BYTES = "EZGH_DEV_COMPACT_BYTES"
 DEFAULT_COMPACT_BYTES = 64 * 1024 * 1024
 # Take an image while running (a checkpoint) each time the journal grew by this many bytes
-# since the last one (0: only at a clean stop). docs/benchmarks.md has the trade measured:
-# each checkpoint holds requests back while it pickles the state (~20 ms a MB of image), and
-# a start after a crash replays up to this much journal (~1.5 s of CPU a MB).
+# since the last one, or by a quarter of the last image's size if more (0: only at a clean
+# stop). The trade, measured in docs/benchmarks.md: a checkpoint holds requests back while it
+# pickles the state (~26 ms of CPU a MB of image), and a start after a crash replays what was
+# journaled after it (~1.5 s of CPU a MB). With a quarter, the pickling costs at most ~6% of
+# the requests' CPU at any size of the state, and the tail stays a quarter of the image.
 ENV_IMAGE_BYTES = "EZGH_DEV_IMAGE_BYTES"
 DEFAULT_IMAGE_BYTES = 512 * 1024
+IMAGE_SHARE = 4
 _pause = threading.Event()  # never set: `wait(s)` pauses a thread for s seconds
 _receiving = threading.local()  # the JournalingApp and queue of this thread's ReceiveMessage
 # Request headers a replay does not need (recomputed, or about the connection).
@@ -621,7 +624,7 @@ class JournalingApp:
     records), and compacts the journal into a snapshot once it passes `compact_bytes`.
 
     Every request passes `hold` (a checkpoint closes it while it pickles moto), and once
-    the journal grew by `image_bytes` since the last image (`imaged_at`), `image_due` is
+    the journal grew by `image_growth()` since the last image (`imaged_at`), `image_due` is
     called (the emulator's checkpointer: it takes the image in a thread of its own).
     """
 
@@ -641,6 +644,7 @@ class JournalingApp:
         self.compactions = 0
         self.image_bytes = image_threshold() if image_bytes is None else image_bytes
         self.imaged_at = 0  # the journal's bytes the newest image holds (of this epoch)
+        self.image_size = 0  # the newest image's bytes
         self.image_due: Callable[[], None] | None = None
         # The runtime's own state, kept for a snapshot: the last checkpoint of each (poller,
         # shard) and the last set of mappings.
@@ -745,18 +749,29 @@ class JournalingApp:
             self.journal.clear()
             self.checkpoints.clear()
             self.mappings = None
-            self.imaged_at = 0
+            self.imaged_at = self.image_size = 0
 
     def _appended(self) -> None:
         """After an append (under the lock): compact past `compact_bytes`, ask for an image
-        past `image_bytes` more than the last one holds."""
+        past `image_growth()` more than the last one holds."""
         if self.compact_bytes and self.journal.size > self.compact_bytes:
             self.compact()
         self._image_if_due()
 
+    def image_growth(self) -> int:
+        """The journal's growth since the last image after which the next is due (0: none
+        while running): `image_bytes`, or a quarter of the last image if more."""
+        if not self.image_bytes:
+            return 0
+        return max(self.image_bytes, self.image_size // IMAGE_SHARE)
+
+    def image_is_due(self) -> bool:
+        growth = self.image_growth()
+        return bool(growth) and self.journal.size - self.imaged_at >= growth
+
     def _image_if_due(self) -> None:
-        due, grown = self.image_due, self.journal.size - self.imaged_at
-        if due is not None and self.image_bytes and grown >= self.image_bytes:
+        due = self.image_due
+        if due is not None and self.image_is_due():
             due()
 
     def compact(self) -> None:
@@ -769,7 +784,7 @@ class JournalingApp:
             self.compactions += 1
             # The image (deleted: of the journal folded away) is best taken again at once:
             # a start would otherwise rebuild the state from the snapshot's records.
-            self.imaged_at = -self.image_bytes
+            self.imaged_at = self.journal.size - self.image_growth()
             self._image_if_due()
             log.info(
                 "compacted the journal into snapshot %d (%d records) in %.2fs",
