@@ -210,6 +210,11 @@ def _backends(services: tuple[str, ...] = SERVICES) -> dict[str, dict[str, dict[
 
     found: dict[str, dict[str, dict[str, Any]]] = {}
     for service in services:
+        if service in LATER and f"moto.{service}.models" not in sys.modules:
+            # Never asked for in this process: no state, and no import of it (0.2 s for
+            # X-Ray's SDK, with every request held back while a checkpoint pickles).
+            found[service] = {}
+            continue
         live: Any = get_backend(service)  # type: ignore[call-overload]
         found[service] = {account: dict(regions) for account, regions in live.items()}
     return found
