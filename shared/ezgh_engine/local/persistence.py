@@ -72,7 +72,7 @@ DEFAULT_COMPACT_BYTES = 64 * 1024 * 1024
 # since the last one, or by a quarter of the last image's size if more (0: only at a clean
 # stop). The trade, measured in docs/benchmarks.md: a checkpoint holds requests back while it
 # pickles the state (~26 ms of CPU a MB of image), and a start after a crash replays what was
-# journaled after it (~1.5 s of CPU a MB). With a quarter, the pickling costs at most ~6% of
+# journaled after it (~1.5 s of CPU a MB). With a quarter, the pickling costs at most ~7% of
 # the requests' CPU at any size of the state, and the tail stays a quarter of the image.
 ENV_IMAGE_BYTES = "EZGH_DEV_IMAGE_BYTES"
 DEFAULT_IMAGE_BYTES = 512 * 1024
@@ -230,15 +230,6 @@ class Journal:
     def position(self) -> int:
         """The group commit's position of everything appended so far (`wait_durable`)."""
         return self.commits.written(0)
-
-    def reopen(self) -> None:
-        """Open for appending without reading: the caller restored the state by other means
-        (`local.image`, which checked that this journal and snapshot are the ones it
-        matches, so they hold no torn tail or damage to cut)."""
-        private_files.private_dir(self.path.parent)
-        self.generation, _ = _generation_of(self.snapshot_path)
-        self._file = private_files.open_private(self.path, "ab")
-        self.size = self._file.tell()
 
     def append(
         self, record: dict[str, Any], *, sync: bool | None = None, wait: bool = True
