@@ -497,3 +497,41 @@ def test_a_service_never_imported_is_pickled_empty_without_importing_it(
     monkeypatch.delitem(sys.modules, "moto.xray.models", raising=False)
     assert image._backends(("xray",)) == {"xray": {}}
     assert "moto.xray.models" not in sys.modules
+
+
+def test_a_long_poll_waits_outside_the_hold_and_gets_what_is_sent_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint does not wait for a long poll's seconds (the poll waits between short
+    receives, outside the hold), and the poll still answers a message sent while it waits;
+    a wait moto refuses is refused as before."""
+    from botocore.exceptions import ClientError
+    from moto.sqs.models import Queue
+
+    emulator = _started(tmp_path)
+    waiting = threading.Event()
+    real_wait = Queue.wait_for_messages
+
+    def wait_for_messages(queue: Any, timeout: float) -> None:
+        waiting.set()
+        real_wait(queue, timeout)
+
+    monkeypatch.setattr(Queue, "wait_for_messages", wait_for_messages)
+    try:
+        sqs = aws.client("sqs")
+        url = sqs.create_queue(QueueName="polled")["QueueUrl"]
+        answers: list[Any] = []
+        poll = threading.Thread(
+            target=lambda: answers.append(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20))
+        )
+        poll.start()
+        assert waiting.wait(30)
+        assert emulator.checkpoint()  # while the poll waits: it is not inside the hold
+        assert poll.is_alive()
+        sqs.send_message(QueueUrl=url, MessageBody="came while it waited")
+        poll.join(30)
+        assert [m["Body"] for m in answers[0]["Messages"]] == ["came while it waited"]
+        with pytest.raises(ClientError, match="WaitTimeSeconds"):
+            sqs.receive_message(QueueUrl=url, WaitTimeSeconds=25)
+    finally:
+        emulator.stop()

@@ -717,6 +717,8 @@ class JournalingApp:
                 _pause.wait(min(0.05, left))
             else:
                 queue.wait_for_messages(min(1.0, left))
+                if deadline <= clock.monotonic() and not queue.messages:
+                    break  # the time is up and nothing came: the empty answer stands
         start_response(status, headers)
         return [answer]
 
