@@ -701,7 +701,6 @@ class Emulator:
         self._later: image.Later | None = None  # the image's state installed after the rest
         self._checkpoints: Checkpointer | None = None  # images while running, once serving
         self.checkpoints_taken = 0  # images written while running (`checkpoint`)
-        self.longest_hold = 0.0  # seconds the longest of them held requests back
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
         self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
@@ -892,7 +891,6 @@ class Emulator:
             log.warning("could not take an image of the running state", exc_info=True)
             return False
         self.checkpoints_taken += 1
-        self.longest_hold = max(self.longest_hold, held)
         log.info(
             "image of the journal's first %d bytes (%d bytes) in %.2fs, requests held %.3fs",
             mark.size,
@@ -921,8 +919,9 @@ class Emulator:
                     self._checkpoints.due()
 
     def keep(self, name: str, value: Any) -> None:
-        """Keep `value` (picklable) with the image of this life's clean stop, for the next
-        start from that image (`adoptable`): facts about the state it holds."""
+        """Keep `value` (picklable) with the images of this life (its checkpoints, its
+        clean stop's), for the next start from one of them (`adoptable`): facts about the
+        state it holds that what is journaled after it does not undo."""
         self._kept[name] = value
 
     def apply_env(self, env: Mapping[str, str | None]) -> None:

@@ -319,22 +319,6 @@ def sync_directory(path: Path) -> None:
     private_files.fsync_directory(path.parent)
 
 
-def save(
-    path: Path,
-    mark: JournalMark,
-    requests: int,
-    kept: list[dict[str, Any]],
-    services: list[str],
-    extras: dict[str, Any] | None = None,
-    later: Later | None = None,
-) -> int:
-    """Write the image of moto's state now (the caller holds the journal's lock and nothing
-    is in flight), atomically and durably; answer its size in bytes."""
-    data = capture(mark, requests, kept, services, extras, later)
-    install_file(write_temporary(path, data), path)
-    return len(data)
-
-
 def load(path: Path, accepts: Callable[[JournalMark], bool]) -> Loaded | None:
     """Install the image at `path` into moto (just reset) if `accepts` its mark (a prefix of
     the journal on disk) and it is of this Python and moto; None, and moto as it was
