@@ -29,6 +29,7 @@ import { clock } from "./clock.js";
 import {
   AbortInvocation,
   DuplicateStepNameError,
+  EngineBusy,
   NondeterminismError,
   RunCancelledError,
   StepError,
@@ -284,6 +285,13 @@ export class Invocation implements StepHost, StepRunScope {
     } catch (error) {
       this.stop();
       if (error instanceof AbortInvocation) return answers.aborted(error.reason, this.deploymentId);
+      if (error instanceof EngineBusy) {
+        // Not the app's fault: the engine delivers it again later. The answer carries the
+        // held step ends (small ones), so the engine records them and those steps run once.
+        const throttled = answers.throttled(error.message, error.retryAfter, this.deploymentId);
+        const held = this.calls.heldBytes() > ANSWER_HELD_BYTES ? [] : this.calls.takeHeld();
+        return withOps(throttled, held);
+      }
       throw error;
     }
   }

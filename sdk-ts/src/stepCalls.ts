@@ -9,7 +9,7 @@
  * went on with this invocation's value: the invocation aborts and the engine replays the run.
  */
 
-import { AbortInvocation, TransportError } from "./errors.js";
+import { AbortInvocation, EngineBusy, TransportError } from "./errors.js";
 import { readPayload } from "./payloadCache.js";
 import { endDiffers } from "./protocol/rules.js";
 import { recordedIn, type Op, type RecordedStep } from "./protocol/wire.js";
@@ -42,7 +42,15 @@ export class StepCalls {
   async send(ops: Op[]): Promise<StepResult[]> {
     const held = this.held;
     this.held = [];
-    const results = await this.transport.send([...held, ...ops]);
+    let results: StepResult[];
+    try {
+      results = await this.transport.send([...held, ...ops]);
+    } catch (error) {
+      // Not recorded, or not known to be: they stay held, and the `throttled` answer
+      // carries them (a step whose end is lost runs again; one carried runs once).
+      if (error instanceof EngineBusy) this.held = [...held, ...this.held];
+      throw error;
+    }
     for (const [i, op] of held.entries()) checkHeldResult(op, await this.withOutput(results[i]));
     return results.slice(held.length);
   }

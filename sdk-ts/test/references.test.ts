@@ -29,6 +29,37 @@ const threeSteps = workflow("three", async ({ input, step }) => {
 
 beforeEach(() => CACHE.clear());
 
+/** Answers as a fresh engine does, except that its `nth` call stays throttled past the SDK's
+ * resends (the HTTP transport then raises `EngineBusy`). */
+class ThrottledOnce extends NotingTransport {
+  constructor(private readonly nth: number) {
+    super();
+  }
+
+  override async send(ops: Op[]): Promise<ReturnType<typeof fresh>[]> {
+    if (this.calls.length + 1 === this.nth) {
+      this.calls.push(ops);
+      throw new EngineBusy("step call stayed throttled: HTTP 503", 1);
+    }
+    return super.send(ops);
+  }
+}
+
+describe("a throttled invocation", () => {
+  test("answers `throttled` carrying the held step ends, so the engine records them", async () => {
+    const pair = workflow("pair", async ({ step }) => {
+      const a = await step.run("a", () => "A");
+      return step.run("b", () => `${a}B`);
+    });
+    const { answer, transport } = await invoke(pair, {}, new ThrottledOnce(2));
+    assert.equal(answer.outcome, "throttled");
+    assert.equal(answer.retryAfter, 1);
+    // a's end rode the throttled call (with b's start) and comes back in the answer.
+    assert.deepEqual(transport.calls[1]!.map((op) => [op.op, op.stepId]), [["complete", "a#1"], ["start", "b#1"]]);
+    assert.deepEqual(answer.ops, [{ op: "complete", stepId: "a#1", output: "A" }]);
+  });
+});
+
 describe("a history in pages", () => {
   test("every page is read before the workflow runs; a step the request listed is as it says", async () => {
     const pages = {

@@ -150,3 +150,17 @@ def test_a_throttled_branch_delivery_releases_its_step_uncounted(
     assert int(step.get("branchFailures", 0)) == 0
     assert int(step[branch_answers.BRANCH_THROTTLES_ATTR]) == 1
     assert int(step["branchLeaseUntil"]) > clock.now_ms()
+
+
+def test_a_throttled_answer_with_malformed_ops_is_a_failed_delivery(
+    aws_env: None, app: Any
+) -> None:
+    """Ops a `throttled` answer carries are held to an answer's rules: malformed ones make
+    it a failed delivery (counted), as on any other outcome, and nothing is written."""
+    app(Answers({**THROTTLED, "ops": [{"op": "complete"}]}))
+    run = stored_run()
+    retry = invoker.invoke(run.id, 1)
+    assert retry is not None
+    raw = _raw_run(run.id)
+    assert int(raw["invokeFailures"]) == 1
+    assert items.INVOKE_THROTTLES_ATTR not in raw

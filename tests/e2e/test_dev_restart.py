@@ -50,6 +50,9 @@ class Dev:
     def start(self, *extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "EZGH_"))}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "shared"), str(REPO / "sdk"), str(REPO)])
+        # Images taken while running every 8 KiB of journal: a `kill -9` restarts from the
+        # newest one and the journal after it, taken while runs were mid-invocation.
+        env["EZGH_DEV_IMAGE_BYTES"] = "8192"
         command = [sys.executable, "-m", "ezgh_engine.cli", "dev", "--port", str(self.port)]
         command += ["--state-dir", str(self.state_dir), "--app", APP]
         command += ["--clock-file", str(self.clock.share()), *extra]
@@ -298,6 +301,7 @@ def test_restarts_mid_run_lose_nothing_and_reset_starts_empty(dev: Dev, tmp_path
         dev.stop(sig)
         gate.touch()  # each blocked step's next attempt finds its gate open
         again = dev.start()
+        assert any("from an image and the" in line for line in dev.output), how
         assert again == first, how  # dev.env is stable: the same key works
         assert dev.app_id() == app_id, how  # the app, its runs and its signing key are kept
         for run_id, log in held:

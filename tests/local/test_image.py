@@ -16,16 +16,25 @@ from ezgh_engine.local.emulator import Emulator
 from tests.local.test_persistence import _build_state, _checkpoint, _state, _stream
 
 
+class Replays(list[int]):
+    """How many records each start replayed from the journal's beginning (a whole replay),
+    and in `tails` how many after the image it loaded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tails: list[int] = []
+
+
 @pytest.fixture()
-def replays(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many records each start replayed (a spy on `persistence.replay`)."""
-    counted: list[int] = []
+def replays(monkeypatch: pytest.MonkeyPatch) -> Iterator[Replays]:
+    """A spy on `persistence.replay`: what each start replayed."""
+    counted = Replays()
     real = persistence.replay
 
-    def replay(app: Any, records: Any) -> persistence.Restored:
+    def replay(app: Any, records: Any, into: Any = None) -> persistence.Restored:
         records = list(records)
-        counted.append(len(records))
-        return real(app, records)
+        (counted if into is None else counted.tails).append(len(records))
+        return real(app, records, into)
 
     monkeypatch.setattr("ezgh_engine.local.emulator.replay", replay)
     yield counted
@@ -46,7 +55,7 @@ def _crash(emulator: Emulator, monkeypatch: pytest.MonkeyPatch, *, mid_save: boo
 
 
 def test_a_start_after_a_clean_stop_loads_the_image_and_replays_nothing(
-    tmp_path: Path, replays: list[int]
+    tmp_path: Path, replays: Replays
 ) -> None:
     first = Emulator(state_dir=tmp_path)
     first.start()
@@ -85,12 +94,12 @@ def test_a_start_after_a_clean_stop_loads_the_image_and_replays_nothing(
 
 
 @pytest.mark.parametrize("mid_save", [False, True], ids=["killed", "killed mid-save"])
-def test_a_crash_after_the_image_replays_the_whole_journal(
-    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch, mid_save: bool
+def test_a_crash_after_the_image_loads_it_and_replays_only_the_tail(
+    tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch, mid_save: bool
 ) -> None:
-    """The image is of the journal as it was at the clean stop: what the next life journaled
-    (then died without a stop, or while saving its own image) is only in the journal, so
-    the next start replays it all instead of loading the older image."""
+    """The image is of the journal's prefix at the clean stop: what the next life journaled
+    (then died without a stop, or while saving its own image) is only in the journal after
+    that prefix, so the next start loads the older image and replays just those records."""
     first = Emulator(state_dir=tmp_path)
     first.start()
     try:
@@ -105,14 +114,15 @@ def test_a_crash_after_the_image_replays_the_whole_journal(
             TableName="t", Key={"pk": {"S": "p1"}, "sk": {"S": "s1"}}
         )
         before, stream = _state(urls), _stream()
+        requests = second.restored.requests + 2
     finally:
         _crash(second, monkeypatch, mid_save=mid_save)
-    assert (tmp_path / image.IMAGE_NAME).exists()  # the first life's: it no longer matches
+    assert (tmp_path / image.IMAGE_NAME).exists()  # the first life's: of a prefix
     third = Emulator(state_dir=tmp_path)
     third.start()
     try:
-        assert len(replays) == 2 and replays[1] > 30  # the whole journal, not just the tail
-        assert third.restored.refused == 0
+        assert replays == [0] and replays.tails == [0, 2]  # the records after the image
+        assert third.restored.refused == 0 and third.restored.requests == requests
         assert _state(urls) == before and _stream() == stream
     finally:
         third.stop()
@@ -120,7 +130,7 @@ def test_a_crash_after_the_image_replays_the_whole_journal(
 
 @pytest.mark.parametrize("damage", ["torn", "another version", "not a pickle"])
 def test_a_damaged_or_foreign_image_is_passed_over_for_the_journal(
-    tmp_path: Path, replays: list[int], damage: str
+    tmp_path: Path, replays: Replays, damage: str
 ) -> None:
     first = Emulator(state_dir=tmp_path)
     first.start()
@@ -181,7 +191,7 @@ def test_a_reset_and_a_compaction_delete_the_image(tmp_path: Path) -> None:
 
 
 def test_an_image_that_fails_to_install_midway_is_undone_and_the_journal_replayed(
-    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = Emulator(state_dir=tmp_path)
     first.start()
@@ -238,7 +248,7 @@ def test_a_message_received_before_the_stop_is_visible_at_once_and_keeps_its_cou
 
 
 def test_a_crash_mid_compaction_after_an_image_replays_the_journal(
-    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A compaction folds the journal the image is of into a new snapshot: killed between the
     snapshot's rename and the image's deletion, it leaves an image of a snapshot generation
@@ -280,7 +290,7 @@ def test_a_crash_mid_compaction_after_an_image_replays_the_journal(
 
 @pytest.mark.parametrize("kept", [True, False], ids=["kept by the image", "not kept"])
 def test_the_runs_trace_segments_outlive_a_clean_stop(
-    tmp_path: Path, replays: list[int], monkeypatch: pytest.MonkeyPatch, kept: bool
+    tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch, kept: bool
 ) -> None:
     """A replay of the journal puts X-Ray's segments back (PutTraceSegments is journaled):
     the image keeps them too. A service the image would not keep (here X-Ray, taken off its
@@ -423,8 +433,9 @@ def test_what_the_runtime_keeps_with_the_image_comes_back_with_it_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`Emulator.keep` (the runtime's provisioning answers) travels with the image of a
-    clean stop: the next start from that image has it; a start that replays (the image no
-    longer matches) or a reset has nothing to adopt."""
+    clean stop: the next start from that image has it (also when it replays a tail after
+    it); a start that replays the whole journal (no image) or a reset has nothing to
+    adopt."""
     first = Emulator(state_dir=tmp_path)
     first.start()
     try:
@@ -439,7 +450,14 @@ def test_what_the_runtime_keeps_with_the_image_comes_back_with_it_only(
         assert second.adoptable == {"facts": {"queue": "work"}}
         aws.client("sqs").send_message(QueueUrl=_build_state_urls()["work"], MessageBody="later")
     finally:
-        _crash(second, monkeypatch)  # kept nothing: its image is not written
+        _crash(second, monkeypatch)  # its image is not written: the first one's stays
+    third = Emulator(state_dir=tmp_path)
+    third.start()
+    try:
+        assert third.adoptable == {"facts": {"queue": "work"}}  # the image, and a tail
+    finally:
+        _crash(third, monkeypatch)
+    image.discard(tmp_path / image.IMAGE_NAME)
     third = Emulator(state_dir=tmp_path)
     third.start()
     try:
@@ -462,9 +480,7 @@ def _build_state_urls() -> dict[str, str]:
     return {"work": sqs.get_queue_url(QueueName="work")["QueueUrl"]}
 
 
-def test_a_bucket_from_the_image_is_not_made_again_empty(
-    tmp_path: Path, replays: list[int]
-) -> None:
+def test_a_bucket_from_the_image_is_not_made_again_empty(tmp_path: Path, replays: Replays) -> None:
     """A new process knows no bucket's owner until one is made, and the runtime provisions
     its payload bucket on every start: the image's buckets are registered as they load, so
     that `CreateBucket` finds the bucket (with its objects) and makes no empty one over it."""

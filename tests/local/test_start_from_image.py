@@ -1,7 +1,8 @@
-"""A start of the local runtime from the image of a clean stop adopts the resources that
-image's life provisioned (its tables, queues, bucket, schedule group and recurring
-schedules are in the image) instead of asking the emulator for each again; any other start
-(a replay after a crash, another topology) provisions as before."""
+"""A start of the local runtime from an image (of a clean stop, or of a checkpoint with the
+journal's tail after it) adopts the resources that image's life provisioned (its tables,
+queues, bucket, schedule group and recurring schedules are in the image, and nothing of the
+engine deletes them) instead of asking the emulator for each again; any other start (a
+whole replay, another topology) provisions as before."""
 
 from __future__ import annotations
 
@@ -123,13 +124,20 @@ def test_a_start_from_the_image_adopts_what_its_life_provisioned(
         second.wait_idle(timeout=30)  # the invocations poller took it (a stand-in handler)
     finally:
         _crash(second, monkeypatch)
-    third, provisioned = _started(tmp_path, asked)  # a replay: nothing kept to adopt
+    third, provisioned = _started(tmp_path, asked)  # the first life's image and a tail
     try:
-        assert {"CreateTable", "CreateQueue"} <= provisioned
-        assert third.provisioned.tables == made.tables
+        assert provisioned == set()
         assert third.provisioned.queue_urls == _moved(made.queue_urls, first, third)
     finally:
-        third.stop()
+        _crash(third, monkeypatch)
+    (tmp_path / "aws" / "image.pickle").unlink()
+    fourth, provisioned = _started(tmp_path, asked)  # a whole replay: nothing kept to adopt
+    try:
+        assert {"CreateTable", "CreateQueue"} <= provisioned
+        assert fourth.provisioned.tables == made.tables
+        assert fourth.provisioned.queue_urls == _moved(made.queue_urls, first, fourth)
+    finally:
+        fourth.stop()
 
 
 def test_another_topology_provisions_what_the_image_lacks(tmp_path: Path, asked: list[str]) -> None:

@@ -402,3 +402,52 @@ def test_name_mismatch_under_an_explicit_id_is_nondeterminism(engine: Engine) ->
     error = outcome["error"]
     assert error["code"] == "workflows.nondeterminism"
     assert "'charge-card'" in error["message"] and "'refund'" in error["message"]
+
+
+class _ThrottledOnce:
+    """The engine's step transport, except that one call (the `nth`) stays throttled past
+    the SDK's resends, as the transport raises it (`EngineBusy`)."""
+
+    def __init__(self, inner: Any, nth: int, state: dict[str, int]) -> None:
+        self._inner, self._nth, self._state = inner, nth, state
+
+    async def send(self, ops: Any) -> Any:
+        self._state["calls"] += 1
+        if self._state["calls"] == self._nth:
+            from ezgh_workflows._internal.transport import EngineBusy
+
+            raise EngineBusy("step call stayed throttled: HTTP 503", 1.0)
+        return await self._inner.send(ops)
+
+    def __getattr__(self, name: str) -> Any:  # the history and payload reads, aclose
+        return getattr(self._inner, name)
+
+
+def test_a_throttled_answer_carries_the_held_end_and_its_step_runs_once(
+    engine: Engine,
+) -> None:
+    """Step a ran and its end was held for the next call, which stayed throttled: the
+    `throttled` answer carries a's end, the engine records it, and the next delivery replays
+    a instead of running it again (before, the end was dropped and a ran twice)."""
+    ran: list[str] = []
+
+    @workflow("pair")
+    async def pair(ctx: Context) -> str:
+        a = await ctx.step.run("a", lambda: ran.append("a") or "A")
+        return await ctx.step.run("b", lambda: ran.append("b") or a + "B")
+
+    state = {"calls": 0}
+    app = make_app(engine, pair)
+    plain = app._transport_factory  # type: ignore[attr-defined]
+    app._transport_factory = lambda api, dep: _ThrottledOnce(  # type: ignore[attr-defined]
+        plain(api, dep), 2, state
+    )
+    outcome, invocations = run_to_end(app, engine, "pair")
+    assert outcome["outcome"] == "completed" and outcome["output"] == "AB"
+    assert ran == ["a", "b"]  # a ran once
+    assert invocations == 2
+    first = next(d.answer for d in engine.deliveries if "run" in d.request)
+    assert first["outcome"] == "throttled" and first["retryAfter"] == 1.0
+    assert first["ops"] == [{"op": "complete", "stepId": "a#1", "output": "A"}]
+    assert engine.steps["a#1"]["status"] == "completed"
+    assert int(engine.steps["a#1"]["attempt"]) == 1

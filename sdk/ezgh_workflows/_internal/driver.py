@@ -57,7 +57,7 @@ from .runner import (
 from .step_calls import StepCalls
 from .step_context import current_step
 from .steps import BlockingSteps, StepRequest, Steps
-from .transport import StateReader, StepTransport
+from .transport import EngineBusy, StateReader, StepTransport
 from .workflow import Workflow
 from .workflow_loop import WorkflowLoop
 
@@ -221,6 +221,10 @@ class Invocation:
         except AbortInvocation as exc:
             await self._stop_workflow(exc)
             return protocol.aborted(exc.reason, self._deployment_id)
+        except EngineBusy as exc:  # not the app's fault: the engine delivers it again later
+            await self._stop_workflow(AbortInvocation("the engine stayed throttled"))
+            answer = protocol.throttled(str(exc), exc.retry_after, self._deployment_id)
+            return protocol.with_ops(answer, self._held_for_throttled())
         except BaseException:
             await self._stop_workflow(AbortInvocation("the SDK failed"))
             raise
@@ -229,6 +233,15 @@ class Invocation:
             self._workflow_loop.close()
             await self._calls.aclose()
         return protocol.with_ops(answer, self._calls.take_held())
+
+    def _held_for_throttled(self) -> list[protocol.Op]:
+        """The held step ends a `throttled` answer carries: the engine records them, so those
+        steps do not run again at the next delivery; none past `ANSWER_HELD_BYTES` (the
+        answer stays small: they run again, at least once, as without them)."""
+        if self._calls.held_bytes() > ANSWER_HELD_BYTES:
+            self._calls.take_held()
+            return []
+        return self._calls.take_held()
 
     # -- what the request gave as references (1.5) ----------------------------------------
 

@@ -24,7 +24,7 @@ from .errors import AbortInvocation, TransportError
 from .protocol import Op, RecordedStep
 from .protocol_rules import end_differs
 from .trace import TraceContext
-from .transport import StateReader, StepTransport
+from .transport import EngineBusy, StateReader, StepTransport
 
 # At most this many ends are held before they are sent on their own (the engine takes up to
 # 25 ops a call, and an answer carries at most 25).
@@ -63,7 +63,13 @@ class StepCalls:
     async def send(self, ops: list[Op]) -> list[dict[str, Any]]:
         """Send ``ops`` (after the held ends); one result per op of ``ops``."""
         held, self._held = self._held, []
-        results = await self._transport.send([*held, *ops])
+        try:
+            results = await self._transport.send([*held, *ops])
+        except EngineBusy:
+            # Not recorded, or not known to be: they stay held, and the `throttled` answer
+            # carries them (a step whose end is lost runs again; one carried runs once).
+            self._held = [*held, *self._held]
+            raise
         for op, result in zip(held, results, strict=False):
             check_held_result(op, await self._with_output(result))
         return results[len(held) :]

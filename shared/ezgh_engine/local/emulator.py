@@ -29,6 +29,7 @@ from ezgh_engine import clock, config
 from ezgh_engine.adapters import aws
 from ezgh_engine.local import image, moto_expressions
 from ezgh_engine.local.account import ACCOUNT_ID, NAME_PREFIX, REGION
+from ezgh_engine.local.checkpoints import Checkpointer
 from ezgh_engine.local.emulator_gate import KEY_HEADER, EmulatorGate, new_credentials, signed_by
 from ezgh_engine.local.moto_internals import MotoInternalsMissing
 from ezgh_engine.local.moto_server import MotoServer
@@ -698,6 +699,8 @@ class Emulator:
         self._kept: dict[str, Any] = {}
         self.adoptable: dict[str, Any] = {}
         self._later: image.Later | None = None  # the image's state installed after the rest
+        self._checkpoints: Checkpointer | None = None  # images while running, once serving
+        self.checkpoints_taken = 0  # images written while running (`checkpoint`)
         self._saved_env: dict[str, str | None] = {}
         self.endpoint_url = ""
         self.dynamodb_url = ""  # DynamoDB Local's, or "" for moto's DynamoDB
@@ -772,22 +775,28 @@ class Emulator:
         return self.endpoint_url
 
     def _restore(self, journaling: JournalingApp) -> None:
-        """moto's state as the state dir keeps it: the image of the last clean stop when
-        the journal has not moved since (`local.image`), else a replay of the journal."""
+        """moto's state as the state dir keeps it: the newest image whose prefix the
+        journal still begins with (`local.image`), then a replay of the records after that
+        prefix; else a replay of the whole journal (and the snapshot before it)."""
         began = clock.monotonic()
         journal = journaling.journal
         try:
-            loaded = image.load(journal.path.with_name(image.IMAGE_NAME), journal.mark())
+            loaded = image.load(journal.path.with_name(image.IMAGE_NAME), journal.holds_prefix)
         except Exception:  # installed in part, perhaps: moto from nothing, then the replay
-            log.warning("could not install the image of the last stop", exc_info=True)
+            log.warning("could not install the image of the state", exc_info=True)
             self._post_reset()
             loaded = None
         if loaded is not None:
-            journal.reopen()
+            tail = journal.open_after(loaded.offset)
             self.adoptable = dict(loaded.extras)
             self._later = loaded.later
-            self.restored = restored_from(loaded.kept, loaded.requests, loaded.services)
-            how = "the image of the last clean stop"
+            if loaded.later is not None and _requests_of(tail, loaded.later.services):
+                loaded.later.install()  # under what the tail adds to it, as a replay has it
+            restored = restored_from(loaded.kept, loaded.requests, loaded.services)
+            self.restored = replay(journaling.app, tail, into=restored)
+            journaling.imaged_at = loaded.offset
+            journaling.image_size = _size(journal.path.with_name(image.IMAGE_NAME))
+            how = f"an image and the {len(tail)} record(s) journaled after it"
         else:
             self.restored = replay(journaling.app, journal.open())
             how = f"a replay of {journal.path} ({self.restored.refused} refused)"
@@ -802,6 +811,24 @@ class Emulator:
                 how,
             )
 
+    def _image_of_now(self, journaling: JournalingApp) -> tuple[bytes, image.JournalMark] | None:
+        """The image of moto's state as the journal's prefix written so far has it (the
+        caller holds the journal's lock and holds back every request), or None when the
+        journal holds requests of a service the image does not keep."""
+        journal = journaling.journal
+        services = sorted(self.restored.services | journal.services_written)
+        others = [s for s in services if s not in image.SERVICES]
+        if others:  # the image would lose their state: the next start replays
+            log.info("no image of the state: the journal has requests of %s", others)
+            return None
+        kept = list(journaling.checkpoints.values())
+        if journaling.mappings is not None:
+            kept.append(journaling.mappings)
+        requests = self.restored.requests + journal.changes_written
+        mark = journal.mark(journal.size)
+        data = image.capture(mark, requests, kept, services, self._kept, self._later)
+        return data, mark
+
     def _save_image(self, journaling: JournalingApp) -> None:
         """The image of a clean stop (nothing runs any more), for the next start: only when
         every service the journal holds requests of is one the image keeps."""
@@ -809,37 +836,92 @@ class Emulator:
         began = clock.monotonic()
         try:
             with journaling.lock:
-                journal = journaling.journal
-                services = sorted(self.restored.services | journal.services_written)
-                others = [s for s in services if s not in image.SERVICES]
-                if others:  # the image would lose their state: the next start replays
-                    log.info("no image of this stop: the journal has requests of %s", others)
+                journaling.journal.sync_now()  # the prefix it names is durable first
+                taken = self._image_of_now(journaling)
+                if taken is None:
                     image.discard(path)
                     return
-                journal.sync_now()  # the mark is of what a crash would keep
-                kept = list(journaling.checkpoints.values())
-                if journaling.mappings is not None:
-                    kept.append(journaling.mappings)
-                requests = self.restored.requests + journal.changes_written
-                mark, later = journal.mark(), self._later
-                size = image.save(path, mark, requests, kept, services, self._kept, later)
+                data, _ = taken
+                image.install_file(image.write_temporary(path, data), path)
         except Exception:  # the journal has it all: the next start replays it
             log.warning("could not write the image of this stop to %s", path, exc_info=True)
             image.discard(path)
             return
-        log.info("saved the state's image (%d bytes) in %.2fs", size, clock.monotonic() - began)
+        log.info(
+            "saved the state's image (%d bytes) in %.2fs", len(data), clock.monotonic() - began
+        )
+
+    def checkpoint(self, *, if_due: bool = False) -> bool:
+        """Write an image of the state while the engine runs (`local.checkpoints`): every
+        request held back while moto's objects are pickled, so the image is of exactly the
+        journal's prefix written by then; the file written once they go on. A start after
+        a crash loads it and replays only what was journaled after. False (logged) when no
+        image was written: the older one, or none, stays. `if_due`: only if the journal
+        grew enough since the last image (`JournalingApp.image_growth`: the requests that
+        asked for this one while the last was being taken did not)."""
+        journaling = self.journaling
+        if journaling is None or not self._restored_whole:
+            return False
+        journal = journaling.journal
+        path = journal.path.with_name(image.IMAGE_NAME)
+        began = clock.monotonic()
+        try:
+            with journaling.hold.closed():
+                closed = clock.monotonic()
+                with journaling.lock:
+                    if if_due and not journaling.image_is_due():
+                        return False
+                    journaling.imaged_at = journal.size  # a failure waits for as much growth
+                    epoch, position = journal.epoch, journal.position
+                    taken = self._image_of_now(journaling)
+                held = clock.monotonic() - closed
+            if taken is None:
+                return False
+            data, mark = taken
+            journal.wait_durable(position)  # the prefix it names is durable first
+            temporary = image.write_temporary(path, data)
+            with journaling.lock:  # not of a journal a reset or compaction replaced meanwhile
+                if journal.epoch != epoch or self.journaling is not journaling:
+                    temporary.unlink(missing_ok=True)
+                    return False
+                image.install_file(temporary, path, sync=False)
+                journaling.image_size = len(data)
+            image.sync_directory(path)
+        except Exception:  # the journal has it all; an older image still names a prefix
+            log.warning("could not take an image of the running state", exc_info=True)
+            return False
+        self.checkpoints_taken += 1
+        log.info(
+            "image of the journal's first %d bytes (%d bytes) in %.2fs, requests held %.3fs",
+            mark.size,
+            len(data),
+            clock.monotonic() - began,
+            held,
+        )
+        return True
 
     def restore_later(self) -> None:
         """Put back, in the background, the state the image holds of the services it
         restores last (`image.LATER`); a request for one of them waits for it meanwhile.
-        The runtime calls this once it serves everything else."""
+        From now on, take images while running as the journal grows (`checkpoint`): not
+        during the start, whose CPU they would share. The runtime calls this once it serves
+        everything else."""
         later = self._later
         if later is not None and later.pending:
             threading.Thread(target=later.install, name="image-later", daemon=True).start()
+        journaling = self.journaling
+        if journaling is not None and self._checkpoints is None and journaling.image_bytes:
+            self._checkpoints = Checkpointer(lambda: self.checkpoint(if_due=True))
+            self._checkpoints.start()
+            with journaling.lock:
+                journaling.image_due = self._checkpoints.due
+                if journaling.image_is_due():
+                    self._checkpoints.due()
 
     def keep(self, name: str, value: Any) -> None:
-        """Keep `value` (picklable) with the image of this life's clean stop, for the next
-        start from that image (`adoptable`): facts about the state it holds."""
+        """Keep `value` (picklable) with the images of this life (its checkpoints, its
+        clean stop's), for the next start from one of them (`adoptable`): facts about the
+        state it holds that what is journaled after it does not undo."""
         self._kept[name] = value
 
     def apply_env(self, env: Mapping[str, str | None]) -> None:
@@ -903,7 +985,11 @@ class Emulator:
             self._server.stop()
             self._server = None
             _running.discard(id(self))
+        if self._checkpoints is not None:  # (none from now on: the stop writes the last)
+            self._checkpoints.stop()
+            self._checkpoints = None
         if self.journaling is not None:
+            self.journaling.image_due = None
             if self._restored_whole:
                 self._save_image(self.journaling)
             self._restored_whole = False
@@ -919,6 +1005,18 @@ class Emulator:
         stream_wakeup.external = False
         aws.reset_clients()
         config.reset_settings()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _requests_of(records: list[dict[str, Any]], services: frozenset[str]) -> bool:
+    """Whether any of `records` is a request to one of `services`."""
+    return any(r.get("t") == "http" and r.get("s") in services for r in records)
 
 
 class _RestoresLater:

@@ -1,23 +1,35 @@
-"""The image of a clean stop: the emulator's state as it stood, loaded by the next start
-instead of a replay of the journal.
+"""Images of the emulator's state, loaded by a start instead of a replay of the journal.
 
 The journal (`local.persistence`) is the truth about the state, and replaying it costs a few
-milliseconds a request: `ezgh dev` started slower as its state grew (2.9 s, then 4.7 s after
-a short session). So a clean stop (`Emulator.stop`, after the runtime stopped every poller,
-server and execution environment: nothing in flight) pickles what moto holds for the
-journaled services to `<state-dir>/aws/image.pickle`, with the mark of the journal it
-matches: the snapshot's generation and size, the journal's size and a digest of its tail.
+milliseconds a request: a start grew slower with the state (7 s of CPU to replay a modest
+session). An image is moto's state for the journaled services, pickled, with the *mark* of
+the journal prefix it holds: the snapshot's generation and size, the prefix's length in
+bytes and a digest of the bytes ending there. A start loads the image if the journal on
+disk still begins with that prefix (the same snapshot, at least that long, the same bytes
+before the mark's end) and was written by the same Python and moto, then replays only the
+records after the prefix (`persistence.Journal.open_after`), with the machinery a whole
+replay uses.
 
-The next start loads the image only if the journal is still exactly that one and the image
-was written by the same Python and moto. Anything journaled after the image (the process then
-died: no clean stop wrote a newer one) changes the mark, and the start replays the journal as
-before. The image is a cache of the journal, never a second truth: a damaged or stale one
-costs time, not state, and `ezgh dev --reset` deletes it with the rest.
+Two moments write one, to `<state-dir>/aws/image.pickle`:
+
+- a clean stop (`Emulator.stop`, once nothing runs): its prefix is the whole journal, so the
+  next start replays nothing;
+- a checkpoint while the engine runs (`Emulator.checkpoint`, `local.checkpoints`), each time
+  the journal grew by `EZGH_DEV_IMAGE_BYTES` since the last image: every request to the
+  emulator is held back while moto's objects are pickled (`persistence.RequestHold`), so the
+  image is of exactly the prefix journaled by then; the file is written after the requests
+  go on. A start after a crash (`kill -9`, a power loss) then replays the tail since it.
+
+The image is a cache of the journal, never a second truth: one that is damaged, of another
+journal or version, or whose pickling failed costs time (the replay), not state. The prefix
+it names is made durable before the image is renamed into place, so a power loss can cut
+the journal only after it. `ezgh dev --reset` and a compaction delete it.
 
 As after a replay, every SQS message not deleted is visible at once: the only consumers of
-the emulator's queues are the runtime's own pollers and environments, gone with the stop, so
-none still holds a message a receive hid. Unlike a replay, a message keeps its receive count
-(a message that failed before a stop is no newer after it: its dead-letter limit holds).
+the emulator's queues are the runtime's own pollers and environments, gone with the process,
+so none still holds a message a receive hid. Unlike a replay, a message keeps its receive
+count (a message that failed before a stop is no newer after it: its dead-letter limit
+holds).
 
 The file is unpickled, so it is trusted as the journal and `state.json` are: it lives in the
 private state dir (`local.private_files`).
@@ -35,7 +47,7 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,14 +67,15 @@ SERVICES = ("dynamodb", "sqs", "s3", "scheduler", "xray")
 # X-Ray SDK, whose recorder makes a boto3 client: a tenth of a start's CPU, for traces
 # nothing of a start reads.
 LATER = ("xray",)
-# How much of the journal's end its mark digests (records carry IDs and times: two journals
-# of one size never end alike).
+# How much of the prefix's end its mark digests (records carry IDs and times: two journals
+# that differ before a length never end alike there).
 TAIL_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
 class JournalMark:
-    """Which journal an image matches: its snapshot (generation, bytes) and its own bytes."""
+    """Which journal prefix an image holds: the snapshot it follows (generation, bytes),
+    the prefix's length (`size`, at a record's end) and a digest of its last `TAIL_BYTES`."""
 
     generation: int
     snapshot_size: int
@@ -81,18 +94,33 @@ class Loaded:
     # provisioning, which the next start adopts instead of asking again.
     extras: dict[str, Any] = field(default_factory=dict)
     later: Later | None = None  # the state of `LATER`'s services, not installed yet
+    offset: int = 0  # the journal's bytes the image holds: replay from there on
 
 
-def journal_mark(journal_path: Path, generation: int, snapshot_size: int) -> JournalMark:
-    """The mark of the journal now on disk (read, not parsed), after the snapshot of
-    `generation` (`snapshot_size` bytes; 0 and 0: none)."""
-    size = journal_path.stat().st_size if journal_path.exists() else 0
+def journal_mark(
+    journal_path: Path, generation: int, snapshot_size: int, size: int | None = None
+) -> JournalMark:
+    """The mark of the journal's first `size` bytes (None: all of it now on disk), read not
+    parsed, after the snapshot of `generation` (`snapshot_size` bytes; 0 and 0: none)."""
+    on_disk = journal_path.stat().st_size if journal_path.exists() else 0
+    size = on_disk if size is None else min(size, on_disk)
     digest = hashlib.sha256()
     if size:
         with open(journal_path, "rb") as file:
             file.seek(max(0, size - TAIL_BYTES))
-            digest.update(file.read(TAIL_BYTES))
+            digest.update(file.read(size - max(0, size - TAIL_BYTES)))
     return JournalMark(generation, snapshot_size, size, digest.hexdigest())
+
+
+def is_prefix(mark: JournalMark, journal_path: Path, generation: int, snapshot_size: int) -> bool:
+    """Whether the journal on disk (after the snapshot of `generation`, `snapshot_size`
+    bytes) begins with the prefix `mark` names."""
+    if (mark.generation, mark.snapshot_size) != (generation, snapshot_size):
+        return False
+    on_disk = journal_path.stat().st_size if journal_path.exists() else 0
+    if on_disk < mark.size:
+        return False
+    return journal_mark(journal_path, generation, snapshot_size, mark.size) == mark
 
 
 def _versions() -> dict[str, Any]:
@@ -182,6 +210,11 @@ def _backends(services: tuple[str, ...] = SERVICES) -> dict[str, dict[str, dict[
 
     found: dict[str, dict[str, dict[str, Any]]] = {}
     for service in services:
+        if service in LATER and f"moto.{service}.models" not in sys.modules:
+            # Never asked for in this process: no state, and no import of it (0.2 s for
+            # X-Ray's SDK, with every request held back while a checkpoint pickles).
+            found[service] = {}
+            continue
         live: Any = get_backend(service)  # type: ignore[call-overload]
         found[service] = {account: dict(regions) for account, regions in live.items()}
     return found
@@ -227,20 +260,19 @@ def _release_received() -> None:
                     queue._pending_messages.clear()
 
 
-def save(
-    path: Path,
+def capture(
     mark: JournalMark,
     requests: int,
     kept: list[dict[str, Any]],
     services: list[str],
     extras: dict[str, Any] | None = None,
     later: Later | None = None,
-) -> int:
-    """Write the image of moto's state now (the caller holds the journal's lock and nothing
-    is in flight), atomically and durably; answer its size in bytes. The file is two
-    pickles: a header (the versions and the journal's mark, checked without unpickling
-    moto's objects), then the body, in which the state of `LATER`'s services is a pickle
-    of its own (`later`: the state a start has not installed yet, kept as it was)."""
+) -> bytes:
+    """The image of moto's state now, as the bytes of its file (the caller holds back every
+    request to moto and every journal append: the state is the prefix `mark` names). Two
+    pickles: a header (the versions and the mark, checked without unpickling moto's
+    objects), then the body, in which the state of `LATER`'s services is a pickle of its own
+    (`later`: the state a start has not installed yet, kept as it was)."""
     buffer = io.BytesIO()
     pickle.dump({**_versions(), "mark": asdict(mark)}, buffer, protocol=pickle.HIGHEST_PROTOCOL)
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
@@ -258,27 +290,50 @@ def save(
         "extras": dict(extras or {}),
     }
     pickler.dump(body)
+    return buffer.getvalue()
+
+
+def write_temporary(path: Path, data: bytes) -> Path:
+    """Write an image's bytes beside `path`, durably; answer the temporary file, which
+    `install_file` renames into place."""
     temporary = _temporary(path)
     with private_files.open_private(temporary, "wb") as file:
-        file.write(buffer.getbuffer())
+        file.write(data)
         file.flush()
         os.fsync(file.fileno())
+    return temporary
+
+
+def install_file(temporary: Path, path: Path, *, sync: bool = True) -> None:
+    """Rename a written image into place (atomic: a crash leaves the old one or the new);
+    with `sync`, make the rename durable (else the caller does: `sync_directory`)."""
     os.replace(temporary, path)
-    # Not needed for correctness (an older image, or none, does not match a journal that
-    # moved on), but then the next start pays a replay.
+    if sync:
+        sync_directory(path)
+
+
+def sync_directory(path: Path) -> None:
+    """Make a rename to `path` durable. Not needed for correctness (an older image, or
+    none, still names a prefix of the journal, or nothing), but then the next start
+    replays more."""
     private_files.fsync_directory(path.parent)
-    return len(buffer.getbuffer())
 
 
-def load(path: Path, mark: JournalMark) -> Loaded | None:
-    """Install the image at `path` into moto (just reset) if it matches `mark` and this
-    Python and moto; None, and moto as it was (empty), if there is none or it does not."""
+def load(path: Path, accepts: Callable[[JournalMark], bool]) -> Loaded | None:
+    """Install the image at `path` into moto (just reset) if `accepts` its mark (a prefix of
+    the journal on disk) and it is of this Python and moto; None, and moto as it was
+    (empty), if there is none or it is not. `Loaded.offset`: where the journal's records
+    the image does not hold begin."""
     if not path.exists():
         return None
     try:
         with open(path, "rb") as file:
             header = pickle.load(file)  # the private state dir: trusted as the journal is
-            if not isinstance(header, dict) or _stale(header, path, mark):
+            if not isinstance(header, dict) or _stale(header, path):
+                return None
+            mark = JournalMark(**header["mark"])
+            if not accepts(mark):
+                log.info("image %s is not of a prefix of the journal: replaying it", path)
                 return None
             with _collector_paused():
                 body = pickle.load(file)
@@ -292,7 +347,14 @@ def load(path: Path, mark: JournalMark) -> Loaded | None:
         return None
     _install(backends)
     _release_received()
-    return Loaded(requests=requests, kept=list(kept), services=services, extras=extras, later=later)
+    return Loaded(
+        requests=requests,
+        kept=list(kept),
+        services=services,
+        extras=extras,
+        later=later,
+        offset=mark.size,
+    )
 
 
 def _pickled(value: Any) -> bytes:
@@ -317,13 +379,10 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _stale(header: dict[str, Any], path: Path, mark: JournalMark) -> bool:
-    """Whether an image's header says it is not of this journal, Python and moto."""
+def _stale(header: dict[str, Any], path: Path) -> bool:
+    """Whether an image's header says it is not of this Python and moto."""
     if any(header.get(key) != value for key, value in _versions().items()):
         log.info("image %s is of another version; replaying the journal", path)
-        return True
-    if header.get("mark") != asdict(mark):
-        log.info("the journal moved on since image %s (no clean stop since): replaying it", path)
         return True
     return False
 

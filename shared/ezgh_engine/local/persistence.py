@@ -24,6 +24,13 @@ What a plain replay would get wrong, and how each is kept:
 
 A record is `<u32 length><u32 crc32><JSON>`. A `kill -9` can leave a torn last record; it is
 dropped on open (its request was never answered, so nothing relied on it).
+
+A start does not replay all of it when an image names a prefix of it (`local.image`: the
+image of a clean stop, or a checkpoint taken while running): it loads the image and replays
+the records after the prefix (`Journal.open_after`). For a checkpoint to be of exactly that
+prefix, every request to moto passes a `RequestHold`, which a checkpoint closes while it
+pickles: the journal's lock orders the journaled changes, but reads and receives change
+moto's objects too (a receive moves messages' visibility, receive counts and receipts).
 """
 
 from __future__ import annotations
@@ -61,9 +68,64 @@ _SQS_NOT_JOURNALED = frozenset({"ChangeMessageVisibility", "ChangeMessageVisibil
 # Compact the journal into a snapshot past this size (bytes; 0 never compacts).
 ENV_COMPACT_BYTES = "EZGH_DEV_COMPACT_BYTES"
 DEFAULT_COMPACT_BYTES = 64 * 1024 * 1024
+# Take an image while running (a checkpoint) each time the journal grew by this many bytes
+# since the last one, or by a quarter of the last image's size if more (0: only at a clean
+# stop). The trade, measured in docs/benchmarks.md: a checkpoint holds requests back while it
+# pickles the state (~26 ms of CPU a MB of image), and a start after a crash replays what was
+# journaled after it (~1.5 s of CPU a MB). With a quarter, the pickling costs at most ~7% of
+# the requests' CPU at any size of the state, and the tail stays a quarter of the image.
+ENV_IMAGE_BYTES = "EZGH_DEV_IMAGE_BYTES"
+DEFAULT_IMAGE_BYTES = 512 * 1024
+IMAGE_SHARE = 4
+_pause = threading.Event()  # never set: `wait(s)` pauses a thread for s seconds
 _receiving = threading.local()  # the JournalingApp and queue of this thread's ReceiveMessage
 # Request headers a replay does not need (recomputed, or about the connection).
 _DROPPED_HEADERS = frozenset({"HTTP_CONNECTION", "HTTP_CONTENT_LENGTH", "HTTP_TRANSFER_ENCODING"})
+
+
+class RequestHold:
+    """What every request to moto passes: many at once (`passing`), or none while a
+    checkpoint pickles moto's state (`closed`).
+
+    `closed()` stops new requests at the door, waits for those inside to leave, and lets
+    them all go on when it ends. A long poll's wait is not inside (`JournalingApp._receive`
+    waits between short receives), so a checkpoint waits at most for one request's work."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._inside = 0
+        self._closing = False
+
+    @contextlib.contextmanager
+    def passing(self) -> Iterator[None]:
+        """Around one request's work on moto."""
+        with self._cond:
+            while self._closing:
+                self._cond.wait()
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._inside -= 1
+                if not self._inside:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def closed(self) -> Iterator[None]:
+        """No request works on moto meanwhile (one checkpoint at a time)."""
+        with self._cond:
+            while self._closing:
+                self._cond.wait()
+            self._closing = True
+            while self._inside:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._closing = False
+                self._cond.notify_all()
 
 
 class Journal:
@@ -88,6 +150,9 @@ class Journal:
         self.services_written: set[str] = set()  # the services of the requests among them
         self.generation = 0  # the snapshot's (0: none)
         self.size = 0  # the journal's bytes
+        # Moves on when what was journaled is folded away or forgotten (a compaction, a
+        # clear): an image taken before names a journal that is no more.
+        self.epoch = 0
         # Concurrent requests share their fdatasyncs (`append(..., wait=False)`).
         self.commits = GroupCommit(self._fdatasync)
 
@@ -110,6 +175,27 @@ class Journal:
                 self.generation,
             )
             records, good = [], 0
+        self._open_at(good)
+        if not records and self.generation:
+            self.append({"t": "base", "n": self.generation})
+        body = [r for r in snapshot[1:-1]] + [r for r in records if r.get("t") != "base"]
+        return body
+
+    def open_after(self, offset: int) -> list[dict[str, Any]]:
+        """The journal's records from byte `offset` on (where an image's prefix ends: the
+        image holds the snapshot and every record before), after cutting a torn tail off or
+        setting damage aside as `open` does; open for appending."""
+        private_files.private_dir(self.path.parent)
+        with contextlib.suppress(FileNotFoundError):  # a compaction that died before its rename
+            self.snapshot_path.with_name(f".{SNAPSHOT_NAME}.tmp").unlink()
+        self.generation, _ = _generation_of(self.snapshot_path)
+        records, good = read_records(self.path, offset)
+        _set_aside_damage(self.path, good)
+        self._open_at(good)
+        return [r for r in records if r.get("t") != "base"]
+
+    def _open_at(self, good: int) -> None:
+        """Cut the journal at `good` (a torn tail) and keep it open for appending."""
         with private_files.open_private(self.path, "ab") as file:
             if file.tell() != good:
                 if good:
@@ -123,24 +209,27 @@ class Journal:
                 os.fsync(file.fileno())
         self._file = private_files.open_private(self.path, "ab")  # kept open for the server's life
         self.size = good
-        if not records and self.generation:
-            self.append({"t": "base", "n": self.generation})
-        body = [r for r in snapshot[1:-1]] + [r for r in records if r.get("t") != "base"]
-        return body
 
-    def mark(self) -> image.JournalMark:
-        """Which journal (and snapshot) is on disk now, as `local.image` matches it."""
+    def mark(self, size: int | None = None) -> image.JournalMark:
+        """Which prefix of the journal (its first `size` bytes; None: all on disk) and which
+        snapshot before it, as `local.image` matches them."""
         generation, snapshot_size = _generation_of(self.snapshot_path)
-        return image.journal_mark(self.path, generation, snapshot_size)
+        return image.journal_mark(self.path, generation, snapshot_size, size)
 
-    def reopen(self) -> None:
-        """Open for appending without reading: the caller restored the state by other means
-        (`local.image`, which checked that this journal and snapshot are the ones it
-        matches, so they hold no torn tail or damage to cut)."""
-        private_files.private_dir(self.path.parent)
-        self.generation, _ = _generation_of(self.snapshot_path)
-        self._file = private_files.open_private(self.path, "ab")
-        self.size = self._file.tell()
+    def holds_prefix(self, mark: image.JournalMark) -> bool:
+        """Whether the journal and snapshot on disk begin with the prefix `mark` names (and
+        the journal follows that snapshot: not one a compaction folded away)."""
+        generation, snapshot_size = _generation_of(self.snapshot_path)
+        if not image.is_prefix(mark, self.path, generation, snapshot_size):
+            return False
+        first = read_first_record(self.path) if self.path.exists() else None
+        base = int(first.get("n", 0)) if first and first.get("t") == "base" else 0
+        return base == generation
+
+    @property
+    def position(self) -> int:
+        """The group commit's position of everything appended so far (`wait_durable`)."""
+        return self.commits.written(0)
 
     def append(
         self, record: dict[str, Any], *, sync: bool | None = None, wait: bool = True
@@ -206,6 +295,7 @@ class Journal:
         os.replace(temporary, self.snapshot_path)
         private_files.fsync_directory(self.snapshot_path.parent)
         image.discard(self.path.with_name(image.IMAGE_NAME))  # of the journal just folded
+        self.epoch += 1
         self.generation = generation
         self._file.truncate(0)
         self._file.seek(0)
@@ -218,6 +308,7 @@ class Journal:
         image.discard(self.path.with_name(image.IMAGE_NAME))
         with contextlib.suppress(FileNotFoundError):
             self.snapshot_path.unlink()
+        self.epoch += 1
         self.generation = 0
         self.size = 0
         self.changes_written = 0
@@ -325,12 +416,16 @@ def _set_aside_damage(path: Path, good: int) -> None:
     )
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The whole records at the start of `path`, and the offset where they end."""
+def read_records(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The whole records of `path` from byte `offset` (a record's start) on, and the offset
+    where they end."""
     if not path.exists():
         return [], 0
-    data = path.read_bytes()
+    with open(path, "rb") as file:
+        file.seek(offset)
+        data = file.read()
     records: list[dict[str, Any]] = []
+    end_of_records = offset
     offset = 0
     while offset + _HEADER.size <= len(data):
         length, crc = _HEADER.unpack_from(data, offset)
@@ -342,7 +437,7 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
         except ValueError:
             break
         offset = end
-    return records, offset
+    return records, end_of_records + offset
 
 
 # --- the emulator boundary -------------------------------------------------------------------
@@ -407,6 +502,36 @@ def _call(app: Callable[..., Any], environ: dict[str, Any]) -> tuple[str, list[A
 
 def _ok(status: str) -> bool:
     return status[:1] == "2"
+
+
+def image_threshold() -> int:
+    """The journal's growth past which an image is taken while running
+    (`EZGH_DEV_IMAGE_BYTES`, default `DEFAULT_IMAGE_BYTES`; 0: only at a clean stop)."""
+    return _bytes_setting(ENV_IMAGE_BYTES, DEFAULT_IMAGE_BYTES)
+
+
+def _bytes_setting(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return max(0, int(raw)) if raw else default
+    except ValueError:
+        log.warning("%s=%r is not a number of bytes; using %d", name, raw, default)
+        return default
+
+
+def _long_poll_seconds(params: dict[str, Any], queue_name: str) -> int:
+    """How long a `ReceiveMessage` may wait for a message (its `WaitTimeSeconds`, else the
+    queue's default); 0 when moto should answer it as it comes (no wait, or a value moto
+    refuses: its answer says so)."""
+    wait = params.get("WaitTimeSeconds")
+    if wait is None:
+        queue = _sqs_queue(queue_name)
+        wait = getattr(queue, "receive_message_wait_time_seconds", 0) if queue else 0
+    try:
+        seconds = int(wait)
+    except (TypeError, ValueError):
+        return 0
+    return seconds if 0 < seconds <= 20 else 0
 
 
 def compact_threshold() -> int:
@@ -488,29 +613,61 @@ class JournalingApp:
 
     It also journals the dead-letter moves moto makes inside a `ReceiveMessage` (`dlq`
     records), and compacts the journal into a snapshot once it passes `compact_bytes`.
+
+    Every request passes `hold` (a checkpoint closes it while it pickles moto), and once
+    the journal grew by `image_growth()` since the last image (`imaged_at`), `image_due` is
+    called (the emulator's checkpointer: it takes the image in a thread of its own).
     """
 
     def __init__(
-        self, app: Callable[..., Any], journal: Journal, *, compact_bytes: int | None = None
+        self,
+        app: Callable[..., Any],
+        journal: Journal,
+        *,
+        compact_bytes: int | None = None,
+        image_bytes: int | None = None,
     ) -> None:
         self.app = app
         self.journal = journal
         self.lock = threading.RLock()
+        self.hold = RequestHold()
         self.compact_bytes = compact_threshold() if compact_bytes is None else compact_bytes
         self.compactions = 0
+        self.image_bytes = image_threshold() if image_bytes is None else image_bytes
+        self.imaged_at = 0  # the journal's bytes the newest image holds (of this epoch)
+        self.image_size = 0  # the newest image's bytes
+        self.image_due: Callable[[], None] | None = None
         # The runtime's own state, kept for a snapshot: the last checkpoint of each (poller,
         # shard) and the last set of mappings.
         self.checkpoints: dict[tuple[str, str], dict[str, Any]] = {}
         self.mappings: dict[str, Any] | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if str(environ.get("PATH_INFO", "")).startswith("/moto-api"):
+            # moto's own (the emulator's reset, made under the journal's lock, which a
+            # checkpoint takes after closing the hold: it must not wait at the hold).
+            return self.app(environ, start_response)
         kind = classify(environ)
         if kind is None:
-            return self.app(environ, start_response)
+            with self.hold.passing():
+                return self.app(environ, start_response)
         service, action = kind
         body = _read_body(environ)
         if service == "sqs" and action == "ReceiveMessage":
-            return self._receive(environ, start_response, _json(body))
+            return self._receive(environ, start_response, body)
+        with self.hold.passing():
+            status, headers, answer, position = self._journaled(environ, body, service, action)
+        # Durable before the answer leaves; synced outside the lock, so the requests written
+        # meanwhile share this fdatasync (group commit) instead of queueing for their own.
+        self.journal.wait_durable(position)
+        start_response(status, headers)
+        return [answer]
+
+    def _journaled(
+        self, environ: dict[str, Any], body: bytes, service: str, action: str
+    ) -> tuple[str, list[Any], bytes, int | None]:
+        """Apply a request that may change moto's state and journal it if it did: (status,
+        headers, answer, the position to wait for before answering)."""
         position: int | None = None
         with self.lock:  # the journal's order is the order moto applied the requests
             extra: dict[str, Any] = {}
@@ -523,24 +680,45 @@ class JournalingApp:
                     extra["sent"] = _sqs_sent(params, _json(answer), action)
                 record = _request_record(environ, body, service, action, extra)
                 position = self.journal.append(record, wait=False)
-                self._maybe_compact()
-        # Durable before the answer leaves; synced outside the lock, so the requests written
-        # meanwhile share this fdatasync (group commit) instead of queueing for their own.
-        self.journal.wait_durable(position)
-        start_response(status, headers)
-        return [answer]
+                self._appended()
+        return status, headers, answer, position
 
     def _receive(
-        self, environ: dict[str, Any], start_response: Callable[..., Any], params: dict[str, Any]
+        self, environ: dict[str, Any], start_response: Callable[..., Any], body: bytes
     ) -> Any:
         """A receive is not journaled (it only hides messages for a while), but a move to the
-        dead-letter queue moto makes inside it is: `_dead_lettering` journals it."""
-        _receiving.app = self
-        _receiving.queue = _queue_name(params.get("QueueUrl", ""))
-        try:
-            status, headers, answer = _call(self.app, environ)
-        finally:
-            _receiving.app = None
+        dead-letter queue moto makes inside it is: `_dead_lettering` journals it.
+
+        A long poll (`WaitTimeSeconds`) is served as moto serves it (a receive, then a wait
+        for a message of up to a second, again until one comes or the time is up), but its
+        waits are outside the hold: a checkpoint never waits for a poll's seconds."""
+        params = _json(body)
+        queue_name = _queue_name(params.get("QueueUrl", ""))
+        wait = _long_poll_seconds(params, queue_name)
+        if wait:
+            params["WaitTimeSeconds"] = 0
+            body = json.dumps(params).encode()
+        deadline = clock.monotonic() + wait
+        while True:
+            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+            _receiving.app, _receiving.queue = self, queue_name
+            try:
+                with self.hold.passing():
+                    status, headers, answer = _call(self.app, environ)
+            finally:
+                _receiving.app = None
+            left = deadline - clock.monotonic()
+            if not wait or left <= 0 or not _ok(status) or _json(answer).get("Messages"):
+                break
+            queue = _sqs_queue(queue_name)
+            if queue is None:
+                break
+            if queue.messages:  # visible but not for this receive (a FIFO group in flight)
+                _pause.wait(min(0.05, left))
+            else:
+                queue.wait_for_messages(min(1.0, left))
+                if deadline <= clock.monotonic() and not queue.messages:
+                    break  # the time is up and nothing came: the empty answer stands
         start_response(status, headers)
         return [answer]
 
@@ -549,7 +727,7 @@ class JournalingApp:
         with self.lock:
             self.journal.append(record, sync=sync)
             self.remember(record)
-            self._maybe_compact()
+            self._appended()
 
     def remember(self, record: dict[str, Any]) -> None:
         """Keep the last checkpoint and mappings record for the next snapshot."""
@@ -564,10 +742,30 @@ class JournalingApp:
             self.journal.clear()
             self.checkpoints.clear()
             self.mappings = None
+            self.imaged_at = self.image_size = 0
 
-    def _maybe_compact(self) -> None:
+    def _appended(self) -> None:
+        """After an append (under the lock): compact past `compact_bytes`, ask for an image
+        past `image_growth()` more than the last one holds."""
         if self.compact_bytes and self.journal.size > self.compact_bytes:
             self.compact()
+        self._image_if_due()
+
+    def image_growth(self) -> int:
+        """The journal's growth since the last image after which the next is due (0: none
+        while running): `image_bytes`, or a quarter of the last image if more."""
+        if not self.image_bytes:
+            return 0
+        return max(self.image_bytes, self.image_size // IMAGE_SHARE)
+
+    def image_is_due(self) -> bool:
+        growth = self.image_growth()
+        return bool(growth) and self.journal.size - self.imaged_at >= growth
+
+    def _image_if_due(self) -> None:
+        due = self.image_due
+        if due is not None and self.image_is_due():
+            due()
 
     def compact(self) -> None:
         """Fold the journal into a snapshot of moto's state now (under the lock: no
@@ -577,6 +775,10 @@ class JournalingApp:
             records = snapshot_records(self.checkpoints.values(), self.mappings)
             self.journal.compact(records)
             self.compactions += 1
+            # The image (deleted: of the journal folded away) is best taken again at once:
+            # a start would otherwise rebuild the state from the snapshot's records.
+            self.imaged_at = self.journal.size - self.image_growth()
+            self._image_if_due()
             log.info(
                 "compacted the journal into snapshot %d (%d records) in %.2fs",
                 self.journal.generation,
@@ -1057,9 +1259,12 @@ def _keep(restored: Restored, record: dict[str, Any]) -> None:
     restored.kept.append(record)
 
 
-def replay(app: Callable[..., Any], records: Iterable[dict[str, Any]]) -> Restored:
-    """Apply `records` to moto through its WSGI `app`, in order."""
-    restored = Restored()
+def replay(
+    app: Callable[..., Any], records: Iterable[dict[str, Any]], into: Restored | None = None
+) -> Restored:
+    """Apply `records` to moto through its WSGI `app`, in order; counted on from `into`
+    (what an image reported of the records before these: `restored_from`)."""
+    restored = Restored() if into is None else into
     with _lenient_schedule_start():
         for record in records:
             kind = record.get("t")

@@ -28,7 +28,7 @@ from ezgh_engine.core.protocol_rules import (
 )
 from ezgh_engine.core.run_errors import APP_DELETED, request_too_large
 from ezgh_engine.core.sizes import json_text
-from ezgh_engine.errors import StaleInvocation, ValidationError
+from ezgh_engine.errors import StaleInvocation, TransientError, ValidationError
 from ezgh_engine.observability import emit, logs
 from ezgh_engine.protocol import ops as protocol_ops
 from ezgh_engine.protocol import outcomes as outcome_rules
@@ -219,7 +219,7 @@ def _push(attempt: _Attempt) -> Retry | None:
         # must be invoked again. A truly stale invocation's lease is gone: back_off refuses.
         return _invoke_again(run)
     if outcome.kind == THROTTLED_OUTCOME:
-        return _throttled(attempt, outcome.retry_after)
+        return _throttled(attempt, outcome, answer)
     return _record_answer(attempt, outcome, answer)
 
 
@@ -251,16 +251,13 @@ class _Answered:
 def _record_answer(attempt: _Attempt, outcome: Any, answer: Any) -> Retry | None:
     """Write the app's outcome (and the step ends it carries) under the invocation's lease."""
     run, app = attempt.run, attempt.app
-    claims = tokens.InvocationClaims(
-        run.id, run.project_id, run.epoch, run.attempt, attempt.now_ms + attempt.lease_ms
-    )
     try:
         outcomes.apply_answer(
             run,
             attempt.seq,
             outcome,
-            answer.get("ops") if isinstance(answer, dict) else None,
-            claims=claims,
+            _ops_of(answer),
+            claims=_claims(attempt),
             invocation_id=attempt.invocation_id,
             started_at=attempt.started_at,
             # Known here for free: an app without notifications needs no notify message.
@@ -276,6 +273,18 @@ def _record_answer(attempt: _Attempt, outcome: Any, answer: Any) -> Retry | None
         log.warning("run %s: %s; invoking it again", run.id, exc)
         return _invoke_again(run)
     return None
+
+
+def _claims(attempt: _Attempt) -> tokens.InvocationClaims:
+    """What the invocation's token allowed: the writes its answer's ops may make."""
+    run = attempt.run
+    return tokens.InvocationClaims(
+        run.id, run.project_id, run.epoch, run.attempt, attempt.now_ms + attempt.lease_ms
+    )
+
+
+def _ops_of(answer: Any) -> Any:
+    return answer.get("ops") if isinstance(answer, dict) else None
 
 
 def _invoke_again(run: Run, *, at_once: bool = False) -> Retry | None:
@@ -423,12 +432,22 @@ def _delivery_failed(
     return Retry(after_seconds=delay)
 
 
-def _throttled(attempt: _Attempt, retry_after: float | None) -> Retry | None:
-    """The app's step calls stayed throttled (the engine was busy, not the app): deliver it
-    again after the throttled backoff (`protocol_rules.throttled_delay_seconds`), counting no
-    failed delivery. The bound: past `MAX_THROTTLED_DELIVERIES` in a row without an outcome,
-    each counts as a failed delivery, so a run is never delivered forever."""
-    run = attempt.run
+def _throttled(attempt: _Attempt, outcome: outcome_rules.Outcome, answer: Any) -> Retry | None:
+    """The app's step calls stayed throttled (the engine was busy, not the app): write the
+    step ends the answer carried (`_write_held_ends`), then deliver it again after the throttled
+    backoff (`protocol_rules.throttled_delay_seconds`), counting no failed delivery. The
+    bound: past `MAX_THROTTLED_DELIVERIES` in a row without an outcome, each counts as a
+    failed delivery, so a run is never delivered forever."""
+    run, retry_after = attempt.run, outcome.retry_after
+    try:
+        _write_held_ends(attempt, outcome, answer)
+    except StaleInvocation:
+        log.info("run %s: lease lost before the held step ends were written", run.id)
+        return None
+    except ValidationError as exc:
+        return attempt.delivery_failed(
+            AppUnreachable(f"app {attempt.app.name} answered invalid step ops: {exc.message}")
+        )
     throttles = run.invoke_throttles + 1
     if throttles > MAX_THROTTLED_DELIVERIES:
         return attempt.delivery_failed(
@@ -448,6 +467,21 @@ def _throttled(attempt: _Attempt, retry_after: float | None) -> Retry | None:
     except StaleInvocation:
         return None
     return Retry(after_seconds=delay)
+
+
+def _write_held_ends(attempt: _Attempt, outcome: outcome_rules.Outcome, answer: Any) -> None:
+    """Write the step ends a `throttled` answer carried: steps that ran before the engine
+    stayed busy, which then do not run again. Those that cannot be written now (still
+    throttled, or recorded otherwise) are left: the next delivery replays what is recorded
+    and runs them again, at least once. `StaleInvocation`, `ValidationError` as an
+    answer's ops raise them."""
+    ops = _ops_of(answer)
+    if ops is None:
+        return
+    try:
+        outcomes.write_held_ends(outcome, ops, claims=_claims(attempt))
+    except (TransientError, outcomes.OpsConflict) as exc:
+        log.warning("run %s: a throttled answer's step ends not written: %s", attempt.run.id, exc)
 
 
 def _end(

@@ -57,19 +57,28 @@ def apply_answer(
         "started_at": started_at,
         "notify": notify,
     }
-    if ops is None or outcome.kind in NOTHING_TO_WRITE:
-        apply(run, seq, outcome, **ends)
-        return
+    if ops is not None and outcome.kind not in NOTHING_TO_WRITE:
+        write_held_ends(outcome, ops, claims=claims)
+    apply(run, seq, outcome, **ends)
+
+
+def write_held_ends(outcome: Outcome, ops: Any, *, claims: tokens.InvocationClaims) -> None:
+    """Write the step ends an answer carried (protocol 1.3 `ops`), each ahead with its own
+    conditions as a step call writes it; when a step refuses its end, one by one (each
+    answering what is recorded). `OpsConflict` when a step holds another outcome than the
+    answer says; `StaleInvocation` when the lease was lost; `ValidationError` when the ops
+    are malformed. Also what a `throttled` answer carries: the ends of steps that ran
+    before the engine stayed busy, so they do not run again."""
     ops = protocol_ops.parse_answer_ops(ops, claims.step_id)  # once: both paths take it
     writes = steps.answer_writes(claims, outcome.deployment_id, ops)
-    if writes:
-        steps.check_not_taken_over(claims)  # no end ahead for a run that moved on
-        try:
-            for op_writes in writes:  # a step's end (and a failure's event) at a time
-                run_writes.write(op_writes)
-        except run_writes.AlreadyRecorded:
-            _apply_ops_one_by_one(claims, outcome, ops)
-    apply(run, seq, outcome, **ends)
+    if not writes:
+        return
+    steps.check_not_taken_over(claims)  # no end ahead for a run that moved on
+    try:
+        for op_writes in writes:  # a step's end (and a failure's event) at a time
+            run_writes.write(op_writes)
+    except run_writes.AlreadyRecorded:
+        _apply_ops_one_by_one(claims, outcome, ops)
 
 
 def _apply_ops_one_by_one(
