@@ -153,6 +153,7 @@ class EzghStack(Stack):
             if not topology.function(key).sandboxed:
                 function.add_environment(config.ENV_API_URL, self.api.url)
         self._observability(trace_sample_rate, metrics)
+        self._consumers_update_first(topology)
         self.function_urls = self._function_urls()
         self.task_worker_role = self._task_worker_role()
 
@@ -197,6 +198,19 @@ class EzghStack(Stack):
                 functions=self.functions.by_key,
             )
         self._outputs()
+
+    def _consumers_update_first(self, topology: Topology) -> None:
+        """A function that invokes another asynchronously (the stream starting the invoker)
+        is updated after it: the messages a new sender writes may be in a shape only the
+        new receiver reads (a parallel step's branch message that creates its step), and
+        CloudFormation updates a resource only after those it depends on (and rolls back in
+        the reverse order), so no old receiver ever gets one."""
+        for spec in topology.functions:
+            if spec.async_invoke is None:
+                continue
+            receiver = self.functions.by_key[spec.key]
+            for sender in spec.async_invoke.invoked_by:
+                self.functions.by_key[sender].node.add_dependency(receiver)
 
     def _observability(self, trace_sample_rate: float, metrics: bool) -> None:
         """What the functions show of the runs (docs/deploy.md, "Seeing what runs do"): the

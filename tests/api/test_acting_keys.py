@@ -415,7 +415,7 @@ def _launch(run_id: str) -> None:
     assert committed is not None
     launch = launches.missing(committed)
     if launch is not None:
-        launches.launch(run_id, launch)
+        launches.launch(run_id, launch[0])
 
 
 def test_a_polled_task_acts_for_the_key_that_polled_it(project: Project) -> None:

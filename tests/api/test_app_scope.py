@@ -51,7 +51,7 @@ def suspend(run_id: str, *waits: rules.Wait) -> None:
     assert committed is not None
     launch = launches.missing(committed)
     if launch is not None:
-        launches.launch(run_id, launch)
+        launches.launch(run_id, launch[0])
 
 
 def step(run_id: str, step_id: str) -> Any:

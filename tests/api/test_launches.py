@@ -2,10 +2,13 @@
 
 A suspend commits with one conditional write of the run item; what its new waits start (a
 parallel step's branch invocation, a child run, a message waiter) is kept ahead in chunk
-items and made by the outbox once it sees the commit (service/launches.py). So nothing a
+items and started by the outbox once it sees the commit (service/launches.py): a child run
+and a message waiter get their items, a parallel step its branch message, which carries the
+step's values (its claim creates the item: tests/api/test_branch_claims.py). So nothing a
 suspend starts exists before its commit, however many waits it has (DynamoDB takes 100 items
 a transaction: a gather of 99 or more parallel steps used to be refused, and its run stayed
-`running` with no step), and a redelivered or retried commit makes nothing twice.
+`running` with no step), and a redelivered or retried commit makes nothing twice (a branch
+message sent twice is claimed once).
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from typing import Any
 
 import pytest
 from ezgh_engine import clock, config, ids
-from ezgh_engine.adapters import aws, ddb, run_writes, runs_store
+from ezgh_engine.adapters import aws, ddb, messages, run_writes, runs_store
 from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters import waits_store as ws
+from ezgh_engine.core import messages as wire
 from ezgh_engine.core import tokens
 from ezgh_engine.core.models import Run
 from ezgh_engine.core.run_errors import MAX_PENDING_STEPS
@@ -26,6 +30,18 @@ from ezgh_engine.service import stream, timers
 from tests.api.steps_helpers import free_lease, lease_token, stored_run
 
 WIDE = 120  # more than a transaction takes: one commit, a launch of 120 items
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[wire.Message]:
+    """The messages handed to the invoker (`messages.start`), in order."""
+    out: list[wire.Message] = []
+    monkeypatch.setattr(messages, "start", out.append)
+    return out
+
+
+def _branches(sent: list[wire.Message]) -> list[str]:
+    return [m.step_id for m in sent if isinstance(m, wire.Branch)]
 
 
 class Crash(Exception):
@@ -87,24 +103,31 @@ def _steps(run: Run) -> dict[str, dict[str, Any]]:
     }
 
 
-def test_a_wide_suspend_commits_alone_and_its_launch_makes_each_branch_once(
-    aws_env: None,
+def test_a_wide_suspend_commits_alone_and_its_launch_sends_each_branch(
+    aws_env: None, sent: list[wire.Message]
 ) -> None:
+    """The launch writes no parallel step: it sends each one's branch message, in the order
+    the workflow asked, carrying the run attempt and the step's values; until claimed, the
+    run's readers show every one `waiting`."""
     run = stored_run()
     record = _commit_seen(run, lease_token(run), _parallel(WIDE))
     found = runs_store.get_run(run.id)
     assert found is not None and found.handled_seq == 1 and found.lease_until_ms == 0
-    assert _steps(run) == {}  # committed; nothing started yet
     stream.handle_record(record)
-    made = _steps(run)
-    assert sorted(made) == sorted(f"p{i}#1" for i in range(WIDE))
-    assert all(v["status"] == "waiting" and v["branch"] is True for v in made.values())
-    stream.handle_record(record)  # the record delivered again makes nothing twice
-    assert _steps(run) == made
+    assert _steps(run) == {}  # no Put: each branch's claim makes its item
+    assert _branches(sent) == [f"p{i}#1" for i in range(WIDE)]
+    first = [m for m in sent if isinstance(m, wire.Branch)]
+    assert all(m.attempt == 1 and dict(m.values)["name"] == m.step_id[:-2] for m in first)
+    listed = runs_store.get_run(run.id)
+    assert listed is not None and [s.id for s in listed.steps] == _branches(sent)
+    assert all(s.status == "waiting" and s.branch and s.attempt == 0 for s in listed.steps)
+    stream.handle_record(record)  # delivered again: the same messages again (claimed once)
+    assert _branches(sent) == [f"p{i}#1" for i in range(WIDE)] * 2
+    assert _steps(run) == {}
 
 
 def test_a_suspend_whose_commit_failed_started_nothing_and_its_retry_once(
-    aws_env: None,
+    aws_env: None, sent: list[wire.Message]
 ) -> None:
     run = stored_run()
 
@@ -121,48 +144,55 @@ def test_a_suspend_whose_commit_failed_started_nothing_and_its_retry_once(
         stop()
     found = runs_store.get_run(run.id)
     assert found is not None and found.handled_seq == 0 and found.last_outcome is None
-    assert _steps(run) == {}  # no branch, no message: the launch waits for a commit
+    assert found.steps == ()  # no launch is the run's before a commit names it
+    assert _steps(run) == {} and sent == []  # no branch, no message
     # The lease runs out; the next invocation replays to the same gather and suspends.
     free_lease(run)
     record = _commit_seen(run, lease_token(run, seq=2), _parallel(WIDE))
     stream.handle_record(record)
-    assert len(_steps(run)) == WIDE
+    assert len(_branches(sent)) == WIDE
 
 
-def test_a_launch_cut_off_midway_is_finished_by_its_redelivery(aws_env: None) -> None:
+def test_a_launch_cut_off_midway_is_finished_by_its_redelivery(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = stored_run()
     record = _commit_seen(run, lease_token(run), _parallel(WIDE))
-    puts = {"n": 0}
+    sent: list[str] = []
 
-    def die_at_the_hundredth_put(service: str, operation: str, params: dict[str, Any]) -> None:
-        if operation == "PutItem" and params.get("Item", {}).get("type") == {"S": "step"}:
-            puts["n"] += 1
-            if puts["n"] == 100:
-                raise Crash()  # after 99 of its 120 items
+    def die_at_the_hundredth(message: wire.Message) -> None:
+        if len(sent) == 99 and not isinstance(message, wire.Timer):
+            sent.append("")
+            raise Crash()  # after 99 of its 120 messages
+        if isinstance(message, wire.Branch):
+            sent.append(message.step_id)
 
-    stop = aws.intercept(die_at_the_hundredth_put)
-    try:
-        with pytest.raises(Crash):
-            stream.handle_record(record)
-    finally:
-        stop()
-    first = _steps(run)
-    assert len(first) == 99
+    monkeypatch.setattr(messages, "start", die_at_the_hundredth)
+    with pytest.raises(Crash):
+        stream.handle_record(record)
+    assert len(sent) == 100
     stream.handle_record(record)  # Lambda retries the batch from that record
-    second = _steps(run)
-    assert len(second) == WIDE
-    assert all(second[k]["order"] == v["order"] for k, v in first.items())  # not rewritten
+    assert sent[100:] == [f"p{i}#1" for i in range(WIDE)]  # all of them: each claimed once
 
 
-def test_a_launch_after_its_run_ended_starts_nothing(aws_env: None) -> None:
+def test_a_launch_after_its_run_ended_starts_nothing(
+    aws_env: None, sent: list[wire.Message]
+) -> None:
+    """The run timed out before its launch came: no branch message; the end's cleanup
+    recorded the launched steps `cancelled`, as it ends any pending step."""
     run = stored_run()
     record = _commit_seen(run, lease_token(run), _parallel(3))
     assert timers.time_out(run.id)
     stream.handle_record(record)
-    assert _steps(run) == {}
+    assert _branches(sent) == []
+    steps = _steps(run)
+    assert sorted(steps) == ["p0#1", "p1#1", "p2#1"]
+    assert all(v["status"] == "cancelled" for v in steps.values())
 
 
-def test_a_stale_invocation_cannot_commit_a_launch_nor_start_it(aws_env: None) -> None:
+def test_a_stale_invocation_cannot_commit_a_launch_nor_start_it(
+    aws_env: None, sent: list[wire.Message]
+) -> None:
     """A newer invocation took the run over: the stale one's suspend is refused at its
     commit, and the launch it wrote ahead is never made (no commit names it)."""
     run = stored_run()
@@ -174,7 +204,7 @@ def test_a_stale_invocation_cannot_commit_a_launch_nor_start_it(aws_env: None) -
     with pytest.raises(StaleInvocation):
         _suspend(run, stale, _parallel(WIDE), as_read)
     assert _raw(run.id) == before
-    assert _steps(run) == {}
+    assert _steps(run) == {} and sent == []
 
 
 def test_a_child_launch_whose_step_was_recorded_otherwise_starts_no_child(
@@ -226,28 +256,45 @@ def test_a_suspend_past_the_pending_limit_fails_the_run_at_once(aws_env: None) -
     assert _steps(run) == {}
 
 
-def test_repair_makes_a_launch_the_stream_gave_up_on(aws_env: None) -> None:
+def test_repair_makes_a_launch_the_stream_gave_up_on(
+    aws_env: None, sent: list[wire.Message]
+) -> None:
     """The commit's stream record was never handled (its batch given up on): `ezgh ops
-    repair` finds the committed launch's waits missing and makes them, once."""
+    repair` finds the committed launch's parallel steps unclaimed and sends their branch
+    messages again, until each has been claimed."""
+    from ezgh_engine.adapters import steps_store
     from ezgh_engine.service import repair
 
     run = stored_run()
     _commit_seen(run, lease_token(run), _parallel(3))
-    assert _steps(run) == {}
     found = [a for a in repair.repair(older_than_seconds=0) if a.kind == "launch"]
-    assert [a.run_id for a in found] == [run.id]
+    assert [(a.run_id, sorted(a.branches)) for a in found] == [(run.id, ["p0#1", "p1#1", "p2#1"])]
     for action in found:  # (its year limit's schedule is also owed: no stream ran here)
         repair.apply_action(action)
-    assert len(_steps(run)) == 3
-    assert [a for a in repair.repair(older_than_seconds=0) if a.kind == "launch"] == []
+    assert _branches(sent) == ["p0#1", "p1#1", "p2#1"] and _steps(run) == {}
+    branch = next(m for m in sent if isinstance(m, wire.Branch))
+    assert branch.creates  # the message a launch sends: its claim makes the item
+    now = clock.now_ms()
+    assert steps_store.take_branch_lease(
+        run.id,
+        "p0#1",
+        now_ms=now,
+        lease_ms=60_000,
+        started_at=clock.iso(clock.now()),
+        creates=(1, dict(branch.values)),
+    )
+    again = [a for a in repair.repair(older_than_seconds=0) if a.kind == "launch"]
+    assert [sorted(a.branches) for a in again] == [["p1#1", "p2#1"]]  # the claimed one: not
 
 
-def test_a_thousand_parallel_steps_launch_once_each(aws_env: None) -> None:
-    """A gather of 1,000: its suspend commits alone, and its launch makes 1,000 waiting
-    parallel steps, each naming the history copy its branch invocation replays from (empty
-    here: no step before the gather)."""
+def test_a_thousand_parallel_steps_launch_once_each(
+    aws_env: None, sent: list[wire.Message]
+) -> None:
+    """A gather of 1,000: its suspend commits alone, and its launch sends 1,000 branch
+    messages, each naming the history copy its branch invocation replays from (empty here:
+    no step before the gather)."""
     run = stored_run()
     stream.handle_record(_commit_seen(run, lease_token(run), _parallel(1000)))
-    made = _steps(run)
-    assert len(made) == 1000 and all(v["status"] == "waiting" for v in made.values())
-    assert all(v["hist"] and v["histChunks"] == 0 for v in made.values())
+    branches = [m for m in sent if isinstance(m, wire.Branch)]
+    assert len({m.step_id for m in branches}) == 1000 and _steps(run) == {}
+    assert all(dict(m.values)["hist"] and dict(m.values)["histChunks"] == 0 for m in branches)

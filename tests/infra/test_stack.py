@@ -486,6 +486,17 @@ def test_the_sandbox_is_invoked_by_the_flows_function_only_and_grants_nothing(
     assert env["Environment"]["Variables"][SANDBOX_FUNCTION.sync_invoke.env_var] == arn
 
 
+def test_a_function_that_invokes_another_is_updated_after_it(
+    stack: EzghStack, template: dict[str, Any]
+) -> None:
+    """The stream's messages may be in a shape only the new invoker reads (a branch message
+    that creates its step): CloudFormation updates the stream after the invoker, and rolls
+    back in the reverse order, so an old invoker never gets one."""
+    stream = logical_id(stack, stack.functions.by_key["stream"])
+    invoker = logical_id(stack, stack.functions.by_key["invoker"])
+    assert invoker in as_list(template["Resources"][stream].get("DependsOn", []))
+
+
 def test_template_has_no_dependency_cycle(template: dict[str, Any]) -> None:
     """CloudFormation reports cycles only at deploy time; catch them at synth."""
     res = template["Resources"]

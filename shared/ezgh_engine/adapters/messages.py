@@ -30,9 +30,10 @@ import contextlib
 import hashlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -197,9 +198,18 @@ def send_invocation(run_id: str, seq: int, delay_seconds: int = 0) -> None:
         send(message, delay_seconds)
 
 
-def send_branch(run_id: str, step_id: str) -> None:
-    """Ask the invoker to run one parallel step of the run in an invocation of its own."""
-    start(wire.Branch(run_id, step_id))
+def send_branch(
+    run_id: str,
+    step_id: str,
+    *,
+    attempt: int | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> None:
+    """Ask the invoker to run one parallel step of the run in an invocation of its own;
+    with the run `attempt` that launched it and its launch `values`, the message creates
+    the step's item when it claims it (`wire.Branch`)."""
+    pairs = tuple(sorted((values or {}).items()))
+    start(wire.Branch(run_id, step_id, attempt, pairs))
 
 
 def schedule_timer(run_id: str, step_id: str, wake_at: datetime) -> None:

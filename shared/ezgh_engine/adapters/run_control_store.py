@@ -126,7 +126,11 @@ def _retry_once(run: Run, *, at: str) -> None:
     # Failed steps run again; so do steps a timeout or cancellation ended, and steps left
     # pending (a sleep, wait or retry whose timer or wake-up was dropped while the run was
     # ended): the new attempt records them afresh, with timers of their own.
-    reset = [s for s in run.steps if s.status in RESET_STATUSES and not s.inline]
+    # (A step running by a mark only, or launched and never claimed, has no item: the new
+    # attempt's replay does not see it, its launch being of the run's old attempt.)
+    reset = [
+        s for s in run.steps if s.status in RESET_STATUSES and not s.inline and s.launched is None
+    ]
     _keep_events(run.id, reset)
     actions.extend(_step_delete(run.id, step) for step in reset)
     try:

@@ -27,7 +27,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.intents import NewEvent
 from ezgh_engine.config import settings
-from ezgh_engine.core.models import Run
+from ezgh_engine.core.models import Run, Step
 from ezgh_engine.errors import TransientError, ValidationError
 from ezgh_engine.topology import (
     RUNS_BY_APP,
@@ -230,8 +230,15 @@ def _key_pk_naming(run: Run) -> str:
     return items.run_key_pk(run.project_id, run.run_key or "", None)
 
 
-def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
-    """The run with its steps in the order they started (one query), or None."""
+# The run attempt whose launch made a parallel step's item.
+RUN_ATTEMPT_ATTR = run_writes.RUN_ATTEMPT_ATTR
+
+
+def get_run(run_id: str, *, with_steps: bool = True, unclaimed: bool = True) -> Run | None:
+    """The run with its steps in the order they started (one query), or None. With
+    `unclaimed`, also the parallel steps of the launch its item names that no branch
+    message claimed yet (a second query, only while it names one): `waiting`, as they
+    are (`Step.launched`)."""
     if not with_steps:
         answer = _ddb().get_item(TableName=_table(), Key=items.run_key(run_id), ConsistentRead=True)
         return items.run_from(ddb.from_item(answer["Item"])) if "Item" in answer else None
@@ -249,10 +256,39 @@ def get_run(run_id: str, *, with_steps: bool = True) -> Run | None:
             step_items.append(values)
     if run_values is None:
         return None
-    steps = items.with_started_next(
-        [items.step_from(v) for v in step_items], step_items, int(run_values.get("attempt", 1))
-    )
-    return items.run_from(run_values, tuple(steps))
+    attempt = int(run_values.get("attempt", 1))
+    step_items = [v for v in step_items if not stale_claim(v, attempt)]
+    steps = [items.step_from(v) for v in step_items]
+    if unclaimed:
+        steps.extend(_unclaimed(run_id, run_values, {s.id for s in steps}))
+    return items.run_from(run_values, tuple(items.with_started_next(steps, step_items, attempt)))
+
+
+def stale_claim(step: dict[str, Any], run_attempt: int) -> bool:
+    """Whether a step item is a pending parallel step that a branch message of an earlier
+    run attempt created (delivered after a RetryRun reset the run's pending steps): no step
+    of this attempt, and its claim removes it (`branches.invoke_branch`)."""
+    made_by = int(step.get(RUN_ATTEMPT_ATTR, run_attempt))
+    return made_by < run_attempt and step.get("status") in ("waiting", "running")
+
+
+def _unclaimed(run_id: str, run_values: dict[str, Any], known: set[str]) -> list[Step]:
+    """The parallel steps of the launch the run item names (`lastOut.l`, of this run
+    attempt) that have no item: `waiting`, with their launch values."""
+    mark = run_values.get(items.OUTCOME_ATTR)
+    if not isinstance(mark, dict) or not mark.get("l"):
+        return []
+    attempt, entries = run_writes.launch_entries(run_id, str(mark["l"]))
+    if attempt != int(run_values.get("attempt", 1)):
+        return []
+    out = []
+    for entry in entries:
+        branch = run_writes.branch_values(entry)
+        if branch is None or branch[0] in known:
+            continue
+        values = {k: v for k, v in entry[0].items() if k != "$new"}
+        out.append(replace(items.step_from(values), launched=values))
+    return out
 
 
 def step_values(run_id: str) -> list[dict[str, Any]]:
@@ -272,7 +308,7 @@ def get_branch_run(run_id: str, step: dict[str, Any]) -> Run | None:
     A step launched without that copy reads the whole run (`get_run`)."""
     launch = step.get("hist")
     if not launch:
-        return get_run(run_id)
+        return get_run(run_id)  # its siblings too, claimed or not (as a main invocation)
     answer = _ddb().get_item(TableName=_table(), Key=items.run_key(run_id), ConsistentRead=True)
     if "Item" not in answer:
         return None

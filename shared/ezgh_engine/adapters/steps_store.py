@@ -7,6 +7,7 @@ something else already: the caller gets the recorded step back instead of a seco
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -16,7 +17,7 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.adapters.aws import client
 from ezgh_engine.adapters.expressions import Update
 from ezgh_engine.adapters.intents import Lease
-from ezgh_engine.adapters.run_writes import AlreadyRecorded
+from ezgh_engine.adapters.run_writes import BRANCH_VALUES, RUN_ATTEMPT_ATTR, AlreadyRecorded
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import Step
 
@@ -25,6 +26,7 @@ __all__ = [
     "Lease",
     "answer_branch_task",
     "branch_lease",
+    "drop_stale",
     "event_marks",
     "get_step",
     "give_back_start",
@@ -93,7 +95,13 @@ def branch_lease(run_id: str, step_id: str) -> tuple[int, int]:
 
 
 def take_branch_lease(
-    run_id: str, step_id: str, *, now_ms: int, lease_ms: int, started_at: str | None = None
+    run_id: str,
+    step_id: str,
+    *,
+    now_ms: int,
+    lease_ms: int,
+    started_at: str | None = None,
+    creates: tuple[int, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """Take a parallel step's own lease for one branch invocation (`branchEpoch` + 1, live
     until `now_ms + lease_ms`) while it is `waiting` or `running` and no other delivery
@@ -101,20 +109,30 @@ def take_branch_lease(
     With `started_at` the same write starts the step's next attempt for that invocation
     (`running`, `attempt` + 1, `startEpoch` the new branch epoch), so the SDK sends no
     `start` (docs/protocol.md section 7). The run need not be checked here: its invocation
-    reads it next, and a run that ended has its pending steps ended with it."""
-    update = (
-        Update()
-        .set_raw("branchEpoch = branchEpoch + :one", one=1)
-        .set("branchLeaseUntil", now_ms + lease_ms)
-        .where("branch = :true AND #status IN (:waiting, :running)", true=True)
-        .bind(waiting="waiting", running="running")
-        .where("branchLeaseUntil < :now", now=now_ms)
-    )
+    reads it next, and a run that ended has its pending steps ended with it.
+
+    `creates`: (the run attempt that launched the step, its launch values), from a branch
+    message that carries them. The step may then have no item yet (its launch made none):
+    this write creates it, claimed and started (attempt 1, branch epoch 1), and writes
+    its values only where the item lacks them. An item another run attempt's message
+    created is not taken (it is removed by that message's own claim, or `drop_stale`)."""
+    update = Update().set("branchLeaseUntil", now_ms + lease_ms)
+    live = "branch = :true AND #status IN (:waiting, :running) AND branchLeaseUntil < :now"
+    update.bind(true=True, waiting="waiting", running="running", now=now_ms)
+    if creates is None:
+        update.set_raw("branchEpoch = branchEpoch + :one", one=1).where(live)
+    else:
+        attempt, values = creates
+        _create_values(update, run_id, step_id, attempt, values)
+        update.where(
+            f"attribute_not_exists(pk) OR ({live} AND (attribute_not_exists(#runAttempt) "
+            "OR #runAttempt = :runAttempt))"
+        )
     if started_at is not None:
         # (Every operand reads the item as it was: `startEpoch` is the new branch epoch.)
         update.set("status", "running").set("startedAt", started_at)
-        update.set_raw("startEpoch = branchEpoch + :one")
-        update.set_raw("attempt = if_not_exists(attempt, :zero) + :one", zero=0)
+        update.set_raw("startEpoch = if_not_exists(branchEpoch, :zero) + :one", zero=0, one=1)
+        update.set_raw("attempt = if_not_exists(attempt, :zero) + :one")
         update.remove("error")
     try:
         answer = _ddb().update_item(
@@ -128,6 +146,47 @@ def take_branch_lease(
         ddb.raise_transient(exc)
         raise
     return ddb.from_item(answer["Attributes"])
+
+
+def _create_values(
+    update: Update, run_id: str, step_id: str, attempt: int, values: Mapping[str, Any]
+) -> None:
+    """What a claim that may create its step's item writes besides the claim: the item's
+    identity and launch values where it lacks them (an existing item keeps its own)."""
+    update.set_raw("branchEpoch = if_not_exists(branchEpoch, :zero) + :one", zero=0, one=1)
+    fixed = {"type": "step", "runId": run_id, "stepId": step_id, "branch": True}
+    fixed[RUN_ATTEMPT_ATTR] = attempt
+    carried = {k: v for k, v in values.items() if k in BRANCH_VALUES}
+    for name, value in {**carried, **fixed}.items():
+        update.set_raw(f"#{name} = if_not_exists(#{name}, :{name})", **{name: value})
+
+
+def drop_stale(run_id: str, step_id: str, *, epoch: int, run_attempt: int) -> bool:
+    """Delete a pending parallel step that a branch message of run attempt `run_attempt`
+    created, while branch epoch `epoch` still holds it: the run moved to another attempt
+    (a RetryRun reset its pending steps), so it is no step of the run's. False, deleting
+    nothing, when the item is not that any more."""
+    try:
+        _ddb().delete_item(
+            TableName=_table(),
+            Key=items.step_key(run_id, step_id),
+            ConditionExpression=(
+                "branchEpoch = :e AND #runAttempt = :a AND #status IN (:waiting, :running)"
+            ),
+            ExpressionAttributeNames={"#runAttempt": RUN_ATTEMPT_ATTR, "#status": "status"},
+            ExpressionAttributeValues={
+                ":e": {"N": str(epoch)},
+                ":a": {"N": str(run_attempt)},
+                ":waiting": {"S": "waiting"},
+                ":running": {"S": "running"},
+            },
+        )
+    except ClientError as exc:
+        if ddb.is_condition_failure(exc):
+            return False
+        ddb.raise_transient(exc)
+        raise
+    return True
 
 
 def give_back_start(run_id: str, step_id: str, *, epoch: int, until_ms: int, failures: int) -> bool:

@@ -53,11 +53,24 @@ class Timer:
 
 @dataclass(frozen=True)
 class Branch:
-    """Run one parallel step of the run in an invocation of its own."""
+    """Run one parallel step of the run in an invocation of its own.
+
+    Sent by a launch (`service.launches`), it also carries what the step's item needs,
+    since the step has none until this message claims it (`steps_store.take_branch_lease`
+    creates it): the run `attempt` that launched it and the launch's `values` of the step
+    (name, order, history copy...), as (name, value) pairs. Sent for a step that has an
+    item (a retry that came due, repair, an older engine's launch), it carries neither."""
 
     TYPE: ClassVar[str] = "branch"
     run_id: str
     step_id: str
+    attempt: int | None = None
+    values: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def creates(self) -> bool:
+        """Whether the message may create its step's item (it carries what it needs)."""
+        return self.attempt is not None and bool(self.values)
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,8 @@ Message = Invoke | Timer | Branch | Cron | TaskWatch | YearLimitSweep
 # batch; and as many pushes as one invoker environment makes at once (its memory is sized
 # for them: topology `INVOKER_FUNCTION`).
 GROUP_MAX_MESSAGES = 10
-# A group's body at most (its messages are a hundred bytes or so each): far under Lambda's
+# A group's body at most (its messages are a hundred bytes or so each, a launch's branch
+# message a few hundred: it carries its step's values): far under Lambda's
 # 1 MB for an asynchronous event, and, inside the invocation record Lambda's event queue
 # wraps a failed event in (under 2 KB besides it), under SQS's 256 KB message, so the
 # on-failure queue takes any group the invoker gives up on.
@@ -135,10 +149,33 @@ def _optional_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
+    """A branch's step values: a JSON object of plain values (strings, numbers, booleans)."""
+    if not isinstance(value, dict):
+        raise MalformedMessage(f"expected an object, got {value!r}")
+    for key, item in value.items():
+        if not isinstance(item, str | int | float | bool):
+            raise MalformedMessage(f"{key}: expected a plain value, got {item!r}")
+    return tuple(sorted(value.items()))
+
+
+# Readers of fields a message may leave out (a message of an older engine).
+_OPTIONAL = (_optional_str, _optional_int, _pairs)
+
+
 _FIELDS: dict[type[Any], tuple[_Field, ...]] = {
     Invoke: (("runId", "run_id", _str), ("seq", "seq", _int)),
     Timer: (("runId", "run_id", _str), ("stepId", "step_id", _str), ("wakeAt", "wake_at", _str)),
-    Branch: (("runId", "run_id", _str), ("stepId", "step_id", _str)),
+    Branch: (
+        ("runId", "run_id", _str),
+        ("stepId", "step_id", _str),
+        ("attempt", "attempt", _optional_int),
+        ("step", "values", _pairs),
+    ),
     Cron: (("scheduleId", "schedule_id", _str), ("scheduledTime", "scheduled_time", _optional_str)),
     TaskWatch: (("runId", "run_id", _str), ("seq", "seq", _int), ("epoch", "epoch", _int)),
     YearLimitSweep: (("scheduledTime", "scheduled_time", _optional_str),),
@@ -149,8 +186,11 @@ _BY_TYPE: dict[str, type[Any]] = {cls.TYPE: cls for cls in _FIELDS}
 def dump(message: Message) -> dict[str, Any]:
     """The message's JSON object, `type` first."""
     body: dict[str, Any] = {"type": message.TYPE}
-    for wire, attr, _ in _FIELDS[type(message)]:
-        body[wire] = getattr(message, attr)
+    for wire, attr, read in _FIELDS[type(message)]:
+        value = getattr(message, attr)
+        if read in (_optional_int, _pairs) and value in (None, ()):
+            continue  # left out: the shape an older engine reads and sends
+        body[wire] = dict(value) if read is _pairs else value
     return body
 
 
@@ -169,7 +209,7 @@ def load(body: Any) -> Message:
         raise MalformedMessage(f"unknown message type {kind!r}")
     values: dict[str, Any] = {}
     for wire, attr, read in _FIELDS[cls]:
-        if wire not in body and read is _optional_str:
+        if wire not in body and read in _OPTIONAL:
             continue
         if wire not in body:
             raise MalformedMessage(f"{cls.TYPE} message without {wire!r}")

@@ -198,6 +198,10 @@ class Step:
     # The run events the step's item carries (its `step.completed` and its branch
     # invocations' events, `core.events`), in ID order.
     events: tuple[dict[str, Any], ...] = field(default=(), compare=False, hash=False)
+    # A parallel step no branch message claimed yet: it has no item, only its values in the
+    # launch the run item names (these, as launched; `runs_store.get_run`). Its first
+    # claim creates its item; the run's next outcome writes it as it is (`waiting`) first.
+    launched: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def to_api(self) -> dict[str, Any]:
         body: dict[str, Any] = {

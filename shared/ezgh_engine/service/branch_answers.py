@@ -6,9 +6,11 @@ still holds the step (`branchEpoch`), so a stale answer changes nothing.
 Two shapes (docs/protocol.md section 7). A push app's branch step is started by its lease
 take; the SDK runs it without a `start` and its answer carries the step's end (`ops`):
 `finish` writes that end, the lease's release and the invocation's events as one
-conditional write of the step. An SDK that still sends `start` and `complete` (and a pull
-worker) ended the step by its step call: the answer then carries no end, and
-`record_invocation` and `settle` write its event and see to the lease."""
+conditional write of the step: with the claim that made and started the step
+(`steps_store.take_branch_lease`), the second and last write of a branch. An SDK that
+still sends `start` and `complete` (and a pull worker) ended the step by its step call:
+the answer then carries no end, and `record_invocation` and `settle` write its event and
+see to the lease."""
 
 from __future__ import annotations
 

@@ -1,27 +1,36 @@
 """Branch invocations: each parallel step runs in an invocation of its own.
 
 When steps are awaited together, the main invocation suspends and, once its suspend has
-committed, the stream records each unrecorded `run` step as `waiting` with `branch` set
-(`service.launches`). The stream sends one `branch` message per such step; handling it takes
-the step's own lease (`branchEpoch` + 1, `branchLeaseUntil`) and, in the same conditional
-write, starts the step's next attempt (`running`, `attempt` + 1, `startEpoch` = the branch
-epoch), so two deliveries never run one step at once; it invokes the app with
-`branch: {stepId, attempt}`: the SDK replays up to that step, runs only it without a
-`start`, and answers `branch` with the step's end in `ops`. The invoker writes that end, the
-lease's release and the invocation's events in one conditional write of the step
-(`branch_answers.finish`). A wide launch's steps replay from a copy of the history before it
-and their own step (`runs_store.get_branch_run`), not from every sibling. The invocation's
-token carries the step ID and its branch epoch: it authorizes that step's start, complete
-and fail and nothing else, which an SDK that does not read `branch.attempt` still sends (its
-`start` answers the attempt the lease started, writing nothing; its `complete` ends the
-step). Ending the step releases its lease, and the stream, seeing a parallel step end, asks
-for the run's next invocation, which resumes the workflow. A pull app's branch is a task
-(`service.pull_branch`), still in the shape with `start`.
+committed, the stream sends one `branch` message per unrecorded `run` step
+(`service.launches`), carrying the run attempt and the step's launch values: the step has no
+item yet (the run's readers show it `waiting` from the launch). Handling the message claims
+the step: one conditional write takes the step's own lease (`branchEpoch` + 1,
+`branchLeaseUntil`), creating the item if it has none, and starts the step's next attempt
+(`running`, `attempt` + 1, `startEpoch` = the branch epoch), so two deliveries never run one
+step at once and a duplicate runs nothing (`steps_store.take_branch_lease`). A message of a
+run that ended ends the step `cancelled`; one of a run attempt a RetryRun replaced removes the
+item its claim made. The invoker then invokes the app with `branch: {stepId, attempt}`: the
+SDK replays up to that step, runs only it without a `start`, and answers `branch` with the
+step's end in `ops`. The invoker writes that end, the lease's release and the invocation's
+events in one conditional write of the step (`branch_answers.finish`): two writes a branch.
+A wide launch's steps replay from a copy of the history before it and their own step
+(`runs_store.get_branch_run`), not from every sibling. The invocation's token carries the
+step ID and its branch epoch: it authorizes that step's start, complete and fail and nothing
+else, which an SDK that does not read `branch.attempt` still sends (its `start` answers the
+attempt the lease started, writing nothing; its `complete` ends the step). Ending the step
+releases its lease, and the stream, seeing a parallel step end, asks for the run's next
+invocation, which resumes the workflow. A step that has an item and is `waiting` (a retry
+that came due, one the run's next outcome wrote while unclaimed, one an older engine's
+launch made) gets a message in the old shape (run and step only) from the stream, which
+takes that item and creates none. A pull app's branch is a task (`service.pull_branch`),
+claimed by the same take, still in the shape with `start`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from ezgh_engine import clock, ids
 from ezgh_engine.adapters import registry_store, runs_store, steps_store
@@ -44,22 +53,29 @@ from ezgh_engine.service.wire import invoke_request
 log = logging.getLogger(__name__)
 
 
-def invoke_branch(run_id: str, step_id: str) -> Retry | None:
-    """Handle one `branch` message; a `Retry` when it must come back later."""
+def invoke_branch(
+    run_id: str,
+    step_id: str,
+    *,
+    attempt: int | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> Retry | None:
+    """Handle one `branch` message; a `Retry` when it must come back later. `attempt` and
+    `values`: the run attempt that launched the step and its launch values, which a
+    launch's message carries so that its claim creates the step's item."""
     now_ms = clock.now_ms()
     lease_ms = leases.lease_ms(settings().invoke_timeout_seconds)
     started_at = clock.iso(clock.now())
+    creates = (attempt, values) if attempt is not None and values else None
     raw = steps_store.take_branch_lease(
-        run_id, step_id, now_ms=now_ms, lease_ms=lease_ms, started_at=started_at
+        run_id, step_id, now_ms=now_ms, lease_ms=lease_ms, started_at=started_at, creates=creates
     )
     if raw is None:
-        return _not_leased(run_id, step_id, now_ms)
+        return _not_leased(run_id, step_id, now_ms, attempt)
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
-    attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
+    step_attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
     run = runs_store.get_branch_run(run_id, raw)
-    if run is None or run.ended or run.status == "cancelling":
-        # An ended run's pending steps end with it (its cleanup may have come first).
-        answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
+    if not _runs_now(run_id, step_id, run, raw, epoch) or run is None:
         return None
     # As read a moment ago (a gather's branches read one app item): the main invocation
     # reads it consistently and fails a run whose app was deleted; a delivery that fails
@@ -79,7 +95,7 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         app_protocol=app.protocol,
         branch_step=step_id,
         branch_epoch=epoch,
-        branch_attempt=attempt,
+        branch_attempt=step_attempt,
     )
     try:
         answer = invoke_app(app, request)
@@ -87,14 +103,30 @@ def invoke_branch(run_id: str, step_id: str) -> Retry | None:
         carried = answers.branch_end(answer, step_id)
     except AppTimedOut as exc:
         registry_store.forget_cached_app(app.id)
-        return _timed_out(run_id, step_id, epoch, failures + 1, attempt - 1, now_ms, exc)
+        return _timed_out(run_id, step_id, epoch, failures + 1, step_attempt - 1, now_ms, exc)
     except (AppUnreachable, outcome_rules.MalformedOutcome) as exc:
         registry_store.forget_cached_app(app.id)
         give_back = never_reached(exc)
         return _delivery_failed(run_id, step_id, epoch, failures + 1, exc, give_back=give_back)
     return _answered(
-        run, step_id, epoch, attempt, failures, invocation_id, started_at, outcome, carried
+        run, step_id, epoch, step_attempt, failures, invocation_id, started_at, outcome, carried
     )
+
+
+def _runs_now(run_id: str, step_id: str, run: Run | None, step: dict[str, Any], epoch: int) -> bool:
+    """Whether the step the lease take of `epoch` claimed (`step`, as written) runs now.
+    Not when its run is gone, or a RetryRun moved it on after the step was launched (and
+    reset its pending steps): the item the claim made is no step of the run's, and goes.
+    Nor when its run ended or is cancelling: the step ends `cancelled` with it (its
+    cleanup may have come first)."""
+    made_by = step.get(runs_store.RUN_ATTEMPT_ATTR)
+    if made_by is not None and (run is None or int(made_by) != run.attempt):
+        steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
+        return False
+    if run is None or run.ended or run.status == "cancelling":
+        answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
+        return False
+    return True
 
 
 def _answered(
@@ -156,10 +188,21 @@ def _app(run: Run) -> App | None:
     return registry_store.get_app_cached(run.project_id, run.app_id) or interpreter_app_of(run)
 
 
-def _not_leased(run_id: str, step_id: str, now_ms: int) -> Retry | None:
-    """Another delivery holds the step's lease: come back when it ends. Ended: drop it."""
+def _not_leased(run_id: str, step_id: str, now_ms: int, attempt: int | None) -> Retry | None:
+    """Another delivery holds the step's lease: come back when it ends. Ended: drop it.
+    Held by an item a message of an earlier run attempt created (`attempt`: this message's):
+    that message removes it; once its lease ran out, this one does. Then come back."""
     raw = ws.get(f"RUN#{run_id}", f"STEP#{step_id}") or {}
     held = int(raw.get("branchLeaseUntil", 0))
+    made_by = raw.get(runs_store.RUN_ATTEMPT_ATTR)
+    if attempt is not None and made_by is not None and int(made_by) < attempt:
+        if raw.get("status") not in ("waiting", "running"):
+            return None  # it ended (its run's end cancelled it): no step of this attempt
+        if held <= now_ms:
+            epoch = int(raw.get("branchEpoch", 0))
+            steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
+            return Retry(after_seconds=1)
+        return Retry(after_seconds=min((held - now_ms) / 1000 + 1, 5))
     if raw.get("status") in ("waiting", "running") and held > now_ms:
         return Retry(after_seconds=(held - now_ms) / 1000 + 1)
     return None  # ended, or its run did: nothing to do

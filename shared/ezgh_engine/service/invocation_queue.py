@@ -64,6 +64,10 @@ def _on_task_watch(message: wire.TaskWatch) -> Retry | None:
 
 
 def _on_branch(message: wire.Branch) -> Retry | None:
+    if message.creates:
+        return branches.invoke_branch(
+            message.run_id, message.step_id, attempt=message.attempt, values=dict(message.values)
+        )
     return branches.invoke_branch(message.run_id, message.step_id)
 
 

@@ -5,7 +5,8 @@ A push app's parallel step runs in a branch invocation the invoker makes and wai
 held by the step's own lease (`branchEpoch`, `branchLeaseUntil`) as a main task is held by
 the run's (`service.pull`):
 
-1. The `branch` message takes the step's branch lease (epoch + 1), shortens it to the pull
+1. The `branch` message takes the step's branch lease (epoch + 1; the launch's message
+   creates the step's item in that write, `service.branches`), shortens it to the pull
    lease (and gives back the attempt the take started: the worker's `start` counts it, as
    before), queues the task (the branch invoke request, built as for a push, plus `taskId`,
    whose signed claims name the step and its branch epoch, and `leaseSeconds`) and comes

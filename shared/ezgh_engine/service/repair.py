@@ -84,6 +84,8 @@ class RepairAction:
     seq: int = 0
     step_id: str = ""
     wake_at: str = ""
+    # A launch's parallel steps that no branch message claimed: their messages go again.
+    branches: frozenset[str] = frozenset()
 
     def summary(self) -> str:
         what = f"{self.kind} {self.step_id}".rstrip()
@@ -110,7 +112,7 @@ def plan(
     schedule_after_seconds: float,
     branch_lease_until: Callable[[str, str], int] = lambda run_id, step_id: 0,
     bucket_exists: Callable[[Run], bool] = lambda run: True,
-    launch_missing: Callable[[Run], str | None] = lambda run: None,
+    launch_missing: Callable[[Run], tuple[str, frozenset[str]] | None] = lambda run: None,
 ) -> list[RepairAction]:
     """What to re-arm for `run` (see the module's doc); `schedule_exists(run, step, wake)`,
     `branch_lease_until(run, step)` a parallel step's `branchLeaseUntil` (ms),
@@ -129,8 +131,15 @@ def plan(
         out.extend(_wake_not_asked(run))
         launch = launch_missing(run)
         if launch:
+            launch_id, branches = launch
             why = "its last suspend's waits were not all made"
-            out.append(RepairAction(run.id, run.project_id, "launch", why, step_id=launch))
+            if branches:
+                why = f"{len(branches)} parallel step(s) of its last suspend never claimed"
+            out.append(
+                RepairAction(
+                    run.id, run.project_id, "launch", why, step_id=launch_id, branches=branches
+                )
+            )
     out.extend(_branches_owed(run, quiet_since_ms, branch_lease_until))
     timed: list[tuple[str, str, str | None]] = [
         (s.id, s.status, s.wake_at) for s in run.steps if s.status in TIMED_STEP_STATUSES
@@ -193,7 +202,8 @@ def _branches_owed(
     its own message, had it survived, would have come back."""
     out: list[RepairAction] = []
     for step in run.steps:
-        if not step.branch or step.status not in BRANCH_OWED_STATUSES:
+        if not step.branch or step.status not in BRANCH_OWED_STATUSES or step.launched:
+            # (one with no item yet, `launched`, is its launch's to start again: `launch`)
             continue
         until = branch_lease_until(run.id, step.id)
         if until > quiet_since_ms:
@@ -226,7 +236,7 @@ def apply_action(action: RepairAction) -> None:
     elif action.kind == "branch":
         messages.send_branch(action.run_id, action.step_id)
     elif action.kind == "launch":
-        launches.launch(action.run_id, action.step_id)
+        launches.launch(action.run_id, action.step_id, only=action.branches or None)
     elif action.kind in ("timer", "schedule"):
         # Past due: a message now; ahead: the same schedule the stream would have made.
         messages.schedule_timer(action.run_id, action.step_id, clock.parse_iso(action.wake_at))

@@ -67,7 +67,10 @@ def _on_run(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
 def _on_step(old: dict[str, Any] | None, new: dict[str, Any] | None, asked: set[str]) -> None:
     if not new:
         return
-    # A parallel step waiting for its branch invocation (new, or a retry that came due).
+    # A parallel step item waiting for its branch invocation (a retry that came due, or one
+    # an outcome wrote while unclaimed): a message in the old shape, which takes the item.
+    # A launch's steps have no item: the launch sent theirs, and their claims create the
+    # items `running`, which sends nothing here.
     waiting = new.get("branch") and new.get("status") == "waiting"
     if waiting and (not old or old.get("status") != "waiting"):
         messages.send_branch(str(new["runId"]), str(new["stepId"]))

@@ -388,8 +388,9 @@ def cancel_step_actions(run: Run | None, run_id: str, step: Any) -> list[Intent]
 
 
 def _cancelled_item(run: Run, step: Step, at: str) -> NewStep:
-    """The Put of a step that was running by a `next` mark only, as `cancelled`."""
-    values = {
+    """The Put of a step that was running by a `next` mark only, or launched and never
+    claimed, as `cancelled`."""
+    values: dict[str, Any] = {
         "name": step.name,
         "kind": step.kind,
         "status": "cancelled",
@@ -400,6 +401,9 @@ def _cancelled_item(run: Run, step: Step, at: str) -> NewStep:
         "error": CANCELLED_ERROR.to_api(),
         "ttl": int(clock.now().timestamp()) + runs_store.CHILD_ITEM_TTL_SECONDS,
     }
+    if step.launched is not None:
+        values.update(branch=True, branchEpoch=0, branchLeaseUntil=0)
+        values[runs_store.RUN_ATTEMPT_ATTR] = run.attempt
     return ws.step_put(run.id, step.id, values)
 
 
@@ -415,7 +419,9 @@ def cancel_leftovers(run_id: str) -> None:
     for step in run.steps:
         if step.status not in ("sleeping", "waiting", "retrying", "running"):
             continue
-        if step.inline:  # running by a mark only: its item, cancelled, unless it has one now
+        if step.inline or step.launched is not None:
+            # Running by a mark only, or a parallel step no branch message claimed: its
+            # item, cancelled, unless it has one now (a claim then sees the run ended).
             ws.transact([_cancelled_item(run, step, at)])
             continue
         update = ws.step_update(

@@ -40,7 +40,10 @@ from ezgh_engine.adapters.run_writes._history import (
     write_history,
 )
 from ezgh_engine.adapters.run_writes._launches import (
+    BRANCH_VALUES,
     LAUNCH_CHUNK_BYTES,
+    RUN_ATTEMPT_ATTR,
+    branch_values,
     launch_entries,
     make_launched,
 )
@@ -59,6 +62,7 @@ from ezgh_engine.adapters.run_writes._segments import (
 from ezgh_engine.adapters.run_writes._writing import transact, write, write_each, write_leased
 
 __all__ = [
+    "BRANCH_VALUES",
     "CHILD_ITEM_TTL_SECONDS",
     "EVENTS_FINAL_AFTER_MS",
     "EVENTS_PREFIX",
@@ -69,9 +73,11 @@ __all__ = [
     "MAX_TRANSACTION_BYTES",
     "MAX_TRANSACTION_ITEMS",
     "RETENTION_SECONDS",
+    "RUN_ATTEMPT_ATTR",
     "SEGMENT_MIN_EVENTS",
     "AlreadyRecorded",
     "WriteTooLarge",
+    "branch_values",
     "commit",
     "event_segments",
     "events_final_through",

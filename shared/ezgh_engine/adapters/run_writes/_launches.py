@@ -1,5 +1,8 @@
-"""What a suspend starts (a parallel step's item, a child run, a message waiter): kept in
-chunk items ahead of its commit, made by the outbox after it, each item only if new."""
+"""What a suspend starts (a parallel step, a child run, a message waiter): kept in chunk
+items ahead of its commit, started by the outbox after it. A child run's or a message
+waiter's items are made then, each only if new; a parallel step's item is not: its branch
+message carries its values (`branch_values`) and the message's claim creates it
+(`steps_store.take_branch_lease`), so a branch costs one write to start and one to end."""
 
 from __future__ import annotations
 
@@ -84,6 +87,24 @@ def launch_entries(run_id: str, launch_id: str) -> tuple[int, list[list[dict[str
         if "LastEvaluatedKey" not in answer:
             return attempt, entries
         kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+
+# The run attempt whose launch made a parallel step's item (written by the claim that
+# creates it, and by the outcome that writes an unclaimed one, `_outcomes.unclaimed_items`).
+RUN_ATTEMPT_ATTR = "runAttempt"
+
+# What a branch message carries of its step's launch values: what the claim that creates the
+# step's item writes besides what every claim sets (status, attempt, start, lease).
+BRANCH_VALUES = ("name", "kind", "order", "ttl", "hist", "histChunks")
+
+
+def branch_values(entry: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """The step ID and carried values (`BRANCH_VALUES`) of a launch entry that starts a
+    parallel step, None for any other entry (a child run, a message wait)."""
+    if len(entry) != 1 or entry[0].get("branch") is not True or entry[0].get("type") != "step":
+        return None
+    values = entry[0]
+    return str(values["stepId"]), {k: values[k] for k in BRANCH_VALUES if k in values}
 
 
 def make_launched(entries: Sequence[list[dict[str, Any]]]) -> int:

@@ -25,7 +25,7 @@ from ezgh_engine.adapters.run_writes._base import (
     _live_values,
     _table,
 )
-from ezgh_engine.adapters.run_writes._launches import launch_chunks
+from ezgh_engine.adapters.run_writes._launches import RUN_ATTEMPT_ATTR, launch_chunks
 from ezgh_engine.adapters.run_writes._segments import EVENTS_THROUGH_ATTR
 from ezgh_engine.adapters.run_writes._writing import _single, write_each
 from ezgh_engine.core.models import Run
@@ -53,6 +53,7 @@ def commit(outcome: OutcomeCommit) -> None:
     ahead: list[Intent] = []
     if isinstance(run.last_outcome, dict):
         ahead.append(NewItem(outcome_event_values(run.id, run.last_outcome, _expires()), False))
+    ahead.extend(unclaimed_items(run))
     if isinstance(outcome, SuspendCommit):
         ahead.extend(outcome.ahead)
         chunks = list(launch_chunks(run, outcome.launches, str(mark["i"])))
@@ -74,6 +75,19 @@ def commit(outcome: OutcomeCommit) -> None:
         changes.set(EVENTS_THROUGH_ATTR, outcome.events.through)
     write_each(ahead)
     _commit_run(run, outcome.seq, changes, mark, seen_status=seen)
+
+
+def unclaimed_items(run: Run) -> list[NewItem]:
+    """The parallel steps of the run's current launch that no branch message claimed yet
+    (`Step.launched`: they exist only in the launch the run item names), as `waiting`
+    items, each only if new: written ahead of a commit that replaces that name, so that
+    they stay the run's steps (their messages' claims then take the items as they would
+    any `waiting` step; the stream sends each one more branch message)."""
+    return [
+        NewItem({**step.launched, RUN_ATTEMPT_ATTR: run.attempt}, only_new=True)
+        for step in run.steps
+        if step.launched is not None
+    ]
 
 
 def _end_changes(end: EndCommit) -> Update:
