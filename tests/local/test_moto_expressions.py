@@ -146,8 +146,12 @@ def ddb(_moto: Any) -> Any:
 
 
 def _answers(ddb: Any) -> list[Any]:
+    return _answers_of(ddb, UPDATES)
+
+
+def _answers_of(ddb: Any, updates: list[Any]) -> list[Any]:
     answers: list[Any] = []
-    for key, expression, names, values, condition in UPDATES:
+    for key, expression, names, values, condition in updates:
         request: dict[str, Any] = {
             "TableName": TABLE,
             "Key": {"pk": {"S": key}},
@@ -281,3 +285,21 @@ def test_a_refused_expression_is_refused_every_time(ddb: Any) -> None:
                 ExpressionAttributeValues={":v": {"S": "v"}},
             )
         assert refused.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_a_replay_of_the_accepted_updates_makes_the_same_items(ddb: Any) -> None:
+    """Inside `replaying()` moto's checks that can only refuse are skipped: the updates
+    moto accepted, applied again in order on the state they were accepted on, answer and
+    leave what they did the first time. Outside it they refuse again."""
+    answers = _answers(ddb)
+    accepted = [u for u, a in zip(UPDATES, answers, strict=False) if not isinstance(a, tuple)]
+    assert len(accepted) < len(UPDATES)
+    first = ddb.scan(TableName=TABLE)["Items"]
+    _reset(ddb)
+    twice = [("d", "SET f = :v SET g = :v", {}, {":v": {"S": "x"}}, None)]
+    with moto_expressions.replaying():
+        replayed = _answers_of(ddb, accepted)
+        assert not isinstance(_answers_of(ddb, twice)[0], tuple)  # (the checks are skipped)
+    assert replayed[:-1] == [a for a in answers[:-1] if not isinstance(a, tuple)]
+    assert sorted(map(str, replayed[-1])) == sorted(map(str, first))
+    assert isinstance(_answers_of(ddb, twice)[0], tuple)

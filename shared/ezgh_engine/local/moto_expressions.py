@@ -33,6 +33,13 @@ node it visited. Here:
   sums of its children's, so one walk in moto's order (children first) checks every node
   as moto does and raises what moto raises at the first node moto would refuse.
 
+- **A replay does not check again what was accepted.** Inside `replaying()` (the journal's
+  replay at a start), an `UpdateItem` runs only the processors that compute the update:
+  the six that can only refuse it (one section of each kind, no overlapping paths, no
+  key attribute, no missing path, key types, no empty key value) passed when the request
+  was first applied, on the very state the replay rebuilds, so they pass again; each is a
+  whole walk of the expression, two thirds of a validation.
+
 `tests/local/test_moto_expressions.py` holds moto's answers to the same requests.
 """
 
@@ -87,6 +94,7 @@ def install() -> None:
         (DepthFirstTraverser, "traverse_node_recursively"),
         (ConditionExpressionParser, "_lex_condition_expression"),
         (counter, "traverse"),
+        (validators.UpdateExpressionValidator, "get_ast_processors"),
     ):
         _originals.append((owner, name, owner.__dict__.get(name, _INHERITED)))
     _parse_once(UpdateExpressionParser)
@@ -94,6 +102,7 @@ def install() -> None:
     validators.deepcopy = _copier(Node)
     _map_once(DepthFirstTraverser, Node)
     _count_clauses_once(counter)
+    _skip_refusals_in_replay(validators)
     _installed = True
 
 
@@ -274,3 +283,41 @@ def _count_clauses_once(counter_class: Any) -> None:
         return node
 
     counter_class.traverse = traverse
+
+
+_replay = threading.local()  # `replaying()`: this thread applies journaled requests
+
+
+@contextlib.contextmanager
+def replaying() -> Iterator[None]:
+    """While inside, this thread's `UpdateItem`s skip moto's checks that can only refuse
+    (for a replay of requests moto accepted on the same state: see the module's doc)."""
+    _replay.on = True
+    try:
+        yield
+    finally:
+        _replay.on = False
+
+
+def _skip_refusals_in_replay(validators: Any) -> None:
+    refusing = tuple(
+        getattr(validators, name)
+        for name in (
+            "ActionCountValidator",
+            "OverlappingPathsValidator",
+            "UpdateHashRangeKeyValidator",
+            "NoneExistingPathChecker",
+            "TypeMismatchValidator",
+            "EmptyStringKeyValueValidator",
+        )
+    )
+    validator_class = validators.UpdateExpressionValidator
+    original: Callable[[Any], list[Any]] = validator_class.get_ast_processors
+
+    def get_ast_processors(validator: Any) -> list[Any]:
+        processors = original(validator)
+        if getattr(_replay, "on", False):
+            return [p for p in processors if type(p) not in refusing]
+        return processors
+
+    validator_class.get_ast_processors = get_ast_processors

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ezgh_engine import clock
-from ezgh_engine.local import image, private_files
+from ezgh_engine.local import image, moto_expressions, private_files
 from ezgh_engine.local.account import ACCOUNT_ID, REGION
 from ezgh_engine.local.group_commit import GroupCommit
 
@@ -1265,7 +1265,7 @@ def replay(
     """Apply `records` to moto through its WSGI `app`, in order; counted on from `into`
     (what an image reported of the records before these: `restored_from`)."""
     restored = Restored() if into is None else into
-    with _lenient_schedule_start():
+    with _lenient_schedule_start(), moto_expressions.replaying():
         for record in records:
             kind = record.get("t")
             if kind in ("checkpoint", "mappings"):
