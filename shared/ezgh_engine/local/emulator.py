@@ -606,7 +606,7 @@ def _share_moto_loader() -> None:
     if not callable(getattr(utils, "create_loader", None)):
         raise MotoInternalsMissing("moto.core.utils.create_loader")
     shared = loaders.create_loader()
-    utils.create_loader = lambda: shared  # type: ignore[assignment]
+    utils.create_loader = lambda: shared
 
 
 _loader_shared = False

@@ -244,8 +244,9 @@ def _map_once(traverser_class: Any, node_class: type) -> None:
 def _count_clauses_once(counter_class: Any) -> None:
     """`ActionCountValidator.traverse`, linear: what moto's walk checks, in its order."""
     from moto.dynamodb.exceptions import TooManyClauses
-    from moto.dynamodb.parsing import ast_nodes
+    from moto.dynamodb.parsing import ast_nodes as typed
 
+    ast_nodes: Any = typed
     # moto's `verify_action_counts`, in its order: ADD, REMOVE, SET.
     kinds = (
         (ast_nodes.UpdateExpressionAddClause, "ADD"),
