@@ -474,15 +474,22 @@ def quicker_dispatch() -> None:
     moto's server finds the backend of every request under one lock: a listing of moto's
     package directory (a `stat` per entry, each letting other threads take the GIL, with
     the lock held) and a regex per known service. The answer depends on the host alone,
-    and hosts are few (one per service and region), so it is kept.
+    and hosts are few (one per service and region), so it is kept. The listing is made
+    once too (the first request of each host made it again: a few per start, each tens of
+    milliseconds while other threads run): moto's installed modules do not change.
     """
     global _dispatch_quickened
     if _dispatch_quickened:
         return
     try:
+        from moto import backends
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication
     except ImportError as exc:
         raise MotoInternalsMissing("moto's DomainDispatcherApplication") from exc
+    if not callable(getattr(backends, "list_of_moto_modules", None)):
+        raise MotoInternalsMissing("moto.backends.list_of_moto_modules")
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
     original: Callable[..., Any] = DomainDispatcherApplication.get_backend_for_host
     known: dict[str, Any] = {}
 
