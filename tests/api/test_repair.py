@@ -14,7 +14,13 @@ from ezgh_engine.adapters import run_items as items
 from ezgh_engine.config import settings
 from ezgh_engine.core.models import App, Run
 from ezgh_engine.service import branches, year_limits
-from ezgh_engine.service.repair import after_restart, held_leases, release_dead_leases, repair
+from ezgh_engine.service.repair import (
+    active_runs,
+    after_restart,
+    held_leases,
+    release_dead_leases,
+    repair,
+)
 from ezgh_engine.service.timers import DEADLINE_STEP, year_limit
 from ezgh_engine.topology import TOPOLOGY
 
@@ -163,6 +169,25 @@ def test_a_dead_process_lease_is_released_and_its_owed_invocation_sent(apps: Non
     # The same (now old) reading releases nothing a second time.
     assert release_dead_leases(held, in_process=_in_process) == []
     assert _lease(leased) == (5, 0)
+
+
+def test_one_read_of_the_active_runs_serves_the_leases_and_the_repair(apps: None) -> None:
+    """`ezgh dev` reads the active runs once, before it releases their dead leases: the
+    repair after the releases re-arms what a read of its own would (a released run's lease
+    is its run's as read again, a kept one is left alone), and a run started after the read
+    is owed nothing by it (its first invocation is the stream's)."""
+    leased = _leased(SERVED)
+    kept = _leased(PULLED)  # a pull worker may still run its task: its lease stays
+    free = _live(_run(invoke_seq=3))
+    active = active_runs(PROJECT)
+    held = held_leases(PROJECT, active=active)
+    assert sorted(h.run_id for h in held) == sorted([leased.id, kept.id])
+    _live(_run(invoke_seq=1))  # started since
+    done = after_restart(held, in_process=_in_process, active=active)
+    assert sorted((a.kind, a.run_id) for a in done) == sorted(
+        [("lease", leased.id), ("invocation", leased.id), ("invocation", free.id)]
+    )
+    assert _lease(kept) == (4, kept.lease_until_ms)
 
 
 @pytest.mark.parametrize("meanwhile", ["taken over", "backed off"])

@@ -167,6 +167,30 @@ def test_a_crash_after_a_checkpoint_replays_only_the_tail_to_the_same_state(
         second.stop()
 
 
+def test_a_replay_through_moto_s_handlers_makes_what_its_whole_app_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replayed DynamoDB or SQS request is handed to moto's handler as moto's Flask view
+    hands it, without Flask around it (`persistence._apply`); through the whole app
+    instead, the same journal replays to the same state and report, the same as before
+    the crash."""
+    state_dir = tmp_path / "aws"
+    first = _started(state_dir)
+    try:
+        urls = _build_state()
+        _more_writes(urls, "a")
+        _checkpoint(first, _stream()[-1]["seq"])
+        before = _everything(urls)
+    finally:
+        _crash(first)
+    direct = _whole_replay_of(state_dir, tmp_path / "direct", urls)
+    monkeypatch.setattr(persistence, "_DIRECT", ())
+    through_app = _whole_replay_of(state_dir, tmp_path / "app", urls)
+    assert direct == through_app
+    assert direct["state"] == before
+    assert direct["restored"]["refused"] == 0
+
+
 def test_a_checkpoint_taken_while_requests_run_is_of_exactly_its_prefix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

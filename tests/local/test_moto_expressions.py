@@ -54,6 +54,41 @@ UPDATES: list[tuple[str, str, dict[str, str], dict[str, Any], str | None]] = [
     ("a", "SET q = :undefined", {}, {}, None),  # an undefined value: refused
     ("a", "SET other = :v", {}, {":v": {"S": "x"}}, None),  # a reserved word: refused
     ("a", "SET other = :v", {}, {":v": {"S": "y"}}, None),  # ... again, from the kept parse
+    (
+        "a",
+        "SET l = list_append(if_not_exists(l, :e), :x), n = if_not_exists(n, :z) + :d "
+        "ADD c :one REMOVE gone DELETE tags :t",
+        {},
+        {
+            ":e": {"L": []},
+            ":x": {"L": [{"S": "q"}]},
+            ":z": {"N": "0"},
+            ":d": {"N": "3"},
+            ":one": {"N": "1"},
+            ":t": {"SS": ["y"]},
+        },
+        None,
+    ),
+    # One section of each kind at most, refused as moto refuses (the first kind it checks).
+    ("a", "SET f = :v SET g = :v", {}, {":v": {"S": "x"}}, None),
+    ("a", "ADD c :one ADD d :one", {}, {":one": {"N": "1"}}, None),
+    ("a", "REMOVE f REMOVE g", {}, {}, None),
+    ("a", "DELETE tags :t DELETE tags2 :t", {}, {":t": {"SS": ["x"]}}, None),
+    (
+        "a",
+        "SET f = :v REMOVE g SET h = :v ADD c :one",
+        {},
+        {":v": {"S": "x"}, ":one": {"N": "1"}},
+        None,
+    ),
+    (
+        "a",
+        "REMOVE g SET f = :v REMOVE h ADD c :one ADD d :one",
+        {},
+        {":v": {"S": "x"}, ":one": {"N": "1"}},
+        None,
+    ),
+    ("a", "SET f = :v REMOVE g SET h = :v REMOVE i", {}, {":v": {"S": "x"}}, None),
 ]
 REFUSED = "SET = :v"  # not an update expression
 # Conditions (and filters), each text twice with other values; some refused.
@@ -111,8 +146,12 @@ def ddb(_moto: Any) -> Any:
 
 
 def _answers(ddb: Any) -> list[Any]:
+    return _answers_of(ddb, UPDATES)
+
+
+def _answers_of(ddb: Any, updates: list[Any]) -> list[Any]:
     answers: list[Any] = []
-    for key, expression, names, values, condition in UPDATES:
+    for key, expression, names, values, condition in updates:
         request: dict[str, Any] = {
             "TableName": TABLE,
             "Key": {"pk": {"S": key}},
@@ -186,7 +225,8 @@ def test_updates_answer_what_moto_answers(ddb: Any) -> None:
     _reset(ddb)
     answered = _answers(ddb)
     assert answered == expected
-    assert sum(isinstance(a, tuple) for a in expected) >= 5  # the refusals are compared too
+    assert sum(isinstance(a, tuple) for a in expected) >= 10  # the refusals are compared too
+    assert sum("can only be used once" in str(a) for a in expected) >= 5
 
 
 def test_conditions_answer_what_moto_answers(ddb: Any) -> None:
@@ -245,3 +285,21 @@ def test_a_refused_expression_is_refused_every_time(ddb: Any) -> None:
                 ExpressionAttributeValues={":v": {"S": "v"}},
             )
         assert refused.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_a_replay_of_the_accepted_updates_makes_the_same_items(ddb: Any) -> None:
+    """Inside `replaying()` moto's checks that can only refuse are skipped: the updates
+    moto accepted, applied again in order on the state they were accepted on, answer and
+    leave what they did the first time. Outside it they refuse again."""
+    answers = _answers(ddb)
+    accepted = [u for u, a in zip(UPDATES, answers, strict=False) if not isinstance(a, tuple)]
+    assert len(accepted) < len(UPDATES)
+    first = ddb.scan(TableName=TABLE)["Items"]
+    _reset(ddb)
+    twice = [("d", "SET f = :v SET g = :v", {}, {":v": {"S": "x"}}, None)]
+    with moto_expressions.replaying():
+        replayed = _answers_of(ddb, accepted)
+        assert not isinstance(_answers_of(ddb, twice)[0], tuple)  # (the checks are skipped)
+    assert replayed[:-1] == [a for a in answers[:-1] if not isinstance(a, tuple)]
+    assert sorted(map(str, replayed[-1])) == sorted(map(str, first))
+    assert isinstance(_answers_of(ddb, twice)[0], tuple)

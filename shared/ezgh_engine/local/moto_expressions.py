@@ -26,6 +26,20 @@ node it visited. Here:
   `isinstance` against its abstract classes, per node and per processor, was a tenth of an
   `UpdateItem`).
 
+- **Clauses counted once.** moto's `ActionCountValidator` (an expression has one SET, ADD
+  or REMOVE section at most) runs at every node that is an `UpdateExpression` (most of
+  them), and each run searches the node's whole subtree three times: quadratic in the
+  expression, a third of a validation. The counts a node's searches would find are the
+  sums of its children's, so one walk in moto's order (children first) checks every node
+  as moto does and raises what moto raises at the first node moto would refuse.
+
+- **A replay does not check again what was accepted.** Inside `replaying()` (the journal's
+  replay at a start), an `UpdateItem` runs only the processors that compute the update:
+  the six that can only refuse it (one section of each kind, no overlapping paths, no
+  key attribute, no missing path, key types, no empty key value) passed when the request
+  was first applied, on the very state the replay rebuilds, so they pass again; each is a
+  whole walk of the expression, two thirds of a validation.
+
 `tests/local/test_moto_expressions.py` holds moto's answers to the same requests.
 """
 
@@ -69,6 +83,9 @@ def install() -> None:
         )
     except ImportError as exc:
         raise MotoInternalsMissing("moto.dynamodb.parsing") from exc
+    counter = validators.ActionCountValidator
+    if "traverse" in counter.__dict__ or "pre_processing_of_child" in counter.__dict__:
+        raise MotoInternalsMissing("moto's ActionCountValidator as DepthFirstTraverser walks")
     for owner, name in (
         (UpdateExpressionParser, "make"),
         (validators, "deepcopy"),
@@ -76,13 +93,20 @@ def install() -> None:
         (DepthFirstTraverser, "process"),
         (DepthFirstTraverser, "traverse_node_recursively"),
         (ConditionExpressionParser, "_lex_condition_expression"),
+        (counter, "traverse"),
+        (validators.UpdateExpressionValidator, "get_ast_processors"),
     ):
-        _originals.append((owner, name, owner.__dict__[name]))
+        _originals.append((owner, name, owner.__dict__.get(name, _INHERITED)))
     _parse_once(UpdateExpressionParser)
     _lex_once(ConditionExpressionParser)
     validators.deepcopy = _copier(Node)
     _map_once(DepthFirstTraverser, Node)
+    _count_clauses_once(counter)
+    _skip_refusals_in_replay(validators)
     _installed = True
+
+
+_INHERITED = object()  # an attribute moto's class inherits: `disabled()` deletes ours
 
 
 @contextlib.contextmanager
@@ -90,7 +114,10 @@ def disabled() -> Iterator[None]:
     """moto's own code while inside (tests compare both answers; not thread-safe)."""
     patched = [(owner, name, owner.__dict__[name]) for owner, name, _ in _originals]
     for owner, name, original in _originals:
-        setattr(owner, name, original)
+        if original is _INHERITED:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
     try:
         yield
     finally:
@@ -212,3 +239,86 @@ def _map_once(traverser_class: Any, node_class: type) -> None:
     traverser_class.nodes_to_be_processed = nodes_to_be_processed
     traverser_class.process = process
     traverser_class.traverse_node_recursively = traverse_node_recursively
+
+
+def _count_clauses_once(counter_class: Any) -> None:
+    """`ActionCountValidator.traverse`, linear: what moto's walk checks, in its order."""
+    from moto.dynamodb.exceptions import TooManyClauses
+    from moto.dynamodb.parsing import ast_nodes as typed
+
+    ast_nodes: Any = typed
+    # moto's `verify_action_counts`, in its order: ADD, REMOVE, SET.
+    kinds = (
+        (ast_nodes.UpdateExpressionAddClause, "ADD"),
+        (ast_nodes.UpdateExpressionRemoveClause, "REMOVE"),
+        (ast_nodes.UpdateExpressionSetClause, "SET"),
+    )
+    # `Node.find_clauses` takes a child of the kind searched for (its exact type) and looks
+    # into the others that are expressions or functions.
+    searched = (ast_nodes.Expression, ast_nodes.UpdateExpressionFunction)
+    node_class, checked = ast_nodes.Node, ast_nodes.UpdateExpression
+
+    def counts(node: Any) -> tuple[int, ...]:
+        """What `node.find_clauses([kind])` finds, for each kind (checking every node under
+        `node` first, as moto's walk does, and `node` itself)."""
+        found = [0] * len(kinds)
+        for child in node.children or ():
+            if not isinstance(child, node_class):
+                continue
+            below = counts(child)  # (checks the child's subtree, in moto's order)
+            looked_into = isinstance(child, searched)
+            for i, (kind, _) in enumerate(kinds):
+                if type(child) is kind:
+                    found[i] += 1
+                elif looked_into:
+                    found[i] += below[i]
+        if isinstance(node, checked):
+            for (_, name), count in zip(kinds, found, strict=True):
+                if count > 1:
+                    raise TooManyClauses(name)
+        return tuple(found)
+
+    def traverse(validator: Any, node: Any) -> Any:
+        if isinstance(node, node_class):
+            counts(node)
+        return node
+
+    counter_class.traverse = traverse
+
+
+_replay = threading.local()  # `replaying()`: this thread applies journaled requests
+
+
+@contextlib.contextmanager
+def replaying() -> Iterator[None]:
+    """While inside, this thread's `UpdateItem`s skip moto's checks that can only refuse
+    (for a replay of requests moto accepted on the same state: see the module's doc)."""
+    _replay.on = True
+    try:
+        yield
+    finally:
+        _replay.on = False
+
+
+def _skip_refusals_in_replay(validators: Any) -> None:
+    refusing = tuple(
+        getattr(validators, name)
+        for name in (
+            "ActionCountValidator",
+            "OverlappingPathsValidator",
+            "UpdateHashRangeKeyValidator",
+            "NoneExistingPathChecker",
+            "TypeMismatchValidator",
+            "EmptyStringKeyValueValidator",
+        )
+    )
+    validator_class = validators.UpdateExpressionValidator
+    original: Callable[[Any], list[Any]] = validator_class.get_ast_processors
+
+    def get_ast_processors(validator: Any) -> list[Any]:
+        processors = original(validator)
+        if getattr(_replay, "on", False):
+            return [p for p in processors if type(p) not in refusing]
+        return processors
+
+    validator_class.get_ast_processors = get_ast_processors

@@ -123,6 +123,7 @@ class LocalRuntime:
         self._shards: dict[str, str] = {}  # stream reader -> its shard (moto: one)
         self.repaired: list[Any] = []  # what the start's reconciliation re-armed
         self._dead_leases: list[Any] = []  # the leases found on a restore, before any poll
+        self._restored_runs: list[Any] | None = None  # the active runs they were read from
         self.provisioned = Provisioned()
         # `EZGH_LOCAL_ISOLATION=thread` picks the old in-thread mode (to compare, bench/).
         self.isolation = isolation or ("process" if forkserver.isolated() else "thread")
@@ -654,10 +655,12 @@ class LocalRuntime:
     def _held_leases(self) -> list[Any]:
         """The runs' live invocation leases as restored: nothing of this process has polled
         or served yet, so each is held by an invocation of the process that died."""
-        from ezgh_engine.service.repair import held_leases
+        from ezgh_engine.service.repair import active_runs, held_leases
 
         try:
-            return held_leases()
+            # Read once: `_reconcile` re-arms what these runs are owed.
+            self._restored_runs = active_runs()
+            return held_leases(active=self._restored_runs)
         except Exception:  # best effort, as `_reconcile`: those runs wait out their leases
             log.exception("reading the restored invocation leases failed")
             return []
@@ -680,7 +683,9 @@ class LocalRuntime:
             return app.id in served or is_hosted(app)
 
         try:
-            self.repaired = after_restart(self._dead_leases, in_process=in_process)
+            self.repaired = after_restart(
+                self._dead_leases, in_process=in_process, active=self._restored_runs
+            )
         except Exception:  # a best-effort safety net: the journal already restored the state
             log.exception("reconciliation after restore failed")
             return

@@ -264,24 +264,34 @@ class _Buckets:
         return self._known[key]
 
 
+def active_runs(project_id: str | None = None) -> list[Run]:
+    """The heads of the runs `running` or `cancelling`: one read (without `project_id`, a
+    Scan of the runs table), which a start of `ezgh dev` makes once for `held_leases` and
+    `after_restart`."""
+    return [items.run_from(v) for v in _active_run_items(project_id)]
+
+
 def repair(
     project_id: str | None = None,
     *,
     apply: bool = False,
     older_than_seconds: float = 300,
     branches_sent: Collection[tuple[str, str]] = (),
+    heads: Sequence[Run] | None = None,
 ) -> list[RepairAction]:
     """Find (and with `apply`, re-arm) what active runs are owed; oldest runs first.
-    `branches_sent`: (run, step) pairs whose branch message the caller has just sent."""
+    `branches_sent`: (run, step) pairs whose branch message the caller has just sent.
+    `heads`: the active runs as the caller read them (`active_runs`) instead of a read now;
+    their leases may have changed since (released), so each run's own is checked."""
     now = clock.now_ms()
     # Waits further ahead than this are Scheduler schedules (SQS delays carry the rest,
     # and a schedule fires `SCHEDULER_LEAD` early).
     lead = messages.SCHEDULER_LEAD + timedelta(seconds=settings().sqs_max_delay_seconds)
     actions: list[RepairAction] = []
-    heads = sorted((items.run_from(v) for v in _active_run_items(project_id)), key=_created)
+    read_now = heads is None
     buckets = _Buckets()
-    for head in heads:
-        if head.lease_until_ms > now - int(older_than_seconds * 1000):
+    for head in sorted(active_runs(project_id) if heads is None else heads, key=_created):
+        if read_now and head.lease_until_ms > now - int(older_than_seconds * 1000):
             continue  # a live lease: its holder, or its message coming back, moves the run
         run = runs_store.get_run(head.id, with_steps=True)
         if run is None:
@@ -363,15 +373,17 @@ class HeldLease:
         return f"{whose} lease of epoch {self.epoch} (until {until})"
 
 
-def held_leases(project_id: str | None = None) -> list[HeldLease]:
+def held_leases(
+    project_id: str | None = None, *, active: Sequence[Run] | None = None
+) -> list[HeldLease]:
     """Every active run's live invocation lease (a delivery's backoff included) and its
-    parallel steps' live branch leases, now.
+    parallel steps' live branch leases, now (`active`: the active runs as just read).
 
     Read by `ezgh dev` on a start from kept state before it serves or polls anything: each
     lease then belongs to an invocation of the process that died (`release_dead_leases`).
-    Cost: the Scan `repair` makes, and one more for the branch leases."""
+    Cost: the Scan `repair` makes (none with `active`), and one more for the branch leases."""
     now = clock.now_ms()
-    heads = {run.id: run for run in map(items.run_from, _active_run_items(project_id))}
+    heads = {run.id: run for run in (active_runs(project_id) if active is None else active)}
     out: list[HeldLease] = []
     for run in heads.values():
         if run.lease_until_ms != leases.NO_LEASE and not leases.lease_free(run.lease_until_ms, now):
@@ -460,11 +472,17 @@ def release_dead_leases(
 
 
 def after_restart(
-    held: Sequence[HeldLease], *, in_process: Callable[[App], bool]
+    held: Sequence[HeldLease],
+    *,
+    in_process: Callable[[App], bool],
+    active: Sequence[Run] | None = None,
 ) -> list[RepairAction]:
     """`ezgh dev`'s reconciliation on a start from kept state: release the dead process's
     leases (`release_dead_leases`), then re-arm whatever is owed (`repair`, applied, with
-    no quiet time: nothing of the dead process will deliver it)."""
+    no quiet time: nothing of the dead process will deliver it). `active`: the active runs
+    `held` was read from (`active_runs`), read again otherwise; a run started since is
+    owed nothing yet (its first invocation is the stream's)."""
     released = release_dead_leases(held, in_process=in_process)
     sent = {(a.run_id, a.step_id) for a in released if a.step_id}  # their branches went out
-    return [*released, *repair(apply=True, older_than_seconds=0, branches_sent=sent)]
+    owed = repair(apply=True, older_than_seconds=0, branches_sent=sent, heads=active)
+    return [*released, *owed]
