@@ -312,11 +312,16 @@ class Pool:
         """Start environments in the background until `count` are idle (capped), so that
         the first calls, and a burst after them, find warm ones instead of a cold start."""
 
+        # Counted now, not in the thread: a call right after this waits for them (they are
+        # ready before a new one would be) instead of racing the thread to a cold start.
+        with self._cond:
+            wanted = max(0, min(count - len(self._idle) - self._making, self._room()))
+            self._making += wanted
+            self._prewarming += wanted
+        if not wanted:
+            return
+
         def warm() -> None:
-            with self._cond:
-                wanted = max(0, min(count - len(self._idle) - self._making, self._room()))
-                self._making += wanted
-                self._prewarming += wanted
             for _ in range(wanted):
                 try:
                     with forkserver_.spawn_lock:
