@@ -25,8 +25,8 @@ if [ "$#" -gt 0 ]; then
 fi
 
 # Four on two cores: with two, a third of the cores' time went idle while tests waited on
-# subprocesses, sockets and real-time workers; four took 518 s where three took 594 s, on the
-# same clean clone (docs/benchmarks.md, "The test suite").
+# subprocesses, sockets and real-time workers; from a clean clone four took 573 s where
+# three took 594 s (docs/benchmarks.md, "The test suite").
 workers="${EZGH_TEST_WORKERS:-4}"
 parallel=()
 if [ "$workers" != 0 ]; then
