@@ -2,8 +2,8 @@
 # Set up, then run the whole test suite (unit, API on moto and DynamoDB Local, end to end,
 # infra synth and IAM, the console in Chromium, the fault campaign).
 #
-# Without arguments (the README's command, CI's .ci/run): four pytest-xdist workers
-# (`EZGH_TEST_WORKERS`, default 4; 0 for one process), each running whole groups (a module, or
+# Without arguments (the README's command, CI's .ci/run): three pytest-xdist workers
+# (`EZGH_TEST_WORKERS`, default 3; 0 for one process), each running whole groups (a module, or
 # the tests sharing a runtime: tests/e2e per backend, tests/console), longest first (see
 # tests/conftest.py), then tests/infra/test_iam_calls.py on its own,
 # checking the AWS requests the e2e suite recorded in the first phase against the
@@ -24,10 +24,11 @@ if [ "$#" -gt 0 ]; then
   exec "${pytest[@]}" "$@"
 fi
 
-# Four on two cores: with two, a third of the cores' time went idle while tests waited on
-# subprocesses, sockets and real-time workers; from a clean clone four took 573 s where
-# three took 594 s (docs/benchmarks.md, "The test suite").
-workers="${EZGH_TEST_WORKERS:-4}"
+# Three on two cores: with two, a third of the cores' time went idle while tests waited on
+# subprocesses, sockets and real-time workers. Four saved about 4 % from a clean clone and
+# made the machine busy enough to expose a race in a test (docs/benchmarks.md, "The test
+# suite"): three stay the default.
+workers="${EZGH_TEST_WORKERS:-3}"
 parallel=()
 if [ "$workers" != 0 ]; then
   parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)

@@ -54,8 +54,24 @@ def _wait_lines(engine: LocalRuntime, where: Path, run_id: str, last: str) -> li
 
 
 def _documents(where: Path) -> list[dict[str, Any]]:
+    """The EMF documents written so far (whole lines: one may be half written)."""
     path = where / sinks.METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+
+
+def _wait_documents(engine: LocalRuntime, where: Path, *names: str) -> list[dict[str, Any]]:
+    """The EMF documents once each of `names` has a value: the metrics of a run's end are
+    written by the function that reads its commit, which may come after the run's last line
+    (another function's) on a loaded machine."""
+    return engine.wait_for(
+        lambda: (lambda found: found if all(_values(found, n) for n in names) else None)(
+            _documents(where)
+        ),
+        30,
+    )
 
 
 def _values(documents: list[dict[str, Any]], name: str) -> list[float]:
@@ -102,7 +118,9 @@ def test_a_failed_run_shows_its_retries_lines_metrics_and_trace(engine, client, 
     assert any("call#1 run failed (attempt 1), retry at" in x for x in lines), lines
     assert any("call#1 run failed (attempt 2) in" in x and ": user" in x for x in lines), lines
 
-    documents = _documents(telemetry)
+    documents = _wait_documents(
+        engine, telemetry, "RunsStarted", "RunsFailed", "StepRetries", "InvocationLatency"
+    )
     for document in documents:
         _one_emf_shape(document)
     assert _values(documents, "RunsStarted") and _values(documents, "RunsFailed")
@@ -134,7 +152,7 @@ def test_a_slow_run_shows_its_wait_and_the_app_joins_its_trace(engine, client, a
     ended = lines[-1]
     assert "ended     completed after 3 d 0 h 0 min" in ended
 
-    durations = _values(_documents(telemetry), "RunDuration")
+    durations = _values(_wait_documents(engine, telemetry, "RunDuration"), "RunDuration")
     assert max(durations) >= 3 * 86400 * 1000
 
     segments = _segments(engine, done)
