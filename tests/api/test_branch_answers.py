@@ -196,12 +196,17 @@ def _attempts_seen(
         return httpx.Response(200, json=answering(_app("p"), request))
 
     _through_push(monkeypatch, post)
-    for _ in range(5):
+    _deliver_until_handled(run_id, skip_clock)
+    return seen
+
+
+def _deliver_until_handled(run_id: str, skip_clock: clock.SkipClock, tries: int = 5) -> None:
+    """The branch message delivered again each time it asks to come back (up to `tries`)."""
+    for _ in range(tries):
         retry = branches.invoke_branch(run_id, STEP)
         if retry is None:
-            break
+            return
         skip_clock.advance(timedelta(seconds=retry.after_seconds))
-    return seen
 
 
 def test_a_delivery_that_never_reached_the_app_gives_its_attempt_back(
@@ -299,11 +304,7 @@ def test_a_retried_delivery_starts_the_same_attempt_again(
         return answering(app, request)
 
     _serve(monkeypatch, flaky)
-    for _ in range(5):
-        retry = branches.invoke_branch(run_id, STEP)
-        if retry is None:
-            break
-        skip_clock.advance(timedelta(seconds=retry.after_seconds))
+    _deliver_until_handled(run_id, skip_clock)
     assert seen == [1, 1, 1]
     step = _step(run_id)
     assert step["status"] == "completed" and int(step["attempt"]) == 1

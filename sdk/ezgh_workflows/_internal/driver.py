@@ -238,10 +238,9 @@ class Invocation:
         """The held step ends a `throttled` answer carries: the engine records them, so those
         steps do not run again at the next delivery; none past `ANSWER_HELD_BYTES` (the
         answer stays small: they run again, at least once, as without them)."""
-        if self._calls.held_bytes() > ANSWER_HELD_BYTES:
-            self._calls.take_held()
-            return []
-        return self._calls.take_held()
+        fits = self._calls.held_bytes() <= ANSWER_HELD_BYTES
+        held = self._calls.take_held()
+        return held if fits else []
 
     # -- what the request gave as references (1.5) ----------------------------------------
 

@@ -110,8 +110,17 @@ def raise_transient(exc: ClientError) -> None:
 def updated_if(client: Any, **request: Any) -> bool:
     """One conditional UpdateItem (`request` as boto3 takes it): False, nothing written, when
     its condition refused it; throttles and conflicts as `raise_transient` says."""
+    return _written_if(client.update_item, request)
+
+
+def deleted_if(client: Any, **request: Any) -> bool:
+    """One conditional DeleteItem, as `updated_if` makes an UpdateItem."""
+    return _written_if(client.delete_item, request)
+
+
+def _written_if(call: Any, request: dict[str, Any]) -> bool:
     try:
-        client.update_item(**request)
+        call(**request)
     except ClientError as exc:
         if is_condition_failure(exc):
             return False

@@ -159,21 +159,14 @@ def _keep_events(run_id: str, steps: list[Step]) -> None:
 def _step_delete(run_id: str, step: Step) -> dict[str, Any]:
     """The delete of a step a retry resets, while it is as read: its status, and no branch
     invocation's events added since its events were kept (`_keep_events`)."""
-    return {
-        "Delete": {
-            "TableName": settings().runs_table,
-            "Key": items.step_key(run_id, step.id),
-            "ConditionExpression": (
-                f"#status = :was AND (attribute_not_exists({BRANCH_OUTCOMES_ATTR}) "
-                f"OR size({BRANCH_OUTCOMES_ATTR}) = :marks)"
-            ),
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": {
-                ":was": {"S": step.status},
-                ":marks": {"N": str(events.branch_outcomes(step.events))},
-            },
-        }
-    }
+    condition = Update().where(
+        f"#status = :was AND (attribute_not_exists(#{BRANCH_OUTCOMES_ATTR}) "
+        f"OR size(#{BRANCH_OUTCOMES_ATTR}) = :marks)",
+        was=step.status,
+        marks=events.branch_outcomes(step.events),
+    )
+    key = items.step_key(run_id, step.id)
+    return {"Delete": condition.request(TableName=settings().runs_table, Key=key)}
 
 
 def end_now(run: Run, status: str, error: RunError, *, at: str) -> bool:

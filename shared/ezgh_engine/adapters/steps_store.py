@@ -166,27 +166,15 @@ def drop_stale(run_id: str, step_id: str, *, epoch: int, run_attempt: int) -> bo
     created, while branch epoch `epoch` still holds it: the run moved to another attempt
     (a RetryRun reset its pending steps), so it is no step of the run's. False, deleting
     nothing, when the item is not that any more."""
-    try:
-        _ddb().delete_item(
-            TableName=_table(),
-            Key=items.step_key(run_id, step_id),
-            ConditionExpression=(
-                "branchEpoch = :e AND #runAttempt = :a AND #status IN (:waiting, :running)"
-            ),
-            ExpressionAttributeNames={"#runAttempt": RUN_ATTEMPT_ATTR, "#status": "status"},
-            ExpressionAttributeValues={
-                ":e": {"N": str(epoch)},
-                ":a": {"N": str(run_attempt)},
-                ":waiting": {"S": "waiting"},
-                ":running": {"S": "running"},
-            },
-        )
-    except ClientError as exc:
-        if ddb.is_condition_failure(exc):
-            return False
-        ddb.raise_transient(exc)
-        raise
-    return True
+    condition = Update().where(
+        f"branchEpoch = :e AND #{RUN_ATTEMPT_ATTR} = :a AND #status IN (:waiting, :running)",
+        e=epoch,
+        a=run_attempt,
+        waiting="waiting",
+        running="running",
+    )
+    request = condition.request(TableName=_table(), Key=items.step_key(run_id, step_id))
+    return ddb.deleted_if(_ddb(), **request)
 
 
 def give_back_start(run_id: str, step_id: str, *, epoch: int, until_ms: int, failures: int) -> bool:

@@ -163,8 +163,10 @@ def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(value.items()))
 
 
-# Readers of fields a message may leave out (a message of an older engine).
+# Readers of fields a message may leave out (a message of an older engine), and of those a
+# message leaves out when empty (the branch shape an older engine reads and sends).
 _OPTIONAL = (_optional_str, _optional_int, _pairs)
+_LEFT_OUT_EMPTY = (_optional_int, _pairs)
 
 
 _FIELDS: dict[type[Any], tuple[_Field, ...]] = {
@@ -188,8 +190,8 @@ def dump(message: Message) -> dict[str, Any]:
     body: dict[str, Any] = {"type": message.TYPE}
     for wire, attr, read in _FIELDS[type(message)]:
         value = getattr(message, attr)
-        if read in (_optional_int, _pairs) and value in (None, ()):
-            continue  # left out: the shape an older engine reads and sends
+        if read in _LEFT_OUT_EMPTY and value in (None, ()):
+            continue
         body[wire] = dict(value) if read is _pairs else value
     return body
 

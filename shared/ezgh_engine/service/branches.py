@@ -75,7 +75,8 @@ def invoke_branch(
     epoch, failures = int(raw.get("branchEpoch", 0)), int(raw.get("branchFailures", 0))
     step_attempt = int(raw.get("attempt", 1))  # the attempt the lease take started
     run = runs_store.get_branch_run(run_id, raw)
-    if not _runs_now(run_id, step_id, run, raw, epoch) or run is None:
+    run = _still_runs(run_id, step_id, run, raw, epoch)
+    if run is None:
         return None
     # As read a moment ago (a gather's branches read one app item): the main invocation
     # reads it consistently and fails a run whose app was deleted; a delivery that fails
@@ -113,20 +114,22 @@ def invoke_branch(
     )
 
 
-def _runs_now(run_id: str, step_id: str, run: Run | None, step: dict[str, Any], epoch: int) -> bool:
-    """Whether the step the lease take of `epoch` claimed (`step`, as written) runs now.
-    Not when its run is gone, or a RetryRun moved it on after the step was launched (and
-    reset its pending steps): the item the claim made is no step of the run's, and goes.
-    Nor when its run ended or is cancelling: the step ends `cancelled` with it (its
-    cleanup may have come first)."""
+def _still_runs(
+    run_id: str, step_id: str, run: Run | None, step: dict[str, Any], epoch: int
+) -> Run | None:
+    """`run` if the step the lease take of `epoch` claimed (`step`, as written) runs now,
+    else None. Not when its run is gone, or a RetryRun moved it on after the step was
+    launched (and reset its pending steps): the item the claim made is no step of the
+    run's, and goes. Nor when its run ended or is cancelling: the step ends `cancelled`
+    with it (its cleanup may have come first)."""
     made_by = step.get(runs_store.RUN_ATTEMPT_ATTR)
     if made_by is not None and (run is None or int(made_by) != run.attempt):
         steps_store.drop_stale(run_id, step_id, epoch=epoch, run_attempt=int(made_by))
-        return False
+        return None
     if run is None or run.ended or run.status == "cancelling":
         answers.end_step(run_id, step_id, epoch, "cancelled", waits.CANCELLED_ERROR)
-        return False
-    return True
+        return None
+    return run
 
 
 def _answered(
